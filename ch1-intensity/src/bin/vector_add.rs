@@ -1,0 +1,8 @@
+//! c = a + b through the harness, to compare its timing with independent timers.
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    common::cli::main_with(
+        || ch1_intensity::cli::run_vector_add(&ch1_intensity::cli::Args::parse()),
+    )
+}

@@ -1,0 +1,80 @@
+//! The binaries on bad input and without a GPU: one clear line, a non-zero exit, no panic.
+//! These run everywhere, CI included (no GPU there).
+
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin)
+        .args(args)
+        // Hide any GPU, so the no-GPU path is taken on GPU machines too.
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env(
+            "PERF_LESSONS_CACHE",
+            std::env::temp_dir().join("perf-lessons-cli-test"),
+        )
+        .output()
+        .expect("binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "panic on {args:?}: {stderr}");
+    assert!(
+        !stderr.contains("RUST_BACKTRACE"),
+        "backtrace hint on {args:?}: {stderr}"
+    );
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+const MAIN: &str = env!("CARGO_BIN_EXE_ch1-intensity");
+
+#[test]
+fn no_gpu_is_one_line_and_exit_2() {
+    for bin in [
+        MAIN,
+        env!("CARGO_BIN_EXE_baseline"),
+        env!("CARGO_BIN_EXE_optimized"),
+        env!("CARGO_BIN_EXE_vector_add"),
+    ] {
+        let (code, stderr) = run(bin, &[]);
+        assert_eq!(code, 2, "{bin}: {stderr}");
+        assert!(
+            stderr.contains("no NVIDIA driver found")
+                || stderr.contains("no CUDA-capable GPU found"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_by_the_parser() {
+    for (args, expect) in [
+        (vec!["--n", "0"], "a count of 0"),
+        (vec!["--n=-5"], "negative"),
+        (vec!["--n", "ten"], "not a count"),
+        (vec!["--n", "1.5"], "not a count"),
+        (vec!["--n", "1000G"], "too large"),
+        (vec!["--max-noise", "0"], "percentage"),
+        (vec!["--min-time=-1"], "non-negative"),
+        (vec!["--min-samples", "0"], "a count of 0"),
+        (vec!["--device", "x"], "invalid digit"),
+    ] {
+        let (code, stderr) = run(MAIN, &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn help_lists_the_shared_flags() {
+    let out = Command::new(MAIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--device",
+        "--json",
+        "--n",
+        "--min-time",
+        "--max-noise",
+        "--cold",
+    ] {
+        assert!(text.contains(flag), "missing {flag} in help");
+    }
+}

@@ -1,0 +1,168 @@
+//! GPU tests: run on a machine with an NVIDIA GPU with `cargo test -- --ignored`.
+
+use std::process::Command;
+
+use ch1_intensity::{grid, Intensity, Variant, KERNELS};
+use common::cli::CommonArgs;
+use common::error::CudaContext as _;
+use common::gpu::Gpu;
+use common::kernels::{self, KernelSource};
+use common::lesson::{run_lesson, Lesson, VariantSpec};
+use common::report::Status;
+use common::verify::check;
+use cudarc::driver::PushKernelArg;
+
+/// Odd on purpose: n % 4 == 3 exercises every tail path.
+const N: u64 = (1 << 20) + 3;
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_variant_verifies_at_odd_and_tiny_sizes() {
+    let gpu = Gpu::open(0).unwrap();
+    for n in [N, 1, 2, 3, 4, 5, 1023] {
+        let mut lesson = Intensity::new(&gpu, n, 7).unwrap();
+        for (i, v) in Variant::ALL.iter().enumerate() {
+            lesson.poison(&gpu).unwrap();
+            lesson.run(&gpu, i).unwrap();
+            gpu.sync().unwrap();
+            let got = lesson.output(&gpu).unwrap();
+            let c = check(&got, lesson.reference(), 1e-5, "ref");
+            assert!(c.passed, "{} at n={n}: {c:?}", v.name());
+        }
+    }
+}
+
+/// The fused kernel with its tail forgotten: the classic vectorization bug.
+const PLANTED: &str = r#"
+extern "C" __global__ void fused_forgets_tail(const float* x, const float* y, float* out, u64 n,
+                                              float inv_n) {
+    u64 j = global_id();
+    if (j < n / 4) {
+        for (int k = 0; k < 4; k++) {
+            u64 i = 4 * j + k;
+            out[i] = fused_one(x[i], y[i], i, inv_n);
+        }
+    }
+}
+"#;
+
+/// The real lesson plus one planted wrong variant, run through the whole harness.
+struct WithPlantedBug {
+    inner: Intensity,
+    planted: cudarc::driver::CudaFunction,
+}
+
+impl Lesson for WithPlantedBug {
+    fn name(&self) -> &'static str {
+        "ch1-intensity-planted"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        self.inner.parameters()
+    }
+    fn variants(&self) -> Vec<VariantSpec> {
+        let mut v = self.inner.variants();
+        let fused = v.iter().find(|s| s.name == "fused").unwrap().clone();
+        v.push(VariantSpec {
+            name: "planted",
+            description: "forgets the tail",
+            ..fused
+        });
+        v
+    }
+    fn reference(&self) -> &[f64] {
+        self.inner.reference()
+    }
+    fn poison(&mut self, gpu: &Gpu) -> common::Result<()> {
+        self.inner.poison(gpu)
+    }
+    fn run(&mut self, gpu: &Gpu, index: usize) -> common::Result<()> {
+        if index < Variant::ALL.len() {
+            return self.inner.run(gpu, index);
+        }
+        let n = self.inner.n();
+        let inv_n = self.inner.inv_n();
+        let (x, y, out) = self.inner.io_mut();
+        unsafe {
+            gpu.stream
+                .launch_builder(&self.planted)
+                .arg(x)
+                .arg(y)
+                .arg(out)
+                .arg(&n)
+                .arg(&inv_n)
+                .launch(grid(n / 4))
+        }
+        .cuda("planted")?;
+        Ok(())
+    }
+    fn output(&mut self, gpu: &Gpu) -> common::Result<Vec<f32>> {
+        self.inner.output(gpu)
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_planted_wrong_kernel_is_caught_and_gets_no_speedup() {
+    let gpu = Gpu::open(0).unwrap();
+    let code: &'static str = Box::leak(format!("{}\n{PLANTED}", KERNELS.code).into_boxed_str());
+    let module = kernels::load(
+        &gpu,
+        KernelSource {
+            name: "intensity-planted",
+            code,
+        },
+        &[],
+    )
+    .unwrap();
+    let mut lesson = WithPlantedBug {
+        inner: Intensity::new(&gpu, N, 3).unwrap(),
+        planted: module.function("fused_forgets_tail").unwrap(),
+    };
+    let args = CommonArgs {
+        quick: true,
+        ..CommonArgs::default()
+    };
+    let report = run_lesson(&gpu, &mut lesson, &["baseline", "planted"], &args).unwrap();
+    let planted = report.variant("planted").unwrap();
+    assert_eq!(planted.status, Status::Failed);
+    assert_eq!(
+        planted.verification.non_finite, 3,
+        "the three tail elements stay poisoned"
+    );
+    assert_eq!(planted.speedup, None);
+    assert!(report.variant("baseline").unwrap().status == Status::Ok);
+    assert!(!report.all_passed());
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn out_of_memory_is_an_error_and_the_context_survives() {
+    let gpu = Gpu::open(0).unwrap();
+    let (free, _) = gpu.memory().unwrap();
+    let err = match gpu.alloc::<f32>((free / 4 + (1 << 30)) as usize, "too much") {
+        Err(e) => e,
+        Ok(_) => panic!("allocating more than is free succeeded"),
+    };
+    assert!(err.is_out_of_memory(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("out of device memory: too much needs"),
+        "{err}"
+    );
+    // The context is still usable.
+    let small = gpu.upload(&[1.0f32, 2.0, 3.0], "small").unwrap();
+    assert_eq!(gpu.download(&small).unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn an_absurd_n_exits_with_a_clear_message() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ch1-intensity"))
+        .args(["--n", "32G"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("out of device memory"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,314 @@
+//! Timing on the device: CUDA events on the lesson's stream around the work, after warmup,
+//! many samples, stopped by a [StopRule]. Each sample's launches are queued behind a blocking
+//! kernel and released together, so host launch latency never shows up inside a sample.
+//!
+//! Two modes, always named in the report:
+//! - hot: L2 is not flushed; each sample times `batch` back-to-back runs (batch chosen in
+//!   warmup so a sample lasts at least ~0.2 ms, far above event resolution) and records the
+//!   time per run;
+//! - cold: before each sample a memset of twice the L2 size evicts the working set, then one run
+//!   is timed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::{self, CUevent_flags};
+use cudarc::driver::{
+    CudaEvent, CudaFunction, CudaSlice, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{CudaContext as _, Error, Result};
+use crate::gpu::Gpu;
+use crate::kernels::{self, KernelSource};
+use crate::nvml::{clock_dropped, GpuState};
+use crate::stop::{StopReason, StopRule};
+
+pub const HARNESS_KERNELS: KernelSource = KernelSource {
+    name: "harness",
+    code: include_str!("../kernels/harness.cu"),
+};
+
+/// How to measure; the same for every variant of a lesson.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BenchConfig {
+    pub stop: StopRule,
+    /// Flush L2 before each sample.
+    pub cold: bool,
+    pub warmup_runs: usize,
+    pub warmup_time_s: f64,
+    /// Hot mode: smallest time one sample should span.
+    pub min_sample_s: f64,
+    /// Hot mode: most runs queued in one sample.
+    pub max_batch: usize,
+    /// Queue each sample behind the blocking kernel. Lessons whose runs synchronize with the
+    /// host (on purpose, as in a naive training loop) must turn this off, or they would wait
+    /// on the blocking kernel until it times out.
+    pub hold: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            stop: StopRule::default(),
+            cold: false,
+            warmup_runs: 3,
+            warmup_time_s: 0.05,
+            min_sample_s: 200e-6,
+            max_batch: 256,
+            hold: true,
+        }
+    }
+}
+
+/// The raw result of measuring one variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    /// Seconds per run, one value per sample.
+    pub samples_s: Vec<f64>,
+    /// Runs per sample (1 in cold mode).
+    pub batch: usize,
+    pub cold: bool,
+    pub warmup_runs: usize,
+    pub stop_reason: StopReason,
+    /// Wall time spent in the timed loop.
+    pub wall_s: f64,
+    pub before: GpuState,
+    pub after: GpuState,
+    pub clock_dropped: bool,
+    /// Samples whose blocking kernel gave up waiting (their launches may include gaps).
+    pub hold_timeouts: usize,
+}
+
+impl Measurement {
+    pub fn mode_label(&self) -> String {
+        if self.cold {
+            "cold (L2 flushed before each sample)".to_string()
+        } else {
+            format!(
+                "hot (L2 warm, {} back-to-back run(s) per sample)",
+                self.batch
+            )
+        }
+    }
+}
+
+/// The device-side machinery of the timer, made once per GPU.
+pub struct Timer {
+    gpu_stream: Arc<cudarc::driver::CudaStream>,
+    start: CudaEvent,
+    end: CudaEvent,
+    hold: CudaFunction,
+    _release: PinnedHostSlice<i32>,
+    release_ptr: *mut i32,
+    release_dev: u64,
+    timed_out: CudaSlice<i32>,
+    flush: Option<CudaSlice<u8>>,
+    flush_bytes: usize,
+}
+
+/// How long the blocking kernel waits before giving up (GPU time).
+const HOLD_TIMEOUT_NS: u64 = 2_000_000_000;
+
+impl Timer {
+    pub fn new(gpu: &Gpu) -> Result<Timer> {
+        let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+        let hold = module.function("hold_stream")?;
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let start = gpu.ctx.new_event(timing).cuda("creating a timing event")?;
+        let end = gpu.ctx.new_event(timing).cuda("creating a timing event")?;
+        // SAFETY: one i32, written below before any use.
+        let mut release = unsafe {
+            gpu.ctx.alloc_pinned_with_flags::<i32>(
+                1,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        }
+        .cuda("allocating the mapped release flag")?;
+        let release_ptr = release.as_mut_ptr().cuda("mapping the release flag")?;
+        let mut release_dev: sys::CUdeviceptr = 0;
+        // SAFETY: the pointer comes from a DEVICEMAP host allocation that outlives the Timer.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut release_dev, release_ptr.cast(), 0) }
+            .result()
+            .cuda("mapping the release flag")?;
+        let timed_out = gpu.alloc_zeros::<i32>(1, "the hold timeout flag")?;
+        Ok(Timer {
+            gpu_stream: gpu.stream.clone(),
+            start,
+            end,
+            hold,
+            _release: release,
+            release_ptr,
+            release_dev,
+            timed_out,
+            flush: None,
+            flush_bytes: (2 * gpu.info.l2_bytes as usize).max(8 << 20),
+        })
+    }
+
+    fn hold(&mut self) -> Result<()> {
+        // SAFETY: the flag is only read by the hold kernel, which is not running now.
+        unsafe { std::ptr::write_volatile(self.release_ptr, 0) };
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.gpu_stream.launch_builder(&self.hold);
+        b.arg(&self.release_dev);
+        b.arg(&mut self.timed_out);
+        b.arg(&HOLD_TIMEOUT_NS);
+        // SAFETY: arguments match hold_stream's signature.
+        unsafe { b.launch(cfg) }.cuda("launching hold_stream")?;
+        Ok(())
+    }
+
+    fn release(&self) {
+        // SAFETY: a plain store the spinning kernel reads through a volatile pointer.
+        unsafe { std::ptr::write_volatile(self.release_ptr, 1) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn flush_l2(&mut self) -> Result<()> {
+        if self.flush.is_none() {
+            // SAFETY: contents irrelevant; only written.
+            let buf = unsafe { self.gpu_stream.alloc::<u8>(self.flush_bytes) }
+                .cuda("allocating the L2 flush buffer")?;
+            self.flush = Some(buf);
+        }
+        let buf = self.flush.as_mut().expect("allocated above");
+        self.gpu_stream.memset_zeros(buf).cuda("flushing L2")
+    }
+
+    /// Time `runs` runs of `launch` as one sample; returns seconds for the whole sample.
+    pub fn sample(
+        &mut self,
+        runs: usize,
+        cold: bool,
+        hold: bool,
+        launch: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<(f64, bool)> {
+        if hold {
+            self.hold()?;
+        }
+        if cold {
+            self.flush_l2()?;
+        }
+        let queued = (|| {
+            self.start
+                .record(&self.gpu_stream)
+                .cuda("recording the start event")?;
+            for _ in 0..runs {
+                launch()?;
+            }
+            self.end
+                .record(&self.gpu_stream)
+                .cuda("recording the end event")
+        })();
+        // Release even when queuing failed, so the stream drains.
+        self.release();
+        queued?;
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .cuda("reading the sample time")?;
+        let timed_out = self
+            .gpu_stream
+            .clone_dtoh(&self.timed_out)
+            .cuda("reading the hold flag")?[0]
+            != 0;
+        if timed_out {
+            self.gpu_stream
+                .memset_zeros(&mut self.timed_out)
+                .cuda("resetting the hold flag")?;
+        }
+        Ok((ms as f64 / 1e3, timed_out))
+    }
+}
+
+/// Warm up, pick the batch, then take samples until the stop rule says enough.
+pub fn measure(
+    gpu: &Gpu,
+    timer: &mut Timer,
+    cfg: &BenchConfig,
+    launch: &mut dyn FnMut() -> Result<()>,
+) -> Result<Measurement> {
+    cfg.stop.validate().map_err(Error::invalid)?;
+    // Warmup: module load, first-touch and clock ramp stay out of the numbers.
+    let warm_start = Instant::now();
+    let mut warmup_runs = 0;
+    let mut single_s = f64::INFINITY;
+    while warmup_runs < cfg.warmup_runs || warm_start.elapsed().as_secs_f64() < cfg.warmup_time_s {
+        let (t, _) = timer.sample(1, cfg.cold, cfg.hold, launch)?;
+        single_s = single_s.min(t);
+        warmup_runs += 1;
+        if warm_start.elapsed().as_secs_f64() > cfg.stop.max_time_s {
+            break;
+        }
+    }
+    let batch = if cfg.cold {
+        1
+    } else {
+        batch_for(single_s, cfg.min_sample_s, cfg.max_batch)
+    };
+
+    let before = state(gpu);
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let mut hold_timeouts = 0;
+    let stop_reason = loop {
+        let (t, timed_out) = timer.sample(batch, cfg.cold, cfg.hold, launch)?;
+        hold_timeouts += timed_out as usize;
+        samples.push(t / batch as f64);
+        if let Some(reason) = cfg.stop.check(&samples, start.elapsed().as_secs_f64()) {
+            break reason;
+        }
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    let after = state(gpu);
+    Ok(Measurement {
+        clock_dropped: clock_dropped(before.sm_clock_mhz, after.sm_clock_mhz, 0.05),
+        samples_s: samples,
+        batch,
+        cold: cfg.cold,
+        warmup_runs,
+        stop_reason,
+        wall_s,
+        before,
+        after,
+        hold_timeouts,
+    })
+}
+
+/// Runs per hot sample so that one sample spans at least `min_sample_s`.
+pub fn batch_for(single_s: f64, min_sample_s: f64, max_batch: usize) -> usize {
+    if single_s.is_nan() || single_s <= 0.0 || single_s.is_infinite() {
+        return 1;
+    }
+    ((min_sample_s / single_s).ceil() as usize).clamp(1, max_batch.max(1))
+}
+
+fn state(gpu: &Gpu) -> GpuState {
+    gpu.nvml
+        .as_ref()
+        .map(|n| n.state(&gpu.info.uuid))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_spans_the_minimum_sample_time() {
+        assert_eq!(
+            batch_for(1e-3, 200e-6, 256),
+            1,
+            "a long run needs no batching"
+        );
+        assert_eq!(batch_for(10e-6, 200e-6, 256), 20);
+        assert_eq!(batch_for(1e-7, 200e-6, 256), 256, "capped");
+        assert_eq!(batch_for(0.0, 200e-6, 256), 1);
+        assert_eq!(batch_for(f64::INFINITY, 200e-6, 256), 1);
+    }
+}

@@ -1,0 +1,223 @@
+//! Ceilings measured on the GPU in hand, never typed in, and cached per device so every lesson
+//! can say "% of what this GPU can do" without re-measuring. The figure a datasheet would give
+//! is printed beside them, derived from the clocks and bus width the driver reports, and
+//! labelled as such.
+
+use std::path::PathBuf;
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use serde::{Deserialize, Serialize};
+
+use crate::bench::{measure, BenchConfig, Timer, HARNESS_KERNELS};
+use crate::counters::Work;
+use crate::error::{CudaContext as _, Error, Result};
+use crate::gpu::{DeviceInfo, Gpu};
+use crate::kernels;
+use crate::report::{rfc3339_utc, write_atomically, CeilingRef};
+use crate::stats::Summary;
+use crate::stop::StopRule;
+
+pub const CEILINGS_SCHEMA_VERSION: u32 = 1;
+
+/// One measured ceiling with how it was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ceiling {
+    pub value: f64,
+    pub unit: String,
+    pub method: String,
+    /// Summary of the winning method's samples (seconds per run).
+    pub time_s: Summary,
+    /// Every candidate that was tried, with its figure.
+    pub candidates: Vec<(String, f64)>,
+}
+
+impl Ceiling {
+    pub fn as_ref_named(&self, name: &str) -> CeilingRef {
+        CeilingRef {
+            name: name.to_string(),
+            value: self.value,
+            unit: self.unit.clone(),
+            method: self.method.clone(),
+        }
+    }
+}
+
+/// The cached ceilings of one device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceCeilings {
+    pub schema_version: u32,
+    pub device: DeviceInfo,
+    pub measured_at: String,
+    /// Device-memory copy bandwidth, bytes read + written, GB/s.
+    pub copy_bandwidth: Option<Ceiling>,
+}
+
+/// DRAM bandwidth implied by the driver-reported memory clock and bus width (double data rate),
+/// GB/s. This is the datasheet-style figure, not a measurement.
+pub fn theoretical_dram_gbps(info: &DeviceInfo) -> f64 {
+    2.0 * info.memory_clock_mhz as f64 * 1e6 * info.memory_bus_width_bits as f64 / 8.0 / 1e9
+}
+
+fn cache_path(info: &DeviceInfo) -> PathBuf {
+    kernels::cache_dir().join("ceilings").join(format!(
+        "{}-{}.json",
+        info.uuid,
+        info.driver_version.replace(['/', ' '], "_")
+    ))
+}
+
+/// Load the device's cached ceilings, if any were measured with this driver.
+pub fn load_cached(info: &DeviceInfo) -> Option<DeviceCeilings> {
+    let text = std::fs::read_to_string(cache_path(info)).ok()?;
+    let c: DeviceCeilings = serde_json::from_str(&text).ok()?;
+    (c.schema_version == CEILINGS_SCHEMA_VERSION && &c.device == info).then_some(c)
+}
+
+pub fn store(c: &DeviceCeilings) -> Result<()> {
+    let path = cache_path(&c.device);
+    let json = serde_json::to_vec_pretty(c).expect("ceilings serialize");
+    write_atomically(&path, &json).map_err(|e| Error::File {
+        path: path.display().to_string(),
+        message: format!("could not write the ceilings cache: {e}"),
+    })
+}
+
+/// The copy-bandwidth ceiling, from the cache unless `refresh` or absent.
+pub fn copy_bandwidth(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Ceiling> {
+    let mut cached = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings {
+        schema_version: CEILINGS_SCHEMA_VERSION,
+        device: gpu.info.clone(),
+        measured_at: String::new(),
+        copy_bandwidth: None,
+    });
+    if let (false, Some(c)) = (refresh, &cached.copy_bandwidth) {
+        return Ok(c.clone());
+    }
+    let c = measure_copy_bandwidth(gpu, timer)?;
+    cached.copy_bandwidth = Some(c.clone());
+    cached.measured_at = rfc3339_utc(std::time::SystemTime::now());
+    // A cache that cannot be written costs a re-measurement next time, nothing more.
+    let _ = store(&cached);
+    Ok(c)
+}
+
+/// Bytes per copy buffer: at least 4x L2 each (8x L2 of working set), 1 GiB where memory allows.
+pub fn copy_buffer_bytes(l2_bytes: u64, free_bytes: u64) -> u64 {
+    let want = (4 * l2_bytes).max(1 << 30);
+    let fit = free_bytes / 4; // two buffers, with room to spare
+    let bytes = want.min(fit).max(4 * l2_bytes);
+    bytes / 16 * 16
+}
+
+/// Best of a 16-byte-per-thread copy kernel and the driver's device-to-device memcpy.
+pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
+    let (free, _) = gpu.memory()?;
+    let bytes = copy_buffer_bytes(gpu.info.l2_bytes, free);
+    gpu.check_fits("the copy-bandwidth buffers", 2 * bytes)?;
+    let n4 = bytes / 16;
+    let src: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy source")?;
+    let mut dst: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy destination")?;
+    let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+    let copy = module.function("copy_f32x4")?;
+    let threads = 256u32;
+    let blocks = (n4.div_ceil(threads as u64)).min(gpu.info.sm_count as u64 * 64) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let bench = BenchConfig {
+        stop: StopRule {
+            min_samples: 20,
+            max_samples: 2000,
+            min_time_s: 0.1,
+            max_time_s: 2.0,
+            max_noise: 0.005,
+        },
+        ..BenchConfig::default()
+    };
+    let work = Work {
+        bytes_read: bytes,
+        bytes_written: bytes,
+        flops: 0,
+    };
+    let stream = gpu.stream.clone();
+    let kernel_m = measure(gpu, timer, &bench, &mut || {
+        let mut b = stream.launch_builder(&copy);
+        b.arg(&src);
+        b.arg(&mut dst);
+        b.arg(&n4);
+        // SAFETY: copy_f32x4(const float4*, float4*, u64) over n4 16-byte elements of each buffer.
+        unsafe { b.launch(cfg) }
+            .cuda("launching copy_f32x4")
+            .map(|_| ())
+    })?;
+    let memcpy_m = measure(gpu, timer, &bench, &mut || {
+        stream
+            .memcpy_dtod(&src, &mut dst)
+            .cuda("device-to-device memcpy")
+    })?;
+    let candidates = [
+        ("copy_f32x4 kernel (16 B per thread)", kernel_m),
+        ("cuMemcpyDtoDAsync", memcpy_m),
+    ];
+    let mut results: Vec<(String, f64, Summary)> = candidates
+        .into_iter()
+        .map(|(name, m)| {
+            let s = Summary::of(&m.samples_s).expect("samples");
+            (name.to_string(), work.throughput(s.median).gb_per_s, s)
+        })
+        .collect();
+    results.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
+    let (best_name, best, summary) = results[0].clone();
+    Ok(Ceiling {
+        value: best,
+        unit: "GB/s".into(),
+        method: format!(
+            "{best_name}, median of {} samples, 2 x {} buffers, read+write bytes",
+            summary.samples,
+            crate::error::human_bytes(bytes)
+        ),
+        time_s: summary,
+        candidates: results.into_iter().map(|(n, v, _)| (n, v)).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(mem_mhz: u32, bus: u32) -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: "GPU-0".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            total_memory_bytes: 80 << 30,
+            l2_bytes: 50 << 20,
+            max_sm_clock_mhz: 1980,
+            memory_clock_mhz: mem_mhz,
+            memory_bus_width_bits: bus,
+            driver_version: "580".into(),
+            cuda_driver_version: "13.0".into(),
+            nvrtc_version: "13.0".into(),
+        }
+    }
+
+    #[test]
+    fn theoretical_bandwidth_from_clock_and_bus() {
+        // H100 SXM: 2619 MHz HBM3 on a 5120-bit bus = 3352 GB/s, the datasheet's 3.35 TB/s.
+        let gbps = theoretical_dram_gbps(&info(2619, 5120));
+        assert!((gbps - 3352.3).abs() < 0.5, "{gbps}");
+    }
+
+    #[test]
+    fn copy_buffers_cover_eight_l2s() {
+        let l2 = 60 << 20;
+        assert_eq!(copy_buffer_bytes(l2, 140 << 30), 1 << 30);
+        // A small card still gets 4x L2 per buffer.
+        assert_eq!(copy_buffer_bytes(l2, 512 << 20), 4 * l2);
+        assert_eq!(copy_buffer_bytes(1000, 1 << 40) % 16, 0);
+    }
+}

@@ -1,0 +1,253 @@
+//! The flags every lesson binary shares, their parsers (which turn bad input into one clear
+//! line), and the `main` wrapper that maps errors to exit codes: 2 when there is no GPU or
+//! driver (and for usage errors, as clap does), 1 for everything else that failed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::bench::BenchConfig;
+use crate::error::Error;
+use crate::stop::StopRule;
+
+/// Largest element count any lesson accepts: 2^36 f32 is 256 GiB, past every GPU's memory.
+pub const MAX_ELEMENTS: u64 = 1 << 36;
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// GPU to run on (CUDA ordinal).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub device: usize,
+    /// Write the full result (device, provenance, raw samples, verification) as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Least measured GPU time per variant before the noise test may stop it.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub min_time: Option<f64>,
+    /// Most wall time per variant, whatever the noise.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub max_time: Option<f64>,
+    /// Stop once the relative standard deviation of the samples is at or under this.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub max_noise: Option<f64>,
+    /// Least number of samples per variant.
+    #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
+    pub min_samples: Option<usize>,
+    /// Flush L2 before every sample (cold cache); the default keeps it warm (hot).
+    #[arg(long)]
+    pub cold: bool,
+    /// A first look: fewer samples and a looser noise bound.
+    #[arg(long)]
+    pub quick: bool,
+    /// Re-measure the device ceilings instead of using the cached ones.
+    #[arg(long)]
+    pub refresh_ceilings: bool,
+}
+
+impl CommonArgs {
+    pub fn stop_rule(&self) -> StopRule {
+        let mut rule = if self.quick {
+            StopRule::quick()
+        } else {
+            StopRule::default()
+        };
+        if let Some(t) = self.min_time {
+            rule.min_time_s = t;
+        }
+        if let Some(t) = self.max_time {
+            rule.max_time_s = t;
+        }
+        if let Some(n) = self.max_noise {
+            rule.max_noise = n;
+        }
+        if let Some(n) = self.min_samples {
+            rule.min_samples = n;
+            rule.max_samples = rule.max_samples.max(n);
+        }
+        rule
+    }
+
+    pub fn bench_config(&self) -> BenchConfig {
+        BenchConfig {
+            stop: self.stop_rule(),
+            cold: self.cold,
+            ..BenchConfig::default()
+        }
+    }
+}
+
+/// An element count: a positive integer, optionally with a binary suffix K, M or G
+/// (10M = 10 * 2^20, the chapter's "10M"), at most [MAX_ELEMENTS].
+pub fn parse_elements(s: &str) -> Result<u64, String> {
+    parse_count_with_max(s, MAX_ELEMENTS)
+}
+
+pub fn parse_count_with_max(s: &str, max: u64) -> Result<u64, String> {
+    let t = s.trim();
+    // "64Mi" means the same as "64M": every suffix is binary.
+    let t = t
+        .strip_suffix('i')
+        .filter(|r| r.ends_with(['K', 'k', 'M', 'm', 'G', 'g']))
+        .unwrap_or(t);
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    if digits.starts_with('-') {
+        return Err(format!("'{s}' is negative: give a positive count"));
+    }
+    let value: u64 = digits.parse().map_err(|_| {
+        format!("'{s}' is not a count: use digits with an optional K, M or G suffix")
+    })?;
+    if value == 0 {
+        return Err("a count of 0 has nothing to measure: give at least 1".into());
+    }
+    let value = value
+        .checked_mul(1u64 << shift)
+        .filter(|v| *v <= max)
+        .ok_or_else(|| format!("'{s}' is too large: at most {max}"))?;
+    Ok(value)
+}
+
+pub fn parse_positive_usize(s: &str) -> Result<usize, String> {
+    parse_count_with_max(s, u32::MAX as u64).map(|v| v as usize)
+}
+
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("'{s}' must be a non-negative number of seconds"));
+    }
+    if v > 3600.0 {
+        return Err(format!("'{s}' seconds is more than an hour: at most 3600"));
+    }
+    Ok(v)
+}
+
+/// A percentage given as "1" or "1%", returned as a fraction (0.01).
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!(
+            "'{s}' must be a percentage above 0 and at most 100"
+        ));
+    }
+    Ok(v / 100.0)
+}
+
+/// Exit code for a failed run: 2 when there is no GPU or driver to run on, 1 otherwise.
+pub fn exit_code_for(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<Error>() {
+        Some(
+            Error::NoDriver
+            | Error::NoDevice(_)
+            | Error::BadDevice { .. }
+            | Error::MissingLibrary(..),
+        ) => 2,
+        _ => 1,
+    }
+}
+
+/// Run a binary's body and turn its error into one line on stderr and an exit code.
+pub fn main_with(body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
+    process_start();
+    match body() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code_for(&e))
+        }
+    }
+}
+
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// When this process started (as near as we can tell: the first call, made from `main_with`).
+pub fn process_start() -> std::time::Instant {
+    *STARTED.get_or_init(std::time::Instant::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_with_suffixes() {
+        assert_eq!(parse_elements("1000"), Ok(1000));
+        assert_eq!(parse_elements("10M"), Ok(10 << 20));
+        assert_eq!(parse_elements("64Mi"), Ok(64 << 20));
+        assert_eq!(parse_elements("4k"), Ok(4096));
+        assert_eq!(parse_elements(" 1G "), Ok(1 << 30));
+    }
+
+    #[test]
+    fn bad_counts_say_why() {
+        assert!(parse_elements("0").unwrap_err().contains("0"));
+        assert!(parse_elements("-5").unwrap_err().contains("negative"));
+        assert!(parse_elements("ten").unwrap_err().contains("not a count"));
+        assert!(parse_elements("").unwrap_err().contains("not a count"));
+        assert!(parse_elements("1.5M").unwrap_err().contains("not a count"));
+        assert!(parse_elements("128G").unwrap_err().contains("too large"));
+        assert!(parse_elements("99999999999999999999")
+            .unwrap_err()
+            .contains("not a count"));
+        assert!(parse_elements("18446744073709551615G")
+            .unwrap_err()
+            .contains("too large"));
+    }
+
+    #[test]
+    fn seconds_and_percent() {
+        assert_eq!(parse_seconds("0.5"), Ok(0.5));
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("nan").is_err());
+        assert!(parse_seconds("1e9").is_err());
+        assert_eq!(parse_percent("1"), Ok(0.01));
+        assert_eq!(parse_percent("0.5%"), Ok(0.005));
+        assert!(parse_percent("0").is_err());
+        assert!(parse_percent("150").is_err());
+    }
+
+    #[test]
+    fn flags_override_the_stop_rule() {
+        let args = CommonArgs {
+            min_time: Some(1.0),
+            max_noise: Some(0.002),
+            min_samples: Some(500_000),
+            ..CommonArgs::default()
+        };
+        let rule = args.stop_rule();
+        assert_eq!(rule.min_time_s, 1.0);
+        assert_eq!(rule.max_noise, 0.002);
+        assert_eq!(rule.min_samples, 500_000);
+        assert!(
+            rule.validate().is_ok(),
+            "max samples follows min samples up"
+        );
+        let quick = CommonArgs {
+            quick: true,
+            ..CommonArgs::default()
+        }
+        .stop_rule();
+        assert!(quick.min_time_s < StopRule::default().min_time_s);
+    }
+
+    #[test]
+    fn no_gpu_errors_exit_with_2() {
+        assert_eq!(exit_code_for(&anyhow::Error::new(Error::NoDriver)), 2);
+        assert_eq!(
+            exit_code_for(&anyhow::Error::new(Error::NoDevice(String::new()))),
+            2
+        );
+        assert_eq!(exit_code_for(&anyhow::anyhow!("anything else")), 1);
+        assert_eq!(exit_code_for(&anyhow::Error::new(Error::invalid("x"))), 1);
+    }
+}

@@ -1,0 +1,382 @@
+//! Opening a GPU: probe for the driver (cudarc panics when a library is missing, so we look
+//! first), create the context and the lesson's stream, and read what the device is.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{human_bytes, CudaContext as _, Error, Result};
+use crate::nvml::Nvml;
+
+/// What a result needs to say about the device it was measured on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub uuid: String,
+    pub compute_capability: (i32, i32),
+    pub sm_count: u32,
+    pub total_memory_bytes: u64,
+    pub l2_bytes: u64,
+    /// Boost clock the driver reports as the maximum (MHz).
+    pub max_sm_clock_mhz: u32,
+    pub memory_clock_mhz: u32,
+    pub memory_bus_width_bits: u32,
+    /// Driver version as NVML prints it (e.g. 580.159.04), or the CUDA API number without NVML.
+    pub driver_version: String,
+    /// CUDA version the driver supports (e.g. 13.0).
+    pub cuda_driver_version: String,
+    /// NVRTC's version (e.g. 13.0).
+    pub nvrtc_version: String,
+}
+
+impl DeviceInfo {
+    /// "sm_90" for compute capability 9.0.
+    pub fn arch(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+
+    /// A short folder name for results of this GPU model: "h100", "h200", "a100", ...
+    pub fn model_slug(&self) -> String {
+        model_slug(&self.name)
+    }
+}
+
+/// "NVIDIA H100 80GB HBM3" -> "h100"; "NVIDIA GeForce RTX 4090" -> "rtx-4090".
+pub fn model_slug(name: &str) -> String {
+    let cleaned = name
+        .replace("NVIDIA", "")
+        .replace("GeForce", "")
+        .replace("Tesla", "");
+    let words: Vec<String> = cleaned
+        .split_whitespace()
+        .map(|w| w.split('-').next().unwrap_or("").to_ascii_lowercase())
+        .filter(|w| !w.is_empty())
+        .filter(|w| {
+            !w.ends_with("gb")
+                && !w.starts_with("hbm")
+                && !w.starts_with("pcie")
+                && !w.starts_with("sxm")
+        })
+        .collect();
+    if words.is_empty() {
+        "unknown-gpu".into()
+    } else {
+        words.join("-")
+    }
+}
+
+/// Bytes of host memory available now (MemAvailable), where the system says.
+pub fn host_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_available(&text)
+}
+
+pub fn parse_mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Fail with a clear message, before allocating, when host memory cannot hold `bytes`.
+pub fn check_host_fits(what: &str, bytes: u64) -> Result<()> {
+    match host_available_bytes() {
+        Some(available) if bytes > available => Err(Error::invalid(format!(
+            "out of host memory: {what} needs {}, the system has {} available",
+            human_bytes(bytes),
+            human_bytes(available)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// An open GPU: context, the stream every lesson works on, and its description.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+    pub nvml: Option<Nvml>,
+}
+
+/// Fails with a one-line error, never a panic, when the driver library or a GPU is missing.
+pub fn probe_driver() -> Result<usize> {
+    // SAFETY: only tries to dlopen the driver library by its usual names.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::NoDriver);
+    }
+    if let Err(e) = cudarc::driver::result::init() {
+        return Err(match e.0 {
+            sys::cudaError_enum::CUDA_ERROR_NO_DEVICE => Error::NoDevice(String::new()),
+            _ => Error::NoDevice(format!(" (the driver said: {e})")),
+        });
+    }
+    let count = CudaContext::device_count().cuda("counting devices")? as usize;
+    if count == 0 {
+        return Err(Error::NoDevice(String::new()));
+    }
+    Ok(count)
+}
+
+/// Make sure a CUDA library cudarc will load is there, so that its absence is an error, not a
+/// panic. Looks on the loader path first, then in the usual toolkit folders.
+pub fn ensure_library(
+    present: unsafe fn() -> bool,
+    file_stem: &'static str,
+    what: &'static str,
+) -> Result<()> {
+    // SAFETY: only tries to dlopen the library by its usual names.
+    if unsafe { present() } {
+        return Ok(());
+    }
+    let mut dirs: Vec<String> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Ok(root) = std::env::var(var) {
+            dirs.push(format!("{root}/lib64"));
+            dirs.push(format!("{root}/targets/x86_64-linux/lib"));
+        }
+    }
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with(&format!("{file_stem}.so")) {
+                // Loaded by full path and never closed, so cudarc's later dlopen by soname
+                // finds it already in the process.
+                if pin_library(&entry.path()) && unsafe { present() } {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(Error::MissingLibrary(what, "13"))
+}
+
+/// dlopen a library by path, RTLD_GLOBAL, and keep it loaded for the life of the process.
+fn pin_library(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    extern "C" {
+        fn dlopen(filename: *const std::ffi::c_char, flag: i32) -> *mut std::ffi::c_void;
+    }
+    const RTLD_NOW: i32 = 2;
+    const RTLD_GLOBAL: i32 = 0x100;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a plain dlopen of a shared library; its initialisers are CUDA's own.
+    !unsafe { dlopen(c.as_ptr(), RTLD_NOW | RTLD_GLOBAL) }.is_null()
+}
+
+impl Gpu {
+    /// Open GPU `ordinal`, with cudarc's per-buffer event tracking off: lessons order their own
+    /// streams, and tracking would add event records to every launch and break stream capture.
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        let count = probe_driver()?;
+        if ordinal >= count {
+            return Err(Error::BadDevice {
+                requested: ordinal,
+                count,
+            });
+        }
+        ensure_library(
+            cudarc::nvrtc::sys::is_culib_present,
+            "libnvrtc",
+            "NVRTC (libnvrtc)",
+        )?;
+        let ctx = CudaContext::new(ordinal).cuda("creating the CUDA context")?;
+        // SAFETY: called before any buffer exists; every lesson orders its streams itself.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().cuda("creating a stream")?;
+        let nvml = Nvml::open();
+        let info = read_info(&ctx, ordinal, nvml.as_ref())?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            info,
+            nvml,
+        })
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(u64, u64)> {
+        let (free, total) = self.ctx.mem_get_info().cuda("reading free memory")?;
+        Ok((free as u64, total as u64))
+    }
+
+    /// An out-of-memory error that says what wanted how much.
+    pub fn out_of_memory(&self, what: &str, needed: u64) -> Error {
+        let (free, total) = self.memory().unwrap_or((0, self.info.total_memory_bytes));
+        Error::OutOfMemory {
+            what: what.to_string(),
+            needed: human_bytes(needed),
+            free: human_bytes(free),
+            total: human_bytes(total),
+        }
+    }
+
+    /// Fail early, with a clear message, when `bytes` cannot fit in what is free now.
+    pub fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
+        let (free, _) = self.memory()?;
+        if bytes > free {
+            return Err(self.out_of_memory(what, bytes));
+        }
+        Ok(())
+    }
+
+    /// Allocate `len` elements on the lesson's stream (contents undefined).
+    pub fn alloc<T: DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>> {
+        let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        // SAFETY: the contents are undefined until written; callers write (or poison) before reading.
+        unsafe { self.stream.alloc::<T>(len) }.map_err(|e| self.map_alloc_error(e, what, bytes))
+    }
+
+    /// Allocate and zero `len` elements.
+    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+        what: &str,
+    ) -> Result<CudaSlice<T>> {
+        let bytes = (len as u64).saturating_mul(std::mem::size_of::<T>() as u64);
+        self.stream
+            .alloc_zeros::<T>(len)
+            .map_err(|e| self.map_alloc_error(e, what, bytes))
+    }
+
+    /// Copy a host slice into a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T], what: &str) -> Result<CudaSlice<T>> {
+        let mut buf = self.alloc::<T>(host.len(), what)?;
+        self.stream
+            .memcpy_htod(host, &mut buf)
+            .cuda(&format!("copying {what} to the GPU"))?;
+        Ok(buf)
+    }
+
+    /// Copy a device buffer back to a new host vector (synchronizes the stream).
+    pub fn download<T: DeviceRepr + Clone + Default>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.stream
+            .clone_dtoh(buf)
+            .cuda("copying a result back from the GPU")
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().cuda("synchronizing the stream")
+    }
+
+    fn map_alloc_error(&self, e: cudarc::driver::DriverError, what: &str, bytes: u64) -> Error {
+        if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+            // The context survives an allocation failure; make sure nothing is left pending.
+            let _ = self.stream.synchronize();
+            self.out_of_memory(what, bytes)
+        } else {
+            Error::Cuda {
+                what: format!("allocating {what}"),
+                source: e,
+            }
+        }
+    }
+
+    /// Current SM clock in MHz, where NVML is available.
+    pub fn sm_clock_mhz(&self) -> Option<u32> {
+        self.nvml.as_ref()?.sm_clock_mhz(&self.info.uuid)
+    }
+}
+
+fn read_info(ctx: &Arc<CudaContext>, ordinal: usize, nvml: Option<&Nvml>) -> Result<DeviceInfo> {
+    let attr = |a: Attr| ctx.attribute(a).cuda("reading a device attribute");
+    let uuid = ctx.uuid().cuda("reading the device UUID")?;
+    let mut driver_api = 0i32;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut driver_api) }
+        .result()
+        .cuda("reading the driver version")?;
+    let cuda_driver_version = format!("{}.{}", driver_api / 1000, (driver_api % 1000) / 10);
+    let (mut major, mut minor) = (0i32, 0i32);
+    // SAFETY: writes two ints.
+    let nvrtc_version = match unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) } {
+        cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS => format!("{major}.{minor}"),
+        _ => "unknown".to_string(),
+    };
+    let driver_version = nvml
+        .and_then(|n| n.driver_version())
+        .unwrap_or_else(|| format!("CUDA API {driver_api}"));
+    Ok(DeviceInfo {
+        ordinal,
+        name: ctx.name().cuda("reading the device name")?,
+        uuid: format_uuid(&uuid.bytes),
+        compute_capability: ctx
+            .compute_capability()
+            .cuda("reading the compute capability")?,
+        sm_count: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        total_memory_bytes: ctx.total_mem().cuda("reading total memory")? as u64,
+        l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+        max_sm_clock_mhz: (attr(Attr::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? / 1000) as u32,
+        memory_clock_mhz: (attr(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)? / 1000) as u32,
+        memory_bus_width_bits: attr(Attr::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)? as u32,
+        driver_version,
+        cuda_driver_version,
+        nvrtc_version,
+    })
+}
+
+/// The "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" form NVML and nvidia-smi use.
+pub fn format_uuid(bytes: &[std::ffi::c_char; 16]) -> String {
+    let hex: Vec<String> = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
+    format!(
+        "GPU-{}-{}-{}-{}-{}",
+        hex[0..4].concat(),
+        hex[4..6].concat(),
+        hex[6..8].concat(),
+        hex[8..10].concat(),
+        hex[10..16].concat()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_slugs_name_the_model() {
+        assert_eq!(model_slug("NVIDIA H100 80GB HBM3"), "h100");
+        assert_eq!(model_slug("NVIDIA H200"), "h200");
+        assert_eq!(model_slug("NVIDIA A100-SXM4-80GB"), "a100");
+        assert_eq!(model_slug("NVIDIA GeForce RTX 4090"), "rtx-4090");
+        assert_eq!(model_slug(""), "unknown-gpu");
+    }
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24000000 kB\nMemAvailable:    1000 kB\n";
+        assert_eq!(parse_mem_available(text), Some(1_024_000));
+        assert_eq!(parse_mem_available("MemTotal: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn host_checks_refuse_the_absurd() {
+        assert!(check_host_fits("test", 1).is_ok());
+        assert!(check_host_fits("test", u64::MAX)
+            .unwrap_err()
+            .to_string()
+            .contains("out of host memory"));
+    }
+
+    #[test]
+    fn uuid_is_formatted_like_nvidia_smi() {
+        let mut bytes = [0 as std::ffi::c_char; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i * 17) as u8 as std::ffi::c_char;
+        }
+        assert_eq!(
+            format_uuid(&bytes),
+            "GPU-00112233-4455-6677-8899-aabbccddeeff"
+        );
+    }
+}

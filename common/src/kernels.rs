@@ -1,0 +1,204 @@
+//! CUDA C kernels compiled at run time by NVRTC for the device's own architecture, with the
+//! machine code (CUBIN) cached on disk. The cache key covers the source, the options, the
+//! architecture and NVRTC's version, so any change recompiles and a repeat run loads in
+//! milliseconds instead of paying ~200 ms of compilation per module.
+
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
+
+use crate::error::{CudaContext as _, Error, Result};
+use crate::gpu::Gpu;
+
+/// A `.cu` source the lesson embeds with `include_str!`.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    /// Shown in compile errors and used in the cache file name.
+    pub name: &'static str,
+    pub code: &'static str,
+}
+
+/// A loaded module: look kernels up by their `extern "C"` names.
+pub struct Module {
+    pub name: &'static str,
+    module: Arc<CudaModule>,
+    /// Whether this load came from the disk cache.
+    pub cached: bool,
+}
+
+impl Module {
+    pub fn function(&self, kernel: &str) -> Result<CudaFunction> {
+        self.module
+            .load_function(kernel)
+            .cuda(&format!("loading kernel {kernel} from {}", self.name))
+    }
+}
+
+/// The NVRTC options every kernel is compiled with: the device's own architecture (real
+/// machine code, no JIT at load), C++17, and line info so profilers can show source lines.
+pub fn compile_options(arch: &str, extra: &[&str]) -> Vec<String> {
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--generate-line-info".to_string(),
+    ];
+    options.extend(extra.iter().map(|s| s.to_string()));
+    options
+}
+
+/// FNV-1a, 64 bit: a stable hash for cache keys (std's hasher may change between releases).
+pub fn fnv1a64(parts: &[&[u8]]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &byte in *part {
+            hash ^= byte as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Separate parts so ("ab","c") and ("a","bc") differ.
+        hash ^= 0xff;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+pub fn cache_key(source: &str, options: &[String], arch: &str, nvrtc_version: &str) -> u64 {
+    let joined = options.join("\u{1f}");
+    fnv1a64(&[
+        source.as_bytes(),
+        joined.as_bytes(),
+        arch.as_bytes(),
+        nvrtc_version.as_bytes(),
+    ])
+}
+
+/// Where compiled kernels and measured ceilings are kept: $PERF_LESSONS_CACHE, else
+/// $XDG_CACHE_HOME/perf-lessons, else ~/.cache/perf-lessons, else the temp folder.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PERF_LESSONS_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("perf-lessons");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache").join("perf-lessons");
+    }
+    std::env::temp_dir().join("perf-lessons")
+}
+
+/// Compile (or load from the cache) one source for `gpu`.
+pub fn load(gpu: &Gpu, source: KernelSource, extra_options: &[&str]) -> Result<Module> {
+    let arch = gpu.info.arch();
+    let options = compile_options(&arch, extra_options);
+    let key = cache_key(source.code, &options, &arch, &gpu.info.nvrtc_version);
+    let path = cache_dir()
+        .join("kernels")
+        .join(format!("{}-{arch}-{key:016x}.cubin", source.name));
+    if let Ok(cubin) = std::fs::read(&path) {
+        if let Ok(module) = gpu.ctx.load_module(Ptx::from_binary(cubin)) {
+            return Ok(Module {
+                name: source.name,
+                module,
+                cached: true,
+            });
+        }
+        // A stale or damaged file: fall through and rebuild it.
+    }
+    let cubin = compile_cubin(source, &options)?;
+    // The cache is an optimisation: failing to write it must not fail the run.
+    let _ = crate::report::write_atomically(&path, &cubin);
+    let module = gpu
+        .ctx
+        .load_module(Ptx::from_binary(cubin))
+        .cuda(&format!("loading module {}", source.name))?;
+    Ok(Module {
+        name: source.name,
+        module,
+        cached: false,
+    })
+}
+
+/// Run NVRTC and return the CUBIN; a failure carries NVRTC's log.
+pub fn compile_cubin(source: KernelSource, options: &[String]) -> Result<Vec<u8>> {
+    let code = CString::new(source.code)
+        .map_err(|_| Error::invalid(format!("{} contains a NUL byte", source.name)))?;
+    let name = CString::new(format!("{}.cu", source.name)).expect("kernel names have no NUL");
+    let prog = nvrtc::create_program(&code, Some(&name)).map_err(|e| Error::Compile {
+        name: source.name.to_string(),
+        log: format!("creating the program failed: {e:?}"),
+    })?;
+    // SAFETY: `prog` is live until destroy_program below; `code` and `name` outlive it.
+    let outcome = unsafe {
+        match nvrtc::compile_program(prog, options) {
+            Ok(()) => cubin_of(prog).map_err(|e| format!("reading the CUBIN failed: {e:?}")),
+            Err(e) => Err(format!(
+                "{e:?} with options {options:?}\n{}",
+                program_log(prog)
+            )),
+        }
+    };
+    // SAFETY: created above, destroyed once.
+    unsafe {
+        let _ = nvrtc::destroy_program(prog);
+    }
+    outcome.map_err(|log| Error::Compile {
+        name: source.name.to_string(),
+        log,
+    })
+}
+
+unsafe fn program_log(prog: nvrtc_sys::nvrtcProgram) -> String {
+    match nvrtc::get_program_log(prog) {
+        Ok(raw) if !raw.is_empty() => CStr::from_ptr(raw.as_ptr()).to_string_lossy().into_owned(),
+        _ => String::from("(NVRTC gave no log)"),
+    }
+}
+
+unsafe fn cubin_of(
+    prog: nvrtc_sys::nvrtcProgram,
+) -> std::result::Result<Vec<u8>, nvrtc::NvrtcError> {
+    let mut size = 0usize;
+    nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result()?;
+    let mut cubin = vec![0u8; size];
+    nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()).result()?;
+    Ok(cubin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_changes_with_each_input() {
+        let opts = compile_options("sm_90", &[]);
+        let base = cache_key("src", &opts, "sm_90", "13.0");
+        assert_eq!(base, cache_key("src", &opts, "sm_90", "13.0"));
+        assert_ne!(base, cache_key("src2", &opts, "sm_90", "13.0"));
+        assert_ne!(
+            base,
+            cache_key("src", &compile_options("sm_90", &["-DX"]), "sm_90", "13.0")
+        );
+        assert_ne!(base, cache_key("src", &opts, "sm_80", "13.0"));
+        assert_ne!(base, cache_key("src", &opts, "sm_90", "13.1"));
+    }
+
+    #[test]
+    fn fnv_separates_parts() {
+        assert_ne!(fnv1a64(&[b"ab", b"c"]), fnv1a64(&[b"a", b"bc"]));
+        // The published FNV-1a test vector for "a" (before our part separator).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        h ^= b'a' as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        assert_eq!(h, 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn options_name_the_architecture() {
+        let opts = compile_options("sm_90", &["--use_fast_math"]);
+        assert_eq!(opts[0], "--gpu-architecture=sm_90");
+        assert!(opts.contains(&"--use_fast_math".to_string()));
+    }
+}

@@ -1,0 +1,220 @@
+//! Proving a variant computes the right thing: seeded random inputs (never zeros), outputs
+//! poisoned with NaN before a checked run, and the relative L2 error against a float64 CPU
+//! reference, with a tolerance set by the precision the variant computes in.
+
+use serde::{Deserialize, Serialize};
+
+/// SplitMix64: small, fast, and the same sequence on every machine for a given seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+
+    /// Standard normal (Box-Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.next_f64(); // (0, 1]
+        let u2 = self.next_f64();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// `n` uniform f32 values in [lo, hi) from `seed`.
+pub fn uniform_f32(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| rng.uniform(lo as f64, hi as f64) as f32)
+        .collect()
+}
+
+/// `n` normal f32 values with the given standard deviation from `seed`.
+pub fn normal_f32(seed: u64, n: usize, std: f32) -> Vec<f32> {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| (rng.normal() * std as f64) as f32).collect()
+}
+
+/// The arithmetic a variant computes in; it sets the default tolerance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Bf16,
+    Fp16,
+}
+
+impl Precision {
+    /// Default relative-L2 tolerance: fp32 ~1e-5, tf32 ~1e-3, bf16/fp16 ~1e-2.
+    pub fn tolerance(self) -> f64 {
+        match self {
+            Precision::Fp32 => 1e-5,
+            Precision::Tf32 => 1e-3,
+            Precision::Bf16 | Precision::Fp16 => 1e-2,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+/// The outcome of checking one variant's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verification {
+    /// ||got - ref|| / ||ref||; infinite when an element is NaN/inf or lengths differ
+    /// (written as null in JSON, which has no infinity).
+    #[serde(with = "infinite_as_null")]
+    pub rel_l2_error: f64,
+    pub tolerance: f64,
+    /// Elements that are NaN or infinite: still poisoned (never written) or broken.
+    pub non_finite: usize,
+    pub elements: usize,
+    pub passed: bool,
+    /// What the output was compared against ("float64 CPU reference", "the baseline", ...).
+    pub against: String,
+}
+
+/// JSON has no infinity: write a non-finite value as null and read null back as +infinity.
+pub mod infinite_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+    }
+}
+
+/// Relative L2 error of `got` against a float64 reference.
+pub fn rel_l2_error(got: &[f32], reference: &[f64]) -> f64 {
+    if got.len() != reference.len() {
+        return f64::INFINITY;
+    }
+    let mut diff = 0.0f64;
+    let mut norm = 0.0f64;
+    for (&g, &r) in got.iter().zip(reference) {
+        let g = g as f64;
+        if !g.is_finite() {
+            return f64::INFINITY;
+        }
+        diff += (g - r) * (g - r);
+        norm += r * r;
+    }
+    if norm == 0.0 {
+        // A zero reference: only an exact zero output matches.
+        return if diff == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (diff / norm).sqrt()
+}
+
+/// Check `got` against `reference` with `tolerance`.
+pub fn check(got: &[f32], reference: &[f64], tolerance: f64, against: &str) -> Verification {
+    let non_finite = got.iter().filter(|v| !v.is_finite()).count();
+    let err = rel_l2_error(got, reference);
+    Verification {
+        rel_l2_error: err,
+        tolerance,
+        non_finite,
+        elements: got.len(),
+        passed: non_finite == 0 && got.len() == reference.len() && err <= tolerance,
+        against: against.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_is_reproducible_and_spread() {
+        let a = uniform_f32(7, 1000, -1.0, 1.0);
+        assert_eq!(a, uniform_f32(7, 1000, -1.0, 1.0));
+        assert_ne!(a, uniform_f32(8, 1000, -1.0, 1.0));
+        assert!(a.iter().all(|&v| (-1.0..1.0).contains(&v)));
+        assert!(a.iter().all(|&v| v != 0.0), "inputs are never zeros");
+        let m: f32 = a.iter().sum::<f32>() / 1000.0;
+        assert!(m.abs() < 0.1);
+    }
+
+    #[test]
+    fn normal_has_unit_variance() {
+        let v = normal_f32(1, 100_000, 1.0);
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        assert!(mean.abs() < 0.02, "mean {mean}");
+        assert!((var - 1.0).abs() < 0.02, "variance {var}");
+    }
+
+    #[test]
+    fn exact_output_passes() {
+        let r = vec![1.0f64, -2.0, 3.5];
+        let g = vec![1.0f32, -2.0, 3.5];
+        let v = check(&g, &r, 1e-5, "ref");
+        assert!(v.passed);
+        assert_eq!(v.rel_l2_error, 0.0);
+    }
+
+    #[test]
+    fn one_poisoned_element_fails() {
+        let r = vec![1.0f64; 100];
+        let mut g = vec![1.0f32; 100];
+        g[99] = f32::NAN;
+        let v = check(&g, &r, 1e-5, "ref");
+        assert!(!v.passed);
+        assert_eq!(v.non_finite, 1);
+        assert!(v.rel_l2_error.is_infinite());
+    }
+
+    #[test]
+    fn error_is_relative_l2() {
+        let r = vec![3.0f64, 4.0]; // norm 5
+        let g = vec![3.0f32, 4.5]; // diff norm 0.5
+        assert!((rel_l2_error(&g, &r) - 0.1).abs() < 1e-12);
+        assert!(!check(&g, &r, 0.05, "ref").passed);
+        assert!(check(&g, &r, 0.2, "ref").passed);
+    }
+
+    #[test]
+    fn length_mismatch_and_zero_reference() {
+        assert!(rel_l2_error(&[1.0], &[1.0, 2.0]).is_infinite());
+        assert_eq!(rel_l2_error(&[0.0], &[0.0]), 0.0);
+        assert!(rel_l2_error(&[0.1], &[0.0]).is_infinite());
+    }
+
+    #[test]
+    fn tolerances_grow_as_precision_drops() {
+        assert!(Precision::Fp32.tolerance() < Precision::Tf32.tolerance());
+        assert!(Precision::Tf32.tolerance() < Precision::Bf16.tolerance());
+    }
+}

@@ -58,11 +58,9 @@ pub fn window(i: u64, n: u64) -> f64 {
 /// The function every variant computes, in float64.
 pub fn reference(x: &[f32], y: &[f32]) -> Vec<f64> {
     let n = x.len() as u64;
-    x.iter()
-        .zip(y)
-        .enumerate()
-        .map(|(i, (&xv, &yv))| ALPHA * (xv as f64 * window(i as u64, n) + yv as f64) + BETA)
-        .collect()
+    common::par::map(x.len(), |i| {
+        ALPHA * (x[i] as f64 * window(i as u64, n) + y[i] as f64) + BETA
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +161,11 @@ impl Intensity {
             HOST_BYTES_PER_ELEMENT * n,
         )?;
         let module = kernels::load(gpu, KERNELS, &[])?;
+        common::cli::mark(if module.cached {
+            "kernels loaded from cache"
+        } else {
+            "kernels compiled"
+        });
         let f = |name: &str| module.function(name);
         let k = Kernels {
             scale: f("scale_by_window")?,
@@ -180,8 +183,9 @@ impl Intensity {
         let len = n as usize;
         let x = normal_f32(seed, len, 1.0);
         let y = normal_f32(seed.wrapping_add(1), len, 1.0);
-        let w: Vec<f32> = (0..n).map(|i| window(i, n) as f32).collect();
+        let w: Vec<f32> = common::par::map(len, |i| window(i as u64, n) as f32);
         let reference = reference(&x, &y);
+        common::cli::mark("inputs and float64 reference ready");
         Ok(Intensity {
             n,
             seed,

@@ -157,10 +157,10 @@ fn out_of_memory_is_an_error_and_the_context_survives() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn an_absurd_n_exits_with_a_clear_message() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ch1-intensity"))
-        .args(["--n", "32G"])
-        .output()
-        .unwrap();
+    // On a GPU machine the binary travels apart from the build tree: CH1_INTENSITY_BIN says where.
+    let bin =
+        std::env::var("CH1_INTENSITY_BIN").unwrap_or(env!("CARGO_BIN_EXE_ch1-intensity").into());
+    let out = Command::new(bin).args(["--n", "32G"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("out of device memory"), "{stderr}");

@@ -26,3 +26,31 @@ extern "C" __global__ void copy_f32x4(const float4* __restrict__ src, float4* __
         dst[i] = src[i];
     }
 }
+
+// Device-to-device copy, two 16-byte vectors per thread in one pass (no grid-stride loop): both
+// loads are issued before either store, keeping 32 bytes per thread in flight.
+extern "C" __global__ void copy_f32x4_x2(const float4* __restrict__ src, float4* __restrict__ dst,
+                                         unsigned long long n4) {
+    unsigned long long j0 = (unsigned long long)blockIdx.x * blockDim.x * 2 + threadIdx.x;
+    unsigned long long j1 = j0 + blockDim.x;
+    float4 a, b;
+    if (j0 < n4) a = src[j0];
+    if (j1 < n4) b = src[j1];
+    if (j0 < n4) dst[j0] = a;
+    if (j1 < n4) dst[j1] = b;
+}
+
+// Evict L2 by reading a buffer twice its size. Reading (rather than memset) leaves L2 full of
+// clean lines, so the timed kernel pays no write-back of the flush's own data. The store never
+// happens (the buffer holds zeros) but the compiler cannot know, so every load stays.
+extern "C" __global__ void flush_l2_by_reading(const float4* __restrict__ buf, unsigned long long n4,
+                                               float* sink) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+         i += stride) {
+        float4 v = buf[i];
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1234.5f) *sink = acc;
+}

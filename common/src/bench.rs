@@ -6,8 +6,9 @@
 //! - hot: L2 is not flushed; each sample times `batch` back-to-back runs (batch chosen in
 //!   warmup so a sample lasts at least ~0.2 ms, far above event resolution) and records the
 //!   time per run;
-//! - cold: before each sample a memset of twice the L2 size evicts the working set, then one run
-//!   is timed.
+//! - cold: before each sample a kernel reads a buffer twice the L2 size, evicting the working set
+//!   and leaving only clean lines (a memset would leave L2 full of dirty lines whose write-back
+//!   the timed run would pay for), then one run is timed.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -83,7 +84,7 @@ pub struct Measurement {
 impl Measurement {
     pub fn mode_label(&self) -> String {
         if self.cold {
-            "cold (L2 flushed before each sample)".to_string()
+            "cold (L2 flushed by reading 2x its size before each sample)".to_string()
         } else {
             format!(
                 "hot (L2 warm, {} back-to-back run(s) per sample)",
@@ -103,8 +104,10 @@ pub struct Timer {
     release_ptr: *mut i32,
     release_dev: u64,
     timed_out: CudaSlice<i32>,
-    flush: Option<CudaSlice<u8>>,
+    flush_kernel: CudaFunction,
+    flush: Option<(CudaSlice<u8>, CudaSlice<f32>)>,
     flush_bytes: usize,
+    sm_count: u32,
 }
 
 /// How long the blocking kernel waits before giving up (GPU time).
@@ -114,6 +117,7 @@ impl Timer {
     pub fn new(gpu: &Gpu) -> Result<Timer> {
         let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
         let hold = module.function("hold_stream")?;
+        let flush_kernel = module.function("flush_l2_by_reading")?;
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let start = gpu.ctx.new_event(timing).cuda("creating a timing event")?;
         let end = gpu.ctx.new_event(timing).cuda("creating a timing event")?;
@@ -141,8 +145,10 @@ impl Timer {
             release_ptr,
             release_dev,
             timed_out,
+            flush_kernel,
             flush: None,
-            flush_bytes: (2 * gpu.info.l2_bytes as usize).max(8 << 20),
+            flush_bytes: ((2 * gpu.info.l2_bytes as usize).max(8 << 20)).next_multiple_of(16),
+            sm_count: gpu.info.sm_count,
         })
     }
 
@@ -171,13 +177,30 @@ impl Timer {
 
     fn flush_l2(&mut self) -> Result<()> {
         if self.flush.is_none() {
-            // SAFETY: contents irrelevant; only written.
-            let buf = unsafe { self.gpu_stream.alloc::<u8>(self.flush_bytes) }
+            let buf = self
+                .gpu_stream
+                .alloc_zeros::<u8>(self.flush_bytes)
                 .cuda("allocating the L2 flush buffer")?;
-            self.flush = Some(buf);
+            let sink = self
+                .gpu_stream
+                .alloc_zeros::<f32>(1)
+                .cuda("allocating the L2 flush sink")?;
+            self.flush = Some((buf, sink));
         }
-        let buf = self.flush.as_mut().expect("allocated above");
-        self.gpu_stream.memset_zeros(buf).cuda("flushing L2")
+        let (buf, sink) = self.flush.as_mut().expect("allocated above");
+        let n4 = (self.flush_bytes / 16) as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (self.sm_count * 4, 1, 1),
+            block_dim: (512, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.gpu_stream.launch_builder(&self.flush_kernel);
+        b.arg(&*buf);
+        b.arg(&n4);
+        b.arg(sink);
+        // SAFETY: flush_l2_by_reading(const float4*, u64, float*) over n4 vectors of the buffer.
+        unsafe { b.launch(cfg) }.cuda("launching flush_l2_by_reading")?;
+        Ok(())
     }
 
     /// Time `runs` runs of `launch` as one sample; returns seconds for the whole sample.

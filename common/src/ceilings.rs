@@ -118,14 +118,27 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
     let src: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy source")?;
     let mut dst: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy destination")?;
     let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
-    let copy = module.function("copy_f32x4")?;
     let threads = 256u32;
-    let blocks = (n4.div_ceil(threads as u64)).min(gpu.info.sm_count as u64 * 64) as u32;
-    let cfg = LaunchConfig {
-        grid_dim: (blocks, 1, 1),
+    let launch_cfg = |blocks: u64| LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
+    let kernels = [
+        (
+            "copy_f32x4 kernel (16 B per thread, grid-stride)",
+            module.function("copy_f32x4")?,
+            launch_cfg(
+                n4.div_ceil(threads as u64)
+                    .min(gpu.info.sm_count as u64 * 64),
+            ),
+        ),
+        (
+            "copy_f32x4_x2 kernel (2 x 16 B per thread)",
+            module.function("copy_f32x4_x2")?,
+            launch_cfg(n4.div_ceil(2 * threads as u64)),
+        ),
+    ];
     let bench = BenchConfig {
         stop: StopRule {
             min_samples: 20,
@@ -142,25 +155,24 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
         flops: 0,
     };
     let stream = gpu.stream.clone();
-    let kernel_m = measure(gpu, timer, &bench, &mut || {
-        let mut b = stream.launch_builder(&copy);
-        b.arg(&src);
-        b.arg(&mut dst);
-        b.arg(&n4);
-        // SAFETY: copy_f32x4(const float4*, float4*, u64) over n4 16-byte elements of each buffer.
-        unsafe { b.launch(cfg) }
-            .cuda("launching copy_f32x4")
-            .map(|_| ())
-    })?;
+    let mut candidates = Vec::new();
+    for (name, function, cfg) in &kernels {
+        let m = measure(gpu, timer, &bench, &mut || {
+            let mut b = stream.launch_builder(function);
+            b.arg(&src);
+            b.arg(&mut dst);
+            b.arg(&n4);
+            // SAFETY: (const float4*, float4*, u64) over n4 16-byte elements of each buffer.
+            unsafe { b.launch(*cfg) }.cuda(name).map(|_| ())
+        })?;
+        candidates.push((*name, m));
+    }
     let memcpy_m = measure(gpu, timer, &bench, &mut || {
         stream
             .memcpy_dtod(&src, &mut dst)
             .cuda("device-to-device memcpy")
     })?;
-    let candidates = [
-        ("copy_f32x4 kernel (16 B per thread)", kernel_m),
-        ("cuMemcpyDtoDAsync", memcpy_m),
-    ];
+    candidates.push(("cuMemcpyDtoDAsync", memcpy_m));
     let mut results: Vec<(String, f64, Summary)> = candidates
         .into_iter()
         .map(|(name, m)| {

@@ -169,6 +169,20 @@ pub fn main_with(body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
 }
 
 static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+static MARKS: std::sync::Mutex<Vec<(String, f64)>> = std::sync::Mutex::new(Vec::new());
+
+/// Note that a startup phase ended now (seconds since process start go into the report).
+pub fn mark(phase: &str) {
+    let t = process_start().elapsed().as_secs_f64();
+    if let Ok(mut marks) = MARKS.lock() {
+        marks.push((phase.to_string(), t));
+    }
+}
+
+/// The phases marked so far, in order.
+pub fn marks() -> Vec<(String, f64)> {
+    MARKS.lock().map(|m| m.clone()).unwrap_or_default()
+}
 
 /// When this process started (as near as we can tell: the first call, made from `main_with`).
 pub fn process_start() -> std::time::Instant {

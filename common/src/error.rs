@@ -47,6 +47,7 @@ impl Error {
         match self {
             Error::OutOfMemory { .. } => true,
             Error::Cuda { source, .. } => source.0 == cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY,
+            Error::Invalid(m) => m.starts_with("out of host memory"),
             _ => false,
         }
     }

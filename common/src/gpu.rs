@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, ValidAsZeroBits,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{human_bytes, CudaContext as _, Error, Result};
@@ -197,6 +199,7 @@ impl Gpu {
         let stream = ctx.new_stream().cuda("creating a stream")?;
         let nvml = Nvml::open();
         let info = read_info(&ctx, ordinal, nvml.as_ref())?;
+        crate::cli::mark("GPU opened (context, stream, NVML)");
         Ok(Gpu {
             ctx,
             stream,
@@ -264,6 +267,18 @@ impl Gpu {
         self.stream
             .clone_dtoh(buf)
             .cuda("copying a result back from the GPU")
+    }
+
+    /// Fill an f32 buffer with quiet NaN on the device (cuMemsetD32), so that any element a
+    /// variant fails to write cannot pass verification.
+    pub fn poison(&self, buf: &mut CudaSlice<f32>) -> Result<()> {
+        const QUIET_NAN_BITS: u32 = 0x7fc0_0000;
+        let len = buf.len();
+        let (ptr, _record) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: writes exactly len 4-byte words of a live allocation, on its stream.
+        unsafe { sys::cuMemsetD32Async(ptr, QUIET_NAN_BITS, len, self.stream.cu_stream()) }
+            .result()
+            .cuda("poisoning a buffer with NaN")
     }
 
     pub fn sync(&self) -> Result<()> {

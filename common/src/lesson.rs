@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use crate::bench::{measure, BenchConfig, Timer};
 use crate::ceilings;
-use crate::cli::{process_start, CommonArgs};
+use crate::cli::{mark, marks, process_start, CommonArgs};
 use crate::counters::Work;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
@@ -104,6 +104,7 @@ pub fn run_lesson(
     cfg.stop.validate().map_err(Error::invalid)?;
     let mut timer = Timer::new(gpu)?;
     let copy = ceilings::copy_bandwidth(gpu, &mut timer, args.refresh_ceilings)?;
+    mark("timer and ceilings ready");
     let mut provenance = Provenance::now();
 
     let mut variants = Vec::new();
@@ -143,7 +144,9 @@ pub fn run_lesson(
             continue;
         }
         if provenance.startup_to_first_sample_s.is_none() {
+            mark("first variant verified");
             provenance.startup_to_first_sample_s = Some(process_start().elapsed().as_secs_f64());
+            provenance.startup_phases = marks();
         }
         let m = measure(gpu, &mut timer, &cfg, &mut || lesson.run(gpu, index))?;
         let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();

@@ -9,8 +9,10 @@
 //! - [ceilings]: measured device limits, cached per device
 //! - [report]: the JSON document and the markdown table
 //! - [lesson], [cli]: the runner and the flags every lesson binary shares
+//! - [par]: parallel host-side helpers for inputs and references
 
 pub mod bench;
+pub mod blas;
 pub mod ceilings;
 pub mod cli;
 pub mod counters;
@@ -19,6 +21,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod lesson;
 pub mod nvml;
+pub mod par;
 pub mod report;
 pub mod stats;
 pub mod stop;

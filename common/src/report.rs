@@ -25,6 +25,9 @@ pub struct Provenance {
     pub host: String,
     /// Seconds from process start to the first timed sample (compile cache, context, inputs).
     pub startup_to_first_sample_s: Option<f64>,
+    /// When each startup phase ended, seconds since process start.
+    #[serde(default)]
+    pub startup_phases: Vec<(String, f64)>,
 }
 
 impl Provenance {
@@ -37,6 +40,7 @@ impl Provenance {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
             startup_to_first_sample_s: None,
+            startup_phases: Vec::new(),
         }
     }
 }

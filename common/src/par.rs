@@ -1,0 +1,70 @@
+//! Data-parallel helpers for host-side work that sits on the startup path (input generation,
+//! float64 references): plain scoped threads, results independent of the thread count.
+
+/// Threads to use: what the OS offers, at most 32.
+pub fn threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(32)
+}
+
+/// Call `f(chunk_index, chunk)` for every `chunk_len`-sized chunk of `data`, in parallel.
+pub fn for_each_chunk_mut<T: Send>(
+    data: &mut [T],
+    chunk_len: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let chunk_len = chunk_len.max(1);
+    let chunks: Vec<(usize, &mut [T])> = data.chunks_mut(chunk_len).enumerate().collect();
+    let workers = threads().min(chunks.len()).max(1);
+    let per_worker = chunks.len().div_ceil(workers);
+    let mut chunks = chunks;
+    std::thread::scope(|scope| {
+        while !chunks.is_empty() {
+            let take = per_worker.min(chunks.len());
+            let batch: Vec<(usize, &mut [T])> = chunks.drain(..take).collect();
+            let f = &f;
+            scope.spawn(move || {
+                for (i, chunk) in batch {
+                    f(i, chunk);
+                }
+            });
+        }
+    });
+}
+
+/// `(0..n).map(f)` computed in parallel, in order.
+pub fn map<T: Send + Default + Clone>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    let chunk = n.div_ceil(threads()).max(1);
+    for_each_chunk_mut(&mut out, chunk, |c, slice| {
+        for (k, v) in slice.iter_mut().enumerate() {
+            *v = f(c * chunk + k);
+        }
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_is_in_order() {
+        let v = map(10_007, |i| i * 2);
+        assert!(v.iter().enumerate().all(|(i, &x)| x == 2 * i));
+        assert!(map(0, |i| i).is_empty());
+    }
+
+    #[test]
+    fn every_chunk_is_visited_once() {
+        let mut v = vec![0usize; 1000];
+        for_each_chunk_mut(&mut v, 7, |c, chunk| {
+            for x in chunk.iter_mut() {
+                *x += c + 1;
+            }
+        });
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i / 7 + 1));
+    }
+}

@@ -1,0 +1,51 @@
+"""Summarize the ch1-intensity GPU session: the figures the issue asks for, from the JSON files."""
+import glob
+import json
+import re
+import statistics
+import sys
+
+out, tmp = sys.argv[1], sys.argv[2]
+load = lambda p: json.load(open(p))
+res = {}
+
+r = load(f"{out}/ch1-intensity.json")
+copy = r["ceilings"][0]["value"]
+res["gpu"] = r["device"]["name"]
+res["copy_bandwidth_gbps"] = copy
+res["variants_64M"] = {
+    v["name"]: {
+        "status": v["status"],
+        "median_us": v["time_ms"]["median"] * 1e3 if v["time_ms"] else None,
+        "gbps": v["throughput"]["gb_per_s"] if v["throughput"] else None,
+        "pct_copy": 100 * v["fraction_of_copy_bandwidth"] if v["fraction_of_copy_bandwidth"] else None,
+        "speedup": v["speedup"],
+        "rel_err": v["verification"]["rel_l2_error"],
+    }
+    for v in r["variants"]
+}
+res["startup_to_first_sample_s_second_run"] = load(f"{out}/ch1-intensity-10M.json")["provenance"]["startup_to_first_sample_s"]
+res["startup_to_first_sample_s_first_run"] = load(f"{tmp}/first.json")["provenance"]["startup_to_first_sample_s"]
+for name in ["fused", "baseline"]:
+    meds = [load(p)["variants"][0]["time_ms"]["median"] for p in sorted(glob.glob(f"{tmp}/spread-{name}-*.json"))]
+    m = statistics.mean(meds)
+    res[f"spread_{name}_64M"] = {
+        "medians_us": [x * 1e3 for x in meds],
+        "range_over_mean_pct": 100 * (max(meds) - min(meds)) / m,
+    }
+for mode in ["hot", "cold"]:
+    v = load(f"{out}/vector-add-{mode}.json")["variants"][0]
+    res[f"vector_add_10M_{mode}_median_us"] = v["time_ms"]["median"] * 1e3
+try:
+    ncu = [float(x) for x in re.findall(r"gpu__time_duration.sum\s+\S+\s+([\d.,]+)", open(f"{out}/ncu-vector-add.txt").read().replace(",", ""))]
+    unit = re.search(r"gpu__time_duration.sum\s+(\S+)", open(f"{out}/ncu-vector-add.txt").read()).group(1)
+    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
+    res["vector_add_10M_ncu_median_us"] = statistics.median(ncu) * scale
+    res["vector_add_10M_ncu_samples"] = len(ncu)
+except Exception as e:  # report, don't hide
+    res["ncu_error"] = repr(e)
+try:
+    res["vector_add_10M_do_bench_median_us"] = load(f"{out}/torch.json")["vector_add_10M_do_bench_median_ms"] * 1e3
+except Exception as e:
+    res["torch_error"] = repr(e)
+print(json.dumps(res, indent=1))

@@ -30,11 +30,13 @@ echo "== vector add 10M, hot and cold"
 $B/vector_add --n 10M --json $OUT/vector-add-hot.json
 $B/vector_add --n 10M --cold --json $OUT/vector-add-cold.json
 
-echo "== ncu on the same vector add (cache flushed per kernel, clocks untouched)"
-ncu --clock-control none --cache-control all --kernel-name vector_add --launch-skip 10 --launch-count 30 \
-    --metrics gpu__time_duration.sum $B/vector_add --n 10M --quick > /tmp/ncu.txt 2>&1
-grep -E "gpu__time_duration" /tmp/ncu.txt | head -40 > $OUT/ncu-vector-add.txt
-tail -5 /tmp/ncu.txt
+echo "== ncu on the same vector add kernel, clocks untouched: caches kept (hot) and flushed (cold)"
+for cache in none all; do
+  ncu --clock-control none --cache-control $cache --kernel-name vector_add --launch-skip 10 --launch-count 30 \
+      --metrics gpu__time_duration.sum $B/vector_add --n 10M --quick > /tmp/ncu-$cache.txt 2>&1
+  grep -E "gpu__time_duration" /tmp/ncu-$cache.txt > $OUT/ncu-vector-add-$cache.txt
+  tail -3 /tmp/ncu-$cache.txt
+done
 
 echo "== torch / triton do_bench"
 python3 scripts/torch_crosscheck.py $OUT/torch.json

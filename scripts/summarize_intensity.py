@@ -26,6 +26,7 @@ res["variants_64M"] = {
 }
 res["startup_to_first_sample_s_second_run"] = load(f"{out}/ch1-intensity-10M.json")["provenance"]["startup_to_first_sample_s"]
 res["startup_to_first_sample_s_first_run"] = load(f"{tmp}/first.json")["provenance"]["startup_to_first_sample_s"]
+res["startup_phases_second_run"] = load(f"{out}/ch1-intensity-10M.json")["provenance"]["startup_phases"]
 for name in ["fused", "baseline"]:
     meds = [load(p)["variants"][0]["time_ms"]["median"] for p in sorted(glob.glob(f"{tmp}/spread-{name}-*.json"))]
     m = statistics.mean(meds)
@@ -36,16 +37,28 @@ for name in ["fused", "baseline"]:
 for mode in ["hot", "cold"]:
     v = load(f"{out}/vector-add-{mode}.json")["variants"][0]
     res[f"vector_add_10M_{mode}_median_us"] = v["time_ms"]["median"] * 1e3
+def ncu_median_us(path):
+    text = open(path).read().replace(",", "")
+    rows = re.findall(r"gpu__time_duration.sum\s+(\S+)\s+([\d.]+)", text)
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}
+    vals = [float(v) * scale[u] for u, v in rows]
+    return statistics.median(vals), len(vals)
+
+
+for cache, mode in [("none", "hot"), ("all", "cold")]:
+    try:
+        med, count = ncu_median_us(f"{out}/ncu-vector-add-{cache}.txt")
+        ours = res[f"vector_add_10M_{mode}_median_us"]
+        res[f"vector_add_10M_ncu_cache_{cache}"] = {
+            "ncu_median_us": med,
+            "kernels": count,
+            f"harness_{mode}_median_us": ours,
+            "harness_over_ncu_pct": 100 * (ours / med - 1),
+        }
+    except Exception as e:  # report, don't hide
+        res[f"ncu_{cache}_error"] = repr(e)
 try:
-    ncu = [float(x) for x in re.findall(r"gpu__time_duration.sum\s+\S+\s+([\d.,]+)", open(f"{out}/ncu-vector-add.txt").read().replace(",", ""))]
-    unit = re.search(r"gpu__time_duration.sum\s+(\S+)", open(f"{out}/ncu-vector-add.txt").read()).group(1)
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}[unit]
-    res["vector_add_10M_ncu_median_us"] = statistics.median(ncu) * scale
-    res["vector_add_10M_ncu_samples"] = len(ncu)
-except Exception as e:  # report, don't hide
-    res["ncu_error"] = repr(e)
-try:
-    res["vector_add_10M_do_bench_median_us"] = load(f"{out}/torch.json")["vector_add_10M_do_bench_median_ms"] * 1e3
+    res["do_bench"] = load(f"{out}/torch.json")
 except Exception as e:
     res["torch_error"] = repr(e)
 print(json.dumps(res, indent=1))

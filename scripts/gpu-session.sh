@@ -34,12 +34,12 @@ echo "== ncu on the same vector add kernel, clocks untouched: caches kept (hot) 
 for cache in none all; do
   ncu --clock-control none --cache-control $cache --kernel-name vector_add --launch-skip 10 --launch-count 30 \
       --metrics gpu__time_duration.sum $B/vector_add --n 10M --quick > /tmp/ncu-$cache.txt 2>&1
-  grep -E "gpu__time_duration" /tmp/ncu-$cache.txt > $OUT/ncu-vector-add-$cache.txt
+  grep -E "gpu__time_duration" /tmp/ncu-$cache.txt > /tmp/ncu-vector-add-$cache.txt
   tail -3 /tmp/ncu-$cache.txt
 done
 
 echo "== torch / triton do_bench"
-python3 scripts/torch_crosscheck.py $OUT/torch.json
+python3 scripts/torch_crosscheck.py /tmp/torch.json
 
 echo "== summary"
 python3 scripts/summarize_intensity.py "$OUT" /tmp | tee $OUT/summary.json

@@ -47,7 +47,7 @@ def ncu_median_us(path):
 
 for cache, mode in [("none", "hot"), ("all", "cold")]:
     try:
-        med, count = ncu_median_us(f"{out}/ncu-vector-add-{cache}.txt")
+        med, count = ncu_median_us(f"{tmp}/ncu-vector-add-{cache}.txt")
         ours = res[f"vector_add_10M_{mode}_median_us"]
         res[f"vector_add_10M_ncu_cache_{cache}"] = {
             "ncu_median_us": med,
@@ -58,7 +58,7 @@ for cache, mode in [("none", "hot"), ("all", "cold")]:
     except Exception as e:  # report, don't hide
         res[f"ncu_{cache}_error"] = repr(e)
 try:
-    res["do_bench"] = load(f"{out}/torch.json")
+    res["do_bench"] = load(f"{tmp}/torch.json")
 except Exception as e:
     res["torch_error"] = repr(e)
 print(json.dumps(res, indent=1))

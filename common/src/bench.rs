@@ -86,10 +86,7 @@ impl Measurement {
         if self.cold {
             "cold (L2 flushed by reading 2x its size before each sample)".to_string()
         } else {
-            format!(
-                "hot (L2 warm, {} back-to-back run(s) per sample)",
-                self.batch
-            )
+            "hot (L2 warm, runs queued back-to-back behind a blocking kernel)".to_string()
         }
     }
 }

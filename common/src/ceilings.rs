@@ -38,6 +38,7 @@ impl Ceiling {
             value: self.value,
             unit: self.unit.clone(),
             method: self.method.clone(),
+            candidates: self.candidates.clone(),
         }
     }
 }

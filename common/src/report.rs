@@ -81,6 +81,9 @@ pub struct CeilingRef {
     pub value: f64,
     pub unit: String,
     pub method: String,
+    /// Every method tried and its figure; the ceiling is the best.
+    #[serde(default)]
+    pub candidates: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,8 +173,21 @@ impl LessonReport {
                 c.name, c.value, c.unit, c.method
             ));
         }
-        if let Some(m) = self.variants.iter().find_map(|v| v.measurement.as_ref()) {
-            out.push_str(&format!("timing: CUDA events, {}\n", m.mode_label()));
+        let measured: Vec<(&str, &crate::bench::Measurement)> = self
+            .variants
+            .iter()
+            .filter_map(|v| v.measurement.as_ref().map(|m| (v.name.as_str(), m)))
+            .collect();
+        if let Some((_, m)) = measured.first() {
+            let batches: Vec<String> = measured
+                .iter()
+                .map(|(n, m)| format!("{n} {}", m.batch))
+                .collect();
+            out.push_str(&format!(
+                "timing: CUDA events, {}; runs per sample: {}\n",
+                m.mode_label(),
+                batches.join(", ")
+            ));
         }
         for v in &self.variants {
             if let Some(m) = &v.measurement {

@@ -138,16 +138,28 @@ pub fn rel_l2_error(got: &[f32], reference: &[f64]) -> f64 {
     if got.len() != reference.len() {
         return f64::INFINITY;
     }
-    let mut diff = 0.0f64;
-    let mut norm = 0.0f64;
-    for (&g, &r) in got.iter().zip(reference) {
-        let g = g as f64;
-        if !g.is_finite() {
-            return f64::INFINITY;
+    // Partial sums per chunk, in parallel: (squared difference, squared reference, all finite).
+    const CHUNK: usize = 1 << 16;
+    let chunks = got.len().div_ceil(CHUNK);
+    let partial = crate::par::map(chunks, |c| {
+        let range = c * CHUNK..((c + 1) * CHUNK).min(got.len());
+        let mut diff = 0.0f64;
+        let mut norm = 0.0f64;
+        for (&g, &r) in got[range.clone()].iter().zip(&reference[range]) {
+            let g = g as f64;
+            if !g.is_finite() {
+                return (0.0, 0.0, false);
+            }
+            diff += (g - r) * (g - r);
+            norm += r * r;
         }
-        diff += (g - r) * (g - r);
-        norm += r * r;
+        (diff, norm, true)
+    });
+    if partial.iter().any(|p| !p.2) {
+        return f64::INFINITY;
     }
+    let diff: f64 = partial.iter().map(|p| p.0).sum();
+    let norm: f64 = partial.iter().map(|p| p.1).sum();
     if norm == 0.0 {
         // A zero reference: only an exact zero output matches.
         return if diff == 0.0 { 0.0 } else { f64::INFINITY };

@@ -80,6 +80,7 @@ fn report() -> LessonReport {
             value: 4200.0,
             unit: "GB/s".into(),
             method: "copy kernel".into(),
+            candidates: vec![("copy kernel".into(), 4200.0), ("memcpy".into(), 4100.0)],
         }],
         variants: vec![
             variant("baseline", &[1.0, 1.1, 0.9], true),
@@ -152,7 +153,11 @@ fn markdown_names_the_gpu_the_mode_and_the_failure() {
     assert!(md.contains("| variant | status | median |"));
     assert!(md.contains("| baseline | ok | 1.000 ms |"), "{md}");
     assert!(md.contains("| broken | FAILED |"));
-    assert!(md.contains("hot (L2 warm, 4 back-to-back run(s) per sample)"));
+    assert!(
+        md.contains("hot (L2 warm, runs queued back-to-back"),
+        "{md}"
+    );
+    assert!(md.contains("runs per sample: baseline 4"), "{md}");
     assert!(md.contains("FAILED: broken"));
     assert!(md.contains("measured copy bandwidth: 4200 GB/s"));
     assert!(!report().all_passed());

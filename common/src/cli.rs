@@ -39,7 +39,7 @@ pub struct CommonArgs {
     #[arg(long)]
     pub quick: bool,
     /// Re-measure the device ceilings instead of using the cached ones.
-    #[arg(long)]
+    #[arg(long, alias = "refresh")]
     pub refresh_ceilings: bool,
 }
 

@@ -2,6 +2,15 @@
 //! can say "% of what this GPU can do" without re-measuring. The figure a datasheet would give
 //! is printed beside them, derived from the clocks and bus width the driver reports, and
 //! labelled as such.
+//!
+//! - memory: copy (1:1 read/write), read-only and write-only bandwidth over working sets of at
+//!   least 8x the L2 size ([memory]);
+//! - compute: an FP32 FMA kernel and cuBLAS GEMMs in fp32, tf32 and bf16 ([compute]);
+//! - transfer: host-to-device copies from pinned and pageable memory ([transfer]).
+
+pub mod compute;
+pub mod memory;
+pub mod transfer;
 
 use std::path::PathBuf;
 
@@ -17,7 +26,14 @@ use crate::report::{rfc3339_utc, write_atomically, CeilingRef};
 use crate::stats::Summary;
 use crate::stop::StopRule;
 
-pub const CEILINGS_SCHEMA_VERSION: u32 = 1;
+pub const CEILINGS_SCHEMA_VERSION: u32 = 2;
+
+/// A datasheet-style figure computed from what the driver reports, not measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Theoretical {
+    pub value: f64,
+    pub basis: String,
+}
 
 /// One measured ceiling with how it was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +45,15 @@ pub struct Ceiling {
     pub time_s: Summary,
     /// Every candidate that was tried, with its figure.
     pub candidates: Vec<(String, f64)>,
+    /// The figure a datasheet would give, where one can be derived, labelled as such.
+    #[serde(default)]
+    pub theoretical: Option<Theoretical>,
+    /// SM clock (NVML) at the end of the winning measurement.
+    #[serde(default)]
+    pub sm_clock_mhz: Option<u32>,
+    /// Relative L2 error of the kernel's checked output, where it computes something.
+    #[serde(default)]
+    pub verification_error: Option<f64>,
 }
 
 impl Ceiling {
@@ -51,6 +76,161 @@ pub struct DeviceCeilings {
     pub measured_at: String,
     /// Device-memory copy bandwidth, bytes read + written, GB/s.
     pub copy_bandwidth: Option<Ceiling>,
+    #[serde(default)]
+    pub read_bandwidth: Option<Ceiling>,
+    #[serde(default)]
+    pub write_bandwidth: Option<Ceiling>,
+    /// FP32 FMA throughput of CUDA cores, GFLOP/s.
+    #[serde(default)]
+    pub fp32_fma: Option<Ceiling>,
+    #[serde(default)]
+    pub sgemm_fp32: Option<Ceiling>,
+    #[serde(default)]
+    pub gemm_tf32: Option<Ceiling>,
+    #[serde(default)]
+    pub gemm_bf16: Option<Ceiling>,
+    /// Host-to-device from pinned memory, GB/s.
+    #[serde(default)]
+    pub h2d_pinned: Option<Ceiling>,
+    #[serde(default)]
+    pub h2d_pageable: Option<Ceiling>,
+}
+
+impl DeviceCeilings {
+    pub fn empty(info: &DeviceInfo) -> DeviceCeilings {
+        DeviceCeilings {
+            schema_version: CEILINGS_SCHEMA_VERSION,
+            device: info.clone(),
+            measured_at: String::new(),
+            copy_bandwidth: None,
+            read_bandwidth: None,
+            write_bandwidth: None,
+            fp32_fma: None,
+            sgemm_fp32: None,
+            gemm_tf32: None,
+            gemm_bf16: None,
+            h2d_pinned: None,
+            h2d_pageable: None,
+        }
+    }
+
+    /// The highest measured device-memory bandwidth and its name: the roofline's slope.
+    pub fn memory_roof(&self) -> Option<(&'static str, &Ceiling)> {
+        [
+            ("copy", &self.copy_bandwidth),
+            ("read", &self.read_bandwidth),
+            ("write", &self.write_bandwidth),
+        ]
+        .into_iter()
+        .filter_map(|(n, c)| c.as_ref().map(|c| (n, c)))
+        .max_by(|a, b| a.1.value.total_cmp(&b.1.value))
+    }
+
+    /// Every ceiling that was measured, by name.
+    pub fn named(&self) -> Vec<(&'static str, &Ceiling)> {
+        [
+            ("DRAM copy bandwidth", &self.copy_bandwidth),
+            ("DRAM read bandwidth", &self.read_bandwidth),
+            ("DRAM write bandwidth", &self.write_bandwidth),
+            ("FP32 FMA (CUDA cores)", &self.fp32_fma),
+            ("SGEMM fp32 (cuBLAS)", &self.sgemm_fp32),
+            ("GEMM tf32 (cuBLAS)", &self.gemm_tf32),
+            ("GEMM bf16 (cuBLAS)", &self.gemm_bf16),
+            ("host-to-device, pinned", &self.h2d_pinned),
+            ("host-to-device, pageable", &self.h2d_pageable),
+        ]
+        .into_iter()
+        .filter_map(|(n, c)| c.as_ref().map(|c| (n, c)))
+        .collect()
+    }
+}
+
+pub fn dram_theoretical(info: &DeviceInfo) -> Theoretical {
+    Theoretical {
+        value: theoretical_dram_gbps(info),
+        basis: format!(
+            "datasheet-style: {} MHz memory clock x {} bit bus x 2 (double data rate), as the driver reports",
+            info.memory_clock_mhz, info.memory_bus_width_bits
+        ),
+    }
+}
+
+/// Every ceiling, measuring those not cached (or all with `refresh`), and store them.
+pub fn measure_all(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<DeviceCeilings> {
+    let mut c = if refresh {
+        DeviceCeilings::empty(&gpu.info)
+    } else {
+        load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info))
+    };
+    if c.copy_bandwidth.is_none() {
+        c.copy_bandwidth = Some(measure_copy_bandwidth(gpu, timer)?);
+    }
+    if c.read_bandwidth.is_none() || c.write_bandwidth.is_none() {
+        let (read, write) = memory::measure_read_write(gpu, timer)?;
+        c.read_bandwidth = Some(read);
+        c.write_bandwidth = Some(write);
+    }
+    if c.fp32_fma.is_none() {
+        c.fp32_fma = Some(compute::measure_fp32_fma(gpu, timer)?);
+    }
+    if c.sgemm_fp32.is_none() || c.gemm_tf32.is_none() || c.gemm_bf16.is_none() {
+        let g = compute::measure_gemms(gpu, timer)?;
+        c.sgemm_fp32 = Some(g.fp32);
+        c.gemm_tf32 = Some(g.tf32);
+        c.gemm_bf16 = Some(g.bf16);
+    }
+    if c.h2d_pinned.is_none() || c.h2d_pageable.is_none() {
+        let (pinned, pageable) = transfer::measure_h2d(gpu, timer)?;
+        c.h2d_pinned = Some(pinned);
+        c.h2d_pageable = Some(pageable);
+    }
+    c.measured_at = rfc3339_utc(std::time::SystemTime::now());
+    let _ = store(&c);
+    Ok(c)
+}
+
+/// The stopping rule every ceiling measurement uses: tight noise, short.
+pub fn ceiling_bench() -> BenchConfig {
+    BenchConfig {
+        stop: StopRule {
+            min_samples: 20,
+            max_samples: 2000,
+            min_time_s: 0.1,
+            max_time_s: 2.0,
+            max_noise: 0.005,
+        },
+        ..BenchConfig::default()
+    }
+}
+
+/// The best of several measured candidates of the same work, as a ceiling.
+pub fn best_of(
+    gpu: &Gpu,
+    candidates: Vec<(String, crate::bench::Measurement)>,
+    rate_per_s: impl Fn(f64) -> f64,
+    unit: &str,
+    describe: impl Fn(&str, &Summary) -> String,
+) -> Result<Ceiling> {
+    let mut rows: Vec<(String, f64, Summary, Option<u32>)> = candidates
+        .into_iter()
+        .map(|(name, m)| {
+            let s = Summary::of(&m.samples_s)
+                .ok_or_else(|| Error::invalid("a ceiling had no valid samples"))?;
+            Ok((name, rate_per_s(s.median), s, m.after.sm_clock_mhz))
+        })
+        .collect::<Result<_>>()?;
+    rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let (name, value, summary, clock) = rows[0].clone();
+    Ok(Ceiling {
+        value,
+        unit: unit.to_string(),
+        method: describe(&name, &summary),
+        time_s: summary,
+        candidates: rows.into_iter().map(|(n, v, _, _)| (n, v)).collect(),
+        theoretical: None,
+        sm_clock_mhz: clock.or_else(|| gpu.sm_clock_mhz()),
+        verification_error: None,
+    })
 }
 
 /// DRAM bandwidth implied by the driver-reported memory clock and bus width (double data rate),
@@ -85,12 +265,7 @@ pub fn store(c: &DeviceCeilings) -> Result<()> {
 
 /// The copy-bandwidth ceiling, from the cache unless `refresh` or absent.
 pub fn copy_bandwidth(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Ceiling> {
-    let mut cached = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings {
-        schema_version: CEILINGS_SCHEMA_VERSION,
-        device: gpu.info.clone(),
-        measured_at: String::new(),
-        copy_bandwidth: None,
-    });
+    let mut cached = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info));
     if let (false, Some(c)) = (refresh, &cached.copy_bandwidth) {
         return Ok(c.clone());
     }
@@ -140,16 +315,7 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
             launch_cfg(n4.div_ceil(2 * threads as u64)),
         ),
     ];
-    let bench = BenchConfig {
-        stop: StopRule {
-            min_samples: 20,
-            max_samples: 2000,
-            min_time_s: 0.1,
-            max_time_s: 2.0,
-            max_noise: 0.005,
-        },
-        ..BenchConfig::default()
-    };
+    let bench = ceiling_bench();
     let work = Work {
         bytes_read: bytes,
         bytes_written: bytes,
@@ -183,7 +349,11 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
         .collect();
     results.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
     let (best_name, best, summary) = results[0].clone();
+    let sm_clock_mhz = gpu.sm_clock_mhz();
     Ok(Ceiling {
+        theoretical: Some(dram_theoretical(&gpu.info)),
+        sm_clock_mhz,
+        verification_error: None,
         value: best,
         unit: "GB/s".into(),
         method: format!(

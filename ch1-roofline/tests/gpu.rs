@@ -1,0 +1,74 @@
+//! GPU tests: `cargo test -p ch1-roofline -- --ignored` on a machine with an NVIDIA GPU.
+
+use ch1_roofline::{ops, roofs_from};
+use common::bench::{BenchConfig, Timer};
+use common::ceilings::{self, DeviceCeilings};
+use common::gpu::Gpu;
+use common::stop::StopRule;
+
+fn values(c: &DeviceCeilings) -> Vec<(&'static str, f64)> {
+    c.named().into_iter().map(|(n, c)| (n, c.value)).collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn ceilings_are_positive_verified_and_stable_across_two_runs() {
+    let gpu = Gpu::open(0).unwrap();
+    let mut timer = Timer::new(&gpu).unwrap();
+    let first = ceilings::measure_all(&gpu, &mut timer, true).unwrap();
+    let second = ceilings::measure_all(&gpu, &mut timer, true).unwrap();
+    let (a, b) = (values(&first), values(&second));
+    assert_eq!(a.len(), 9, "every ceiling measured: {a:?}");
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        assert!(*x > 0.0 && *y > 0.0, "{name}: {x} {y}");
+        let spread = (x - y).abs() / x.max(*y);
+        // Pageable copies depend on the host's memory system, not the GPU: report, don't hold.
+        if !name.contains("pageable") {
+            assert!(
+                spread < 0.03,
+                "{name}: {x:.0} vs {y:.0} ({:.1}% apart)",
+                100.0 * spread
+            );
+        }
+        eprintln!("{name}: {x:.0} vs {y:.0} ({:.2}% apart)", 100.0 * spread);
+    }
+    for c in [
+        &first.fp32_fma,
+        &first.sgemm_fp32,
+        &first.gemm_tf32,
+        &first.gemm_bf16,
+    ] {
+        let c = c.as_ref().unwrap();
+        assert!(c.verification_error.unwrap() <= 1e-2, "{}", c.method);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_operation_verifies_and_sits_under_its_roof() {
+    let gpu = Gpu::open(0).unwrap();
+    let mut timer = Timer::new(&gpu).unwrap();
+    let c = ceilings::measure_all(&gpu, &mut timer, false).unwrap();
+    let roofs = roofs_from(&c).unwrap();
+    let cfg = BenchConfig {
+        cold: true,
+        stop: StopRule::quick(),
+        ..BenchConfig::default()
+    };
+    let mut notes = Vec::new();
+    let points = ops::measure_points(&gpu, &mut timer, &cfg, &roofs, &mut notes).unwrap();
+    assert!(
+        points.len() >= 20,
+        "{} points, notes {notes:?}",
+        points.len()
+    );
+    for p in &points {
+        assert!(p.verified(), "{}: {:?}", p.label, p.verification);
+        assert!(
+            !p.above_roof,
+            "{}: {:.1}% of its roof",
+            p.label,
+            100.0 * p.fraction_of_roof
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! Compute ceilings: FP32 FMA throughput of the CUDA cores, and cuBLAS GEMMs at a size that
+//! saturates the GPU in fp32, tf32 and bf16.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::{best_of, ceiling_bench, Ceiling, Theoretical};
+use crate::bench::{measure, Timer, HARNESS_KERNELS};
+use crate::blas::{self, GemmPrecision, GemmProblem};
+use crate::error::{CudaContext as _, Error, Result};
+use crate::gpu::{DeviceInfo, Gpu};
+use crate::kernels;
+
+pub const FMA_CHAINS: u64 = 8;
+pub const FMA_ITERS: i32 = 4096;
+const FMA_A: f32 = 0.999_9;
+const FMA_B: f32 = 0.000_1;
+
+/// FP32 lanes per SM, an architectural fact by compute capability (None where unknown).
+pub fn fp32_lanes_per_sm(cc: (i32, i32)) -> Option<u32> {
+    match cc {
+        (7, _) => Some(64),
+        (8, 0) => Some(64),
+        (8, 6) | (8, 7) | (8, 9) => Some(128),
+        (9, 0) => Some(128),
+        (10, _) | (12, _) => Some(128),
+        _ => None,
+    }
+}
+
+/// SMs x FP32 lanes x 2 FLOPs (one FMA) x clock, GFLOP/s.
+pub fn fp32_theoretical_gflops(info: &DeviceInfo, clock_mhz: u32) -> Option<f64> {
+    let lanes = fp32_lanes_per_sm(info.compute_capability)?;
+    Some(info.sm_count as f64 * lanes as f64 * 2.0 * clock_mhz as f64 * 1e6 / 1e9)
+}
+
+/// The value thread `t` of fma_chains computes, with the same correctly rounded FMAs.
+pub fn fma_chains_reference(t: u64, iters: i32) -> f32 {
+    let mut s = 0.0f32;
+    for k in 0..FMA_CHAINS {
+        let mut x = (t % 1024) as f32 * 0.001 + k as f32 * 0.125;
+        for _ in 0..iters {
+            x = x.mul_add(FMA_A, FMA_B);
+        }
+        s += x;
+    }
+    s
+}
+
+pub fn measure_fp32_fma(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
+    let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+    let f = module.function("fma_chains")?;
+    // 2048 resident threads per SM on recent GPUs; 8 blocks of 256 per SM fills them.
+    let blocks = gpu.info.sm_count * 8;
+    let threads = blocks as u64 * 256;
+    let mut out = gpu.alloc::<f32>(threads as usize, "FMA output")?;
+    gpu.poison(&mut out)?;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let stream = gpu.stream.clone();
+    let (a, b, iters) = (FMA_A, FMA_B, FMA_ITERS);
+    let launch = |out: &mut cudarc::driver::CudaSlice<f32>| {
+        let mut l = stream.launch_builder(&f);
+        l.arg(out);
+        l.arg(&iters);
+        l.arg(&a);
+        l.arg(&b);
+        // SAFETY: fma_chains(float*, int, float, float); one output per launched thread.
+        unsafe { l.launch(cfg) }.cuda("fma_chains").map(|_| ())
+    };
+    launch(&mut out)?;
+    let got = gpu.download(&out)?;
+    // Check a spread of threads (the CPU would take minutes for all of them).
+    let picks: Vec<u64> = (0..64).map(|i| i * (threads / 64) + i % 7).collect();
+    let reference: Vec<f64> = crate::par::map(picks.len(), |i| {
+        fma_chains_reference(picks[i], iters) as f64
+    });
+    let sampled: Vec<f32> = picks.iter().map(|&t| got[t as usize]).collect();
+    let check = crate::verify::check(
+        &sampled,
+        &reference,
+        1e-6,
+        "the same FMA recurrence on the CPU",
+    );
+    if !check.passed || got.iter().any(|v| !v.is_finite()) {
+        return Err(Error::invalid(format!(
+            "the FMA peak kernel computed wrong values: {check:?}"
+        )));
+    }
+    let m = measure(gpu, timer, &ceiling_bench(), &mut || launch(&mut out))?;
+    let flops = threads as f64 * FMA_CHAINS as f64 * iters as f64 * 2.0;
+    let mut c = best_of(
+        gpu,
+        vec![(
+            "fma_chains kernel (8 independent FMA chains per thread)".into(),
+            m,
+        )],
+        |s| flops / s / 1e9,
+        "GFLOP/s",
+        |name, s| {
+            format!(
+                "{name}, {blocks} blocks of 256, median of {} samples",
+                s.samples
+            )
+        },
+    )?;
+    c.verification_error = Some(check.rel_l2_error);
+    let clock = c.sm_clock_mhz.unwrap_or(gpu.info.max_sm_clock_mhz);
+    c.theoretical = fp32_theoretical_gflops(&gpu.info, clock).map(|value| Theoretical {
+        value,
+        basis: format!(
+            "{} SMs x {} FP32 lanes x 2 x {clock} MHz (SM clock read during the run)",
+            gpu.info.sm_count,
+            fp32_lanes_per_sm(gpu.info.compute_capability).unwrap_or(0)
+        ),
+    });
+    Ok(c)
+}
+
+pub struct GemmCeilings {
+    pub fp32: Ceiling,
+    pub tf32: Ceiling,
+    pub bf16: Ceiling,
+}
+
+/// Square GEMM size used for the ceilings: 8192 where memory allows, else the largest power
+/// of two that fits in a quarter of free memory.
+pub fn gemm_ceiling_size(free_bytes: u64) -> usize {
+    let mut n = 8192usize;
+    while n > 512 && 3 * (n * n) as u64 * 4 > free_bytes / 4 {
+        n /= 2;
+    }
+    n
+}
+
+pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
+    let blas = blas::handle(gpu)?;
+    let (free, _) = gpu.memory()?;
+    let n = gemm_ceiling_size(free);
+    let mut one = |precision: GemmPrecision| -> Result<Ceiling> {
+        let mut p = GemmProblem::new(gpu, n, n, n, precision, 11)?;
+        p.poison(gpu)?;
+        p.run(gpu, &blas)?;
+        let check = p.check_sampled(gpu, 256)?;
+        if !check.passed {
+            return Err(Error::invalid(format!(
+                "the {precision:?} GEMM ceiling computed wrong values: {check:?}"
+            )));
+        }
+        let flops = p.work().flops as f64;
+        let m = measure(gpu, timer, &ceiling_bench(), &mut || p.run(gpu, &blas))?;
+        let name = match precision {
+            GemmPrecision::Fp32 => "cublasGemmEx fp32, CUBLAS_COMPUTE_32F (SGEMM)",
+            GemmPrecision::Tf32 => "cublasGemmEx fp32 in/out, CUBLAS_COMPUTE_32F_FAST_TF32",
+            GemmPrecision::Bf16 => "cublasGemmEx bf16 in/out, CUBLAS_COMPUTE_32F",
+        };
+        let mut c = best_of(
+            gpu,
+            vec![(name.to_string(), m)],
+            |s| flops / s / 1e9,
+            "GFLOP/s",
+            |name, s| {
+                format!(
+                    "{name}, {n}x{n}x{n}, random normal inputs, median of {} samples",
+                    s.samples
+                )
+            },
+        )?;
+        c.verification_error = Some(check.rel_l2_error);
+        Ok(c)
+    };
+    Ok(GemmCeilings {
+        fp32: one(GemmPrecision::Fp32)?,
+        tf32: one(GemmPrecision::Tf32)?,
+        bf16: one(GemmPrecision::Bf16)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fma_reference_is_a_stable_recurrence() {
+        // x -> x * a + b converges to b / (1 - a) = 1.0.
+        let v = fma_chains_reference(5, 100_000);
+        assert!((v - 8.0).abs() < 1e-2, "{v}");
+        assert_ne!(fma_chains_reference(1, 10), fma_chains_reference(2, 10));
+    }
+
+    #[test]
+    fn theoretical_fp32_of_an_h100_sxm() {
+        let info = DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: String::new(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            total_memory_bytes: 0,
+            l2_bytes: 0,
+            max_sm_clock_mhz: 1980,
+            memory_clock_mhz: 0,
+            memory_bus_width_bits: 0,
+            driver_version: String::new(),
+            cuda_driver_version: String::new(),
+            nvrtc_version: String::new(),
+        };
+        // 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s
+        let g = fp32_theoretical_gflops(&info, 1980).unwrap();
+        assert!((g - 66_908.16).abs() < 0.01, "{g}");
+        assert!(fp32_theoretical_gflops(
+            &DeviceInfo {
+                compute_capability: (3, 5),
+                ..info
+            },
+            1000
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn gemm_size_shrinks_to_fit() {
+        assert_eq!(gemm_ceiling_size(140 << 30), 8192);
+        assert_eq!(gemm_ceiling_size(1 << 30), 4096);
+        assert_eq!(gemm_ceiling_size(1 << 20), 512);
+    }
+}

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --workspace
 rm -rf .bin && mkdir -p .bin
-for b in ch1-intensity baseline optimized vector_add; do cp target/release/$b .bin/; done
+for b in ch1-intensity baseline optimized vector_add ch1-roofline; do cp target/release/$b .bin/; done
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys, shutil

@@ -21,6 +21,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod lesson;
 pub mod nvml;
+pub mod nvtx;
 pub mod par;
 pub mod report;
 pub mod stats;

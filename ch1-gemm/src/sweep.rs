@@ -24,9 +24,50 @@ use crate::problem::{inputs, reference, tolerance, MemoryPlan, Shape};
 use crate::table::{crossover, Crossover, Point, Timing, MATTERS_ABOVE};
 use crate::{can_hold, Variant};
 
-pub const SIZES: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
+/// Sizes past 1024: on an H200 a single 1024^3 product still leaves SMs idle, so the grid goes
+/// on until one product fills the GPU.
+pub const SIZES: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 pub const COUNTS: [usize; 8] = [8, 16, 32, 64, 128, 256, 512, 1024];
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// Most FLOPs one run of a point may cost (2^41, 2.2 TFLOP: 1024 products of 1024^3, 128 of
+/// 2048^3, 16 of 4096^3; about 40 ms at fp32): larger points are skipped, so the sweep's time
+/// goes to covering the grid rather than to a few huge points.
+pub const MAX_RUN_FLOPS: u64 = 1 << 41;
+
+/// Why a point of `count` products of `size`^3 is not measured, decided before any time is
+/// spent on it: too much work per run, or more memory than the device has `free` (a quarter
+/// is left for the harness and cuBLAS) or the host has `host` (half is left).
+pub fn skip_reason(size: usize, count: usize, free: u64, host: Option<u64>) -> Option<String> {
+    let shape = Shape::square(size, count);
+    let Ok(plan) = MemoryPlan::of(&shape) else {
+        return Some("more bytes than 64 bits count".into());
+    };
+    let flops = shape.flops_per_product().saturating_mul(count as u64);
+    if flops > MAX_RUN_FLOPS {
+        return Some(format!(
+            "{:.1} TFLOP per run, over the sweep's {:.1}",
+            flops as f64 / 1e12,
+            MAX_RUN_FLOPS as f64 / 1e12
+        ));
+    }
+    if plan.device_bytes > free / 4 * 3 {
+        return Some(format!(
+            "needs {} of device memory, {} free",
+            human_bytes(plan.device_bytes),
+            human_bytes(free)
+        ));
+    }
+    let host_inputs = 4 * (shape.a_len() + shape.b_len()) as u64 * count as u64;
+    if let Some(available) = host.filter(|&h| host_inputs > h / 2) {
+        return Some(format!(
+            "needs {} of host memory for its inputs, {} available",
+            human_bytes(host_inputs),
+            human_bytes(available)
+        ));
+    }
+    None
+}
 
 /// Per side of a point: a few samples suffice to place it in a table of ratios. A side of
 /// `calls` cuBLAS calls per run is held behind the blocking kernel only when its runs fit the
@@ -130,32 +171,28 @@ pub fn run(
     let provenance = Provenance::now();
     let mut points = Vec::new();
     for &size in sizes {
-        let (free, total) = gpu.memory()?;
+        let (free, _) = gpu.memory()?;
         let host = common::gpu::host_available_bytes();
-        let fits = |count: usize| {
-            let shape = Shape::square(size, count);
-            let host_inputs = 4 * (shape.a_len() + shape.b_len()) as u64 * count as u64;
-            MemoryPlan::of(&shape).is_ok_and(|p| {
-                // Leave a quarter of free memory for the harness and cuBLAS.
-                p.device_bytes <= free / 4 * 3 && host.is_none_or(|h| host_inputs <= h / 2)
-            })
-        };
-        let Some(&capacity) = counts.iter().rev().find(|&&c| fits(c)) else {
-            for &count in counts {
-                points.push(Point::skipped(
-                    size,
-                    count,
-                    too_big(size, count, free, total),
-                ));
+        let skips: Vec<Option<String>> = counts
+            .iter()
+            .map(|&c| skip_reason(size, c, free, host))
+            .collect();
+        let capacity = counts
+            .iter()
+            .zip(&skips)
+            .filter(|(_, skip)| skip.is_none())
+            .map(|(&c, _)| c)
+            .max();
+        let capacity = match capacity {
+            Some(c) if start.elapsed().as_secs_f64() <= time_cap_s => c,
+            _ => {
+                for (&count, skip) in counts.iter().zip(skips) {
+                    let why = skip.unwrap_or_else(|| "time cap".into());
+                    points.push(Point::skipped(size, count, why));
+                }
+                continue;
             }
-            continue;
         };
-        if start.elapsed().as_secs_f64() > time_cap_s {
-            for &count in counts {
-                points.push(Point::skipped(size, count, "time cap"));
-            }
-            continue;
-        }
         let shape = Shape::square(size, capacity);
         let (a, b) = inputs(&shape, seed);
         let mut batch = GemmBatch::new(gpu, shape, &a, &b, precision)?;
@@ -166,13 +203,9 @@ pub fn run(
             cache: HashMap::new(),
         };
         let tol = tolerance(precision, size);
-        for &count in counts {
-            if count > capacity {
-                points.push(Point::skipped(
-                    size,
-                    count,
-                    too_big(size, count, free, total),
-                ));
+        for (&count, skip) in counts.iter().zip(skips) {
+            if let Some(why) = skip {
+                points.push(Point::skipped(size, count, why));
             } else if start.elapsed().as_secs_f64() > time_cap_s {
                 points.push(Point::skipped(size, count, "time cap"));
             } else {
@@ -206,6 +239,7 @@ pub fn run(
             "cold": args.cold,
             "stop_rule": sweep_bench(args.cold, 1).stop,
             "max_held_calls": crate::MAX_HELD_CALLS,
+            "max_run_flops": MAX_RUN_FLOPS,
             "speedup_that_matters": MATTERS_ABOVE,
             "checked_products": "0 and count-1 of every side, relative L2 against float64",
             "tolerance_rel_l2": sizes.iter().map(|&s| tolerance(precision, s)).collect::<Vec<_>>(),
@@ -214,17 +248,6 @@ pub fn run(
         crossover,
         wall_s: start.elapsed().as_secs_f64(),
     })
-}
-
-fn too_big(size: usize, count: usize, free: u64, total: u64) -> String {
-    let need = MemoryPlan::of(&Shape::square(size, count))
-        .map(|p| human_bytes(p.device_bytes))
-        .unwrap_or_else(|_| "more than 64 bits of bytes".into());
-    format!(
-        "needs {need} of device memory, {} free of {}",
-        human_bytes(free),
-        human_bytes(total)
-    )
 }
 
 /// Check one side's first and last product, then time it (a side that fails is not timed).
@@ -260,6 +283,7 @@ fn measure_side(
             rel_l2_error: worst,
             passed,
             samples_ms: Vec::new(),
+            hold_timeouts: 0,
         });
     }
     let m = measure(gpu, timer, &cfg, &mut || batch.run(gpu, variant, count))?;
@@ -273,5 +297,43 @@ fn measure_side(
         rel_l2_error: worst,
         passed,
         samples_ms: ms,
+        hold_timeouts: m.hold_timeouts,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLENTY: u64 = 1 << 40;
+
+    #[test]
+    fn the_default_grid_keeps_every_point_up_to_1024() {
+        for size in SIZES.iter().filter(|&&s| s <= 1024) {
+            for count in COUNTS {
+                assert_eq!(skip_reason(*size, count, PLENTY, Some(PLENTY)), None);
+            }
+        }
+    }
+
+    #[test]
+    fn large_sizes_stop_at_the_work_cap() {
+        assert_eq!(skip_reason(2048, 128, PLENTY, None), None);
+        assert_eq!(skip_reason(4096, 16, PLENTY, None), None);
+        let why = skip_reason(4096, 32, PLENTY, None).unwrap();
+        assert_eq!(why, "4.4 TFLOP per run, over the sweep's 2.2");
+    }
+
+    #[test]
+    fn memory_limits_say_which_memory() {
+        // 1024 products of 1024^2: 12 GiB of A, B and C.
+        let why = skip_reason(1024, 1024, 8 << 30, None).unwrap();
+        assert!(
+            why.starts_with("needs 12.03 GiB of device memory, 8.00 GiB free"),
+            "{why}"
+        );
+        let why = skip_reason(1024, 1024, PLENTY, Some(4 << 30)).unwrap();
+        assert!(why.contains("of host memory"), "{why}");
+        assert_eq!(skip_reason(1024, 1024, PLENTY, None), None);
+    }
 }

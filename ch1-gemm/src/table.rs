@@ -24,6 +24,8 @@ pub struct Timing {
     pub passed: bool,
     /// Every sample, milliseconds per run.
     pub samples_ms: Vec<f64>,
+    /// Held samples whose blocking kernel gave up waiting (0 when all went as planned).
+    pub hold_timeouts: usize,
 }
 
 impl Timing {
@@ -258,6 +260,7 @@ mod tests {
             rel_l2_error: 1e-7,
             passed: true,
             samples_ms: vec![ms; 10],
+            hold_timeouts: 0,
         }
     }
 

@@ -41,7 +41,7 @@ echo "== sweep, fp32"
 $B/ch1-gemm --sweep --json $R/ch1-gemm-sweep.json
 save
 echo "== sweep, tf32"
-$B/ch1-gemm --sweep --tf32 --sweep-time-cap 45 --json $R/ch1-gemm-sweep-tf32.json
+$B/ch1-gemm --sweep --tf32 --json $R/ch1-gemm-sweep-tf32.json
 
 echo "== summary"
 python3 $B/summarize_gemm.py $R | tee $R/summary.json

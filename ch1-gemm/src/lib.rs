@@ -126,7 +126,9 @@ impl Lesson for GemmLesson {
             "layout": "row-major A (m x k), B (k x n), C (m x n), products back to back",
             "dtype": "f32",
             "precision": self.batch.precision().label(),
-            "math_mode": format!("{:?}", batch::math_mode(self.batch.precision()).ok()),
+            "math_mode": batch::math_mode(self.batch.precision())
+                .map(|m| format!("{m:?}"))
+                .unwrap_or_default(),
             "tolerance_rel_l2": tolerance(self.batch.precision(), s.k),
             "seed": self.seed,
             "launches_held": can_hold(s.count),

@@ -1,8 +1,9 @@
-//! `--sweep`: where does batching stop mattering? Square products of sizes 16..1024 in counts
+//! `--sweep`: where does batching stop mattering? Square products of sizes 16..4096 in counts
 //! 8..1024, each timed one call per product and as one strided-batched call. Per size, the
-//! inputs are made once for the largest count that fits and every count uses a prefix of them;
+//! inputs are made once for the largest count measured and every count uses a prefix of them;
 //! each side's products 0 and count-1 are checked against the float64 reference before it is
-//! timed. A wall-time cap keeps the whole sweep short: points past it are reported as skipped.
+//! timed. Points over a per-run work cap or the memory at hand are skipped up front, and a
+//! wall-time cap keeps the whole sweep short: points past it are reported as skipped too.
 
 use std::collections::HashMap;
 use std::time::Instant;

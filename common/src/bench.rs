@@ -275,12 +275,16 @@ pub fn measure(
     let before = state(gpu);
     let start = Instant::now();
     let mut samples = Vec::new();
+    // The stop rule sees whole samples: its minimum GPU time counts every run of a batch (the
+    // per-run times would undercount it `batch` times over); the noise is the same either way.
+    let mut sample_times = Vec::new();
     let mut hold_timeouts = 0;
     let stop_reason = loop {
         let (t, timed_out) = timer.sample(batch, cfg.cold, cfg.hold, launch)?;
         hold_timeouts += timed_out as usize;
         samples.push(t / batch as f64);
-        if let Some(reason) = cfg.stop.check(&samples, start.elapsed().as_secs_f64()) {
+        sample_times.push(t);
+        if let Some(reason) = cfg.stop.check(&sample_times, start.elapsed().as_secs_f64()) {
             break reason;
         }
     };

@@ -97,6 +97,24 @@ pub fn check_host_fits(what: &str, bytes: u64) -> Result<()> {
     }
 }
 
+/// An out-of-memory error that says what wanted how much, of how much free and in all.
+pub fn out_of_memory(what: &str, needed: u64, free: u64, total: u64) -> Error {
+    Error::OutOfMemory {
+        what: what.to_string(),
+        needed: human_bytes(needed),
+        free: human_bytes(free),
+        total: human_bytes(total),
+    }
+}
+
+/// The device-memory check without a device: `needed` bytes against `free` (of `total`).
+pub fn check_fits_in(what: &str, needed: u64, free: u64, total: u64) -> Result<()> {
+    if needed > free {
+        return Err(out_of_memory(what, needed, free, total));
+    }
+    Ok(())
+}
+
 /// An open GPU: context, the stream every lesson works on, and its description.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -217,21 +235,13 @@ impl Gpu {
     /// An out-of-memory error that says what wanted how much.
     pub fn out_of_memory(&self, what: &str, needed: u64) -> Error {
         let (free, total) = self.memory().unwrap_or((0, self.info.total_memory_bytes));
-        Error::OutOfMemory {
-            what: what.to_string(),
-            needed: human_bytes(needed),
-            free: human_bytes(free),
-            total: human_bytes(total),
-        }
+        out_of_memory(what, needed, free, total)
     }
 
     /// Fail early, with a clear message, when `bytes` cannot fit in what is free now.
     pub fn check_fits(&self, what: &str, bytes: u64) -> Result<()> {
-        let (free, _) = self.memory()?;
-        if bytes > free {
-            return Err(self.out_of_memory(what, bytes));
-        }
-        Ok(())
+        let (free, total) = self.memory()?;
+        check_fits_in(what, bytes, free, total)
     }
 
     /// Allocate `len` elements on the lesson's stream (contents undefined).
@@ -381,6 +391,17 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("out of host memory"));
+    }
+
+    #[test]
+    fn device_checks_name_what_and_how_much() {
+        assert!(check_fits_in("x", 10, 10, 20).is_ok());
+        let err = check_fits_in("the buffers", 3 << 30, 1 << 30, 2 << 30).unwrap_err();
+        assert!(err.is_out_of_memory());
+        assert_eq!(
+            err.to_string(),
+            "out of device memory: the buffers needs 3.00 GiB, the GPU has 1.00 GiB free of 2.00 GiB"
+        );
     }
 
     #[test]

@@ -135,40 +135,57 @@ pub fn gemm_ceiling_size(free_bytes: u64) -> usize {
     n
 }
 
+/// Each precision's ceiling is the best of several square sizes: the largest is not always
+/// the fastest (an 8192^3 bf16 GEMM runs long enough to meet the power limit; seen on an H200,
+/// where 4096^3 ran 10% faster).
 pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
     let blas = blas::handle(gpu)?;
     let (free, _) = gpu.memory()?;
-    let n = gemm_ceiling_size(free);
+    let largest = gemm_ceiling_size(free);
+    let sizes: Vec<usize> = [2048, 4096, 8192]
+        .into_iter()
+        .filter(|&s| s <= largest)
+        .collect();
     let mut one = |precision: GemmPrecision| -> Result<Ceiling> {
-        let mut p = GemmProblem::new(gpu, n, n, n, precision, 11)?;
-        p.poison(gpu)?;
-        p.run(gpu, &blas)?;
-        let check = p.check_sampled(gpu, 256)?;
-        if !check.passed {
-            return Err(Error::invalid(format!(
-                "the {precision:?} GEMM ceiling computed wrong values: {check:?}"
-            )));
-        }
-        let flops = p.work().flops as f64;
-        let m = measure(gpu, timer, &ceiling_bench(), &mut || p.run(gpu, &blas))?;
         let name = match precision {
             GemmPrecision::Fp32 => "cublasGemmEx fp32, CUBLAS_COMPUTE_32F (SGEMM)",
             GemmPrecision::Tf32 => "cublasGemmEx fp32 in/out, CUBLAS_COMPUTE_32F_FAST_TF32",
             GemmPrecision::Bf16 => "cublasGemmEx bf16 in/out, CUBLAS_COMPUTE_32F",
         };
-        let mut c = best_of(
-            gpu,
-            vec![(name.to_string(), m)],
-            |s| flops / s / 1e9,
-            "GFLOP/s",
-            |name, s| {
-                format!(
-                    "{name}, {n}x{n}x{n}, random normal inputs, median of {} samples",
-                    s.samples
-                )
-            },
-        )?;
-        c.verification_error = Some(check.rel_l2_error);
+        let mut best: Option<Ceiling> = None;
+        let mut all = Vec::new();
+        let mut worst_error: f64 = 0.0;
+        for &n in &sizes {
+            let mut p = GemmProblem::new(gpu, n, n, n, precision, 11)?;
+            p.poison(gpu)?;
+            p.run(gpu, &blas)?;
+            let check = p.check_sampled(gpu, 256)?;
+            if !check.passed {
+                return Err(Error::invalid(format!(
+                    "the {precision:?} GEMM ceiling computed wrong values at {n}: {check:?}"
+                )));
+            }
+            worst_error = worst_error.max(check.rel_l2_error);
+            let m = measure(gpu, timer, &ceiling_bench(), &mut || p.run(gpu, &blas))?;
+            let flops = p.work().flops as f64;
+            let label = format!("{name}, {n}x{n}x{n}");
+            let c = best_of(
+                gpu,
+                vec![(label.clone(), m)],
+                |s| flops / s / 1e9,
+                "GFLOP/s",
+                |name, s| {
+                    format!("{name}, random normal inputs, median of {} samples (best of sizes {sizes:?})", s.samples)
+                },
+            )?;
+            all.push((label, c.value));
+            if best.as_ref().is_none_or(|b| c.value > b.value) {
+                best = Some(c);
+            }
+        }
+        let mut c = best.ok_or_else(|| Error::invalid("no GEMM size fits in device memory"))?;
+        c.candidates = all;
+        c.verification_error = Some(worst_error);
         Ok(c)
     };
     Ok(GemmCeilings {

@@ -1,0 +1,250 @@
+//! The batch on the GPU and the three ways to ask cuBLAS for it. Everything a call needs (the
+//! handle, its math mode, its workspace, the pointer arrays) is made here, before anything is
+//! timed, so a timed run only queues cuBLAS calls: nothing in it allocates or synchronizes.
+
+use cudarc::cublas::sys::{self as blas_sys, cublasMath_t, cublasOperation_t};
+use cudarc::cublas::{CudaBlas, Gemm};
+use cudarc::driver::{CudaSlice, DevicePtr};
+
+use common::blas::BlasContext as _;
+use common::error::CudaContext as _;
+use common::gpu::Gpu;
+use common::verify::Precision;
+use common::{Error, Result};
+
+use crate::layout::{offsets, pointer_table, ColumnMajorCall};
+use crate::problem::{Shape, WORKSPACE_BYTES};
+use crate::Variant;
+
+/// A, B and C of `shape.count` products on the device, the device arrays of pointers into them
+/// for the pointer-array batched call, and a cuBLAS handle set up for `precision`.
+///
+/// The pointer arrays hold raw addresses of A, B and C; they live and die with this struct,
+/// which owns those buffers too, so no address in them can outlive its buffer.
+pub struct GemmBatch {
+    shape: Shape,
+    call: ColumnMajorCall,
+    precision: Precision,
+    a: CudaSlice<f32>,
+    b: CudaSlice<f32>,
+    c: CudaSlice<f32>,
+    a_pointers: CudaSlice<u64>,
+    b_pointers: CudaSlice<u64>,
+    c_pointers: CudaSlice<u64>,
+    // Declared before the workspace: the handle is destroyed before its workspace is freed.
+    blas: CudaBlas,
+    _workspace: CudaSlice<u8>,
+}
+
+impl GemmBatch {
+    /// Upload `a` and `b` (all products back to back) and set everything up. The shape must be
+    /// validated and its memory checked first (see [crate::problem::MemoryPlan]).
+    pub fn new(
+        gpu: &Gpu,
+        shape: Shape,
+        a: &[f32],
+        b: &[f32],
+        precision: Precision,
+    ) -> Result<GemmBatch> {
+        if a.len() != shape.a_len() * shape.count || b.len() != shape.b_len() * shape.count {
+            return Err(Error::invalid(format!(
+                "inputs of {} and {} elements do not match {}",
+                a.len(),
+                b.len(),
+                shape.label()
+            )));
+        }
+        let blas = common::blas::handle(gpu)?;
+        set_math_mode(gpu, &blas, precision)?;
+        let workspace = gpu.alloc::<u8>(WORKSPACE_BYTES as usize, "the cuBLAS workspace")?;
+        {
+            let (ptr, _record) = workspace.device_ptr(&gpu.stream);
+            // SAFETY: a live device allocation of WORKSPACE_BYTES, kept (in this struct) until
+            // after the handle is destroyed; the handle is bound to the same stream.
+            unsafe {
+                blas_sys::cublasSetWorkspace_v2(
+                    *blas.handle(),
+                    ptr as *mut std::ffi::c_void,
+                    WORKSPACE_BYTES as usize,
+                )
+            }
+            .result()
+            .blas(gpu, "setting the cuBLAS workspace")?;
+        }
+        let a = gpu.upload(a, "A")?;
+        let b = gpu.upload(b, "B")?;
+        let c = gpu.alloc::<f32>(shape.c_len() * shape.count, "C")?;
+        let table = |buf: &CudaSlice<f32>, stride: usize, what: &str| {
+            let (base, _record) = buf.device_ptr(&gpu.stream);
+            gpu.upload(&pointer_table(base, stride, shape.count), what)
+        };
+        let a_pointers = table(&a, shape.a_len(), "the pointer array of A")?;
+        let b_pointers = table(&b, shape.b_len(), "the pointer array of B")?;
+        let c_pointers = table(&c, shape.c_len(), "the pointer array of C")?;
+        gpu.sync()?;
+        Ok(GemmBatch {
+            shape,
+            call: ColumnMajorCall::for_row_major(&shape),
+            precision,
+            a,
+            b,
+            c,
+            a_pointers,
+            b_pointers,
+            c_pointers,
+            blas,
+            _workspace: workspace,
+        })
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Queue one run of `variant` over the first `count` products on the GPU's stream.
+    pub fn run(&mut self, gpu: &Gpu, variant: Variant, count: usize) -> Result<()> {
+        if count == 0 || count > self.shape.count {
+            return Err(Error::invalid(format!(
+                "asked for {count} products of a batch of {}",
+                self.shape.count
+            )));
+        }
+        match variant {
+            Variant::Baseline => self.one_by_one(gpu, count),
+            Variant::Batched => self.pointer_array_batched(gpu, count),
+            Variant::Strided => self.strided_batched(gpu, count),
+        }
+    }
+
+    /// `count` separate SGEMM calls, one per product: `count` launches.
+    fn one_by_one(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
+        let s = self.shape;
+        let cfg = self.call.gemm_config();
+        for i in 0..count {
+            let (ao, bo, co) = offsets(&s, i);
+            let a = self.a.slice(ao..ao + s.a_len());
+            let b = self.b.slice(bo..bo + s.b_len());
+            let mut c = self.c.slice_mut(co..co + s.c_len());
+            // SAFETY: each view holds exactly one matrix of the sizes `cfg` describes (B first,
+            // see layout.rs), inside buffers this struct owns.
+            unsafe { self.blas.gemm(cfg, &b, &a, &mut c) }.blas(gpu, "cublasSgemm")?;
+        }
+        Ok(())
+    }
+
+    /// One cublasSgemmBatched call reading the device arrays of per-product pointers.
+    fn pointer_array_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
+        let call = self.call;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (first, _r1) = self.b_pointers.device_ptr(&gpu.stream);
+        let (second, _r2) = self.a_pointers.device_ptr(&gpu.stream);
+        let (c, _r3) = self.c_pointers.device_ptr(&gpu.stream);
+        // SAFETY: the three device arrays hold `shape.count >= count` addresses of whole
+        // matrices inside A, B and C, which live as long as `self` (built in `new`); the sizes
+        // and leading dimensions are those of the column-major call in layout.rs.
+        unsafe {
+            blas_sys::cublasSgemmBatched(
+                *self.blas.handle(),
+                cublasOperation_t::CUBLAS_OP_N,
+                cublasOperation_t::CUBLAS_OP_N,
+                call.m,
+                call.n,
+                call.k,
+                &alpha,
+                first as *const *const f32,
+                call.ld_first,
+                second as *const *const f32,
+                call.ld_second,
+                &beta,
+                c as *const *mut f32,
+                call.ldc,
+                count as i32,
+            )
+        }
+        .result()
+        .blas(gpu, "cublasSgemmBatched")
+    }
+
+    /// One strided-batched call: product i is at i * stride in each buffer.
+    fn strided_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
+        let cfg = self.call.strided_config(count);
+        // SAFETY: the buffers hold shape.count >= count matrices at exactly these strides.
+        unsafe {
+            self.blas
+                .gemm_strided_batched(cfg, &self.b, &self.a, &mut self.c)
+        }
+        .blas(gpu, "cublasSgemmStridedBatched")
+    }
+
+    /// Fill C with NaN so that a product nobody wrote cannot pass.
+    pub fn poison(&mut self, gpu: &Gpu) -> Result<()> {
+        gpu.poison(&mut self.c)
+    }
+
+    /// All of C (synchronizes).
+    pub fn output(&self, gpu: &Gpu) -> Result<Vec<f32>> {
+        gpu.download(&self.c)
+    }
+
+    /// Product `i` of C alone (synchronizes).
+    pub fn product(&self, gpu: &Gpu, i: usize) -> Result<Vec<f32>> {
+        let (_, _, co) = offsets(&self.shape, i);
+        gpu.stream
+            .clone_dtoh(&self.c.slice(co..co + self.shape.c_len()))
+            .cuda("copying a product back from the GPU")
+    }
+
+    /// A, B and C and the handle, for tests that make calls of their own.
+    pub fn parts_mut(
+        &mut self,
+    ) -> (
+        &CudaBlas,
+        &CudaSlice<f32>,
+        &CudaSlice<f32>,
+        &mut CudaSlice<f32>,
+    ) {
+        (&self.blas, &self.a, &self.b, &mut self.c)
+    }
+}
+
+/// cuBLAS's math mode for a precision: plain fp32 (no tensor-op shortcuts) or TF32 tensor ops.
+pub fn math_mode(precision: Precision) -> Result<cublasMath_t> {
+    match precision {
+        Precision::Fp32 => Ok(cublasMath_t::CUBLAS_DEFAULT_MATH),
+        Precision::Tf32 => Ok(cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH),
+        other => Err(Error::invalid(format!(
+            "this lesson computes in fp32 or tf32, not {}",
+            other.label()
+        ))),
+    }
+}
+
+fn set_math_mode(gpu: &Gpu, blas: &CudaBlas, precision: Precision) -> Result<()> {
+    let mode = math_mode(precision)?;
+    // SAFETY: a live handle and a valid enum value.
+    unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
+        .result()
+        .blas(gpu, "setting the cuBLAS math mode")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn math_modes_by_precision() {
+        assert_eq!(
+            math_mode(Precision::Fp32).unwrap(),
+            cublasMath_t::CUBLAS_DEFAULT_MATH
+        );
+        assert_eq!(
+            math_mode(Precision::Tf32).unwrap(),
+            cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+        );
+        assert!(math_mode(Precision::Bf16).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! # Chapter 1: many small GEMMs, one by one or in one batched call
+//!
+//! A training loop often multiplies many small independent matrices: per-head attention
+//! projections, per-expert weights, per-sample transforms. The chapter's case is 40 products
+//! `C_i = A_i · B_i` of (32 x 256) x (256 x 256) in fp32: 4.2 MFLOP each, 168 MFLOP in all,
+//! 13 MB of operands that sit in L2.
+//!
+//! 1. **baseline**: 40 separate `cublasSgemm` calls, one per product. Each is a kernel launch
+//!    whose grid covers one 32 x 256 output, a handful of thread blocks on a GPU with 132 SMs.
+//!    The GPU runs them one after another: most SMs idle inside each kernel, and each kernel
+//!    pays its own launch, ramp-up and tail. The time is about 40 x (one small kernel), however
+//!    little arithmetic each one holds.
+//! 2. **batched**: one `cublasSgemmBatched` call. Device arrays of pointers say where each
+//!    product's A, B and C are (they may be anywhere); one kernel's grid covers all 40
+//!    products, so their blocks run side by side on the SMs the baseline left idle.
+//! 3. **strided**: one `cublasSgemmStridedBatched` call: the products sit at fixed strides in
+//!    three buffers, so no pointer arrays are needed (the layout batched tensors have; it is
+//!    what `torch.bmm` calls).
+//!
+//! Expected effect: the batched calls take about as long as one of the baseline's kernels, so
+//! the speedup approaches the number of products while one product alone leaves the GPU
+//! mostly idle. As products grow, one product fills the GPU by itself and its arithmetic
+//! outweighs the launch: batching then stops mattering (`--sweep` finds where).
+//!
+//! cuBLAS is column-major and the lesson's matrices are row-major: see [layout] for how the
+//! call is arranged, and the tests that check it against the float64 reference.
+
+pub mod batch;
+pub mod cli;
+pub mod layout;
+pub mod problem;
+pub mod sweep;
+pub mod table;
+
+use serde_json::json;
+
+use common::bench::BenchConfig;
+use common::gpu::Gpu;
+use common::lesson::{Lesson, VariantSpec};
+use common::verify::Precision;
+use common::Result;
+
+use batch::GemmBatch;
+use problem::{inputs, reference, tolerance, work, MemoryPlan, Shape};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Baseline,
+    Batched,
+    Strided,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 3] = [Variant::Baseline, Variant::Batched, Variant::Strided];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Baseline => "baseline",
+            Variant::Batched => "batched",
+            Variant::Strided => "strided",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            Variant::Baseline => "one cublasSgemm call per product",
+            Variant::Batched => "one cublasSgemmBatched call (device arrays of pointers)",
+            Variant::Strided => "one cublasSgemmStridedBatched call (fixed strides)",
+        }
+    }
+}
+
+/// Above this many cuBLAS calls in one sample, launches are not held behind the harness's
+/// blocking kernel: CUDA's queue of pending launches (about a thousand kernels) would fill,
+/// block the host, and stall the held stream until the blocking kernel times out.
+pub const MAX_HELD_CALLS: usize = 256;
+
+/// Whether a run of `calls` cuBLAS calls can be queued behind the blocking kernel.
+pub fn can_hold(calls: usize) -> bool {
+    calls <= MAX_HELD_CALLS
+}
+
+pub struct GemmLesson {
+    seed: u64,
+    batch: GemmBatch,
+    reference: Vec<f64>,
+}
+
+impl GemmLesson {
+    /// Check memory (device, host) and the reference's cost first, then make seeded inputs,
+    /// the float64 reference and the batch on the GPU.
+    pub fn new(gpu: &Gpu, shape: Shape, precision: Precision, seed: u64) -> Result<GemmLesson> {
+        shape.validate()?;
+        let (free, total) = gpu.memory()?;
+        MemoryPlan::of(&shape)?.check(&shape, free, total, common::gpu::host_available_bytes())?;
+        let (a, b) = inputs(&shape, seed);
+        let reference = reference(&shape, &a, &b, 0, shape.count);
+        common::cli::mark("inputs and float64 reference ready");
+        let batch = GemmBatch::new(gpu, shape, &a, &b, precision)?;
+        common::cli::mark("cuBLAS handle, workspace and buffers ready");
+        Ok(GemmLesson {
+            seed,
+            batch,
+            reference,
+        })
+    }
+
+    pub fn batch_mut(&mut self) -> &mut GemmBatch {
+        &mut self.batch
+    }
+
+    pub fn shape(&self) -> Shape {
+        *self.batch.shape()
+    }
+}
+
+impl Lesson for GemmLesson {
+    fn name(&self) -> &'static str {
+        "ch1-gemm"
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        let s = self.shape();
+        json!({
+            "m": s.m, "n": s.n, "k": s.k, "count": s.count,
+            "layout": "row-major A (m x k), B (k x n), C (m x n), products back to back",
+            "dtype": "f32",
+            "precision": self.batch.precision().label(),
+            "math_mode": batch::math_mode(self.batch.precision())
+                .map(|m| format!("{m:?}"))
+                .unwrap_or_default(),
+            "tolerance_rel_l2": tolerance(self.batch.precision(), s.k),
+            "seed": self.seed,
+            "launches_held": can_hold(s.count),
+        })
+    }
+
+    fn variants(&self) -> Vec<VariantSpec> {
+        let s = self.shape();
+        let precision = self.batch.precision();
+        Variant::ALL
+            .iter()
+            .map(|&v| VariantSpec {
+                tolerance: tolerance(precision, s.k),
+                ..VariantSpec::new(
+                    v.name(),
+                    v.description(),
+                    precision,
+                    work(&s, v == Variant::Batched),
+                )
+            })
+            .collect()
+    }
+
+    fn reference(&self) -> &[f64] {
+        &self.reference
+    }
+
+    fn poison(&mut self, gpu: &Gpu) -> Result<()> {
+        self.batch.poison(gpu)
+    }
+
+    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        let count = self.shape().count;
+        self.batch.run(gpu, Variant::ALL[index], count)
+    }
+
+    fn output(&mut self, gpu: &Gpu) -> Result<Vec<f32>> {
+        self.batch.output(gpu)
+    }
+
+    fn bench_config(&self, cfg: BenchConfig) -> BenchConfig {
+        BenchConfig {
+            hold: cfg.hold && can_hold(self.shape().count),
+            ..cfg
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variant_names_are_unique_and_strided_is_last() {
+        let mut names: Vec<_> = Variant::ALL.iter().map(|v| v.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 3);
+        assert_eq!(Variant::ALL[0].name(), "baseline");
+    }
+
+    #[test]
+    fn long_loops_are_not_held() {
+        assert!(can_hold(40));
+        assert!(can_hold(256));
+        assert!(!can_hold(1024));
+    }
+}

@@ -1,0 +1,104 @@
+//! The binaries on bad input and without a GPU: one clear line, a non-zero exit, no panic.
+//! These run everywhere, CI included (no GPU there).
+
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin)
+        .args(args)
+        // Hide any GPU, so the no-GPU path is taken on GPU machines too.
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env(
+            "PERF_LESSONS_CACHE",
+            std::env::temp_dir().join("perf-lessons-cli-test"),
+        )
+        .output()
+        .expect("binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "panic on {args:?}: {stderr}");
+    assert!(
+        !stderr.contains("RUST_BACKTRACE"),
+        "backtrace hint on {args:?}: {stderr}"
+    );
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+const MAIN: &str = env!("CARGO_BIN_EXE_ch1-gemm");
+
+#[test]
+fn no_gpu_is_one_line_and_exit_2() {
+    // `baseline` and `optimized` share their file names with other lessons' binaries in the
+    // workspace's target folder (cargo warns of the collision), so a workspace build may leave
+    // another lesson's there: they get only the arguments every lesson accepts.
+    let runs: [(&str, &[&str]); 5] = [
+        (MAIN, &[]),
+        (MAIN, &["--tf32"]),
+        (MAIN, &["--sweep"]),
+        (env!("CARGO_BIN_EXE_baseline"), &[]),
+        (env!("CARGO_BIN_EXE_optimized"), &[]),
+    ];
+    for (bin, args) in runs {
+        let (code, stderr) = run(bin, args);
+        assert_eq!(code, 2, "{bin} {args:?}: {stderr}");
+        assert!(
+            stderr.contains("no NVIDIA driver found")
+                || stderr.contains("no CUDA-capable GPU found"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_by_the_parser() {
+    for (args, expect) in [
+        (vec!["--m", "0"], "a count of 0"),
+        (vec!["--n", "0"], "a count of 0"),
+        (vec!["--k=-5"], "negative"),
+        (vec!["--count", "-1"], "negative"),
+        (vec!["--count", "ten"], "not a count"),
+        (vec!["--k", "2.5"], "not a count"),
+        (vec!["--n", "3000000000"], "too large"),
+        (vec!["--sweep", "--m", "64"], "cannot be used with"),
+        (vec!["--sweep-sizes", "16"], "--sweep"),
+        (vec!["--sweep", "--sweep-counts", "8,0"], "a count of 0"),
+        (vec!["--sweep", "--sweep-time-cap=-1"], "non-negative"),
+        (vec!["--max-noise", "0"], "percentage"),
+        (vec!["--device", "x"], "invalid digit"),
+    ] {
+        let (code, stderr) = run(MAIN, &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_shape_whose_bytes_overflow_is_refused_before_the_gpu() {
+    let max = "2147483647";
+    let (code, stderr) = run(MAIN, &["--m", max, "--n", max, "--k", max, "--count", max]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("overflows 64 bits"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn help_lists_the_flags() {
+    let out = Command::new(MAIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--m",
+        "--n",
+        "--k",
+        "--count",
+        "--tf32",
+        "--sweep",
+        "--sweep-sizes",
+        "--sweep-counts",
+        "--sweep-time-cap",
+        "--device",
+        "--json",
+        "--cold",
+    ] {
+        assert!(text.contains(flag), "missing {flag} in help");
+    }
+}

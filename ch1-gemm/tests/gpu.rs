@@ -1,0 +1,278 @@
+//! GPU tests: run on a machine with an NVIDIA GPU with `cargo test -- --ignored`.
+
+use std::process::Command;
+
+use ch1_gemm::layout::ColumnMajorCall;
+use ch1_gemm::problem::{tolerance, Shape};
+use ch1_gemm::table::MATTERS_ABOVE;
+use ch1_gemm::{sweep, GemmLesson, Variant};
+use common::blas::BlasContext as _;
+use common::cli::CommonArgs;
+use common::gpu::Gpu;
+use common::lesson::{run_lesson, Lesson, VariantSpec};
+use common::report::Status;
+use common::verify::{check, rel_l2_error, Precision};
+use cudarc::cublas::Gemm;
+
+/// The chapter's shape, non-square and odd shapes, a vector-like one, and K = 1024.
+const SHAPES: [Shape; 7] = [
+    Shape::CHAPTER,
+    Shape {
+        m: 1,
+        n: 1,
+        k: 1,
+        count: 1,
+    },
+    Shape {
+        m: 3,
+        n: 5,
+        k: 7,
+        count: 2,
+    },
+    Shape {
+        m: 17,
+        n: 33,
+        k: 65,
+        count: 3,
+    },
+    Shape {
+        m: 100,
+        n: 1,
+        k: 37,
+        count: 5,
+    },
+    Shape {
+        m: 257,
+        n: 129,
+        k: 63,
+        count: 4,
+    },
+    Shape {
+        m: 64,
+        n: 48,
+        k: 1024,
+        count: 2,
+    },
+];
+
+/// Each variant's relative error at `shape`, asserting that it verifies.
+fn verify_all(gpu: &Gpu, shape: Shape, precision: Precision) -> Vec<f64> {
+    let mut lesson = GemmLesson::new(gpu, shape, precision, 11).unwrap();
+    Variant::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            lesson.poison(gpu).unwrap();
+            lesson.run(gpu, i).unwrap();
+            gpu.sync().unwrap();
+            let got = lesson.output(gpu).unwrap();
+            let c = check(
+                &got,
+                lesson.reference(),
+                tolerance(precision, shape.k),
+                "ref",
+            );
+            assert!(c.passed, "{} {precision:?} at {shape:?}: {c:?}", v.name());
+            c.rel_l2_error
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_variant_verifies_at_several_shapes_in_both_precisions() {
+    let gpu = Gpu::open(0).unwrap();
+    for shape in SHAPES {
+        for precision in [Precision::Fp32, Precision::Tf32] {
+            verify_all(&gpu, shape, precision);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn tf32_math_is_really_on_and_fp32_really_off() {
+    // TF32 keeps 10 mantissa bits: errors near 1e-4..1e-3. Plain fp32: near 1e-7.
+    let gpu = Gpu::open(0).unwrap();
+    let fp32 = verify_all(&gpu, Shape::CHAPTER, Precision::Fp32);
+    let tf32 = verify_all(&gpu, Shape::CHAPTER, Precision::Tf32);
+    for (f, t) in fp32.iter().zip(&tf32) {
+        assert!(*f < 2e-6, "fp32 error {f}");
+        assert!(*t > 2e-5, "tf32 error {t}: was TF32 math used?");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_prefix_of_the_batch_writes_only_its_products() {
+    let gpu = Gpu::open(0).unwrap();
+    let shape = Shape {
+        m: 9,
+        n: 11,
+        k: 13,
+        count: 5,
+    };
+    let mut lesson = GemmLesson::new(&gpu, shape, Precision::Fp32, 3).unwrap();
+    let reference = lesson.reference().to_vec();
+    let c = shape.c_len();
+    for v in Variant::ALL {
+        let batch = lesson.batch_mut();
+        batch.poison(&gpu).unwrap();
+        batch.run(&gpu, v, 3).unwrap();
+        gpu.sync().unwrap();
+        let got = batch.output(&gpu).unwrap();
+        assert!(
+            rel_l2_error(&got[..3 * c], &reference[..3 * c]) < 1e-6,
+            "{}",
+            v.name()
+        );
+        assert!(got[3 * c..].iter().all(|x| x.is_nan()), "{}", v.name());
+        assert_eq!(batch.product(&gpu, 2).unwrap(), got[2 * c..3 * c].to_vec());
+        assert!(
+            batch.run(&gpu, v, 6).is_err(),
+            "more products than the batch"
+        );
+        assert!(batch.run(&gpu, v, 0).is_err());
+    }
+}
+
+/// The lesson plus one planted wrong variant: A passed first, as if cuBLAS were row-major.
+struct WithLayoutBug {
+    inner: GemmLesson,
+}
+
+impl Lesson for WithLayoutBug {
+    fn name(&self) -> &'static str {
+        "ch1-gemm-planted"
+    }
+    fn parameters(&self) -> serde_json::Value {
+        self.inner.parameters()
+    }
+    fn variants(&self) -> Vec<VariantSpec> {
+        let mut v = self.inner.variants();
+        let strided = v.iter().find(|s| s.name == "strided").unwrap().clone();
+        v.push(VariantSpec {
+            name: "unswapped",
+            description: "A first, as if cuBLAS were row-major",
+            ..strided
+        });
+        v
+    }
+    fn reference(&self) -> &[f64] {
+        self.inner.reference()
+    }
+    fn poison(&mut self, gpu: &Gpu) -> common::Result<()> {
+        self.inner.poison(gpu)
+    }
+    fn run(&mut self, gpu: &Gpu, index: usize) -> common::Result<()> {
+        if index < Variant::ALL.len() {
+            return self.inner.run(gpu, index);
+        }
+        let shape = self.inner.shape();
+        let cfg = ColumnMajorCall::for_row_major(&shape).strided_config(shape.count);
+        let (blas, a, b, c) = self.inner.batch_mut().parts_mut();
+        // The test's shape is square, so every access stays in bounds: only the order of the
+        // operands is wrong.
+        unsafe { blas.gemm_strided_batched(cfg, a, b, c) }.blas(gpu, "planted")
+    }
+    fn output(&mut self, gpu: &Gpu) -> common::Result<Vec<f32>> {
+        self.inner.output(gpu)
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
+    let gpu = Gpu::open(0).unwrap();
+    let mut lesson = WithLayoutBug {
+        inner: GemmLesson::new(&gpu, Shape::square(64, 8), Precision::Fp32, 5).unwrap(),
+    };
+    let args = CommonArgs {
+        quick: true,
+        ..CommonArgs::default()
+    };
+    let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+    let planted = report.variant("unswapped").unwrap();
+    assert_eq!(planted.status, Status::Failed);
+    assert_eq!(planted.verification.non_finite, 0, "written, but wrong");
+    assert!(planted.verification.rel_l2_error > 0.5);
+    assert_eq!(planted.speedup, None);
+    for name in ["baseline", "batched", "strided"] {
+        assert_eq!(report.variant(name).unwrap().status, Status::Ok, "{name}");
+    }
+    assert!(!report.all_passed());
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_chapter_run_is_held_and_batching_wins() {
+    let gpu = Gpu::open(0).unwrap();
+    let mut lesson = GemmLesson::new(&gpu, Shape::CHAPTER, Precision::Fp32, 42).unwrap();
+    let args = CommonArgs {
+        quick: true,
+        ..CommonArgs::default()
+    };
+    let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+    assert!(report.all_passed());
+    for v in &report.variants {
+        let m = v.measurement.as_ref().unwrap();
+        assert_eq!(
+            m.hold_timeouts, 0,
+            "{}: the blocking kernel timed out",
+            v.name
+        );
+        assert_eq!(v.precision, Precision::Fp32);
+    }
+    for name in ["batched", "strided"] {
+        let s = report.variant(name).unwrap().speedup.unwrap();
+        assert!(
+            s > 5.0,
+            "{name} only {s:.1}x faster than one call per product"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_small_sweep_measures_and_verifies_every_point() {
+    let gpu = Gpu::open(0).unwrap();
+    let args = CommonArgs::default();
+    let report = sweep::run(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0, &args).unwrap();
+    assert_eq!(report.points.len(), 4);
+    assert!(report.all_passed());
+    for p in &report.points {
+        assert!(p.skipped.is_none(), "{p:?}");
+        assert!(p.speedup().is_some(), "{p:?}");
+        let one_by_one = p.one_by_one.as_ref().unwrap();
+        // 300 calls are too many to hold; 8 are not.
+        assert_eq!(one_by_one.held, p.count == 8);
+        assert!(p.strided.as_ref().unwrap().held);
+    }
+    assert_eq!(report.crossover.threshold, MATTERS_ABOVE);
+    assert_eq!(report.crossover.per_size.len(), 2);
+    assert!(report.markdown().contains("| 48 |"));
+    // A zero time cap skips everything after the first check.
+    let capped = sweep::run(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0, &args).unwrap();
+    assert!(capped
+        .points
+        .iter()
+        .all(|p| p.skipped.as_deref() == Some("time cap")));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn buffers_beyond_device_memory_exit_with_a_clear_message() {
+    // On a GPU machine the binary travels apart from the build tree: CH1_GEMM_BIN says where.
+    let bin = std::env::var("CH1_GEMM_BIN").unwrap_or(env!("CARGO_BIN_EXE_ch1-gemm").into());
+    let out = Command::new(bin)
+        .args([
+            "--m", "65536", "--n", "65536", "--k", "65536", "--count", "64",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("out of device memory"), "{stderr}");
+    assert!(stderr.contains("needs 3.00 TiB"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -41,6 +41,10 @@ pub struct CommonArgs {
     /// Re-measure the device ceilings instead of using the cached ones.
     #[arg(long, alias = "refresh")]
     pub refresh_ceilings: bool,
+    /// Test only: run this variant twice per timed run, a planted regression for the compare's
+    /// tests to catch. Verification is unaffected.
+    #[arg(long, hide = true, value_name = "VARIANT")]
+    pub plant_slowdown: Option<String>,
 }
 
 impl CommonArgs {

@@ -169,6 +169,8 @@ pub fn run_pipeline(
     which: Which,
     args: &CommonArgs,
 ) -> Result<PipelineReport> {
+    // Host memory first: the copy ceilings take seconds, an impossible size should not wait.
+    common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
     let mut timer = Timer::new(gpu)?;
     let provenance = Provenance::now();
     let rates = pinned_copy_rates(gpu, &mut timer, &sweep_sizes(4 * chunk.min(n)))?;

@@ -238,7 +238,7 @@ impl<'g> Trainer<'g> {
         common::cli::mark("dataset and initial weights ready");
         let slot = cfg.step_batch;
         let event = || gpu.ctx.new_event(None).cuda("creating an event");
-        Ok(Trainer {
+        let mut trainer = Trainer {
             gpu,
             cfg,
             init_dev: gpu.upload(&init, "initial weights")?,
@@ -258,7 +258,9 @@ impl<'g> Trainer<'g> {
             graphs: HashMap::new(),
             data,
             init,
-        })
+        };
+        trainer.warm_up()?;
+        Ok(trainer)
     }
 
     /// Samples per forward/backward pass of a variant.
@@ -480,7 +482,6 @@ impl<'g> Trainer<'g> {
     fn queue_step(&mut self, key: CopyIn) -> Result<()> {
         let gpu = self.gpu;
         let cfg = self.cfg;
-        let (ni, sb) = (cfg.dims.input, cfg.step_batch);
         let mut ex = Exec::new(gpu, false);
         let (compute, mb) = match key {
             CopyIn::PerMicrobatch => (0, cfg.microbatch),
@@ -492,43 +493,10 @@ impl<'g> Trainer<'g> {
                     self.copy_slot(p, &side)?;
                     self.join.record(&side).cuda("recording the join")?;
                 }
-                (compute, sb)
+                (compute, cfg.step_batch)
             }
         };
-        for m in 0..sb / mb {
-            let rows = compute * sb + m * mb..compute * sb + (m + 1) * mb;
-            if key == CopyIn::PerMicrobatch {
-                self.staged_x.copy_to_device(
-                    rows.start * ni..rows.end * ni,
-                    &mut self.x_dev.slice_mut(rows.start * ni..rows.end * ni),
-                    &gpu.stream,
-                )?;
-                self.staged_labels.copy_to_device(
-                    rows.clone(),
-                    &mut self.labels_dev.slice_mut(rows.clone()),
-                    &gpu.stream,
-                )?;
-            }
-            let mlp = Mlp {
-                dims: cfg.dims,
-                blas: &self.blas,
-                kernels: &self.kernels,
-            };
-            let xv = self.x_dev.slice(rows.start * ni..rows.end * ni);
-            let lv = self.labels_dev.slice(rows);
-            let slot = LossSlot {
-                samples_per_step: sb,
-                offset: m * mb,
-            };
-            mlp.forward_loss(&mut ex, &mut self.state, &xv, &lv, &mut self.acts, mb, slot)?;
-            mlp.backward(&mut ex, &mut self.state, &xv, &mut self.acts, mb, m > 0)?;
-        }
-        let mlp = Mlp {
-            dims: cfg.dims,
-            blas: &self.blas,
-            kernels: &self.kernels,
-        };
-        mlp.sgd_update(&mut ex, &mut self.state, cfg.lr)?;
+        self.queue_compute_step(&mut ex, compute, mb, key == CopyIn::PerMicrobatch)?;
         if let CopyIn::Overlapped {
             prefetch: Some(_), ..
         } = key
@@ -538,6 +506,67 @@ impl<'g> Trainer<'g> {
                 .cuda("joining the copy stream")?;
         }
         Ok(())
+    }
+
+    /// One step's compute on device slot `slot`, `mb` samples per pass, optionally copying
+    /// each pass's input from pinned slot `slot` first: the operations a graph captures.
+    fn queue_compute_step(
+        &mut self,
+        ex: &mut Exec,
+        slot: usize,
+        mb: usize,
+        copy_each_pass: bool,
+    ) -> Result<()> {
+        let cfg = self.cfg;
+        let (ni, sb) = (cfg.dims.input, cfg.step_batch);
+        for m in 0..sb / mb {
+            let rows = slot * sb + m * mb..slot * sb + (m + 1) * mb;
+            if copy_each_pass {
+                let stream = &ex.gpu.stream;
+                self.staged_x.copy_to_device(
+                    rows.start * ni..rows.end * ni,
+                    &mut self.x_dev.slice_mut(rows.start * ni..rows.end * ni),
+                    stream,
+                )?;
+                self.staged_labels.copy_to_device(
+                    rows.clone(),
+                    &mut self.labels_dev.slice_mut(rows.clone()),
+                    stream,
+                )?;
+            }
+            let mlp = Mlp {
+                dims: cfg.dims,
+                blas: &self.blas,
+                kernels: &self.kernels,
+            };
+            let xv = self.x_dev.slice(rows.start * ni..rows.end * ni);
+            let lv = self.labels_dev.slice(rows);
+            let loss_slot = LossSlot {
+                samples_per_step: sb,
+                offset: m * mb,
+            };
+            mlp.forward_loss(ex, &mut self.state, &xv, &lv, &mut self.acts, mb, loss_slot)?;
+            mlp.backward(ex, &mut self.state, &xv, &mut self.acts, mb, m > 0)?;
+        }
+        let mlp = Mlp {
+            dims: cfg.dims,
+            blas: &self.blas,
+            kernels: &self.kernels,
+        };
+        mlp.sgd_update(ex, &mut self.state, cfg.lr)
+    }
+
+    /// Run each pass shape once, eagerly, so that cuBLAS's and the driver's lazy setup (kernel
+    /// selection, module loading) never happens inside a stream capture.
+    fn warm_up(&mut self) -> Result<()> {
+        self.stage(0, 0);
+        self.copy_slot(0, &self.gpu.stream.clone())?;
+        let mut ex = Exec::new(self.gpu, false);
+        for mb in [self.cfg.microbatch, self.cfg.step_batch] {
+            self.state.reset(self.gpu, &self.init_dev)?;
+            self.queue_compute_step(&mut ex, 0, mb, false)?;
+        }
+        self.gpu.sync()
     }
 
     /// GPU time of one step's compute operations (GEMMs and kernels) for variant `v`, in ms:
@@ -550,11 +579,8 @@ impl<'g> Trainer<'g> {
         repeats: usize,
     ) -> Result<f64> {
         let gpu = self.gpu;
-        let cfg = self.cfg;
-        let (ni, sb) = (cfg.dims.input, cfg.step_batch);
         let mb = self.pass_batch(v);
-        let passes = sb / mb;
-        let mut ops = OpTimer::new(gpu, passes * 11 + 1)?;
+        let mut ops = OpTimer::new(gpu, (self.cfg.step_batch / mb) * 11 + 1)?;
         // Real data in the device slot, as a run would have it.
         self.stage(0, 0);
         self.copy_slot(0, &gpu.stream.clone())?;
@@ -562,34 +588,13 @@ impl<'g> Trainer<'g> {
         for _ in 0..repeats.max(1) {
             self.state.reset(gpu, &self.init_dev)?;
             ops.reset();
-            let (state, acts, x_dev, labels_dev) = (
-                &mut self.state,
-                &mut self.acts,
-                &self.x_dev,
-                &self.labels_dev,
-            );
-            let mlp = Mlp {
-                dims: cfg.dims,
-                blas: &self.blas,
-                kernels: &self.kernels,
-            };
             timer.sample(1, false, true, &mut || {
                 let mut ex = Exec {
                     gpu,
                     sync_every_op: false,
                     timer: Some(&mut ops),
                 };
-                for m in 0..passes {
-                    let xv = x_dev.slice(m * mb * ni..(m + 1) * mb * ni);
-                    let lv = labels_dev.slice(m * mb..(m + 1) * mb);
-                    let slot = LossSlot {
-                        samples_per_step: sb,
-                        offset: m * mb,
-                    };
-                    mlp.forward_loss(&mut ex, state, &xv, &lv, acts, mb, slot)?;
-                    mlp.backward(&mut ex, state, &xv, acts, mb, m > 0)?;
-                }
-                mlp.sgd_update(&mut ex, state, cfg.lr)
+                self.queue_compute_step(&mut ex, 0, mb, false)
             })?;
             totals.push(ops.total_ms()?);
         }

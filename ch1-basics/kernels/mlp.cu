@@ -34,10 +34,11 @@ extern "C" __global__ void relu_backward(float* __restrict__ grad,
 //   loss_b = log(sum_c exp(z_c)) - z_label,   dz_c = (softmax(z)_c - [c == label]) * scale.
 // The logits are overwritten by their gradient. The loss goes to
 // losses[*step * samples_per_step + offset + b]: the step number is read on the device, so a
-// CUDA graph replayed once per step writes each step's losses to their own place.
+// CUDA graph replayed once per step writes each step's losses to their own place. Indices past
+// `total` (replays beyond the run, when only the step's time is wanted) write nothing.
 extern "C" __global__ void softmax_xent(float* __restrict__ logits_to_grad,
                                         const int* __restrict__ labels, int classes, int batch,
-                                        float scale, float* __restrict__ losses,
+                                        float scale, float* __restrict__ losses, i64 total,
                                         const int* __restrict__ step, int samples_per_step,
                                         int offset) {
     int b = (int)global_id();
@@ -48,7 +49,8 @@ extern "C" __global__ void softmax_xent(float* __restrict__ logits_to_grad,
     float sum = 0.0f;
     for (int c = 0; c < classes; c++) sum += expf(z[c] - m);
     int label = labels[b];
-    losses[(i64)(*step) * samples_per_step + offset + b] = logf(sum) + m - z[label];
+    i64 at = (i64)(*step) * samples_per_step + offset + b;
+    if (at < total) losses[at] = logf(sum) + m - z[label];
     float inv = 1.0f / sum;
     for (int c = 0; c < classes; c++) {
         float p = expf(z[c] - m) * inv;

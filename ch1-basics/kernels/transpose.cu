@@ -12,29 +12,30 @@ extern "C" __global__ void transpose_naive(const float* __restrict__ in, float* 
     if (x < n && y < n) out[(i64)x * n + y] = in[(i64)y * n + x];
 }
 
-// Tiled: a block stages a TILE x TILE tile in shared memory. It reads rows of the tile from `in`
+// Tiled: a block stages a ROWS x COLS tile of `in` in shared memory. It reads rows of the tile
 // (coalesced), then writes rows of the transposed tile to `out` (coalesced), reading the shared
 // tile by columns. With PAD = 1 a column of the tile spans all 32 banks; with PAD = 0 a column
-// sits in one bank and a warp's 32 reads serialize (32-way bank conflict).
-// Block: 32 x 8 threads; each thread moves TILE * TILE / 256 elements.
-template <int TILE, int PAD>
+// of a 32-wide tile sits in one bank and a warp's 32 reads serialize (32-way bank conflict).
+// Block: 32 x BLOCK_ROWS threads.
+template <int ROWS, int COLS, int PAD, int BLOCK_ROWS>
 __device__ __forceinline__ void transpose_through_tile(const float* __restrict__ in,
                                                        float* __restrict__ out, int n) {
-    __shared__ float tile[TILE][TILE + PAD];
-    int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
+    __shared__ float tile[ROWS][COLS + PAD];
+    int x0 = blockIdx.x * COLS, y0 = blockIdx.y * ROWS;
 #pragma unroll
-    for (int cx = 0; cx < TILE; cx += 32) {
+    for (int cx = 0; cx < COLS; cx += 32) {
 #pragma unroll
-        for (int r = threadIdx.y; r < TILE; r += 8) {
+        for (int r = threadIdx.y; r < ROWS; r += BLOCK_ROWS) {
             int x = x0 + cx + threadIdx.x, y = y0 + r;
             if (x < n && y < n) tile[r][cx + threadIdx.x] = in[(i64)y * n + x];
         }
     }
     __syncthreads();
+    // Output rows x0 .. x0 + COLS, columns y0 .. y0 + ROWS.
 #pragma unroll
-    for (int cy = 0; cy < TILE; cy += 32) {
+    for (int cy = 0; cy < ROWS; cy += 32) {
 #pragma unroll
-        for (int r = threadIdx.y; r < TILE; r += 8) {
+        for (int r = threadIdx.y; r < COLS; r += BLOCK_ROWS) {
             int x = y0 + cy + threadIdx.x, y = x0 + r;
             if (x < n && y < n) out[(i64)y * n + x] = tile[cy + threadIdx.x][r];
         }
@@ -43,17 +44,29 @@ __device__ __forceinline__ void transpose_through_tile(const float* __restrict__
 
 extern "C" __global__ void transpose_tiled32_unpadded(const float* __restrict__ in,
                                                       float* __restrict__ out, int n) {
-    transpose_through_tile<32, 0>(in, out, n);
+    transpose_through_tile<32, 32, 0, 8>(in, out, n);
 }
 
+// The textbook kernel: 32 x 32 tile, 32 x 8 threads, 4 elements each.
 extern "C" __global__ void transpose_tiled32(const float* __restrict__ in,
                                              float* __restrict__ out, int n) {
-    transpose_through_tile<32, 1>(in, out, n);
+    transpose_through_tile<32, 32, 1, 8>(in, out, n);
 }
 
-// 64 x 64 tiles: each thread keeps 16 loads in flight instead of 4 (more bytes in flight per
-// SM, which a 4.8 TB/s memory needs to stay busy).
+// 32 x 32 tile, 32 x 16 threads: 2 elements each, twice the warps per tile.
+extern "C" __global__ void transpose_tiled32_rows16(const float* __restrict__ in,
+                                                    float* __restrict__ out, int n) {
+    transpose_through_tile<32, 32, 1, 16>(in, out, n);
+}
+
+// 32 x 64 tile, 32 x 8 threads: 8 loads in flight per thread, 256-byte rows.
+extern "C" __global__ void transpose_tiled32x64(const float* __restrict__ in,
+                                                float* __restrict__ out, int n) {
+    transpose_through_tile<32, 64, 1, 8>(in, out, n);
+}
+
+// 64 x 64 tile, 32 x 8 threads: 16 loads in flight per thread.
 extern "C" __global__ void transpose_tiled64(const float* __restrict__ in,
                                              float* __restrict__ out, int n) {
-    transpose_through_tile<64, 1>(in, out, n);
+    transpose_through_tile<64, 64, 1, 8>(in, out, n);
 }

@@ -47,9 +47,10 @@ pub struct Args {
     /// Microbatch of the gradient-accumulating variants; divides --batch.
     #[arg(long, default_value = "32", value_parser = |s: &str| parse_count_with_max(s, 1 << 16))]
     pub microbatch: u64,
-    /// SGD learning rate.
-    #[arg(long, default_value_t = 0.05)]
-    pub lr: f32,
+    /// SGD learning rate [default: 0.05 * min(1, 256 / hidden): wider layers need smaller steps,
+    /// and 0.05 diverges at hidden 4096].
+    #[arg(long)]
+    pub lr: Option<f32>,
     /// Side of the square matrix the transpose pair works on.
     #[arg(long, default_value = "8192", value_parser = |s: &str| parse_count_with_max(s, MAX_SIDE))]
     pub n: u64,
@@ -63,7 +64,7 @@ pub struct Args {
     #[arg(long, default_value = "3", value_parser = |s: &str| parse_count_with_max(s, 8))]
     pub buffers: u64,
     /// FMAs per element in the pipeline's compute stage.
-    #[arg(long, default_value = "2048", value_parser = |s: &str| parse_count_with_max(s, 1 << 20))]
+    #[arg(long, default_value = "1536", value_parser = |s: &str| parse_count_with_max(s, 1 << 20))]
     pub iterations: u64,
     /// Seed of the data and initial weights.
     #[arg(long, default_value_t = 42)]
@@ -74,16 +75,19 @@ pub struct Args {
 
 impl Args {
     pub fn train_config(&self) -> anyhow::Result<TrainConfig> {
+        let lr = self
+            .lr
+            .unwrap_or(0.05 * (256.0 / self.hidden as f32).min(1.0));
         let cfg = TrainConfig {
             dims: Dims::mlp(self.hidden as usize),
             samples: self.samples as usize,
             step_batch: self.batch as usize,
             microbatch: self.microbatch as usize,
-            lr: self.lr,
+            lr,
             seed: self.seed,
         };
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            anyhow::bail!("--lr must be a positive number, got {}", self.lr);
+        if !(lr.is_finite() && lr > 0.0) {
+            anyhow::bail!("--lr must be a positive number, got {lr}");
         }
         cfg.validate().map_err(anyhow::Error::msg)?;
         Ok(cfg)
@@ -215,11 +219,11 @@ pub fn main_training(v: Variant) -> ExitCode {
     })
 }
 
-/// One transpose kernel alone.
-pub fn main_transpose(v: TransposeVariant) -> ExitCode {
+/// Transpose kernels alone (the baseline, or the tiled family).
+pub fn main_transpose(variants: &[TransposeVariant]) -> ExitCode {
     main_one(|| Selection {
         training: vec![],
-        transpose: vec![v],
+        transpose: variants.to_vec(),
         pipeline: None,
     })
 }

@@ -15,8 +15,10 @@
 //!   through a bounce buffer, and the host waits), and synchronizes after every operation (as
 //!   code that checks each launch, or reads the loss, does). Most of its time the GPU is idle,
 //!   waiting for the host.
-//! - **pinned**: input staged through page-locked buffers and copied asynchronously (DMA straight
-//!   from host memory). Expect a small gain: the copies are small and the syncs remain.
+//! - **pinned**: the data sits in page-locked host memory (pinned once, when it is loaded, as
+//!   a data loader with pinned memory does), so each copy is one asynchronous DMA instead of
+//!   the driver's copy through a bounce buffer. Expect a small gain: the copies are small
+//!   (latency-bound) and the syncs remain.
 //! - **prealloc**: device buffers allocated once and reused. Removes two driver calls per buffer
 //!   and the device-wide wait in each free.
 //! - **batch**: one batch of 256 per step instead of 8 x 32: 8x fewer launches and syncs, and
@@ -37,7 +39,8 @@
 //!
 //! Transposing 8192 x 8192 fp32: the naive kernel writes columns, so each warp's 32 stores land
 //! in 32 different memory segments; tiling through shared memory (padded against bank
-//! conflicts) makes both sides coalesced, bringing the transpose near the copy bandwidth.
+//! conflicts) makes both sides coalesced. The table also shows the tile without padding (bank
+//! conflicts) and a few tile shapes.
 //!
 //! ## Double buffering ([pipeline])
 //!

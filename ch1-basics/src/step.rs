@@ -1,7 +1,7 @@
 //! One MLP training step on the GPU, as reusable pieces: the kernels, the model's device state,
 //! activation buffers, and `forward_loss` / `backward` / `sgd_update` that queue the step's
 //! operations on the GPU's stream. Nothing here knows about the lesson's variants; how often
-//! the host synchronizes and whether each operation is timed is the caller's [Exec].
+//! the host synchronizes is the caller's [Exec].
 //!
 //! cuBLAS is column-major: a sample-major `batch x features` activation matrix is, to cuBLAS, a
 //! `features x batch` matrix with leading dimension `features`, and a row-major `[out][in]`
@@ -10,10 +10,8 @@
 
 use cudarc::cublas::sys::cublasOperation_t as Op;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig,
-    PushKernelArg,
+    CudaFunction, CudaSlice, CudaView, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 
 use common::blas::BlasContext as _;
@@ -56,81 +54,23 @@ impl StepKernels {
     }
 }
 
-/// Pairs of timing events around operations, to sum the time the GPU spends in them.
-pub struct OpTimer {
-    pairs: Vec<(CudaEvent, CudaEvent)>,
-    used: usize,
-}
-
-impl OpTimer {
-    pub fn new(gpu: &Gpu, capacity: usize) -> Result<OpTimer> {
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let pairs = (0..capacity)
-            .map(|_| {
-                Ok((
-                    gpu.ctx.new_event(timing).cuda("creating a timing event")?,
-                    gpu.ctx.new_event(timing).cuda("creating a timing event")?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(OpTimer { pairs, used: 0 })
-    }
-
-    pub fn reset(&mut self) {
-        self.used = 0;
-    }
-
-    /// Sum of the recorded pairs, in milliseconds (waits for them).
-    pub fn total_ms(&self) -> Result<f64> {
-        self.pairs[..self.used]
-            .iter()
-            .map(|(a, b)| Ok(a.elapsed_ms(b).cuda("reading an operation's time")? as f64))
-            .sum()
-    }
-
-    pub fn recorded(&self) -> usize {
-        self.used
-    }
-}
-
-/// How operations are queued: whether the host waits after each (the naive loop), and whether
-/// each is bracketed by timing events (to measure goodput).
+/// How operations are queued: whether the host waits after each one (the naive loop does).
 pub struct Exec<'a> {
     pub gpu: &'a Gpu,
     pub sync_every_op: bool,
-    pub timer: Option<&'a mut OpTimer>,
 }
 
 impl<'a> Exec<'a> {
     pub fn new(gpu: &'a Gpu, sync_every_op: bool) -> Exec<'a> {
-        Exec {
-            gpu,
-            sync_every_op,
-            timer: None,
-        }
+        Exec { gpu, sync_every_op }
     }
 
     /// Queue one operation.
     pub fn op(&mut self, what: &str, queue: impl FnOnce() -> Result<()>) -> Result<()> {
-        let stream = &self.gpu.stream;
-        let pair = match self.timer.as_deref_mut() {
-            Some(t) => {
-                let i = t.used;
-                if i >= t.pairs.len() {
-                    return Err(common::Error::invalid("operation timer out of events"));
-                }
-                t.used += 1;
-                t.pairs[i].0.record(stream).cuda("recording an event")?;
-                Some(i)
-            }
-            None => None,
-        };
         queue()?;
-        if let (Some(i), Some(t)) = (pair, self.timer.as_deref()) {
-            t.pairs[i].1.record(stream).cuda("recording an event")?;
-        }
         if self.sync_every_op {
-            stream
+            self.gpu
+                .stream
                 .synchronize()
                 .cuda(&format!("synchronizing after {what}"))?;
         }
@@ -318,6 +258,7 @@ impl Mlp<'_> {
             Ok(())
         })?;
         let scale = 1.0f32 / slot.samples_per_step as f32;
+        let total = state.losses.len() as i64;
         let (batch_i, per_step, offset) = (
             batch as i32,
             slot.samples_per_step as i32,
@@ -331,6 +272,7 @@ impl Mlp<'_> {
                 .arg(&batch_i)
                 .arg(&scale)
                 .arg(&mut state.losses)
+                .arg(&total)
                 .arg(&state.step)
                 .arg(&per_step)
                 .arg(&offset);

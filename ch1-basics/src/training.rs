@@ -15,7 +15,7 @@ use common::Result;
 
 use crate::memory::{Allocator, DeviceBuf, Pinned};
 use crate::model::{Dataset, Dims};
-use crate::step::{Activations, Exec, LossSlot, Mlp, ModelState, OpTimer, StepKernels};
+use crate::step::{Activations, Exec, LossSlot, Mlp, ModelState, StepKernels};
 
 /// The sizes of one training run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -60,7 +60,7 @@ impl TrainConfig {
 /// What each variant changes relative to the baseline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Features {
-    /// Input goes through page-locked staging buffers with asynchronous copies.
+    /// Input copied from page-locked host memory with asynchronous copies.
     pub pinned: bool,
     /// Device buffers allocated once, not per microbatch.
     pub prealloc: bool,
@@ -109,7 +109,7 @@ impl Variant {
     pub fn description(self) -> &'static str {
         match self {
             Variant::Baseline => "8 x 32 accumulated; cuMemAlloc/cuMemFree per microbatch, pageable copies, sync after every op",
-            Variant::Pinned => "baseline, but input staged through pinned host buffers and copied asynchronously",
+            Variant::Pinned => "baseline, but the data sits in page-locked host memory: each copy is one asynchronous DMA",
             Variant::Prealloc => "baseline, but device buffers allocated once and reused",
             Variant::Batch => "baseline, but one batch of 256 per step instead of 8 x 32",
             Variant::Graphs => "8 x 32, the whole step (copies in, forward, backward, update) one CUDA graph, one sync per step",
@@ -167,6 +167,8 @@ enum CopyIn {
         compute: usize,
         prefetch: Option<usize>,
     },
+    /// Compute on device slot 0, `pass` samples per pass, no copies: the step's compute alone.
+    ComputeOnly { pass: usize },
 }
 
 /// What a finished run left on the device, brought back.
@@ -186,7 +188,11 @@ pub struct Trainer<'g> {
     kernels: StepKernels,
     blas: CudaBlas,
     _workspace: CudaSlice<u8>,
-    /// Pinned staging: two slots of one step's features and labels.
+    /// The dataset again, in page-locked memory (pinned once when it is loaded, as a data loader
+    /// with pinned memory does): the pinned variant copies from here.
+    pinned_x: Pinned<f32>,
+    pinned_labels: Pinned<i32>,
+    /// Pinned staging at fixed addresses for the graphs: two slots of one step.
     staged_x: Pinned<f32>,
     staged_labels: Pinned<i32>,
     /// Preallocated device input: two slots of one step.
@@ -237,6 +243,10 @@ impl<'g> Trainer<'g> {
         let init = crate::model::initial_params(d, cfg.seed.wrapping_add(100));
         common::cli::mark("dataset and initial weights ready");
         let slot = cfg.step_batch;
+        let mut pinned_x = Pinned::new(gpu, data.features.len(), "the pinned dataset")?;
+        pinned_x.as_mut_slice().copy_from_slice(&data.features);
+        let mut pinned_labels = Pinned::new(gpu, data.labels.len(), "the pinned labels")?;
+        pinned_labels.as_mut_slice().copy_from_slice(&data.labels);
         let event = || gpu.ctx.new_event(None).cuda("creating an event");
         let mut trainer = Trainer {
             gpu,
@@ -246,6 +256,8 @@ impl<'g> Trainer<'g> {
             kernels,
             blas,
             _workspace: workspace,
+            pinned_x,
+            pinned_labels,
             staged_x: Pinned::new(gpu, 2 * slot * d.input, "pinned staging of features")?,
             staged_labels: Pinned::new(gpu, 2 * slot, "pinned staging of labels")?,
             x_dev: gpu.alloc(2 * slot * d.input, "device input")?,
@@ -311,9 +323,6 @@ impl<'g> Trainer<'g> {
         let mb = if f.batch { sb } else { cfg.microbatch };
         let mut ex = Exec::new(gpu, true);
         for step in 0..cfg.steps() {
-            if f.pinned {
-                self.stage(step, 0);
-            }
             for m in 0..sb / mb {
                 let first = step * sb + m * mb;
                 let (mut own_x, mut own_labels, mut own_acts) = (None, None, None);
@@ -335,17 +344,16 @@ impl<'g> Trainer<'g> {
                     Some(b) => b,
                     None => &mut self.labels_dev,
                 };
-                let host = m * mb..(m + 1) * mb;
                 ex.op("copy input", || {
                     if f.pinned {
                         let st = &gpu.stream;
-                        self.staged_x.copy_to_device(
-                            host.start * ni..host.end * ni,
+                        self.pinned_x.copy_to_device(
+                            first * ni..(first + mb) * ni,
                             &mut x.slice_mut(..mb * ni),
                             st,
                         )?;
-                        self.staged_labels.copy_to_device(
-                            host.clone(),
+                        self.pinned_labels.copy_to_device(
+                            first..first + mb,
                             &mut labels.slice_mut(..mb),
                             st,
                         )
@@ -485,6 +493,7 @@ impl<'g> Trainer<'g> {
         let mut ex = Exec::new(gpu, false);
         let (compute, mb) = match key {
             CopyIn::PerMicrobatch => (0, cfg.microbatch),
+            CopyIn::ComputeOnly { pass } => (0, pass),
             CopyIn::Overlapped { compute, prefetch } => {
                 if let Some(p) = prefetch {
                     self.fork.record(&gpu.stream).cuda("recording the fork")?;
@@ -569,36 +578,29 @@ impl<'g> Trainer<'g> {
         self.gpu.sync()
     }
 
-    /// GPU time of one step's compute operations (GEMMs and kernels) for variant `v`, in ms:
-    /// each operation bracketed by timing events, the step queued behind the harness's blocking
-    /// kernel so that launch latency stays out, the pairs summed. Median of `repeats` steps.
+    /// GPU time of one step's compute alone (GEMMs and kernels, no copies, no host waits) for
+    /// variant `v`'s pass size, in ms: the step's compute captured as a graph and replayed back
+    /// to back behind the harness's blocking kernel, median per replay. It includes the graph's
+    /// own gaps between kernels (about a microsecond each), nothing else.
     pub fn compute_ms_per_step(
         &mut self,
         v: Variant,
         timer: &mut common::bench::Timer,
-        repeats: usize,
+        bench: &common::bench::BenchConfig,
     ) -> Result<f64> {
         let gpu = self.gpu;
-        let mb = self.pass_batch(v);
-        let mut ops = OpTimer::new(gpu, (self.cfg.step_batch / mb) * 11 + 1)?;
         // Real data in the device slot, as a run would have it.
         self.stage(0, 0);
         self.copy_slot(0, &gpu.stream.clone())?;
-        let mut totals = Vec::new();
-        for _ in 0..repeats.max(1) {
-            self.state.reset(gpu, &self.init_dev)?;
-            ops.reset();
-            timer.sample(1, false, true, &mut || {
-                let mut ex = Exec {
-                    gpu,
-                    sync_every_op: false,
-                    timer: Some(&mut ops),
-                };
-                self.queue_compute_step(&mut ex, 0, mb, false)
-            })?;
-            totals.push(ops.total_ms()?);
-        }
-        totals.sort_by(f64::total_cmp);
-        Ok(totals[totals.len() / 2])
+        self.state.reset(gpu, &self.init_dev)?;
+        let pass = self.pass_batch(v);
+        let graph = self.graph(CopyIn::ComputeOnly { pass })?;
+        let m = common::bench::measure(gpu, timer, bench, &mut || {
+            graph.launch().cuda("replaying the compute graph")
+        })?;
+        let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
+        Ok(common::stats::Summary::of(&ms)
+            .ok_or_else(|| common::Error::invalid("no valid samples"))?
+            .median)
     }
 }

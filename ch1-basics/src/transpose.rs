@@ -28,26 +28,37 @@ pub enum TransposeVariant {
     Naive,
     Tiled32Unpadded,
     Tiled32,
+    Tiled32Rows16,
+    Tiled32x64,
     Tiled64,
 }
 
 impl TransposeVariant {
-    pub const ALL: [TransposeVariant; 4] = [
+    pub const ALL: [TransposeVariant; 6] = [
         TransposeVariant::Naive,
         TransposeVariant::Tiled32Unpadded,
         TransposeVariant::Tiled32,
+        TransposeVariant::Tiled32Rows16,
+        TransposeVariant::Tiled32x64,
         TransposeVariant::Tiled64,
     ];
 
-    /// The lesson's pair: the baseline and the optimized kernel.
+    /// The baseline; the optimized side of the pair is the padded tiled kernels, all shapes.
     pub const BASELINE: TransposeVariant = TransposeVariant::Naive;
-    pub const OPTIMIZED: TransposeVariant = TransposeVariant::Tiled64;
+    pub const TILED: [TransposeVariant; 4] = [
+        TransposeVariant::Tiled32,
+        TransposeVariant::Tiled32Rows16,
+        TransposeVariant::Tiled32x64,
+        TransposeVariant::Tiled64,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             TransposeVariant::Naive => "naive",
             TransposeVariant::Tiled32Unpadded => "tiled32-unpadded",
             TransposeVariant::Tiled32 => "tiled32",
+            TransposeVariant::Tiled32Rows16 => "tiled32-rows16",
+            TransposeVariant::Tiled32x64 => "tiled32x64",
             TransposeVariant::Tiled64 => "tiled64",
         }
     }
@@ -57,6 +68,8 @@ impl TransposeVariant {
             TransposeVariant::Naive => "transpose_naive",
             TransposeVariant::Tiled32Unpadded => "transpose_tiled32_unpadded",
             TransposeVariant::Tiled32 => "transpose_tiled32",
+            TransposeVariant::Tiled32Rows16 => "transpose_tiled32_rows16",
+            TransposeVariant::Tiled32x64 => "transpose_tiled32x64",
             TransposeVariant::Tiled64 => "transpose_tiled64",
         }
     }
@@ -68,6 +81,8 @@ impl TransposeVariant {
                 "32x32 shared tile, no padding: coalesced, but 32-way bank conflicts on the column reads"
             }
             TransposeVariant::Tiled32 => "32x32 shared tile padded to 33 columns: coalesced, conflict-free",
+            TransposeVariant::Tiled32Rows16 => "32x32 padded tile, 32x16 threads (2 elements each)",
+            TransposeVariant::Tiled32x64 => "32x64 padded tile: 8 loads in flight per thread",
             TransposeVariant::Tiled64 => {
                 "64x64 padded shared tile: coalesced, conflict-free, 16 loads in flight per thread"
             }
@@ -75,20 +90,17 @@ impl TransposeVariant {
     }
 
     fn launch_config(self, n: u32) -> LaunchConfig {
-        let tile = match self {
-            TransposeVariant::Naive => {
-                return LaunchConfig {
-                    grid_dim: (n.div_ceil(32), n.div_ceil(8), 1),
-                    block_dim: (32, 8, 1),
-                    shared_mem_bytes: 0,
-                }
-            }
-            TransposeVariant::Tiled64 => 64,
-            _ => 32,
+        // (tile rows, tile columns, thread rows) of each kernel.
+        let (rows, cols, block_rows) = match self {
+            TransposeVariant::Naive => (8, 32, 8),
+            TransposeVariant::Tiled32Unpadded | TransposeVariant::Tiled32 => (32, 32, 8),
+            TransposeVariant::Tiled32Rows16 => (32, 32, 16),
+            TransposeVariant::Tiled32x64 => (32, 64, 8),
+            TransposeVariant::Tiled64 => (64, 64, 8),
         };
         LaunchConfig {
-            grid_dim: (n.div_ceil(tile), n.div_ceil(tile), 1),
-            block_dim: (32, 8, 1),
+            grid_dim: (n.div_ceil(cols), n.div_ceil(rows), 1),
+            block_dim: (32, block_rows, 1),
             shared_mem_bytes: 0,
         }
     }
@@ -142,7 +154,7 @@ impl Lesson for Transpose {
     }
 
     fn parameters(&self) -> serde_json::Value {
-        json!({ "part": "transpose", "n": self.n, "seed": self.seed, "dtype": "f32", "block": [32, 8] })
+        json!({ "part": "transpose", "n": self.n, "seed": self.seed, "dtype": "f32" })
     }
 
     fn variants(&self) -> Vec<VariantSpec> {

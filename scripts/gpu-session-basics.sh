@@ -13,9 +13,9 @@ echo "== GPU tests"
 CH1_BASICS_BIN=$B/ch1-basics $B/test-gpu --ignored --test-threads=1 --nocapture
 
 echo "== training, defaults (hidden 256)"
-/usr/bin/time -f "wall %e s" $B/ch1-basics --part training --json $OUT/ch1-basics.json
+/usr/bin/time -f "wall %e s" $B/ch1-basics --part training --min-samples 40 --json $OUT/ch1-basics.json
 echo "== training, hidden 4096"
-$B/ch1-basics --part training --hidden 4096 --max-time 3 --json $OUT/ch1-basics-hidden4096.json
+$B/ch1-basics --part training --hidden 4096 --min-samples 30 --max-time 3 --json $OUT/ch1-basics-hidden4096.json
 echo "== transpose 8192"
 $B/ch1-basics --part transpose --json $OUT/ch1-basics-transpose.json
 echo "== double buffering, 1 GiB"

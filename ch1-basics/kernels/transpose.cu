@@ -70,3 +70,42 @@ extern "C" __global__ void transpose_tiled64(const float* __restrict__ in,
                                              float* __restrict__ out, int n) {
     transpose_through_tile<64, 64, 1, 8>(in, out, n);
 }
+
+// 32 x 32 tile, 8 x 32 threads, 16-byte accesses: each thread loads one float4 of a tile row and
+// stores one float4 of a transposed row (4 scalar shared-memory reads, conflict-free with the
+// padding). Fewer, wider memory instructions, as the copy kernels use. Scalar fallback where a
+// row is not 16-byte aligned (n % 4 != 0) and at the matrix edge.
+extern "C" __global__ void transpose_tiled32_vec4(const float* __restrict__ in,
+                                                  float* __restrict__ out, int n) {
+    __shared__ float tile[32][33];
+    int tx = threadIdx.x, ty = threadIdx.y;  // tx in 0..8, ty in 0..32
+    int x0 = blockIdx.x * 32, y0 = blockIdx.y * 32;
+    bool aligned = (n % 4) == 0;
+    int x = x0 + 4 * tx, y = y0 + ty;
+    if (y < n) {
+        const float* row = in + (i64)y * n;
+        if (aligned && x + 3 < n) {
+            float4 v = *reinterpret_cast<const float4*>(row + x);
+            tile[ty][4 * tx] = v.x;
+            tile[ty][4 * tx + 1] = v.y;
+            tile[ty][4 * tx + 2] = v.z;
+            tile[ty][4 * tx + 3] = v.w;
+        } else {
+            for (int j = 0; j < 4; j++)
+                if (x + j < n) tile[ty][4 * tx + j] = row[x + j];
+        }
+    }
+    __syncthreads();
+    int orow = x0 + ty, ocol = y0 + 4 * tx;
+    if (orow < n) {
+        float* row = out + (i64)orow * n;
+        if (aligned && ocol + 3 < n) {
+            *reinterpret_cast<float4*>(row + ocol) =
+                make_float4(tile[4 * tx][ty], tile[4 * tx + 1][ty], tile[4 * tx + 2][ty],
+                            tile[4 * tx + 3][ty]);
+        } else {
+            for (int j = 0; j < 4; j++)
+                if (ocol + j < n) row[ocol + j] = tile[4 * tx + j][ty];
+        }
+    }
+}

@@ -16,9 +16,9 @@
 //!   code that checks each launch, or reads the loss, does). Most of its time the GPU is idle,
 //!   waiting for the host.
 //! - **pinned**: the data sits in page-locked host memory (pinned once, when it is loaded, as
-//!   a data loader with pinned memory does), so each copy is one asynchronous DMA instead of
-//!   the driver's copy through a bounce buffer. Expect a small gain: the copies are small
-//!   (latency-bound) and the syncs remain.
+//!   a data loader with pinned memory does), so each copy is one asynchronous DMA the host
+//!   does not wait for, instead of the driver's copy through a bounce buffer that it does wait
+//!   for. Expect a small gain: the copies are small (latency-bound) and the other syncs remain.
 //! - **prealloc**: device buffers allocated once and reused. Removes two driver calls per buffer
 //!   and the device-wide wait in each free.
 //! - **batch**: one batch of 256 per step instead of 8 x 32: 8x fewer launches and syncs, and

@@ -344,6 +344,10 @@ impl<'g> Trainer<'g> {
                     Some(b) => b,
                     None => &mut self.labels_dev,
                 };
+                // An asynchronous copy from pinned memory is queued and left to run: the host
+                // does not wait for it (the next operation's sync covers it). A pageable copy
+                // makes the host wait anyway, and the baseline then syncs as after every op.
+                ex.sync_every_op = !f.pinned;
                 ex.op("copy input", || {
                     if f.pinned {
                         let st = &gpu.stream;
@@ -372,6 +376,7 @@ impl<'g> Trainer<'g> {
                             .cuda("copying labels")
                     }
                 })?;
+                ex.sync_every_op = true;
                 let acts = match own_acts.as_mut() {
                     Some(a) => a,
                     None => &mut self.acts,

@@ -31,25 +31,28 @@ pub enum TransposeVariant {
     Tiled32Rows16,
     Tiled32x64,
     Tiled64,
+    Tiled32Vec4,
 }
 
 impl TransposeVariant {
-    pub const ALL: [TransposeVariant; 6] = [
+    pub const ALL: [TransposeVariant; 7] = [
         TransposeVariant::Naive,
         TransposeVariant::Tiled32Unpadded,
         TransposeVariant::Tiled32,
         TransposeVariant::Tiled32Rows16,
         TransposeVariant::Tiled32x64,
         TransposeVariant::Tiled64,
+        TransposeVariant::Tiled32Vec4,
     ];
 
     /// The baseline; the optimized side of the pair is the padded tiled kernels, all shapes.
     pub const BASELINE: TransposeVariant = TransposeVariant::Naive;
-    pub const TILED: [TransposeVariant; 4] = [
+    pub const TILED: [TransposeVariant; 5] = [
         TransposeVariant::Tiled32,
         TransposeVariant::Tiled32Rows16,
         TransposeVariant::Tiled32x64,
         TransposeVariant::Tiled64,
+        TransposeVariant::Tiled32Vec4,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +63,7 @@ impl TransposeVariant {
             TransposeVariant::Tiled32Rows16 => "tiled32-rows16",
             TransposeVariant::Tiled32x64 => "tiled32x64",
             TransposeVariant::Tiled64 => "tiled64",
+            TransposeVariant::Tiled32Vec4 => "tiled32-vec4",
         }
     }
 
@@ -71,6 +75,7 @@ impl TransposeVariant {
             TransposeVariant::Tiled32Rows16 => "transpose_tiled32_rows16",
             TransposeVariant::Tiled32x64 => "transpose_tiled32x64",
             TransposeVariant::Tiled64 => "transpose_tiled64",
+            TransposeVariant::Tiled32Vec4 => "transpose_tiled32_vec4",
         }
     }
 
@@ -83,6 +88,7 @@ impl TransposeVariant {
             TransposeVariant::Tiled32 => "32x32 shared tile padded to 33 columns: coalesced, conflict-free",
             TransposeVariant::Tiled32Rows16 => "32x32 padded tile, 32x16 threads (2 elements each)",
             TransposeVariant::Tiled32x64 => "32x64 padded tile: 8 loads in flight per thread",
+            TransposeVariant::Tiled32Vec4 => "32x32 padded tile, 16-byte global loads and stores",
             TransposeVariant::Tiled64 => {
                 "64x64 padded shared tile: coalesced, conflict-free, 16 loads in flight per thread"
             }
@@ -97,7 +103,15 @@ impl TransposeVariant {
             TransposeVariant::Tiled32Rows16 => (32, 32, 16),
             TransposeVariant::Tiled32x64 => (32, 64, 8),
             TransposeVariant::Tiled64 => (64, 64, 8),
+            TransposeVariant::Tiled32Vec4 => (32, 32, 32),
         };
+        if self == TransposeVariant::Tiled32Vec4 {
+            return LaunchConfig {
+                grid_dim: (n.div_ceil(32), n.div_ceil(32), 1),
+                block_dim: (8, 32, 1),
+                shared_mem_bytes: 0,
+            };
+        }
         LaunchConfig {
             grid_dim: (n.div_ceil(cols), n.div_ceil(rows), 1),
             block_dim: (32, block_rows, 1),

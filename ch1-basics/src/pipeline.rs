@@ -293,13 +293,6 @@ impl Pipeline {
     }
 }
 
-/// One mode's timing.
-#[derive(Debug, Clone, Serialize)]
-pub struct StageTiming {
-    pub mode: String,
-    pub time_ms: Summary,
-}
-
 /// Time `mode` with the harness (blocking kernel on, so launches never gap).
 pub fn time_mode(
     gpu: &Gpu,

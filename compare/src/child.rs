@@ -19,7 +19,13 @@ pub enum Outcome {
 }
 
 /// Run `program args... --json <tmp>` with a timeout; read the report it wrote.
-pub fn run(program: &Path, args: &[String], timeout: Duration, scratch: &Path, tag: &str) -> Outcome {
+pub fn run(
+    program: &Path,
+    args: &[String],
+    timeout: Duration,
+    scratch: &Path,
+    tag: &str,
+) -> Outcome {
     let json = scratch.join(format!("{tag}.json"));
     let stderr_path = scratch.join(format!("{tag}.stderr"));
     let _ = std::fs::remove_file(&json);
@@ -46,22 +52,43 @@ pub fn run(program: &Path, args: &[String], timeout: Duration, scratch: &Path, t
             Ok(None) if start.elapsed() > timeout => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Outcome::Failed(format!("timed out after {:.0} s (killed)", timeout.as_secs_f64()));
+                return Outcome::Failed(format!(
+                    "timed out after {:.0} s (killed)",
+                    timeout.as_secs_f64()
+                ));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Outcome::Failed(format!("lost the child process: {e}")),
         }
     };
     let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    let last_line = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+    let last_line = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string();
     match status.code() {
         // 0: all verified; 1 with a report: a variant failed verification (the report says so).
         Some(0) | Some(1) if json.exists() => match LessonReport::read_json(&json) {
             Ok(r) => Outcome::Report(Box::new(r)),
             Err(e) => Outcome::Failed(format!("bad output: {e}")),
         },
-        Some(2) if last_line.contains("no NVIDIA driver") || last_line.contains("no CUDA-capable GPU") => Outcome::NoGpu(last_line),
-        Some(code) => Outcome::Failed(format!("exited with code {code}: {}", if last_line.is_empty() { "(no message)" } else { &last_line })),
+        Some(2)
+            if last_line.contains("no NVIDIA driver")
+                || last_line.contains("no CUDA-capable GPU") =>
+        {
+            Outcome::NoGpu(last_line)
+        }
+        Some(code) => Outcome::Failed(format!(
+            "exited with code {code}: {}",
+            if last_line.is_empty() {
+                "(no message)"
+            } else {
+                &last_line
+            }
+        )),
         None => Outcome::Failed(describe_signal(&status)),
     }
 }

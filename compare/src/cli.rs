@@ -21,7 +21,9 @@ use crate::rule::Rule;
 pub const CHILD_FLAG: &str = "__run-variant";
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Run every lesson's baseline/optimized pairs and compare them with the expected figures")]
+#[command(
+    about = "Run every lesson's baseline/optimized pairs and compare them with the expected figures"
+)]
 pub struct Args {
     /// List the pairs and exit.
     #[arg(long)]
@@ -71,8 +73,11 @@ fn run_child(rest: &[String]) -> anyhow::Result<ExitCode> {
     let [lesson, variant, flags @ ..] = rest else {
         anyhow::bail!("usage: compare {CHILD_FLAG} LESSON VARIANT [FLAGS]");
     };
-    let entry = lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
-    let argv: Vec<String> = std::iter::once(lesson.clone()).chain(flags.iter().cloned()).collect();
+    let entry =
+        lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
+    let argv: Vec<String> = std::iter::once(lesson.clone())
+        .chain(flags.iter().cloned())
+        .collect();
     (entry.run)(&argv, &[variant.as_str()])
 }
 
@@ -90,8 +95,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             args.filter.as_deref().unwrap_or_default()
         );
     }
-    // One clear line and exit 2 without a GPU, before starting any child.
-    common::gpu::probe_driver()?;
+    // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
+    // children instead need no GPU).
+    if args.child_program.is_none() {
+        common::gpu::probe_driver()?;
+    }
     let program = match &args.child_program {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
@@ -104,10 +112,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut device = None;
     for (i, (lesson, variant)) in variants.iter().enumerate() {
         if progress {
-            eprint!("\r[{}/{}] {lesson}/{variant} ({:.0} s)   ", i + 1, variants.len(), started.elapsed().as_secs_f64());
+            eprint!(
+                "\r[{}/{}] {lesson}/{variant} ({:.0} s)   ",
+                i + 1,
+                variants.len(),
+                started.elapsed().as_secs_f64()
+            );
             let _ = std::io::stderr().flush();
         }
-        let mut child_args = vec![CHILD_FLAG.to_string(), lesson.to_string(), variant.to_string(), "--device".into(), args.device.to_string()];
+        let mut child_args = vec![
+            CHILD_FLAG.to_string(),
+            lesson.to_string(),
+            variant.to_string(),
+            "--device".into(),
+            args.device.to_string(),
+        ];
         if args.quick {
             child_args.push("--quick".into());
         }
@@ -115,7 +134,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             child_args.extend(["--plant-slowdown".to_string(), variant.to_string()]);
         }
         let t0 = Instant::now();
-        let outcome = child::run(&program, &child_args, Duration::from_secs_f64(args.timeout), &scratch, &format!("{lesson}-{variant}"));
+        let outcome = child::run(
+            &program,
+            &child_args,
+            Duration::from_secs_f64(args.timeout),
+            &scratch,
+            &format!("{lesson}-{variant}"),
+        );
         let wall = t0.elapsed().as_secs_f64();
         let run = match outcome {
             Outcome::Report(r) => {
@@ -132,9 +157,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let _ = std::fs::remove_dir_all(&scratch);
 
-    let slug = device.as_ref().map(|d: &common::gpu::DeviceInfo| d.model_slug()).unwrap_or_else(|| "unknown-gpu".into());
-    let exp_path = args.expectations.clone().unwrap_or_else(|| expectations::path_for(&PathBuf::from("results"), &slug));
-    let rule = Rule { threshold: args.threshold, ..Rule::default() };
+    let slug = device
+        .as_ref()
+        .map(|d: &common::gpu::DeviceInfo| d.model_slug())
+        .unwrap_or_else(|| "unknown-gpu".into());
+    let exp_path = args
+        .expectations
+        .clone()
+        .unwrap_or_else(|| expectations::path_for(&PathBuf::from("results"), &slug));
+    let rule = Rule {
+        threshold: args.threshold,
+        ..Rule::default()
+    };
     let expected = if args.update_expectations {
         None
     } else {
@@ -148,14 +182,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     if let (Some(e), Some(d)) = (&expected, &device) {
         if e.gpu != d.name {
-            eprintln!("note: {} holds figures for {}, not this {}: comparing anyway", exp_path.display(), e.gpu, d.name);
+            eprintln!(
+                "note: {} holds figures for {}, not this {}: comparing anyway",
+                exp_path.display(),
+                e.gpu,
+                d.name
+            );
         }
     }
     for r in &mut runs {
         r.judge(expected.as_ref(), &rule);
     }
     let cached = device.as_ref().and_then(ceilings::load_cached);
-    let pair_rows = pairs.iter().map(|p| PairRow::build(p, &runs, cached.as_ref())).collect();
+    let pair_rows = pairs
+        .iter()
+        .map(|p| PairRow::build(p, &runs, cached.as_ref()))
+        .collect();
     let report = CompareReport {
         schema_version: COMPARE_SCHEMA_VERSION,
         device: device.clone(),
@@ -169,7 +211,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     print!("{}", report.markdown());
     if let Some(path) = &args.json {
         let json = serde_json::to_vec_pretty(&report)?;
-        common::report::write_atomically(path, &json).map_err(|e| anyhow::anyhow!("{}: could not write: {e}", path.display()))?;
+        common::report::write_atomically(path, &json)
+            .map_err(|e| anyhow::anyhow!("{}: could not write: {e}", path.display()))?;
         println!("wrote {}", path.display());
     }
     if args.update_expectations {
@@ -179,12 +222,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for p in &problems {
         eprintln!("error: {p}");
     }
-    Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// Write every verified variant's timing as the new expectation, keeping the others.
 fn update_expectations(report: &CompareReport, path: &std::path::Path) -> anyhow::Result<()> {
-    let device = report.device.as_ref().ok_or_else(|| anyhow::anyhow!("no variant ran: nothing to record"))?;
+    let device = report
+        .device
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no variant ran: nothing to record"))?;
     let mut e = Expectations::read(path).unwrap_or(Expectations {
         schema_version: expectations::EXPECTATIONS_SCHEMA_VERSION,
         gpu: device.name.clone(),

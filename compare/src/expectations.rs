@@ -24,7 +24,9 @@ pub struct Expectations {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExpectationsError {
-    #[error("{0}: no expectations for this GPU yet: run with --update-expectations to record them")]
+    #[error(
+        "{0}: no expectations for this GPU yet: run with --update-expectations to record them"
+    )]
     Missing(String),
     #[error("{path}: cannot read: {message}")]
     Read { path: String, message: String },
@@ -47,9 +49,15 @@ impl Expectations {
         if !path.exists() {
             return Err(ExpectationsError::Missing(p));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| ExpectationsError::Read { path: p.clone(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ExpectationsError::Read {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
         let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| ExpectationsError::Json { path: p.clone(), message: e.to_string() })?;
+            serde_json::from_str(&text).map_err(|e| ExpectationsError::Json {
+                path: p.clone(),
+                message: e.to_string(),
+            })?;
         match value.get("schema_version").and_then(|v| v.as_u64()) {
             Some(v) if v == EXPECTATIONS_SCHEMA_VERSION as u64 => {}
             Some(v) => {
@@ -60,18 +68,30 @@ impl Expectations {
             }
             None => return Err(ExpectationsError::Schema { path: p, message: "not an expectations file (no schema_version)".into() }),
         }
-        let e: Expectations = serde_json::from_value(value)
-            .map_err(|e| ExpectationsError::Schema { path: p.clone(), message: format!("not an expectations file: {e}") })?;
-        if let Some((name, _)) = e.variants.iter().find(|(_, t)| !(t.median_s > 0.0 && t.median_s.is_finite())) {
-            return Err(ExpectationsError::Schema { path: p, message: format!("{name}: the median must be a positive number of seconds") });
+        let e: Expectations =
+            serde_json::from_value(value).map_err(|e| ExpectationsError::Schema {
+                path: p.clone(),
+                message: format!("not an expectations file: {e}"),
+            })?;
+        if let Some((name, _)) = e
+            .variants
+            .iter()
+            .find(|(_, t)| !(t.median_s > 0.0 && t.median_s.is_finite()))
+        {
+            return Err(ExpectationsError::Schema {
+                path: p,
+                message: format!("{name}: the median must be a positive number of seconds"),
+            });
         }
         Ok(e)
     }
 
     pub fn write(&self, path: &Path) -> Result<(), ExpectationsError> {
         let json = serde_json::to_vec_pretty(self).expect("expectations serialize");
-        common::report::write_atomically(path, &json)
-            .map_err(|e| ExpectationsError::Write { path: path.display().to_string(), message: e.to_string() })
+        common::report::write_atomically(path, &json).map_err(|e| ExpectationsError::Write {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
     }
 }
 
@@ -81,7 +101,14 @@ mod tests {
 
     fn sample() -> Expectations {
         let mut variants = BTreeMap::new();
-        variants.insert("ch1-intensity/fused".to_string(), Timing { median_s: 1.8e-4, noise: 0.003, samples: 500 });
+        variants.insert(
+            "ch1-intensity/fused".to_string(),
+            Timing {
+                median_s: 1.8e-4,
+                noise: 0.003,
+                samples: 500,
+            },
+        );
         Expectations {
             schema_version: EXPECTATIONS_SCHEMA_VERSION,
             gpu: "NVIDIA H200".into(),
@@ -110,19 +137,40 @@ mod tests {
     fn errors_say_what_to_do() {
         let d = dir();
         let missing = d.join("none.json");
-        assert!(Expectations::read(&missing).unwrap_err().to_string().contains("--update-expectations"));
+        assert!(Expectations::read(&missing)
+            .unwrap_err()
+            .to_string()
+            .contains("--update-expectations"));
         let bad = d.join("bad.json");
         std::fs::write(&bad, "[1, 2").unwrap();
-        assert!(Expectations::read(&bad).unwrap_err().to_string().contains("not valid JSON"));
+        assert!(Expectations::read(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("not valid JSON"));
         std::fs::write(&bad, r#"{"schema_version": 99}"#).unwrap();
-        assert!(Expectations::read(&bad).unwrap_err().to_string().contains("re-record"));
+        assert!(Expectations::read(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("re-record"));
         std::fs::write(&bad, r#"{"gpu": "x"}"#).unwrap();
-        assert!(Expectations::read(&bad).unwrap_err().to_string().contains("no schema_version"));
+        assert!(Expectations::read(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("no schema_version"));
         std::fs::write(&bad, r#"{"schema_version": 1, "gpu": 3}"#).unwrap();
-        assert!(Expectations::read(&bad).unwrap_err().to_string().contains("not an expectations file"));
+        assert!(Expectations::read(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("not an expectations file"));
         let mut neg = sample();
-        neg.variants.get_mut("ch1-intensity/fused").unwrap().median_s = -1.0;
+        neg.variants
+            .get_mut("ch1-intensity/fused")
+            .unwrap()
+            .median_s = -1.0;
         neg.write(&bad).unwrap();
-        assert!(Expectations::read(&bad).unwrap_err().to_string().contains("positive"));
+        assert!(Expectations::read(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("positive"));
     }
 }

@@ -12,6 +12,8 @@ pub enum CeilingKind {
     CopyBandwidth,
     /// cuBLAS SGEMM (GFLOP/s); TF32 runs against the TF32 GEMM ceiling.
     Sgemm,
+    /// Nothing single bounds it (a whole training step).
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +38,11 @@ pub struct LessonEntry {
     pub run: RunFn,
 }
 
-fn run_parsed<A: Parser>(argv: &[String], only: &[&str], run: fn(&A, &[&str]) -> anyhow::Result<ExitCode>) -> anyhow::Result<ExitCode> {
+fn run_parsed<A: Parser>(
+    argv: &[String],
+    only: &[&str],
+    run: fn(&A, &[&str]) -> anyhow::Result<ExitCode>,
+) -> anyhow::Result<ExitCode> {
     let args = A::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
     run(&args, only)
 }
@@ -51,13 +57,84 @@ pub fn lessons() -> Vec<LessonEntry> {
             name: "ch1-gemm",
             run: |argv, only| run_parsed(argv, only, ch1_gemm::cli::run),
         },
+        LessonEntry {
+            name: "ch1-basics",
+            run: crate::basics::run,
+        },
     ]
 }
 
 pub const PAIRS: &[Pair] = &[
-    Pair { lesson: "ch1-intensity", name: "fusion", baseline: "baseline", optimized: "fused", ceiling: CeilingKind::CopyBandwidth },
-    Pair { lesson: "ch1-gemm", name: "batched-gemm", baseline: "baseline", optimized: "strided", ceiling: CeilingKind::Sgemm },
-    Pair { lesson: "ch1-gemm", name: "pointer-array-gemm", baseline: "baseline", optimized: "batched", ceiling: CeilingKind::Sgemm },
+    Pair {
+        lesson: "ch1-intensity",
+        name: "fusion",
+        baseline: "baseline",
+        optimized: "fused",
+        ceiling: CeilingKind::CopyBandwidth,
+    },
+    Pair {
+        lesson: "ch1-gemm",
+        name: "batched-gemm",
+        baseline: "baseline",
+        optimized: "strided",
+        ceiling: CeilingKind::Sgemm,
+    },
+    Pair {
+        lesson: "ch1-gemm",
+        name: "pointer-array-gemm",
+        baseline: "baseline",
+        optimized: "batched",
+        ceiling: CeilingKind::Sgemm,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "training",
+        baseline: "training:baseline",
+        optimized: "training:optimized",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "pinned",
+        baseline: "training:baseline",
+        optimized: "training:pinned",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "prealloc",
+        baseline: "training:baseline",
+        optimized: "training:prealloc",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "batch",
+        baseline: "training:baseline",
+        optimized: "training:batch",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "graphs",
+        baseline: "training:baseline",
+        optimized: "training:graphs",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "coalescing",
+        baseline: "transpose:naive",
+        optimized: "transpose:tiled32-vec4",
+        ceiling: CeilingKind::CopyBandwidth,
+    },
+    Pair {
+        lesson: "ch1-basics",
+        name: "double-buffering",
+        baseline: "pipeline:serial",
+        optimized: "pipeline:overlapped",
+        ceiling: CeilingKind::None,
+    },
 ];
 
 pub fn lesson(name: &str) -> Option<LessonEntry> {
@@ -66,7 +143,11 @@ pub fn lesson(name: &str) -> Option<LessonEntry> {
 
 /// Pairs whose id ("lesson/pair") contains `filter` (all when None).
 pub fn select(filter: Option<&str>) -> Vec<Pair> {
-    PAIRS.iter().filter(|p| filter.is_none_or(|f| p.id().contains(f))).copied().collect()
+    PAIRS
+        .iter()
+        .filter(|p| filter.is_none_or(|f| p.id().contains(f)))
+        .copied()
+        .collect()
 }
 
 /// The variants to run for `pairs`, each once, in order: (lesson, variant).
@@ -97,7 +178,14 @@ mod tests {
     #[test]
     fn shared_baselines_run_once() {
         let v = variants_of(&select(Some("ch1-gemm")));
-        assert_eq!(v, vec![("ch1-gemm", "baseline"), ("ch1-gemm", "strided"), ("ch1-gemm", "batched")]);
+        assert_eq!(
+            v,
+            vec![
+                ("ch1-gemm", "baseline"),
+                ("ch1-gemm", "strided"),
+                ("ch1-gemm", "batched")
+            ]
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! catches regressions. Each variant runs in its own process (this binary re-run in child mode),
 //! so a crash, a hang or a sticky CUDA error costs one variant, not the run.
 
+pub mod basics;
 pub mod child;
 pub mod cli;
 pub mod expectations;

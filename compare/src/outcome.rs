@@ -45,13 +45,30 @@ impl VariantRun {
     }
 
     /// From a child's report of one variant.
-    pub fn from_report(lesson: &str, variant: &str, report: Option<&VariantReport>, error: Option<String>, wall_s: f64) -> VariantRun {
+    pub fn from_report(
+        lesson: &str,
+        variant: &str,
+        report: Option<&VariantReport>,
+        error: Option<String>,
+        wall_s: f64,
+    ) -> VariantRun {
         let (status, timing) = match (report, error) {
             (_, Some(e)) => (RunStatus::Error(e), None),
-            (None, None) => (RunStatus::Error(format!("the report has no variant '{variant}'")), None),
+            (None, None) => (
+                RunStatus::Error(format!("the report has no variant '{variant}'")),
+                None,
+            ),
             (Some(v), None) => {
-                let timing = v.time_ms.as_ref().map(|s| Timing { median_s: s.median / 1e3, noise: s.rel_stddev, samples: s.samples });
-                let status = if v.status == Status::Ok { RunStatus::Ok } else { RunStatus::Failed };
+                let timing = v.time_ms.as_ref().map(|s| Timing {
+                    median_s: s.median / 1e3,
+                    noise: s.rel_stddev,
+                    samples: s.samples,
+                });
+                let status = if v.status == Status::Ok {
+                    RunStatus::Ok
+                } else {
+                    RunStatus::Failed
+                };
                 (status, timing)
             }
         };
@@ -69,7 +86,12 @@ impl VariantRun {
     }
 
     pub fn judge(&mut self, expectations: Option<&Expectations>, rule: &Rule) {
-        let Some(expected) = expectations.and_then(|e| e.variants.get(&self.id())).copied() else { return };
+        let Some(expected) = expectations
+            .and_then(|e| e.variants.get(&self.id()))
+            .copied()
+        else {
+            return;
+        };
         self.expected = Some(expected);
         if let (RunStatus::Ok, Some(t)) = (&self.status, &self.timing) {
             let (v, change) = rule.judge(&expected, t);
@@ -95,7 +117,10 @@ pub struct PairRow {
 
 impl PairRow {
     pub fn build(pair: &Pair, runs: &[VariantRun], ceilings: Option<&DeviceCeilings>) -> PairRow {
-        let find = |v: &str| runs.iter().find(|r| r.lesson == pair.lesson && r.variant == v);
+        let find = |v: &str| {
+            runs.iter()
+                .find(|r| r.lesson == pair.lesson && r.variant == v)
+        };
         let (b, o) = (find(pair.baseline), find(pair.optimized));
         let ok = |r: Option<&VariantRun>| r.is_some_and(|r| r.status == RunStatus::Ok);
         let verified = ok(b) && ok(o);
@@ -116,15 +141,24 @@ impl PairRow {
             speedup: s,
             speedup_uncertainty: u,
             verified,
-            of_ceiling: o.and_then(|r| r.report.as_ref()).and_then(|v| of_ceiling(pair.ceiling, v, ceilings)),
+            of_ceiling: o
+                .and_then(|r| r.report.as_ref())
+                .and_then(|v| of_ceiling(pair.ceiling, v, ceilings)),
         }
     }
 }
 
 /// The optimized variant's rate over the ceiling that bounds it, where that was measured.
-pub fn of_ceiling(kind: CeilingKind, v: &VariantReport, ceilings: Option<&DeviceCeilings>) -> Option<(String, f64)> {
+pub fn of_ceiling(
+    kind: CeilingKind,
+    v: &VariantReport,
+    ceilings: Option<&DeviceCeilings>,
+) -> Option<(String, f64)> {
     match kind {
-        CeilingKind::CopyBandwidth => v.fraction_of_copy_bandwidth.map(|f| ("copy bandwidth".to_string(), f)),
+        CeilingKind::None => None,
+        CeilingKind::CopyBandwidth => v
+            .fraction_of_copy_bandwidth
+            .map(|f| ("copy bandwidth".to_string(), f)),
         CeilingKind::Sgemm => {
             let c = ceilings?;
             let (name, ceiling) = match v.precision {
@@ -172,16 +206,26 @@ impl CompareReport {
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         if let Some(d) = &self.device {
-            out.push_str(&format!("## compare on {} (driver {}, CUDA {})\n\n", d.name, d.driver_version, d.cuda_driver_version));
+            out.push_str(&format!(
+                "## compare on {} (driver {}, CUDA {})\n\n",
+                d.name, d.driver_version, d.cuda_driver_version
+            ));
         }
         out.push_str("| pair | baseline | optimized | speedup | verified | of ceiling |\n|---|---:|---:|---:|---|---:|\n");
-        let ms = |s: Option<f64>| s.map(|s| common::report::format_ms(s * 1e3)).unwrap_or_else(|| "-".into());
+        let ms = |s: Option<f64>| {
+            s.map(|s| common::report::format_ms(s * 1e3))
+                .unwrap_or_else(|| "-".into())
+        };
         for p in &self.pairs {
             let speedup = match (p.speedup, p.speedup_uncertainty) {
                 (Some(s), Some(u)) => format!("{s:.2}x ± {u:.2}"),
                 _ => "-".into(),
             };
-            let ceiling = p.of_ceiling.as_ref().map(|(n, f)| format!("{:.0}% {n}", 100.0 * f)).unwrap_or_else(|| "-".into());
+            let ceiling = p
+                .of_ceiling
+                .as_ref()
+                .map(|(n, f)| format!("{:.0}% {n}", 100.0 * f))
+                .unwrap_or_else(|| "-".into());
             out.push_str(&format!(
                 "| {} ({} -> {}) | {} | {} | {} | {} | {} |\n",
                 p.id,
@@ -206,10 +250,16 @@ impl CompareReport {
                 v.id(),
                 status,
                 ms(v.timing.map(|t| t.median_s)),
-                v.timing.map(|t| format!("{:.1}%", 100.0 * t.noise)).unwrap_or_else(|| "-".into()),
+                v.timing
+                    .map(|t| format!("{:.1}%", 100.0 * t.noise))
+                    .unwrap_or_else(|| "-".into()),
                 ms(v.expected.map(|t| t.median_s)),
-                v.change.map(|c| format!("{:+.1}%", 100.0 * c)).unwrap_or_else(|| "-".into()),
-                v.verdict.map(|v| format!("{v:?}").to_uppercase()).unwrap_or_else(|| "-".into()),
+                v.change
+                    .map(|c| format!("{:+.1}%", 100.0 * c))
+                    .unwrap_or_else(|| "-".into()),
+                v.verdict
+                    .map(|v| format!("{v:?}").to_uppercase())
+                    .unwrap_or_else(|| "-".into()),
             ));
         }
         out.push_str(&format!(

@@ -50,7 +50,8 @@ impl Rule {
             return (Verdict::Unsure, diff);
         }
         let bar = self.threshold.max(expected.noise).max(current.noise);
-        let verdict = if diff.abs() <= bar {
+        // Inclusive, with room for rounding in the ratio (1.05 / 1.0 - 1 is not exactly 0.05).
+        let verdict = if diff.abs() <= bar + 1e-12 {
             Verdict::Same
         } else if diff < 0.0 {
             Verdict::Faster
@@ -75,7 +76,11 @@ mod tests {
     use super::*;
 
     fn t(median_s: f64, noise: f64) -> Timing {
-        Timing { median_s, noise, samples: 100 }
+        Timing {
+            median_s,
+            noise,
+            samples: 100,
+        }
     }
 
     #[test]
@@ -106,13 +111,19 @@ mod tests {
     fn too_noisy_is_unsure() {
         let r = Rule::default();
         assert_eq!(r.judge(&t(1.0, 0.25), &t(2.0, 0.01)).0, Verdict::Unsure);
-        assert_eq!(r.judge(&t(1.0, 0.01), &t(2.0, f64::INFINITY)).0, Verdict::Unsure);
+        assert_eq!(
+            r.judge(&t(1.0, 0.01), &t(2.0, f64::INFINITY)).0,
+            Verdict::Unsure
+        );
         assert_eq!(r.judge(&t(0.0, 0.01), &t(2.0, 0.01)).0, Verdict::Unsure);
     }
 
     #[test]
     fn edge_exactly_at_the_bar_is_the_same() {
-        let r = Rule { threshold: 0.05, max_noise: 0.2 };
+        let r = Rule {
+            threshold: 0.05,
+            max_noise: 0.2,
+        };
         let (v, d) = r.judge(&t(1.0, 0.0), &t(1.05, 0.0));
         assert!((d - 0.05).abs() < 1e-12);
         assert_eq!(v, Verdict::Same, "the bar is inclusive");

@@ -26,7 +26,7 @@ use crate::report::{rfc3339_utc, write_atomically, CeilingRef};
 use crate::stats::Summary;
 use crate::stop::StopRule;
 
-pub const CEILINGS_SCHEMA_VERSION: u32 = 3;
+pub const CEILINGS_SCHEMA_VERSION: u32 = 4;
 
 /// A datasheet-style figure computed from what the driver reports, not measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! The child side for ch1-basics, whose three parts report in their own shapes: each is run for
 //! one variant and handed back as a common LessonReport, so the compare treats it like any
-//! other lesson. Variants are named "part:variant" ("training:pinned", "transpose:naive",
+//! other lesson (the pipeline pair without the lesson's copy-rate sweep). Variants are named "part:variant" ("training:pinned", "transpose:naive",
 //! "pipeline:overlapped").
 
 use std::process::ExitCode;
@@ -8,14 +8,16 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use ch1_basics::cli::Args;
-use ch1_basics::pipeline_lesson::{run_pipeline, PipelineReport, Which};
+use ch1_basics::pipeline::{time_mode, Mode, Pipeline};
+use ch1_basics::pipeline_lesson::TOLERANCE;
 use ch1_basics::train_lesson::run_training;
 use ch1_basics::training::Variant;
 use ch1_basics::transpose::{Transpose, TransposeVariant};
+use common::bench::Timer;
 use common::counters::Work;
 use common::gpu::Gpu;
 use common::lesson::{finish, run_lesson};
-use common::report::{LessonReport, Status, VariantReport, SCHEMA_VERSION};
+use common::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
 use common::verify::{Precision, Verification};
 
 pub fn run(argv: &[String], only: &[&str]) -> anyhow::Result<ExitCode> {
@@ -45,22 +47,12 @@ pub fn run(argv: &[String], only: &[&str]) -> anyhow::Result<ExitCode> {
             run_lesson(&gpu, &mut lesson, &[], &args.common)?
         }
         "pipeline" => {
-            let which = match variant {
-                "serial" => Which::Serial,
-                "overlapped" => Which::Overlapped,
+            let mode = match variant {
+                "serial" => Mode::Serial,
+                "overlapped" => Mode::Overlapped,
                 other => anyhow::bail!("unknown pipeline variant '{other}'"),
             };
-            let r = run_pipeline(
-                &gpu,
-                args.pipeline_elements as usize,
-                args.chunk as usize,
-                args.buffers as usize,
-                args.iterations as u32,
-                args.seed,
-                which,
-                &args.common,
-            )?;
-            pipeline_as_lesson_report(&r)
+            pipeline_mode(&gpu, &args, variant, mode)?
         }
         other => anyhow::bail!("unknown ch1-basics part '{other}'"),
     };
@@ -71,50 +63,67 @@ pub fn run(argv: &[String], only: &[&str]) -> anyhow::Result<ExitCode> {
     Ok(finish(&report, &args.common)?)
 }
 
-/// The pipeline's modes as variants of a LessonReport (bytes: the array in and out once).
-pub fn pipeline_as_lesson_report(r: &PipelineReport) -> LessonReport {
-    let variants = r
-        .modes
-        .iter()
-        .map(|m| {
-            let work = Work {
-                bytes_read: r.bytes as u64,
-                bytes_written: r.bytes as u64,
-                flops: 0,
-            };
-            VariantReport {
-                name: m.mode.to_string(),
-                description: format!(
-                    "{} chunks of {} elements, {} buffers",
-                    r.chunks, r.chunk_elements, r.buffers
-                ),
-                precision: Precision::Fp32,
-                status: if m.passed { Status::Ok } else { Status::Failed },
-                verification: Verification {
-                    rel_l2_error: m.rel_l2_error,
-                    tolerance: r.tolerance,
-                    non_finite: m.non_finite,
-                    elements: r.elements,
-                    passed: m.passed,
-                    against: "the closed form of the elementwise function".into(),
-                },
-                work,
-                throughput: Some(work.throughput(m.time_ms.median / 1e3)),
-                time_ms: Some(m.time_ms.clone()),
-                fraction_of_copy_bandwidth: None,
-                speedup: None,
-                measurement: None,
-                note: None,
-            }
-        })
-        .collect();
-    LessonReport {
+/// One pipeline mode, checked and timed, without the lesson's copy-rate sweep and stage timings
+/// (the lesson's own binaries report those): the compare needs the pair, in seconds, not minutes.
+fn pipeline_mode(gpu: &Gpu, args: &Args, name: &str, mode: Mode) -> anyhow::Result<LessonReport> {
+    let (n, chunk, buffers) = (
+        args.pipeline_elements as usize,
+        args.chunk as usize,
+        args.buffers as usize,
+    );
+    common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
+    let mut timer = Timer::new(gpu)?;
+    let mut p = Pipeline::new(gpu, n, chunk, buffers, args.iterations as u32, args.seed)?;
+    p.poison_output();
+    p.queue(&gpu.stream, mode)?;
+    gpu.sync()?;
+    let (rel_l2_error, non_finite) = p.check_output();
+    let passed = non_finite == 0 && rel_l2_error <= TOLERANCE;
+    let time_ms = if passed {
+        Some(time_mode(
+            gpu,
+            &mut timer,
+            &args.common.bench_config(),
+            &mut p,
+            mode,
+        )?)
+    } else {
+        None
+    };
+    let work = Work {
+        bytes_read: 4 * n as u64,
+        bytes_written: 4 * n as u64,
+        flops: 0,
+    };
+    Ok(LessonReport {
         schema_version: SCHEMA_VERSION,
         lesson: "ch1-basics".into(),
-        device: r.device.clone(),
-        provenance: r.provenance.clone(),
-        parameters: serde_json::json!({ "part": "pipeline", "elements": r.elements, "chunk": r.chunk_elements, "buffers": r.buffers }),
+        device: gpu.info.clone(),
+        provenance: Provenance::now(),
+        parameters: serde_json::json!({ "part": "pipeline", "elements": n, "chunk": chunk, "buffers": buffers }),
         ceilings: Vec::new(),
-        variants,
-    }
+        variants: vec![VariantReport {
+            name: name.to_string(),
+            description: format!(
+                "{n} elements through the GPU in chunks of {chunk}, {buffers} buffers"
+            ),
+            precision: Precision::Fp32,
+            status: if passed { Status::Ok } else { Status::Failed },
+            verification: Verification {
+                rel_l2_error,
+                tolerance: TOLERANCE,
+                non_finite,
+                elements: n,
+                passed,
+                against: "the closed form of the elementwise function".into(),
+            },
+            work,
+            throughput: time_ms.as_ref().map(|t| work.throughput(t.median / 1e3)),
+            time_ms,
+            fraction_of_copy_bandwidth: None,
+            speedup: None,
+            measurement: None,
+            note: None,
+        }],
+    })
 }

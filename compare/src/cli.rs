@@ -17,6 +17,9 @@ use crate::lessons;
 use crate::outcome::{CompareReport, PairRow, VariantRun, COMPARE_SCHEMA_VERSION};
 use crate::rule::Rule;
 
+/// The time cap per variant in the default mode, seconds.
+pub const MAX_TIME_S: f64 = 2.0;
+
 /// First argument that makes this binary a child running one variant.
 pub const CHILD_FLAG: &str = "__run-variant";
 
@@ -129,6 +132,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ];
         if args.quick {
             child_args.push("--quick".into());
+        } else {
+            // The harness's default rule, with the time cap lowered so that noisy variants (a
+            // host-bound training loop is 5-10% noisy) stop in 2 s instead of 5.
+            child_args.extend(["--max-time".to_string(), MAX_TIME_S.to_string()]);
         }
         if args.plant_slowdown.as_deref() == Some(&format!("{lesson}/{variant}")) {
             child_args.extend(["--plant-slowdown".to_string(), variant.to_string()]);

@@ -3,7 +3,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{best_of, ceiling_bench, Ceiling, Theoretical};
+use super::{best_of, ceiling_bench, Ceiling, RateAt, Theoretical};
 use crate::bench::{measure, BenchConfig, Timer, HARNESS_KERNELS};
 use crate::blas::{self, GemmPrecision, GemmProblem};
 use crate::error::{CudaContext as _, Error, Result};
@@ -97,6 +97,7 @@ pub fn measure_fp32_fma(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
             "fma_chains kernel (8 independent FMA chains per thread)".into(),
             m,
         )],
+        RateAt::P10,
         |s| flops / s / 1e9,
         "GFLOP/s",
         |name, s| {
@@ -182,10 +183,11 @@ pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
                 let c = best_of(
                     gpu,
                     vec![(label.clone(), m)],
+                    RateAt::P10,
                     |s| flops / s / 1e9,
                     "GFLOP/s",
                     |name, s| {
-                        format!("{name}, random normal inputs, median of {} samples (best of sizes {sizes:?}, hot and cold)", s.samples)
+                        format!("{name}, random normal inputs, rate at the 10th-percentile time of {} samples (best of sizes {sizes:?}, hot and cold)", s.samples)
                     },
                 )?;
                 all.push((label, c.value));

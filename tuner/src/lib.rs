@@ -1,0 +1,34 @@
+//! # tuner: training tools on the ch1-basics step
+//!
+//! Before a long training run, people sweep the settings that decide throughput: batch size,
+//! loader workers, mixed precision, pinned memory. A typical "GPU benchmark" script times each
+//! setting with the host clock around an unsynchronized loop, counts the first (compiling,
+//! allocating) steps, ignores where the step's time goes, and crashes at the first
+//! out-of-memory. `tuner sweep` does the same sweep measured right:
+//!
+//! - the workload is a real training step: ch1-basics's MLP, generalized ([model], [step]),
+//!   verified against a float64 reference before anything is timed;
+//! - each trial times every step's phases (data, forward, backward, optimizer) with CUDA events
+//!   on the training stream after warmup, and reports medians with spread ([trial]);
+//! - the GPU's busy fraction is measured, not guessed: the step's device time with no host gaps
+//!   over the loop's step time;
+//! - peak memory is the memory pool's high watermark; out-of-memory is an answer (the trial's
+//!   buffers freed, the pool trimmed, larger batches of that configuration skipped);
+//! - the conclusions follow from the numbers by stated rules ([analysis]).
+//!
+//! Expected shape of the results: at small batches the step is launch-bound (time per step
+//! nearly flat, samples/s growing with the batch); past the point where the GEMMs fill the GPU,
+//! the step time grows with the batch and samples/s levels off, or the loader becomes the limit
+//! (the data phase grows) unless enough workers prepare batches.
+
+pub mod analysis;
+pub mod cli;
+pub mod config;
+pub mod data;
+pub mod loader;
+pub mod model;
+pub mod monitor;
+pub mod plot;
+pub mod step;
+pub mod sweep;
+pub mod trial;

@@ -1,0 +1,421 @@
+//! One trial: train `warmup + steps` real steps of one configuration (batch, workers, AMP,
+//! pinning) and measure each step's phases with CUDA events on the training stream.
+//!
+//! The loop double-buffers its input: while step k computes, the host takes batch k+1 from the
+//! loader and queues its copy on a second stream into the other device slot (after step k-1,
+//! which read that slot, is done). Step k's phases on the GPU timeline:
+//! data = end of step k-1 -> its batch is on the device (the GPU waiting for the host's batch
+//! and the copy), then forward, backward, optimizer. The four add up to the step exactly.
+//!
+//! Busy fraction: the same forward + backward + optimizer queued back-to-back behind a blocking
+//! kernel (no host gaps at all) gives the device time of a step; over the loop's median step,
+//! that is the share of the step the GPU was working.
+//!
+//! Out of memory is an answer: every buffer is allocated before the loop, so a failed
+//! allocation (driver or cuBLAS) ends the trial as OOM; its buffers are dropped, the stream
+//! synchronized and the pool trimmed, and the sweep goes on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{self, CUevent_flags};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+
+use common::error::CudaContext as _;
+use common::gpu::Gpu;
+use common::stats::Summary;
+use common::Result;
+
+use crate::analysis::{TrialKey, TrialResult, TrialStatus};
+use crate::config::Settings;
+use crate::data::{Dataset, Sampler};
+use crate::loader::{buffer_count, BatchSource, HostBatch, HostBuf, Loader, Ready};
+use crate::monitor::{Pool, UtilSampler};
+use crate::step::{self, Blas, ModelState, Step, StepBuffers, StepKernels};
+
+/// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
+pub struct Session<'g> {
+    pub gpu: &'g Gpu,
+    pub settings: Settings,
+    pub kernels: StepKernels,
+    pub blas: Blas,
+    timer: common::bench::Timer,
+    copy: Arc<CudaStream>,
+    pub pool: Option<Pool>,
+    util: UtilSampler,
+    pub data: Arc<Dataset>,
+    pub init: Vec<f32>,
+}
+
+impl<'g> Session<'g> {
+    pub fn new(gpu: &'g Gpu, settings: Settings, data: Arc<Dataset>) -> Result<Session<'g>> {
+        let kernels = StepKernels::load(gpu)?;
+        let blas = Blas::new(gpu)?;
+        let timer = common::bench::Timer::new(gpu)?;
+        let copy = gpu.ctx.new_stream().cuda("creating the copy stream")?;
+        let pool = Pool::of(gpu)?;
+        let util = UtilSampler::start(gpu.info.uuid.clone(), Duration::from_millis(10));
+        let init = crate::model::initial_params(&settings.arch, settings.seed.wrapping_add(100));
+        Ok(Session {
+            gpu,
+            settings,
+            kernels,
+            blas,
+            timer,
+            copy,
+            pool,
+            util,
+            data,
+            init,
+        })
+    }
+
+    fn step(&self) -> Step<'_> {
+        Step {
+            gpu: self.gpu,
+            blas: &self.blas.handle,
+            kernels: &self.kernels,
+        }
+    }
+
+    /// Free what a trial left, wait for the device, give cached pool memory back.
+    pub fn clean_up(&self) -> Result<()> {
+        self.copy
+            .synchronize()
+            .cuda("synchronizing the copy stream")?;
+        self.gpu.sync()?;
+        if let Some(p) = &self.pool {
+            p.trim()?;
+        }
+        Ok(())
+    }
+
+    /// Run one trial. Out of memory is a result (status OOM); other errors end the sweep.
+    pub fn run(&mut self, key: TrialKey) -> Result<TrialResult> {
+        let s = &self.settings;
+        let estimated = step::device_bytes(&s.arch, &s.optimizer, key.amp, key.batch);
+        self.clean_up()?;
+        if let Some(p) = &self.pool {
+            p.reset_high()?;
+        }
+        let outcome = self.try_run(key, estimated);
+        let cleaned = self.clean_up();
+        match outcome {
+            Ok(r) => {
+                cleaned?;
+                Ok(r)
+            }
+            Err(e) if e.is_out_of_memory() => {
+                cleaned?;
+                Ok(TrialResult::empty(
+                    key,
+                    TrialStatus::Oom,
+                    estimated,
+                    Some(e.to_string()),
+                ))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn try_run(&mut self, key: TrialKey, estimated: u64) -> Result<TrialResult> {
+        let gpu = self.gpu;
+        let s = self.settings.clone();
+        let (arch, batch) = (s.arch, key.batch);
+        let mut model = ModelState::new(gpu, arch, s.optimizer, key.amp, &self.init)?;
+        let mut bufs = StepBuffers::new(gpu, &arch, key.amp, batch)?;
+        let mut x_dev: Vec<CudaSlice<f32>> = (0..2)
+            .map(|_| gpu.alloc::<f32>(batch * arch.input, "an input slot"))
+            .collect::<Result<_>>()?;
+        let mut y_dev: Vec<CudaSlice<i32>> = (0..2)
+            .map(|_| gpu.alloc::<i32>(batch, "a label slot"))
+            .collect::<Result<_>>()?;
+        let mut first_losses = gpu.alloc::<f32>(batch, "the first step's losses")?;
+        let host = (0..buffer_count(key.workers))
+            .map(|_| -> Result<HostBatch> {
+                Ok(if key.pin {
+                    HostBatch {
+                        features: HostBuf::pinned(gpu, batch * arch.input, "a pinned batch")?,
+                        labels: HostBuf::pinned(gpu, batch, "pinned labels")?,
+                    }
+                } else {
+                    HostBatch {
+                        features: HostBuf::pageable(batch * arch.input),
+                        labels: HostBuf::pageable(batch),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let source: Arc<dyn BatchSource> = Arc::new(Sampler::new(
+            self.data.clone(),
+            batch,
+            s.seed,
+            Duration::from_nanos((s.cpu_cost_us * 1000.0) as u64),
+        ));
+        let mut loader = Loader::start(source, key.workers, host);
+
+        let total = s.warmup_steps + s.steps;
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let ev = |t| gpu.ctx.new_event(t).cuda("creating an event");
+        // marks[0] = before step 0; then per step: data ready, forward, backward, optimizer.
+        let mut marks: Vec<CudaEvent> = Vec::with_capacity(1 + 4 * total);
+        for _ in 0..1 + 4 * total {
+            marks.push(ev(timing)?);
+        }
+        let copied = [ev(None)?, ev(None)?];
+        let slot_free = [ev(None)?, ev(None)?];
+        let mut in_flight: [Option<Ready>; 2] = [None, None];
+        let compute = gpu.stream.clone();
+
+        let started = Instant::now();
+        let mut measured_from = started;
+        marks[0].record(&compute).cuda("recording an event")?;
+        let copy_stream = self.copy.clone();
+        let enqueue = |k: usize,
+                       loader: &mut Loader,
+                       in_flight: &mut [Option<Ready>; 2],
+                       x_dev: &mut [CudaSlice<f32>],
+                       y_dev: &mut [CudaSlice<i32>]|
+         -> Result<()> {
+            let slot = k % 2;
+            if let Some(old) = in_flight[slot].take() {
+                copied[slot].synchronize().cuda("waiting for a copy")?;
+                loader.recycle(old);
+            }
+            let ready = loader.next_batch()?;
+            if k >= 2 {
+                copy_stream
+                    .wait(&slot_free[slot])
+                    .cuda("ordering the copy")?;
+            }
+            htod(
+                &copy_stream,
+                ready.buffers.features.as_slice(),
+                &mut x_dev[slot],
+            )?;
+            htod(
+                &copy_stream,
+                ready.buffers.labels.as_slice(),
+                &mut y_dev[slot],
+            )?;
+            copied[slot].record(&copy_stream).cuda("recording a copy")?;
+            in_flight[slot] = Some(ready);
+            Ok(())
+        };
+        enqueue(0, &mut loader, &mut in_flight, &mut x_dev, &mut y_dev)?;
+        for k in 0..total {
+            if k == s.warmup_steps {
+                measured_from = Instant::now();
+            }
+            let slot = k % 2;
+            let x = x_dev[slot].device_ptr(&compute).0;
+            let y = y_dev[slot].device_ptr(&compute).0;
+            compute.wait(&copied[slot]).cuda("waiting for the batch")?;
+            marks[1 + 4 * k]
+                .record(&compute)
+                .cuda("recording an event")?;
+            let st = Step {
+                gpu,
+                blas: &self.blas.handle,
+                kernels: &self.kernels,
+            };
+            st.forward(&model, &mut bufs, x, y, batch)?;
+            marks[2 + 4 * k]
+                .record(&compute)
+                .cuda("recording an event")?;
+            st.backward(&mut model, &mut bufs, x, batch)?;
+            marks[3 + 4 * k]
+                .record(&compute)
+                .cuda("recording an event")?;
+            st.update(&mut model, s.lr)?;
+            marks[4 + 4 * k]
+                .record(&compute)
+                .cuda("recording an event")?;
+            slot_free[slot]
+                .record(&compute)
+                .cuda("recording an event")?;
+            if k == 0 {
+                compute
+                    .memcpy_dtod(&bufs.losses, &mut first_losses)
+                    .cuda("keeping the first losses")?;
+            }
+            if k + 1 < total {
+                enqueue(k + 1, &mut loader, &mut in_flight, &mut x_dev, &mut y_dev)?;
+            }
+        }
+        compute.synchronize().cuda("finishing the trial's steps")?;
+        let finished = Instant::now();
+        let peak = match &self.pool {
+            Some(p) => Some(p.used_high()?),
+            None => None,
+        };
+        let elapsed = |a: usize, b: usize| -> Result<f64> {
+            Ok(marks[a]
+                .elapsed_ms(&marks[b])
+                .cuda("reading an event time")? as f64)
+        };
+        let (mut data, mut fwd, mut bwd, mut opt, mut tot) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for k in s.warmup_steps..total {
+            let base = 4 * k;
+            data.push(elapsed(base, base + 1)?);
+            fwd.push(elapsed(base + 1, base + 2)?);
+            bwd.push(elapsed(base + 2, base + 3)?);
+            opt.push(elapsed(base + 3, base + 4)?);
+            tot.push(elapsed(base, base + 4)?);
+        }
+        let mean_loss = |v: Vec<f32>| v.iter().map(|&l| l as f64).sum::<f64>() / v.len() as f64;
+        let first_loss = mean_loss(gpu.download(&first_losses)?);
+        let last_loss = mean_loss(gpu.download(&bufs.losses)?);
+
+        // The step's device time with no host gaps: the same work queued behind a hold.
+        let reps = 5;
+        let x = x_dev[0].device_ptr(&compute).0;
+        let y = y_dev[0].device_ptr(&compute).0;
+        let mut compute_only = Vec::new();
+        for _ in 0..3 {
+            let (secs, _) = self.timer.sample(reps, false, true, &mut || {
+                let st = Step {
+                    gpu,
+                    blas: &self.blas.handle,
+                    kernels: &self.kernels,
+                };
+                st.forward(&model, &mut bufs, x, y, batch)?;
+                st.backward(&mut model, &mut bufs, x, batch)?;
+                st.update(&mut model, s.lr)
+            })?;
+            compute_only.push(secs * 1e3 / reps as f64);
+        }
+        for r in in_flight.iter_mut() {
+            if let Some(old) = r.take() {
+                loader.recycle(old);
+            }
+        }
+        loader.shutdown();
+
+        let total_ms = Summary::of(&tot);
+        let median = |v: &Option<Summary>| v.as_ref().map(|s| s.median);
+        let step_ms = median(&total_ms);
+        let compute_only_ms = Summary::of(&compute_only).map(|s| s.median);
+        let phases: Vec<f64> = (0..tot.len())
+            .map(|i| (fwd[i] + bwd[i] + opt[i]) / tot[i])
+            .collect();
+        let mut r = TrialResult::empty(key, TrialStatus::Ok, estimated, None);
+        r.samples_per_s = step_ms.map(|t| batch as f64 / (t / 1e3));
+        r.busy_fraction = match (compute_only_ms, step_ms) {
+            (Some(c), Some(t)) if t > 0.0 => Some((c / t).min(1.0)),
+            _ => None,
+        };
+        r.compute_only_ms = compute_only_ms;
+        r.compute_phase_fraction = Summary::of(&phases).map(|s| s.median);
+        r.data_fraction = match (median(&Summary::of(&data)), step_ms) {
+            (Some(d), Some(t)) if t > 0.0 => Some(d / t),
+            _ => None,
+        };
+        r.data_ms = Summary::of(&data);
+        r.forward_ms = Summary::of(&fwd);
+        r.backward_ms = Summary::of(&bwd);
+        r.optimizer_ms = Summary::of(&opt);
+        r.total_ms = total_ms;
+        r.nvml_util_pct = self.util.mean_between(measured_from, finished);
+        r.peak_bytes = peak.or(Some(estimated));
+        r.first_loss = Some(first_loss);
+        r.last_loss = Some(last_loss);
+        Ok(r)
+    }
+
+    /// Train `steps` steps of `batch` on the calling thread and return each step's mean loss
+    /// (synchronizing every step): for the AMP-vs-fp32 comparison.
+    pub fn loss_curve(&self, amp: bool, batch: usize, steps: usize) -> Result<Vec<f64>> {
+        let gpu = self.gpu;
+        let s = &self.settings;
+        let mut model = ModelState::new(gpu, s.arch, s.optimizer, amp, &self.init)?;
+        let mut bufs = StepBuffers::new(gpu, &s.arch, amp, batch)?;
+        let sampler = Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO);
+        let mut f = vec![0f32; batch * s.arch.input];
+        let mut l = vec![0i32; batch];
+        let mut curve = Vec::with_capacity(steps);
+        for k in 0..steps {
+            sampler.fill(k, &mut f, &mut l);
+            let x = gpu.upload(&f, "a batch")?;
+            let y = gpu.upload(&l, "labels")?;
+            let (xp, yp) = (x.device_ptr(&gpu.stream).0, y.device_ptr(&gpu.stream).0);
+            let st = self.step();
+            st.forward(&model, &mut bufs, xp, yp, batch)?;
+            st.backward(&mut model, &mut bufs, xp, batch)?;
+            st.update(&mut model, s.lr)?;
+            let losses = gpu.download(&bufs.losses)?;
+            curve.push(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64);
+        }
+        Ok(curve)
+    }
+
+    /// One step's loss and gradient on `batch` samples against the float64 reference:
+    /// (relative L2 error of the gradient, |loss - reference loss|).
+    pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<(f64, f64)> {
+        let gpu = self.gpu;
+        let s = &self.settings;
+        let mut model = ModelState::new(gpu, s.arch, s.optimizer, amp, &self.init)?;
+        let mut bufs = StepBuffers::new(gpu, &s.arch, amp, batch)?;
+        let sampler = Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO);
+        let mut f = vec![0f32; batch * s.arch.input];
+        let mut l = vec![0i32; batch];
+        sampler.fill(0, &mut f, &mut l);
+        let x = gpu.upload(&f, "a batch")?;
+        let y = gpu.upload(&l, "labels")?;
+        let (xp, yp) = (x.device_ptr(&gpu.stream).0, y.device_ptr(&gpu.stream).0);
+        gpu.poison(&mut model.grads)?;
+        let st = self.step();
+        st.forward(&model, &mut bufs, xp, yp, batch)?;
+        st.backward(&mut model, &mut bufs, xp, batch)?;
+        let grads = gpu.download(&model.grads)?;
+        let losses = gpu.download(&bufs.losses)?;
+        let loss = losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64;
+        // The reference sees what the GPU saw: bf16-rounded inputs and weights under AMP.
+        let round = |v: f32| {
+            if amp {
+                common::blas::bf16_to_f32(common::blas::bf16_bits(v))
+            } else {
+                v
+            }
+        };
+        let params: Vec<f64> = self.init.iter().map(|&p| round(p) as f64).collect();
+        let xr: Vec<f32> = f.iter().map(|&v| round(v)).collect();
+        let (ref_loss, ref_grad) = crate::model::loss_and_gradient(&s.arch, &params, &xr, &l);
+        let num: f64 = grads
+            .iter()
+            .zip(&ref_grad)
+            .map(|(&g, r)| (g as f64 - r).powi(2))
+            .sum();
+        let den: f64 = ref_grad.iter().map(|r| r * r).sum();
+        let rel = if grads.iter().all(|g| g.is_finite()) {
+            (num / den.max(1e-300)).sqrt()
+        } else {
+            f64::INFINITY
+        };
+        Ok((rel, (loss - ref_loss).abs()))
+    }
+}
+
+/// Queue a host-to-device copy on `stream`: one DMA from pinned memory; from pageable memory the
+/// driver stages it and the host waits, as a non-pinned loader does.
+fn htod<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: &[T],
+    dst: &mut CudaSlice<T>,
+) -> Result<()> {
+    assert!(src.len() <= dst.len());
+    let (dptr, _record) = dst.device_ptr_mut(stream);
+    // SAFETY: the host range is live until the copy's event completes (the caller keeps the
+    // batch in flight until then); the device range lies in dst.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(
+            dptr,
+            src.as_ptr().cast(),
+            std::mem::size_of_val(src),
+            stream.cu_stream(),
+        )
+    }
+    .result()
+    .cuda("copying a batch to the GPU")
+}

@@ -1,0 +1,142 @@
+//! GPU tests (`cargo test -p tuner -- --ignored` on a machine with an NVIDIA GPU).
+
+use std::sync::Arc;
+
+use tuner::analysis::TrialStatus;
+use tuner::config::{Overrides, Switch};
+use tuner::model::Preset;
+use tuner::sweep::{self, Output};
+use tuner::trial::Session;
+
+fn gpu() -> common::Gpu {
+    common::Gpu::open(0).expect("a GPU")
+}
+
+fn session<'g>(gpu: &'g common::Gpu, o: Overrides) -> Session<'g> {
+    let s = o.resolve().unwrap();
+    let data = Arc::new(sweep::load_data(&s).unwrap());
+    Session::new(gpu, s, data).unwrap()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_step_matches_the_float64_reference() {
+    let gpu = gpu();
+    for opt in [
+        tuner::config::OptimizerKind::Sgd,
+        tuner::config::OptimizerKind::AdamW,
+    ] {
+        let s = session(
+            &gpu,
+            Overrides {
+                preset: Some(Preset::Medium),
+                samples: Some(1024),
+                optimizer: Some(opt),
+                ..Default::default()
+            },
+        );
+        for amp in [false, true] {
+            let (rel, loss_err) = s.check_gradient(amp, 64).unwrap();
+            let tol = sweep::gradient_tolerance(amp, Preset::Medium.arch().depth + 1);
+            println!("{opt:?} amp={amp}: gradient rel. L2 {rel:.3e} (tolerance {tol:e}), loss error {loss_err:.2e}");
+            assert!(rel <= tol, "amp={amp}: {rel}");
+            assert!(loss_err < if amp { 2e-2 } else { 1e-5 });
+        }
+    }
+}
+
+/// AMP's loss curve stays within 2% (relative) + 0.01 (absolute) of fp32's, step by step, over
+/// 100 steps of the small and medium presets, and both fall.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn amp_and_fp32_losses_agree() {
+    let gpu = gpu();
+    for preset in [Preset::Small, Preset::Medium] {
+        for opt in [
+            tuner::config::OptimizerKind::Sgd,
+            tuner::config::OptimizerKind::AdamW,
+        ] {
+            let s = session(
+                &gpu,
+                Overrides {
+                    preset: Some(preset),
+                    samples: Some(16384),
+                    optimizer: Some(opt),
+                    ..Default::default()
+                },
+            );
+            let fp32 = s.loss_curve(false, 256, 100).unwrap();
+            let amp = s.loss_curve(true, 256, 100).unwrap();
+            let worst = fp32
+                .iter()
+                .zip(&amp)
+                .map(|(f, a)| (f - a).abs() - (0.02 * f + 0.01))
+                .fold(f64::NEG_INFINITY, f64::max);
+            println!(
+                "{preset:?} {opt:?}: fp32 {:.4} -> {:.4}, AMP {:.4} -> {:.4}, worst margin {worst:.4}",
+                fp32[0], fp32[99], amp[0], amp[99]
+            );
+            assert!(worst <= 0.0, "AMP left the tolerance band by {worst}");
+            assert!(fp32[99] < 0.8 * fp32[0], "fp32 did not learn");
+            assert!(amp[99] < 0.8 * amp[0], "AMP did not learn");
+        }
+    }
+}
+
+/// A width that cannot fit at the larger batches: the fp32 configuration runs out of memory
+/// at 1M, skips 2M, and the AMP configuration after it still runs; memory comes back.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_sweep_that_runs_out_of_memory_recovers_and_goes_on() {
+    let gpu = gpu();
+    let free_before = gpu.memory().unwrap().0;
+    let settings = Overrides {
+        input: Some(64),
+        hidden: Some(65536),
+        depth: Some(1),
+        samples: Some(4096),
+        batch_sizes: Some(vec![4096, 1 << 20, 1 << 21]),
+        workers: Some(vec![2]),
+        amp: Some(Switch::Both),
+        steps: Some(3),
+        warmup_steps: Some(1),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let out = Output {
+        json: None,
+        plot: None,
+        progress: false,
+    };
+    let (report, verified) = sweep::run(&gpu, settings, &out).unwrap();
+    print!("{}", sweep::render_text(&report));
+    assert!(verified);
+    let status: Vec<TrialStatus> = report.trials.iter().map(|t| t.status).collect();
+    assert_eq!(
+        status,
+        vec![
+            TrialStatus::Ok,
+            TrialStatus::Oom,
+            TrialStatus::Skipped,
+            TrialStatus::Ok,
+            TrialStatus::Oom,
+            TrialStatus::Skipped
+        ]
+    );
+    assert!(
+        report.trials[3].key.amp,
+        "the AMP configuration ran after the fp32 OOM"
+    );
+    assert!(report.trials[1]
+        .note
+        .as_deref()
+        .unwrap_or("")
+        .contains("out of device memory"));
+    let (free_after, total) = gpu.memory().unwrap();
+    println!("free before {free_before}, after {free_after}, total {total}");
+    assert!(
+        (free_before as i64 - free_after as i64).unsigned_abs() < total / 100,
+        "free memory did not come back: {free_before} -> {free_after}"
+    );
+}

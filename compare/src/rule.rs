@@ -51,7 +51,10 @@ impl Rule {
         if noisy(expected) || noisy(current) {
             return (Verdict::Unsure, diff);
         }
-        let bar = self.threshold.max(2.0 * expected.noise).max(2.0 * current.noise);
+        let bar = self
+            .threshold
+            .max(2.0 * expected.noise)
+            .max(2.0 * current.noise);
         // Inclusive, with room for rounding in the ratio (1.05 / 1.0 - 1 is not exactly 0.05).
         let verdict = if diff.abs() <= bar + 1e-12 {
             Verdict::Same
@@ -108,7 +111,10 @@ mod tests {
         // 25% slower beats both the threshold and two sigma of 10% noise.
         assert_eq!(r.judge(&t(1.0, 0.10), &t(1.25, 0.01)).0, Verdict::Slower);
         // The H200 case: 4.4% noise, 7.2% slower: the same.
-        assert_eq!(r.judge(&t(13.892, 0.017), &t(14.887, 0.044)).0, Verdict::Same);
+        assert_eq!(
+            r.judge(&t(13.892, 0.017), &t(14.887, 0.044)).0,
+            Verdict::Same
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod par;
 pub mod report;
 pub mod stats;
 pub mod stop;
+pub mod testing;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -41,6 +41,10 @@ pub struct CommonArgs {
     /// Re-measure the device ceilings instead of using the cached ones.
     #[arg(long, alias = "refresh")]
     pub refresh_ceilings: bool,
+    /// Record the timed regions' GPU activity with CUPTI and write a Chrome trace-event JSON
+    /// here (opens in ui.perfetto.dev); prints a kernel summary per variant.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 impl CommonArgs {

@@ -313,7 +313,11 @@ pub fn measure(
     let wall_s = start.elapsed().as_secs_f64();
     drop(profiler);
     let trace = match region {
-        Some(r) => Some(trace::region_end(r, &label, (samples.len() * batch) as u64)?),
+        Some(r) => Some(trace::region_end(
+            r,
+            &label,
+            (samples.len() * batch) as u64,
+        )?),
         None => None,
     };
     drop(timed_range);

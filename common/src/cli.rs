@@ -259,6 +259,23 @@ mod tests {
     }
 
     #[test]
+    fn every_lesson_gets_trace() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Lesson {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let l = Lesson::parse_from(["lesson", "--trace", "out dir/t.json", "--quick"]);
+        assert_eq!(
+            l.common.trace.as_deref(),
+            Some(std::path::Path::new("out dir/t.json"))
+        );
+        assert!(Lesson::parse_from(["lesson"]).common.trace.is_none());
+        assert!(Lesson::try_parse_from(["lesson", "--trace"]).is_err());
+    }
+
+    #[test]
     fn no_gpu_errors_exit_with_2() {
         assert_eq!(exit_code_for(&anyhow::Error::new(Error::NoDriver)), 2);
         assert_eq!(

@@ -142,18 +142,19 @@ fn prepare(t: &TargetArgs) -> Result<Prepared> {
     let program = resolve_program(first, std::env::var_os("PATH").as_deref())?;
     let names = naming(&program, t.lesson.as_deref(), t.variant.as_deref());
     let base = report_base(&t.out_dir, &names, SystemTime::now());
-    if !t.dry_run {
-        std::fs::create_dir_all(&t.out_dir).map_err(|e| {
-            Error::Io(format!(
-                "cannot create the report folder {}: {e}",
-                t.out_dir.display()
-            ))
-        })?;
-    }
     Ok(Prepared {
         program,
         args: rest.to_vec(),
         base,
+    })
+}
+
+fn create_out_dir(t: &TargetArgs) -> Result<()> {
+    std::fs::create_dir_all(&t.out_dir).map_err(|e| {
+        Error::Io(format!(
+            "cannot create the report folder {}: {e}",
+            t.out_dir.display()
+        ))
     })
 }
 
@@ -170,8 +171,8 @@ fn exit_for(status: std::process::ExitStatus) -> ExitCode {
 }
 
 pub fn run_nsys(a: &NsysArgs) -> Result<ExitCode> {
-    let nsys_path = locate(&discover::NSYS, a.nsys.clone(), a.target.dry_run)?;
     let p = prepare(&a.target)?;
+    let nsys_path = locate(&discover::NSYS, a.nsys.clone(), a.target.dry_run)?;
     let opts = NsysOptions {
         trace: a.trace.clone(),
         timed_regions_only: !a.whole_process,
@@ -182,6 +183,7 @@ pub fn run_nsys(a: &NsysArgs) -> Result<ExitCode> {
     if a.target.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
+    create_out_dir(&a.target)?;
     let status = c.run()?;
     let reports = target::reports_with(&p.base, ".nsys-rep");
     for r in &reports {
@@ -220,13 +222,14 @@ pub fn run_ncu(a: &NcuArgs) -> Result<ExitCode> {
         cache_control: a.cache_control.clone(),
     };
     opts.validate()?;
-    let ncu_path = locate(&discover::NCU, a.ncu.clone(), a.target.dry_run)?;
     let p = prepare(&a.target)?;
+    let ncu_path = locate(&discover::NCU, a.ncu.clone(), a.target.dry_run)?;
     let c = ncu::command(&ncu_path, &opts, &p.base, &p.program, &p.args);
     announce(&c);
     if a.target.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
+    create_out_dir(&a.target)?;
     let status = c.run()?;
     let report = p.base.with_file_name(format!(
         "{}.ncu-rep",

@@ -54,7 +54,10 @@ impl ToolCommand {
                 program: self.program.display().to_string(),
                 message: e.to_string(),
             })?;
-        Ok((out.status, String::from_utf8_lossy(&out.stdout).into_owned()))
+        Ok((
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
     }
 }
 
@@ -124,8 +127,7 @@ mod tests {
     fn missing_programs_are_bad_arguments() {
         let e = resolve_program("./no/such/binary", None).unwrap_err();
         assert!(e.to_string().contains("does not exist"), "{e}");
-        let e = resolve_program("no-such-binary-anywhere", Some(OsStr::new("")))
-            .unwrap_err();
+        let e = resolve_program("no-such-binary-anywhere", Some(OsStr::new(""))).unwrap_err();
         assert!(e.to_string().contains("not on PATH"), "{e}");
         assert!(resolve_program("", None).is_err());
     }

@@ -192,7 +192,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     fn scratch(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("profiling-discover-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("profiling-discover-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
@@ -209,7 +210,10 @@ mod tests {
         assert!(wildcard_match("cuda-*", "cuda-13.0"));
         assert!(!wildcard_match("cuda-*", "cuda"));
         assert!(wildcard_match("*", "anything"));
-        assert!(wildcard_match("nsight-systems-*", "nsight-systems-2025.3.1"));
+        assert!(wildcard_match(
+            "nsight-systems-*",
+            "nsight-systems-2025.3.1"
+        ));
         assert!(wildcard_match("a*c", "abbbc") && !wildcard_match("a*c", "abbb"));
     }
 
@@ -256,7 +260,10 @@ mod tests {
             ..Places::default()
         };
         let e = find(&NSYS, &places).unwrap_err().to_string();
-        assert!(e.starts_with("nsys (Nsight Systems) not found: install Nsight Systems"), "{e}");
+        assert!(
+            e.starts_with("nsys (Nsight Systems) not found: install Nsight Systems"),
+            "{e}"
+        );
         assert!(e.contains("--nsys PATH") && !e.contains('\n'), "{e}");
         let e = find(&NCU, &places).unwrap_err().to_string();
         assert!(e.contains("install Nsight Compute"), "{e}");

@@ -88,7 +88,13 @@ impl NcuOptions {
 }
 
 /// `ncu --clock-control none ... --export <base> --force-overwrite <program> <args>`.
-pub fn command(ncu: &Path, opts: &NcuOptions, base: &Path, program: &Path, args: &[String]) -> ToolCommand {
+pub fn command(
+    ncu: &Path,
+    opts: &NcuOptions,
+    base: &Path,
+    program: &Path,
+    args: &[String],
+) -> ToolCommand {
     let mut c = ToolCommand::new(ncu);
     c.arg("--clock-control").arg("none");
     if let Some(cache) = &opts.cache_control {
@@ -295,10 +301,16 @@ mod tests {
         };
         opts.validate().unwrap();
         let s = command(Path::new("/opt/ncu"), &opts, Path::new("out/x"), p, &a).display();
-        assert!(s.starts_with("/opt/ncu --clock-control none --cache-control none --set full"), "{s}");
+        assert!(
+            s.starts_with("/opt/ncu --clock-control none --cache-control none --set full"),
+            "{s}"
+        );
         assert!(!s.contains("--section"), "{s}");
         assert!(s.contains("--metrics gpu__time_duration.sum"), "{s}");
-        assert!(s.contains("--kernel-name 'regex:fused.*' --launch-skip 3 --launch-count 2"), "{s}");
+        assert!(
+            s.contains("--kernel-name 'regex:fused.*' --launch-skip 3 --launch-count 2"),
+            "{s}"
+        );
         assert!(
             s.contains("--nvtx --nvtx-include ch1-intensity:fused/ --nvtx-exclude 'warmup range/'"),
             "{s}"
@@ -308,7 +320,11 @@ mod tests {
     #[test]
     fn bad_options_are_refused() {
         let bad = |o: NcuOptions| o.validate().unwrap_err().to_string();
-        assert!(bad(NcuOptions { launch_count: 0, ..NcuOptions::default() }).contains("at least 1"));
+        assert!(bad(NcuOptions {
+            launch_count: 0,
+            ..NcuOptions::default()
+        })
+        .contains("at least 1"));
         assert!(bad(NcuOptions {
             full: true,
             sections: vec!["Occupancy".into()],
@@ -320,7 +336,11 @@ mod tests {
             ..NcuOptions::default()
         })
         .contains("all"));
-        assert!(bad(NcuOptions { kernel: Some(" ".into()), ..NcuOptions::default() }).contains("name"));
+        assert!(bad(NcuOptions {
+            kernel: Some(" ".into()),
+            ..NcuOptions::default()
+        })
+        .contains("name"));
         assert!(bad(NcuOptions {
             nvtx_include: vec!["".into()],
             ..NcuOptions::default()
@@ -355,11 +375,20 @@ mod tests {
         assert_eq!(h.dram_throughput, Some(("91.52".into(), "%".into())));
         assert_eq!(h.sm_throughput, Some(("41.07".into(), "%".into())));
         assert_eq!(h.memory_throughput, Some(("91.52".into(), "%".into())));
-        assert_eq!(rows[1].duration, Some(("1,234.50".into(), "msecond".into())));
+        assert_eq!(
+            rows[1].duration,
+            Some(("1,234.50".into(), "msecond".into()))
+        );
         assert_eq!(rows[1].dram_throughput, None);
         let table = headline_table(&rows);
-        assert!(table.contains("| 0 | fused_vec4 | 187.36 us | 91.52% | 41.07% | 91.52% |"), "{table}");
-        assert!(table.contains("| 1 | add_residual | 1,234.50 msecond | - | - | - |"), "{table}");
+        assert!(
+            table.contains("| 0 | fused_vec4 | 187.36 us | 91.52% | 41.07% | 91.52% |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 1 | add_residual | 1,234.50 msecond | - | - | - |"),
+            "{table}"
+        );
     }
 
     #[test]

@@ -38,7 +38,13 @@ impl Default for NsysOptions {
 }
 
 /// `nsys profile ... --output <base> <program> <args>`.
-pub fn command(nsys: &Path, opts: &NsysOptions, base: &Path, program: &Path, args: &[String]) -> ToolCommand {
+pub fn command(
+    nsys: &Path,
+    opts: &NsysOptions,
+    base: &Path,
+    program: &Path,
+    args: &[String],
+) -> ToolCommand {
     let mut c = ToolCommand::new(nsys);
     c.arg("profile").arg(format!("--trace={}", opts.trace));
     if opts.timed_regions_only {

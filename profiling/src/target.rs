@@ -115,9 +115,19 @@ mod tests {
     #[test]
     fn names_come_from_the_program_or_the_flags() {
         let n = naming(Path::new("target/release/ch1-intensity"), None, None);
-        assert_eq!((n.lesson.as_str(), n.variant.as_str()), ("ch1-intensity", "all"));
-        let n = naming(Path::new("target/release/optimized"), Some("ch1-gemm"), None);
-        assert_eq!((n.lesson.as_str(), n.variant.as_str()), ("ch1-gemm", "optimized"));
+        assert_eq!(
+            (n.lesson.as_str(), n.variant.as_str()),
+            ("ch1-intensity", "all")
+        );
+        let n = naming(
+            Path::new("target/release/optimized"),
+            Some("ch1-gemm"),
+            None,
+        );
+        assert_eq!(
+            (n.lesson.as_str(), n.variant.as_str()),
+            ("ch1-gemm", "optimized")
+        );
         let n = naming(Path::new("x/ch1-intensity"), None, Some("fused kernel/2"));
         assert_eq!(n.variant, "fused_kernel_2");
     }
@@ -139,7 +149,12 @@ mod tests {
     fn reports_are_found_by_prefix_and_extension() {
         let d = std::env::temp_dir().join(format!("profiling-reports-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        for f in ["a-all-1.nsys-rep", "a-all-1.2.nsys-rep", "a-all-1.ncu-rep", "b.nsys-rep"] {
+        for f in [
+            "a-all-1.nsys-rep",
+            "a-all-1.2.nsys-rep",
+            "a-all-1.ncu-rep",
+            "b.nsys-rep",
+        ] {
             std::fs::write(d.join(f), "").unwrap();
         }
         let got = reports_with(&d.join("a-all-1"), ".nsys-rep");

@@ -239,11 +239,19 @@ mod tests {
         r.correlationId = 77;
         r.name = name.as_ptr();
         // SAFETY: points at a whole Kernel10 record.
-        let a = unsafe { parse_record((&r as *const s::CUpti_ActivityKernel10).cast(), &mut read_name) }
-            .unwrap();
+        let a = unsafe {
+            parse_record(
+                (&r as *const s::CUpti_ActivityKernel10).cast(),
+                &mut read_name,
+            )
+        }
+        .unwrap();
         assert_eq!(a.kind, ActivityKind::Kernel);
         assert_eq!(a.name, "fused_vec4");
-        assert_eq!((a.start_ns, a.end_ns, a.duration_ns()), (1_000, 187_500, 186_500));
+        assert_eq!(
+            (a.start_ns, a.end_ns, a.duration_ns()),
+            (1_000, 187_500, 186_500)
+        );
         assert_eq!((a.context, a.stream, a.correlation), (1, 13, 77));
         assert_eq!((a.grid, a.block), ([65_536, 1, 1], [256, 1, 1]));
     }
@@ -258,8 +266,13 @@ mod tests {
         m.start = 10;
         m.end = 30;
         m.streamId = 7;
-        let a = unsafe { parse_record((&m as *const s::CUpti_ActivityMemcpy6).cast(), &mut read_name) }
-            .unwrap();
+        let a = unsafe {
+            parse_record(
+                (&m as *const s::CUpti_ActivityMemcpy6).cast(),
+                &mut read_name,
+            )
+        }
+        .unwrap();
         assert_eq!(
             (a.kind, a.name.as_str(), a.bytes, a.stream, a.duration_ns()),
             (ActivityKind::Memcpy, "memcpy DtoH", 4096, 7, 20)
@@ -269,9 +282,17 @@ mod tests {
         z.bytes = 1 << 20;
         z.start = 5;
         z.end = 9;
-        let a = unsafe { parse_record((&z as *const s::CUpti_ActivityMemset4).cast(), &mut read_name) }
-            .unwrap();
-        assert_eq!((a.kind, a.name.as_str(), a.bytes), (ActivityKind::Memset, "memset", 1 << 20));
+        let a = unsafe {
+            parse_record(
+                (&z as *const s::CUpti_ActivityMemset4).cast(),
+                &mut read_name,
+            )
+        }
+        .unwrap();
+        assert_eq!(
+            (a.kind, a.name.as_str(), a.bytes),
+            (ActivityKind::Memset, "memset", 1 << 20)
+        );
     }
 
     #[test]
@@ -289,6 +310,8 @@ mod tests {
         assert_eq!(record_layout(130_401).unwrap(), "CUpti_ActivityKernel13");
         assert!(record_layout(28).unwrap().contains("12.x"));
         assert!(record_layout(14).is_ok());
-        assert!(record_layout(12).unwrap_err().contains("older than CUDA 11.4"));
+        assert!(record_layout(12)
+            .unwrap_err()
+            .contains("older than CUDA 11.4"));
     }
 }

@@ -125,8 +125,14 @@ pub fn trace_events(input: &TraceInput) -> Value {
                 },
                 json!({"grid": a.grid, "block": a.block, "correlation": a.correlation}),
             ),
-            ActivityKind::Memcpy => ("memcpy", json!({"bytes": a.bytes, "correlation": a.correlation})),
-            ActivityKind::Memset => ("memset", json!({"bytes": a.bytes, "correlation": a.correlation})),
+            ActivityKind::Memcpy => (
+                "memcpy",
+                json!({"bytes": a.bytes, "correlation": a.correlation}),
+            ),
+            ActivityKind::Memset => (
+                "memset",
+                json!({"bytes": a.bytes, "correlation": a.correlation}),
+            ),
         };
         events.push(json!({
             "name": a.name, "cat": cat, "ph": "X",
@@ -203,7 +209,11 @@ mod tests {
         assert_eq!(fused["cat"], "kernel");
         assert_eq!(fused["pid"], GPU_PID_BASE);
         assert_eq!(fused["tid"], 13);
-        assert_eq!(fused["ts"].as_f64().unwrap(), 1.0, "relative to the region start, in us");
+        assert_eq!(
+            fused["ts"].as_f64().unwrap(),
+            1.0,
+            "relative to the region start, in us"
+        );
         assert_eq!(fused["dur"].as_f64().unwrap(), 1.234);
         assert_eq!(find("hold_stream")["cat"], "harness");
         assert_eq!(find("memcpy DtoH")["args"]["bytes"], 4);

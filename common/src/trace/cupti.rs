@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr};
 use std::sync::Mutex;
 
-use cudarc::cupti::sys::{self, CUpti_ActivityKind as Kind, CUptiResult};
+use cudarc::cupti::sys::{self, CUptiResult, CUpti_ActivityKind as Kind};
 use cudarc::driver::sys::CUcontext;
 
 use super::activity::{parse_record, Activity};
@@ -104,7 +104,9 @@ pub fn start() -> Result<Recording> {
         })?;
         for kind in KINDS {
             // SAFETY: plain enable of a kind.
-            check("cuptiActivityEnable", unsafe { sys::cuptiActivityEnable(kind) })?;
+            check("cuptiActivityEnable", unsafe {
+                sys::cuptiActivityEnable(kind)
+            })?;
         }
         Ok(())
     })();

@@ -93,7 +93,9 @@ impl Session {
         cupti::probe()?;
         let version = cupti::version()?;
         let layout = record_layout(version).map_err(Error::invalid)?;
-        *STATE.lock().map_err(|_| Error::invalid("trace state poisoned"))? = Some(State {
+        *STATE
+            .lock()
+            .map_err(|_| Error::invalid("trace state poisoned"))? = Some(State {
             pending: Vec::new(),
             kept: Vec::new(),
             regions: Vec::new(),
@@ -235,4 +237,25 @@ pub fn region_end(start: RegionStart, label: &str, runs: u64) -> Result<TraceSum
     state.kept.extend(inside);
     state.regions.push(region);
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_cupti_a_trace_is_one_clear_error() {
+        // SAFETY: only tries to open the library.
+        if unsafe { cudarc::cupti::sys::is_culib_present() } {
+            return; // a machine with CUPTI: the GPU tests cover it
+        }
+        let path = std::env::temp_dir().join("perf-lessons-no-cupti.json");
+        let e = Session::start(&path).err().expect("no CUPTI here");
+        assert!(matches!(e, Error::MissingLibrary(..)), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains("libcupti") && msg.contains("--trace"), "{msg}");
+        assert!(!active(), "a failed start leaves nothing behind");
+        assert!(region_begin().is_none());
+        assert!(!path.exists());
+    }
 }

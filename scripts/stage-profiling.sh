@@ -9,6 +9,7 @@ rm -rf "$DEST" && mkdir -p "$DEST"
 cargo build --release -p ch1-intensity -p profiling
 cp target/release/ch1-intensity target/release/profiling "$DEST/"
 cp target/release/optimized "$DEST/intensity-optimized"
+cp target/release/baseline "$DEST/intensity-baseline"
 cargo build --release -p ch1-gemm
 cp target/release/ch1-gemm "$DEST/"
 cargo test --release -p common --test trace_gpu --no-run --message-format=json 2>/dev/null \
@@ -19,6 +20,6 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "trace_gpu":
         shutil.copy(m["executable"], sys.argv[1] + "/test-trace-gpu")
 ' "$DEST"
-cp scripts/profiling-gpu.sh scripts/check_trace.py "$DEST/"
+cp scripts/profiling-gpu.sh scripts/profiling-gpu-2.sh scripts/check_trace.py "$DEST/"
 ls -la "$DEST"
 du -sh "$DEST"

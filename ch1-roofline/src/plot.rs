@@ -190,7 +190,15 @@ pub fn place_label(anchor: (i32, i32), size: (i32, i32), taken: &[Rect], area: R
             y1: y + dy + h,
         })
         .collect();
+    // Keep a few pixels between labels, so neighbours never read as one.
+    const PAD: i32 = 3;
     let overlap = |r: &Rect| -> i64 {
+        let r = Rect {
+            x0: r.x0 - PAD,
+            y0: r.y0 - PAD,
+            x1: r.x1 + PAD,
+            y1: r.y1 + PAD,
+        };
         taken
             .iter()
             .map(|t| {

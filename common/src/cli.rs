@@ -45,6 +45,10 @@ pub struct CommonArgs {
     /// here (opens in ui.perfetto.dev); prints a kernel summary per variant.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Test only: run this variant twice per timed run, a planted regression for the compare's
+    /// tests to catch. Verification is unaffected.
+    #[arg(long, hide = true, value_name = "VARIANT")]
+    pub plant_slowdown: Option<String>,
 }
 
 impl CommonArgs {

@@ -159,7 +159,14 @@ pub fn run_lesson(
             provenance.startup_to_first_sample_s = Some(process_start().elapsed().as_secs_f64());
             provenance.startup_phases = marks();
         }
-        let m = measure(gpu, &mut timer, &cfg, &mut || lesson.run(gpu, index))?;
+        let repeats = if args.plant_slowdown.as_deref() == Some(spec.name) {
+            2
+        } else {
+            1
+        };
+        let m = measure(gpu, &mut timer, &cfg, &mut || {
+            (0..repeats).try_for_each(|_| lesson.run(gpu, index))
+        })?;
         let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
         let summary = Summary::of(&ms).ok_or_else(|| Error::invalid("no valid samples"))?;
         let throughput = spec.work.throughput(summary.median / 1e3);

@@ -3,8 +3,8 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{best_of, ceiling_bench, Ceiling, Theoretical};
-use crate::bench::{measure, Timer, HARNESS_KERNELS};
+use super::{best_of, ceiling_bench, Ceiling, RateAt, Theoretical};
+use crate::bench::{measure, BenchConfig, Timer, HARNESS_KERNELS};
 use crate::blas::{self, GemmPrecision, GemmProblem};
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::{DeviceInfo, Gpu};
@@ -97,6 +97,7 @@ pub fn measure_fp32_fma(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
             "fma_chains kernel (8 independent FMA chains per thread)".into(),
             m,
         )],
+        RateAt::P10,
         |s| flops / s / 1e9,
         "GFLOP/s",
         |name, s| {
@@ -137,7 +138,7 @@ pub fn gemm_ceiling_size(free_bytes: u64) -> usize {
 
 /// Each precision's ceiling is the best of several square sizes: the largest is not always
 /// the fastest (an 8192^3 bf16 GEMM runs long enough to meet the power limit; seen on an H200,
-/// where 4096^3 ran 10% faster).
+/// where 4096^3 ran 10% faster), and runs spaced by L2 flushes beat back-to-back ones.
 pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
     let blas = blas::handle(gpu)?;
     let (free, _) = gpu.memory()?;
@@ -166,21 +167,33 @@ pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
                 )));
             }
             worst_error = worst_error.max(check.rel_l2_error);
-            let m = measure(gpu, timer, &ceiling_bench(), &mut || p.run(gpu, &blas))?;
             let flops = p.work().flops as f64;
-            let label = format!("{name}, {n}x{n}x{n}");
-            let c = best_of(
-                gpu,
-                vec![(label.clone(), m)],
-                |s| flops / s / 1e9,
-                "GFLOP/s",
-                |name, s| {
-                    format!("{name}, random normal inputs, median of {} samples (best of sizes {sizes:?})", s.samples)
-                },
-            )?;
-            all.push((label, c.value));
-            if best.as_ref().is_none_or(|b| c.value > b.value) {
-                best = Some(c);
+            // Back-to-back runs heat the chip toward its power limit; runs with an L2 flush
+            // between them do not. Both are real rates; the ceiling is the best.
+            for (mode, cold) in [
+                ("back-to-back", false),
+                ("one per sample after an L2 flush", true),
+            ] {
+                let cfg = BenchConfig {
+                    cold,
+                    ..ceiling_bench()
+                };
+                let m = measure(gpu, timer, &cfg, &mut || p.run(gpu, &blas))?;
+                let label = format!("{name}, {n}x{n}x{n}, {mode}");
+                let c = best_of(
+                    gpu,
+                    vec![(label.clone(), m)],
+                    RateAt::P10,
+                    |s| flops / s / 1e9,
+                    "GFLOP/s",
+                    |name, s| {
+                        format!("{name}, random normal inputs, rate at the 10th-percentile time of {} samples (best of sizes {sizes:?}, hot and cold)", s.samples)
+                    },
+                )?;
+                all.push((label, c.value));
+                if best.as_ref().is_none_or(|b| c.value > b.value) {
+                    best = Some(c);
+                }
             }
         }
         let mut c = best.ok_or_else(|| Error::invalid("no GEMM size fits in device memory"))?;

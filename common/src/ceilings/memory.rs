@@ -2,7 +2,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling};
+use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt};
 use crate::bench::{measure, Timer, HARNESS_KERNELS};
 use crate::error::{human_bytes, CudaContext as _, Result};
 use crate::gpu::Gpu;
@@ -75,8 +75,15 @@ pub fn measure_read_write(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceil
             )
         }
     };
-    let mut read = best_of(gpu, reads, gbps, "GB/s", describe("read"))?;
-    let mut write = best_of(gpu, writes, gbps, "GB/s", describe("written"))?;
+    let mut read = best_of(gpu, reads, RateAt::Median, gbps, "GB/s", describe("read"))?;
+    let mut write = best_of(
+        gpu,
+        writes,
+        RateAt::Median,
+        gbps,
+        "GB/s",
+        describe("written"),
+    )?;
     read.theoretical = Some(dram_theoretical(&gpu.info));
     write.theoretical = Some(dram_theoretical(&gpu.info));
     Ok((read, write))

@@ -26,7 +26,7 @@ use crate::report::{rfc3339_utc, write_atomically, CeilingRef};
 use crate::stats::Summary;
 use crate::stop::StopRule;
 
-pub const CEILINGS_SCHEMA_VERSION: u32 = 3;
+pub const CEILINGS_SCHEMA_VERSION: u32 = 5;
 
 /// A datasheet-style figure computed from what the driver reports, not measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -203,10 +203,30 @@ pub fn ceiling_bench() -> BenchConfig {
     }
 }
 
+/// Which sample time a ceiling's rate is taken at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateAt {
+    /// The median: for bandwidths, which hold steady.
+    Median,
+    /// The 10th-percentile time, the fast end: for compute, where sustained runs meet the power
+    /// limit and a ceiling should be what the chip reaches, not what it keeps after heating.
+    P10,
+}
+
+impl RateAt {
+    pub fn time(self, s: &Summary) -> f64 {
+        match self {
+            RateAt::Median => s.median,
+            RateAt::P10 => s.p10,
+        }
+    }
+}
+
 /// The best of several measured candidates of the same work, as a ceiling.
 pub fn best_of(
     gpu: &Gpu,
     candidates: Vec<(String, crate::bench::Measurement)>,
+    at: RateAt,
     rate_per_s: impl Fn(f64) -> f64,
     unit: &str,
     describe: impl Fn(&str, &Summary) -> String,
@@ -216,7 +236,7 @@ pub fn best_of(
         .map(|(name, m)| {
             let s = Summary::of(&m.samples_s)
                 .ok_or_else(|| Error::invalid("a ceiling had no valid samples"))?;
-            Ok((name, rate_per_s(s.median), s, m.after.sm_clock_mhz))
+            Ok((name, rate_per_s(at.time(&s)), s, m.after.sm_clock_mhz))
         })
         .collect::<Result<_>>()?;
     rows.sort_by(|a, b| b.1.total_cmp(&a.1));

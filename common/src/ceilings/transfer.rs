@@ -1,7 +1,7 @@
 //! Host-to-device bandwidth: 256 MiB from pinned (page-locked) memory, the ceiling for any
 //! lesson that copies data in, and from ordinary pageable memory for comparison.
 
-use super::{best_of, ceiling_bench, Ceiling};
+use super::{best_of, ceiling_bench, Ceiling, RateAt};
 use crate::bench::{measure, Timer};
 use crate::error::{human_bytes, CudaContext as _, Result};
 use crate::gpu::Gpu;
@@ -50,6 +50,7 @@ pub fn measure_h2d(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceiling)> {
     let pinned = best_of(
         gpu,
         vec![("cuMemcpyHtoDAsync from pinned memory".into(), pinned_m)],
+        RateAt::Median,
         gbps,
         "GB/s",
         describe,
@@ -57,6 +58,7 @@ pub fn measure_h2d(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceiling)> {
     let pageable = best_of(
         gpu,
         vec![("cuMemcpyHtoD from pageable memory".into(), pageable_m)],
+        RateAt::Median,
         gbps,
         "GB/s",
         describe,

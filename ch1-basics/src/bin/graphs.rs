@@ -1,0 +1,4 @@
+//! The graphs training variant alone: graphs.
+fn main() -> std::process::ExitCode {
+    ch1_basics::cli::main_training(ch1_basics::training::Variant::Graphs)
+}

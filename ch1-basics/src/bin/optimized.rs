@@ -1,0 +1,4 @@
+//! The optimized training variant alone: optimized.
+fn main() -> std::process::ExitCode {
+    ch1_basics::cli::main_training(ch1_basics::training::Variant::Optimized)
+}

@@ -1,0 +1,379 @@
+//! The double-buffering pair: push a large pinned host array through the GPU in chunks (copy
+//! in, compute, copy out). Serial: one stream, each chunk's three stages back to back, so at any
+//! moment two of the three engines (host-to-device copy, SMs, device-to-host copy) sit idle.
+//! Overlapped: one stream per stage, events ordering them, `buffers` device buffers in flight,
+//! so chunk k+1 is copied in while chunk k computes and chunk k-1 is copied out. The total
+//! approaches the slowest stage alone.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use serde::Serialize;
+
+use common::bench::{measure, BenchConfig, Timer};
+use common::error::CudaContext as _;
+use common::gpu::Gpu;
+use common::kernels::{self, KernelSource};
+use common::stats::Summary;
+use common::Result;
+
+use crate::memory::Pinned;
+
+pub const KERNELS: KernelSource = KernelSource {
+    name: "pipeline",
+    code: include_str!("../kernels/pipeline.cu"),
+};
+
+/// The map's constants: x <- A x + B. |A| < 1 keeps values bounded and rounding damped.
+pub const A: f32 = 0.999;
+pub const B: f32 = 0.001;
+
+/// One chunk of the plan: which elements, which device buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Chunk {
+    pub index: usize,
+    pub start: usize,
+    pub len: usize,
+    pub buffer: usize,
+    /// Chunk whose copy-out must finish before this chunk's copy-in may overwrite its buffer.
+    pub reuses_after: Option<usize>,
+}
+
+/// Split `n` elements into chunks of `chunk` (the last may be shorter), assigned round-robin
+/// to `buffers` device buffers.
+pub fn plan(n: usize, chunk: usize, buffers: usize) -> Vec<Chunk> {
+    assert!(chunk > 0 && buffers > 0);
+    (0..n.div_ceil(chunk))
+        .map(|i| Chunk {
+            index: i,
+            start: i * chunk,
+            len: chunk.min(n - i * chunk),
+            buffer: i % buffers,
+            reuses_after: i.checked_sub(buffers),
+        })
+        .collect()
+}
+
+/// The time a plan takes when each chunk's stages take (copy in, compute, copy out) and each
+/// engine does one thing at a time: the model of what the overlapped run should approach.
+pub fn simulate(chunks: &[Chunk], stage: (f64, f64, f64), overlapped: bool) -> f64 {
+    let (mut free_in, mut free_compute, mut free_out) = (0.0f64, 0.0f64, 0.0f64);
+    let mut out_done = vec![0.0f64; chunks.len()];
+    let mut serial_clock = 0.0;
+    for c in chunks {
+        let frac = c.len as f64 / chunks[0].len as f64;
+        let (tin, tc, tout) = (stage.0 * frac, stage.1 * frac, stage.2 * frac);
+        if !overlapped {
+            serial_clock += tin + tc + tout;
+            continue;
+        }
+        let buffer_free = c.reuses_after.map(|p| out_done[p]).unwrap_or(0.0);
+        let in_end = free_in.max(buffer_free) + tin;
+        free_in = in_end;
+        let c_end = free_compute.max(in_end) + tc;
+        free_compute = c_end;
+        let o_end = free_out.max(c_end) + tout;
+        free_out = o_end;
+        out_done[c.index] = o_end;
+    }
+    if overlapped {
+        free_out
+    } else {
+        serial_clock
+    }
+}
+
+/// x after `iterations` steps of x <- A x + B, in float64 (closed form).
+pub fn reference_value(x: f32, iterations: u32) -> f64 {
+    let (a, b) = (A as f64, B as f64);
+    let an = a.powi(iterations as i32);
+    an * x as f64 + b * (1.0 - an) / (1.0 - a)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Serial,
+    Overlapped,
+    /// Stages alone, to know the slowest one.
+    CopyInOnly,
+    ComputeOnly,
+    CopyOutOnly,
+}
+
+pub struct Pipeline {
+    pub n: usize,
+    pub chunk: usize,
+    pub buffers: usize,
+    pub iterations: u32,
+    host_in: Pinned<f32>,
+    host_out: Pinned<f32>,
+    dev: Vec<CudaSlice<f32>>,
+    kernel: CudaFunction,
+    sm_count: u32,
+    streams: [Arc<CudaStream>; 3],
+    start: CudaEvent,
+    in_done: Vec<CudaEvent>,
+    compute_done: Vec<CudaEvent>,
+    out_done: Vec<CudaEvent>,
+}
+
+impl Pipeline {
+    pub fn new(
+        gpu: &Gpu,
+        n: usize,
+        chunk: usize,
+        buffers: usize,
+        iterations: u32,
+        seed: u64,
+    ) -> Result<Pipeline> {
+        let chunk = chunk.min(n);
+        gpu.check_fits(
+            "the pipeline's device buffers",
+            (4 * chunk * buffers) as u64,
+        )?;
+        common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
+        let kernel = kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?;
+        let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
+        let values = common::verify::uniform_f32(seed, n, -1.0, 1.0);
+        host_in.as_mut_slice().copy_from_slice(&values);
+        drop(values);
+        let host_out = Pinned::<f32>::new(gpu, n, "the pipeline output")?;
+        let dev = (0..buffers)
+            .map(|_| gpu.alloc::<f32>(chunk, "a pipeline buffer"))
+            .collect::<Result<Vec<_>>>()?;
+        let stream = || gpu.ctx.new_stream().cuda("creating a stream");
+        let events = || -> Result<Vec<CudaEvent>> {
+            (0..buffers)
+                .map(|_| gpu.ctx.new_event(None).cuda("creating an event"))
+                .collect()
+        };
+        Ok(Pipeline {
+            n,
+            chunk,
+            buffers,
+            iterations,
+            host_in,
+            host_out,
+            dev,
+            kernel,
+            sm_count: gpu.info.sm_count,
+            streams: [stream()?, stream()?, stream()?],
+            start: gpu.ctx.new_event(None).cuda("creating an event")?,
+            in_done: events()?,
+            compute_done: events()?,
+            out_done: events()?,
+        })
+    }
+
+    pub fn plan(&self) -> Vec<Chunk> {
+        plan(self.n, self.chunk, self.buffers)
+    }
+
+    fn compute(&mut self, stream: &Arc<CudaStream>, buffer: usize, len: usize) -> Result<()> {
+        let count = len as i64;
+        let (a, b, it) = (A, B, self.iterations as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                (len.div_ceil(256) as u32).min(self.sm_count * 16).max(1),
+                1,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = stream.launch_builder(&self.kernel);
+        l.arg(&mut self.dev[buffer])
+            .arg(&count)
+            .arg(&a)
+            .arg(&b)
+            .arg(&it);
+        // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= chunk elements.
+        unsafe { l.launch(cfg) }.cuda("affine_iterate")?;
+        Ok(())
+    }
+
+    /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on
+    /// `main` (forked and joined with events), so the harness's timer brackets it.
+    pub fn queue(&mut self, main: &Arc<CudaStream>, mode: Mode) -> Result<()> {
+        let chunks = self.plan();
+        let streams = self.streams.clone();
+        if mode != Mode::Overlapped {
+            for c in &chunks {
+                let mut d = self.dev[0].slice_mut(..c.len);
+                let range = c.start..c.start + c.len;
+                if matches!(mode, Mode::Serial | Mode::CopyInOnly) {
+                    self.host_in.copy_to_device(range, &mut d, main)?;
+                }
+                if matches!(mode, Mode::Serial | Mode::ComputeOnly) {
+                    self.compute(main, 0, c.len)?;
+                }
+                if matches!(mode, Mode::Serial | Mode::CopyOutOnly) {
+                    let d = self.dev[0].slice(..c.len);
+                    self.host_out.copy_from_device(c.start, &d, main)?;
+                }
+            }
+            return Ok(());
+        }
+        let [copy_in, compute, copy_out] = &streams;
+        self.start.record(main).cuda("recording the fork")?;
+        for s in &streams {
+            s.wait(&self.start).cuda("forking a stage stream")?;
+        }
+        for c in &chunks {
+            let b = c.buffer;
+            if c.reuses_after.is_some() {
+                // Recorded by chunk c - buffers, the last user of this buffer.
+                copy_in
+                    .wait(&self.out_done[b])
+                    .cuda("waiting for a buffer")?;
+            }
+            let mut d = self.dev[b].slice_mut(..c.len);
+            self.host_in
+                .copy_to_device(c.start..c.start + c.len, &mut d, copy_in)?;
+            self.in_done[b].record(copy_in).cuda("recording copy-in")?;
+            compute.wait(&self.in_done[b]).cuda("ordering compute")?;
+            self.compute(compute, b, c.len)?;
+            self.compute_done[b]
+                .record(compute)
+                .cuda("recording compute")?;
+            copy_out
+                .wait(&self.compute_done[b])
+                .cuda("ordering copy-out")?;
+            let d = self.dev[b].slice(..c.len);
+            self.host_out.copy_from_device(c.start, &d, copy_out)?;
+            self.out_done[b]
+                .record(copy_out)
+                .cuda("recording copy-out")?;
+        }
+        for s in &streams {
+            main.join(s).cuda("joining a stage stream")?;
+        }
+        Ok(())
+    }
+
+    pub fn poison_output(&mut self) {
+        common::par::for_each_chunk_mut(self.host_out.as_mut_slice(), 1 << 20, |_, c| {
+            c.fill(f32::NAN)
+        });
+    }
+
+    /// Relative L2 error of the output against the closed form, and non-finite count.
+    pub fn check_output(&self) -> (f64, usize) {
+        let input = self.host_in.as_slice();
+        let output = self.host_out.as_slice();
+        let iterations = self.iterations;
+        let parts = common::par::map(output.len().div_ceil(1 << 20), |p| {
+            let r = p << 20..((p + 1) << 20).min(output.len());
+            let (mut diff, mut norm, mut bad) = (0.0f64, 0.0f64, 0usize);
+            for i in r {
+                let want = reference_value(input[i], iterations);
+                let got = output[i] as f64;
+                if !got.is_finite() {
+                    bad += 1;
+                    continue;
+                }
+                diff += (got - want) * (got - want);
+                norm += want * want;
+            }
+            (diff, norm, bad)
+        });
+        let (diff, norm, bad) = parts
+            .iter()
+            .fold((0.0, 0.0, 0), |a, p| (a.0 + p.0, a.1 + p.1, a.2 + p.2));
+        let err = if bad > 0 {
+            f64::INFINITY
+        } else {
+            (diff / norm).sqrt()
+        };
+        (err, bad)
+    }
+
+    pub fn output(&self) -> &[f32] {
+        self.host_out.as_slice()
+    }
+}
+
+/// Time `mode` with the harness (blocking kernel on, so launches never gap).
+pub fn time_mode(
+    gpu: &Gpu,
+    timer: &mut Timer,
+    bench: &BenchConfig,
+    p: &mut Pipeline,
+    mode: Mode,
+) -> Result<Summary> {
+    let main = gpu.stream.clone();
+    let m = measure(gpu, timer, bench, &mut || p.queue(&main, mode))?;
+    let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
+    Summary::of(&ms).ok_or_else(|| common::Error::invalid("no valid samples"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_array_once_with_a_short_tail() {
+        let p = plan(10, 4, 2);
+        assert_eq!(
+            p.iter().map(|c| (c.start, c.len)).collect::<Vec<_>>(),
+            vec![(0, 4), (4, 4), (8, 2)]
+        );
+        assert_eq!(p.iter().map(|c| c.len).sum::<usize>(), 10);
+        assert_eq!(plan(8, 4, 3).len(), 2);
+        assert_eq!(
+            plan(1, 4, 2),
+            vec![Chunk {
+                index: 0,
+                start: 0,
+                len: 1,
+                buffer: 0,
+                reuses_after: None
+            }]
+        );
+    }
+
+    #[test]
+    fn a_buffer_is_reused_only_after_its_last_copy_out() {
+        for buffers in 1..4 {
+            let p = plan(100, 7, buffers);
+            for c in &p {
+                assert_eq!(c.buffer, c.index % buffers);
+                match c.reuses_after {
+                    None => assert!(c.index < buffers),
+                    Some(prev) => {
+                        assert_eq!(p[prev].buffer, c.buffer);
+                        // No chunk in between uses the same buffer.
+                        assert!(p[prev + 1..c.index].iter().all(|m| m.buffer != c.buffer));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlap_approaches_the_slowest_stage() {
+        let p = plan(32 * 100, 100, 3);
+        let t = (1.0, 0.8, 0.9);
+        let serial = simulate(&p, t, false);
+        let overlapped = simulate(&p, t, true);
+        assert!((serial - 32.0 * 2.7).abs() < 1e-9);
+        // Slowest stage alone is 32; the pipeline adds one chunk of the other two stages.
+        assert!(
+            (overlapped - (32.0 + 0.8 + 0.9)).abs() < 1e-9,
+            "{overlapped}"
+        );
+        assert!(overlapped / 32.0 < 1.15);
+        // One buffer cannot overlap anything.
+        let single = simulate(&plan(32 * 100, 100, 1), t, true);
+        assert!((single - serial).abs() < 1e-9, "{single} vs {serial}");
+    }
+
+    #[test]
+    fn the_closed_form_matches_iterating() {
+        let mut x = 0.37f32 as f64;
+        for _ in 0..1000 {
+            x = A as f64 * x + B as f64;
+        }
+        assert!((reference_value(0.37, 1000) - x).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,124 @@
+//! The binaries on bad input and without a GPU: one clear line, a non-zero exit, no panic.
+//! These run everywhere, CI included (no GPU there).
+
+use std::process::Command;
+
+fn run(bin: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin)
+        .args(args)
+        // Hide any GPU, so the no-GPU path is taken on GPU machines too.
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .env(
+            "PERF_LESSONS_CACHE",
+            std::env::temp_dir().join("perf-lessons-cli-test"),
+        )
+        .output()
+        .expect("binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "panic on {args:?}: {stderr}");
+    assert!(
+        !stderr.contains("RUST_BACKTRACE"),
+        "backtrace hint on {args:?}: {stderr}"
+    );
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+const MAIN: &str = env!("CARGO_BIN_EXE_ch1-basics");
+
+#[test]
+fn no_gpu_is_one_line_and_exit_2() {
+    for bin in [
+        MAIN,
+        env!("CARGO_BIN_EXE_baseline"),
+        env!("CARGO_BIN_EXE_pinned"),
+        env!("CARGO_BIN_EXE_prealloc"),
+        env!("CARGO_BIN_EXE_batch"),
+        env!("CARGO_BIN_EXE_graphs"),
+        env!("CARGO_BIN_EXE_optimized"),
+        env!("CARGO_BIN_EXE_transpose-naive"),
+        env!("CARGO_BIN_EXE_transpose-tiled"),
+        env!("CARGO_BIN_EXE_pipeline-serial"),
+        env!("CARGO_BIN_EXE_pipeline-overlapped"),
+    ] {
+        let (code, stderr) = run(bin, &[]);
+        assert_eq!(code, 2, "{bin}: {stderr}");
+        assert!(
+            stderr.contains("no NVIDIA driver found")
+                || stderr.contains("no CUDA-capable GPU found"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_by_the_parser() {
+    for (args, expect) in [
+        (vec!["--samples", "0"], "a count of 0"),
+        (vec!["--samples=-256"], "negative"),
+        (vec!["--hidden", "1000000"], "too large"),
+        (vec!["--samples", "1G"], "too large"),
+        (vec!["--batch", "0"], "a count of 0"),
+        (vec!["--n", "100000"], "too large"),
+        (vec!["--pipeline-elements", "1000G"], "too large"),
+        (vec!["--buffers", "9"], "too large"),
+        (vec!["--part", "everything"], "invalid value"),
+    ] {
+        let (code, stderr) = run(MAIN, &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
+
+// `baseline` and `optimized` share their file names with ch1-intensity's binaries in the
+// workspace's target folder, so flag tests use this crate's uniquely named binaries.
+#[test]
+fn sizes_that_do_not_divide_are_refused_before_the_gpu_is_touched() {
+    for (bin, args, expect) in [
+        (
+            MAIN,
+            vec!["--samples", "1000"],
+            "does not divide the samples",
+        ),
+        (
+            env!("CARGO_BIN_EXE_prealloc"),
+            vec!["--batch", "256", "--microbatch", "48"],
+            "does not divide the batch",
+        ),
+        (
+            env!("CARGO_BIN_EXE_graphs"),
+            vec!["--lr=-1"],
+            "--lr must be a positive number",
+        ),
+        (
+            env!("CARGO_BIN_EXE_pipeline-serial"),
+            vec!["--pipeline-elements", "1M", "--chunk", "2M"],
+            "larger than --pipeline-elements",
+        ),
+    ] {
+        let (code, stderr) = run(bin, &args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn help_lists_the_lesson_flags() {
+    let out = Command::new(MAIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--part",
+        "--hidden",
+        "--samples",
+        "--batch",
+        "--microbatch",
+        "--n",
+        "--chunk",
+        "--buffers",
+        "--json",
+        "--device",
+    ] {
+        assert!(text.contains(flag), "missing {flag} in help");
+    }
+}

@@ -1,0 +1,195 @@
+//! GPU tests: run on a machine with an NVIDIA GPU with `cargo test -- --ignored`.
+
+use std::process::Command;
+
+use ch1_basics::memory::{Allocator, DeviceBuf};
+use ch1_basics::model::Dims;
+use ch1_basics::pipeline::{Mode, Pipeline};
+use ch1_basics::train_lesson::{reference, Trained};
+use ch1_basics::training::{TrainConfig, Trainer, Variant};
+use ch1_basics::transpose::{Transpose, TransposeVariant};
+use common::cli::CommonArgs;
+use common::gpu::Gpu;
+use common::lesson::run_lesson;
+use common::report::Status;
+
+fn small(hidden: usize) -> TrainConfig {
+    TrainConfig {
+        dims: Dims::mlp(hidden),
+        samples: 2048,
+        step_batch: 256,
+        microbatch: 32,
+        lr: 0.05,
+        seed: 5,
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
+    let gpu = Gpu::open(0).unwrap();
+    for hidden in [256, 100] {
+        let cfg = small(hidden);
+        let mut t = Trainer::new(&gpu, cfg).unwrap();
+        let r = reference(&t).expect("a small run has a reference");
+        let base = Trained::from_gpu(
+            &t.run_checked(Variant::Baseline).unwrap(),
+            &t.init,
+            cfg.step_batch,
+        );
+        assert!(
+            r.losses[cfg.steps() - 1] < r.losses[0],
+            "the reference learns"
+        );
+        for v in Variant::ALL {
+            let got = Trained::from_gpu(&t.run_checked(v).unwrap(), &t.init, cfg.step_batch);
+            for (against, other) in [("reference", &r), ("baseline", &base)] {
+                let (w, l) = got.check(other, against);
+                println!(
+                    "hidden {hidden} {}: vs {against}: dW {:.2e}, losses {:.2e}",
+                    v.name(),
+                    w.rel_l2_error,
+                    l.rel_l2_error
+                );
+                assert!(
+                    w.passed && l.passed,
+                    "{} vs {against}: {w:?} {l:?}",
+                    v.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn graph_replays_give_the_weights_of_eager_execution() {
+    let gpu = Gpu::open(0).unwrap();
+    let cfg = small(256);
+    let mut t = Trainer::new(&gpu, cfg).unwrap();
+    // Same microbatches, same operations, same order: eager (prealloc) and replayed (graphs).
+    let eager = t.run_checked(Variant::Prealloc).unwrap();
+    let graphs = t.run_checked(Variant::Graphs).unwrap();
+    let eager_batch = t.run_checked(Variant::Batch).unwrap();
+    let optimized = t.run_checked(Variant::Optimized).unwrap();
+    let close = |a: &[f32], b: &[f32]| {
+        let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (d / n).sqrt()
+    };
+    let e1 = close(&graphs.params, &eager.params);
+    let e2 = close(&optimized.params, &eager_batch.params);
+    println!("graphs vs eager: {e1:.2e}; optimized vs batch: {e2:.2e}");
+    assert!(e1 < 1e-6, "{e1}");
+    assert!(e2 < 1e-6, "{e2}");
+    assert_eq!(graphs.losses.len(), eager.losses.len());
+    assert!(graphs.losses.iter().all(|l| l.is_finite()));
+    // A second run of the same graphs starts again from the initial weights.
+    let again = t.run_checked(Variant::Optimized).unwrap();
+    assert_eq!(again.params, optimized.params);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_transpose_is_exact_at_odd_sizes() {
+    let gpu = Gpu::open(0).unwrap();
+    for n in [1, 31, 33, 65, 1000] {
+        let mut lesson = Transpose::new(&gpu, n, 3, &TransposeVariant::ALL).unwrap();
+        let args = CommonArgs {
+            quick: true,
+            max_time: Some(0.05),
+            min_samples: Some(3),
+            ..CommonArgs::default()
+        };
+        let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+        for v in &report.variants {
+            assert_eq!(
+                v.status,
+                Status::Ok,
+                "n={n} {}: {:?}",
+                v.name,
+                v.verification
+            );
+            assert_eq!(v.verification.rel_l2_error, 0.0);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn serial_and_overlapped_pipelines_agree_with_the_closed_form() {
+    let gpu = Gpu::open(0).unwrap();
+    // A short tail chunk, two and three buffers, one buffer.
+    for (n, chunk, buffers) in [
+        (1_000_003, 65_536, 3),
+        (1_000_003, 100_000, 2),
+        (4096, 4096, 1),
+    ] {
+        let mut p = Pipeline::new(&gpu, n, chunk, buffers, 64, 9).unwrap();
+        let mut outputs = Vec::new();
+        for mode in [Mode::Serial, Mode::Overlapped] {
+            p.poison_output();
+            p.queue(&gpu.stream, mode).unwrap();
+            gpu.sync().unwrap();
+            let (err, bad) = p.check_output();
+            assert_eq!(bad, 0, "{mode:?} n={n} chunk={chunk}");
+            assert!(err < 1e-5, "{mode:?}: {err}");
+            outputs.push(p.output().to_vec());
+        }
+        assert!(outputs[0]
+            .iter()
+            .zip(&outputs[1])
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn absurd_sizes_are_clear_out_of_memory_errors_and_the_context_survives() {
+    let gpu = Gpu::open(0).unwrap();
+    let (free, _) = gpu.memory().unwrap();
+    let err = match DeviceBuf::<f32>::new(
+        &gpu,
+        Allocator::Driver,
+        (free / 4 + (1 << 30)) as usize,
+        "too much",
+    ) {
+        Err(e) => e,
+        Ok(_) => panic!("allocating more than is free succeeded"),
+    };
+    assert!(err.is_out_of_memory(), "{err}");
+    assert!(err
+        .to_string()
+        .contains("out of device memory: too much needs"));
+    let huge = TrainConfig {
+        dims: Dims::mlp(1 << 20),
+        samples: 1 << 16,
+        step_batch: 1 << 16,
+        microbatch: 1 << 16,
+        lr: 0.05,
+        seed: 1,
+    };
+    let err = match Trainer::new(&gpu, huge) {
+        Err(e) => e,
+        Ok(_) => panic!("an absurd model fit"),
+    };
+    assert!(err.is_out_of_memory(), "{err}");
+    // The context is still usable.
+    let small = gpu.upload(&[1.0f32, 2.0], "small").unwrap();
+    assert_eq!(gpu.download(&small).unwrap(), vec![1.0, 2.0]);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn an_absurd_pipeline_exits_with_a_clear_message() {
+    // On a GPU machine the binary travels apart from the build tree: CH1_BASICS_BIN says where.
+    let bin = std::env::var("CH1_BASICS_BIN").unwrap_or(env!("CARGO_BIN_EXE_ch1-basics").into());
+    let out = Command::new(bin)
+        .args(["--part", "pipeline", "--pipeline-elements", "60G"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("out of host memory"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,115 @@
+//! Running one variant in a child process: a crash, a hang past the timeout, a sticky CUDA
+//! error or garbage output is that variant's result, and the compare goes on.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::report::LessonReport;
+
+/// How a child ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It wrote a report (its variants may still have failed verification).
+    Report(Box<LessonReport>),
+    /// No usable report, and why ("crashed (signal 11)", "timed out after 60 s", ...).
+    Failed(String),
+    /// The child found no GPU or driver: the whole compare cannot run.
+    NoGpu(String),
+}
+
+/// Run `program args... --json <tmp>` with a timeout; read the report it wrote.
+pub fn run(
+    program: &Path,
+    args: &[String],
+    timeout: Duration,
+    scratch: &Path,
+    tag: &str,
+) -> Outcome {
+    let json = scratch.join(format!("{tag}.json"));
+    let stderr_path = scratch.join(format!("{tag}.stderr"));
+    let _ = std::fs::remove_file(&json);
+    let stderr_file = match std::fs::File::create(&stderr_path) {
+        Ok(f) => f,
+        Err(e) => return Outcome::Failed(format!("cannot create {}: {e}", stderr_path.display())),
+    };
+    let mut child = match Command::new(program)
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr_file)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("could not start {}: {e}", program.display())),
+    };
+    let start = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if start.elapsed() > timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Outcome::Failed(format!(
+                    "timed out after {:.0} s (killed)",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Outcome::Failed(format!("lost the child process: {e}")),
+        }
+    };
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let last_line = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    match status.code() {
+        // 0: all verified; 1 with a report: a variant failed verification (the report says so).
+        Some(0) | Some(1) if json.exists() => match LessonReport::read_json(&json) {
+            Ok(r) => Outcome::Report(Box::new(r)),
+            Err(e) => Outcome::Failed(format!("bad output: {e}")),
+        },
+        Some(2)
+            if last_line.contains("no NVIDIA driver")
+                || last_line.contains("no CUDA-capable GPU") =>
+        {
+            Outcome::NoGpu(last_line)
+        }
+        Some(code) => Outcome::Failed(format!(
+            "exited with code {code}: {}",
+            if last_line.is_empty() {
+                "(no message)"
+            } else {
+                &last_line
+            }
+        )),
+        None => Outcome::Failed(describe_signal(&status)),
+    }
+}
+
+#[cfg(unix)]
+fn describe_signal(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status.signal() {
+        Some(s) => format!("crashed (signal {s})"),
+        None => "ended without an exit code".to_string(),
+    }
+}
+
+#[cfg(not(unix))]
+fn describe_signal(_: &std::process::ExitStatus) -> String {
+    "ended without an exit code".to_string()
+}
+
+/// A fresh scratch folder for one compare run's child outputs.
+pub fn scratch_dir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("perf-lessons-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}

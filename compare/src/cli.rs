@@ -1,0 +1,265 @@
+//! `cargo run --release -p compare`: every pair of every lesson, each variant in its own child
+//! process, one table, and a verdict against the expected figures of this GPU.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+
+use common::ceilings;
+use common::report::Provenance;
+
+use crate::child::{self, Outcome};
+use crate::expectations::{self, Expectations};
+use crate::lessons;
+use crate::outcome::{CompareReport, PairRow, VariantRun, COMPARE_SCHEMA_VERSION};
+use crate::rule::Rule;
+
+/// The time cap per variant in the default mode, seconds.
+pub const MAX_TIME_S: f64 = 2.0;
+
+/// First argument that makes this binary a child running one variant.
+pub const CHILD_FLAG: &str = "__run-variant";
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    about = "Run every lesson's baseline/optimized pairs and compare them with the expected figures"
+)]
+pub struct Args {
+    /// List the pairs and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Only pairs whose "lesson/pair" contains this text.
+    #[arg(long, value_name = "PATTERN")]
+    pub filter: Option<String>,
+    /// Fewer samples, for a first look.
+    #[arg(long)]
+    pub quick: bool,
+    /// GPU to run on.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub device: usize,
+    /// Write the whole compare (every variant's report included) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Expectations file (default: results/<gpu>/expectations.json).
+    #[arg(long, value_name = "FILE")]
+    pub expectations: Option<PathBuf>,
+    /// Rewrite the expectations from this run instead of judging against them.
+    #[arg(long)]
+    pub update_expectations: bool,
+    /// Seconds before a variant's process is killed.
+    #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
+    pub timeout: f64,
+    /// Smallest change that counts, in percent.
+    #[arg(long, default_value = "5", value_name = "PERCENT", value_parser = common::cli::parse_percent)]
+    pub threshold: f64,
+    /// Test only: run this program instead of this binary for each variant.
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub child_program: Option<PathBuf>,
+    /// Test only: "lesson/variant" to slow down on purpose (a planted regression).
+    #[arg(long, hide = true, value_name = "LESSON/VARIANT")]
+    pub plant_slowdown: Option<String>,
+}
+
+pub fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(CHILD_FLAG) {
+        return common::cli::main_with(|| run_child(&argv[2..]));
+    }
+    common::cli::main_with(|| run(&Args::parse()))
+}
+
+/// Child side: `compare __run-variant LESSON VARIANT [lesson flags...]`.
+fn run_child(rest: &[String]) -> anyhow::Result<ExitCode> {
+    let [lesson, variant, flags @ ..] = rest else {
+        anyhow::bail!("usage: compare {CHILD_FLAG} LESSON VARIANT [FLAGS]");
+    };
+    let entry =
+        lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
+    let argv: Vec<String> = std::iter::once(lesson.clone())
+        .chain(flags.iter().cloned())
+        .collect();
+    (entry.run)(&argv, &[variant.as_str()])
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let pairs = lessons::select(args.filter.as_deref());
+    if args.list {
+        for p in lessons::PAIRS {
+            println!("{}  ({} -> {})", p.id(), p.baseline, p.optimized);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if pairs.is_empty() {
+        anyhow::bail!(
+            "no pair matches '{}': `--list` shows them",
+            args.filter.as_deref().unwrap_or_default()
+        );
+    }
+    // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
+    // children instead need no GPU).
+    if args.child_program.is_none() {
+        common::gpu::probe_driver()?;
+    }
+    let program = match &args.child_program {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?,
+    };
+    let scratch = child::scratch_dir()?;
+    let variants = lessons::variants_of(&pairs);
+    let started = Instant::now();
+    let progress = std::io::stderr().is_terminal();
+    let mut runs: Vec<VariantRun> = Vec::new();
+    let mut device = None;
+    for (i, (lesson, variant)) in variants.iter().enumerate() {
+        if progress {
+            eprint!(
+                "\r[{}/{}] {lesson}/{variant} ({:.0} s)   ",
+                i + 1,
+                variants.len(),
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+        let mut child_args = vec![
+            CHILD_FLAG.to_string(),
+            lesson.to_string(),
+            variant.to_string(),
+            "--device".into(),
+            args.device.to_string(),
+        ];
+        if args.quick {
+            child_args.push("--quick".into());
+        } else {
+            // The harness's default rule, with the time cap lowered so that noisy variants (a
+            // host-bound training loop is 5-10% noisy) stop in 2 s instead of 5.
+            child_args.extend(["--max-time".to_string(), MAX_TIME_S.to_string()]);
+        }
+        if args.plant_slowdown.as_deref() == Some(&format!("{lesson}/{variant}")) {
+            child_args.extend(["--plant-slowdown".to_string(), variant.to_string()]);
+        }
+        let t0 = Instant::now();
+        let outcome = child::run(
+            &program,
+            &child_args,
+            Duration::from_secs_f64(args.timeout),
+            &scratch,
+            &format!("{lesson}-{variant}"),
+        );
+        let wall = t0.elapsed().as_secs_f64();
+        let run = match outcome {
+            Outcome::Report(r) => {
+                device.get_or_insert_with(|| r.device.clone());
+                VariantRun::from_report(lesson, variant, r.variant(variant), None, wall)
+            }
+            Outcome::Failed(why) => VariantRun::from_report(lesson, variant, None, Some(why), wall),
+            Outcome::NoGpu(line) => anyhow::bail!("{line}"),
+        };
+        runs.push(run);
+    }
+    if progress {
+        eprintln!("\r{:60}", "");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let slug = device
+        .as_ref()
+        .map(|d: &common::gpu::DeviceInfo| d.model_slug())
+        .unwrap_or_else(|| "unknown-gpu".into());
+    let exp_path = args
+        .expectations
+        .clone()
+        .unwrap_or_else(|| expectations::path_for(&PathBuf::from("results"), &slug));
+    let rule = Rule {
+        threshold: args.threshold,
+        ..Rule::default()
+    };
+    let expected = if args.update_expectations {
+        None
+    } else {
+        match Expectations::read(&exp_path) {
+            Ok(e) => Some(e),
+            Err(err) => {
+                eprintln!("note: {err}");
+                None
+            }
+        }
+    };
+    if let (Some(e), Some(d)) = (&expected, &device) {
+        if e.gpu != d.name {
+            eprintln!(
+                "note: {} holds figures for {}, not this {}: comparing anyway",
+                exp_path.display(),
+                e.gpu,
+                d.name
+            );
+        }
+    }
+    for r in &mut runs {
+        r.judge(expected.as_ref(), &rule);
+    }
+    let cached = device.as_ref().and_then(ceilings::load_cached);
+    let pair_rows = pairs
+        .iter()
+        .map(|p| PairRow::build(p, &runs, cached.as_ref()))
+        .collect();
+    let report = CompareReport {
+        schema_version: COMPARE_SCHEMA_VERSION,
+        device: device.clone(),
+        provenance: Provenance::now(),
+        rule,
+        expectations: expected.as_ref().map(|_| exp_path.display().to_string()),
+        variants: runs,
+        pairs: pair_rows,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    print!("{}", report.markdown());
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&report)?;
+        common::report::write_atomically(path, &json)
+            .map_err(|e| anyhow::anyhow!("{}: could not write: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if args.update_expectations {
+        update_expectations(&report, &exp_path)?;
+    }
+    let problems = report.problems();
+    for p in &problems {
+        eprintln!("error: {p}");
+    }
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Write every verified variant's timing as the new expectation, keeping the others.
+fn update_expectations(report: &CompareReport, path: &std::path::Path) -> anyhow::Result<()> {
+    let device = report
+        .device
+        .as_ref()
+        .ok_or_else(|| anyhow::anyhow!("no variant ran: nothing to record"))?;
+    let mut e = Expectations::read(path).unwrap_or(Expectations {
+        schema_version: expectations::EXPECTATIONS_SCHEMA_VERSION,
+        gpu: device.name.clone(),
+        driver_version: device.driver_version.clone(),
+        git_commit: String::new(),
+        updated: String::new(),
+        variants: Default::default(),
+    });
+    e.gpu = device.name.clone();
+    e.driver_version = device.driver_version.clone();
+    e.git_commit = report.provenance.git_commit.clone();
+    e.updated = report.provenance.time.clone();
+    for v in &report.variants {
+        if let (crate::outcome::RunStatus::Ok, Some(t)) = (&v.status, v.timing) {
+            e.variants.insert(v.id(), t);
+        }
+    }
+    e.write(path)?;
+    println!("updated {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! GPU tests: `cargo test -p compare -- --ignored` on a machine with an NVIDIA GPU.
+
+use std::process::Command;
+
+fn compare(args: &[&str]) -> (i32, String, String) {
+    // On a GPU machine the binary travels apart from the build tree: COMPARE_BIN says where.
+    let bin = std::env::var("COMPARE_BIN").unwrap_or(env!("CARGO_BIN_EXE_compare").into());
+    let out = Command::new(bin).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_full_compare_verifies_every_pair_and_catches_a_planted_regression() {
+    let exp = std::env::temp_dir().join(format!("compare-gpu-{}.json", std::process::id()));
+    let exp = exp.to_str().unwrap();
+    let (code, out, err) = compare(&["--quick", "--expectations", exp, "--update-expectations"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.contains("| NO |") && !out.contains("ERROR"), "{out}");
+    // The same build again, with ch1-intensity's fused kernel run twice per timed run.
+    let (code, out, err) = compare(&[
+        "--quick",
+        "--filter",
+        "ch1-intensity",
+        "--expectations",
+        exp,
+        "--plant-slowdown",
+        "ch1-intensity/fused",
+    ]);
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("ch1-intensity/fused: SLOWER"), "{err}");
+    assert!(
+        out.contains("ch1-intensity/baseline | ok") && out.contains("| SAME |"),
+        "{out}"
+    );
+}

@@ -214,6 +214,12 @@ impl LessonReport {
                 ));
             }
         }
+        for v in &self.variants {
+            if let Some(t) = v.measurement.as_ref().and_then(|m| m.trace.as_ref()) {
+                out.push('\n');
+                out.push_str(&t.markdown());
+            }
+        }
         out
     }
 

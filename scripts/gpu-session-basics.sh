@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the ch1-basics issue asks to measure, in one call on the GPU machine.
-# Expects the binaries staged by scripts/stage-basics.sh in $B (default .bin-basics) and $OUT.
+# Expects the binaries staged by scripts/stage-bin.sh (binaries as ch1-basics, test-ch1-basics-gpu) in $B (default .bin-basics) and $OUT.
 set -uo pipefail
 B=${B:-.bin-basics}
 export PERF_LESSONS_CACHE=/tmp/plc

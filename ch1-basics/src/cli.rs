@@ -146,6 +146,8 @@ pub fn run(args: &Args, sel: &Selection) -> anyhow::Result<ExitCode> {
         );
     }
     let gpu = Gpu::open(args.common.device)?;
+    // One trace session for every part (run_lesson reuses an open one).
+    let trace = common::trace::Session::start_if(&args.common)?;
     let mut passed = true;
     let mut json = serde_json::Map::new();
     if let Some(cfg) = cfg {
@@ -177,6 +179,10 @@ pub fn run(args: &Args, sel: &Selection) -> anyhow::Result<ExitCode> {
         print!("{}", report.markdown());
         passed &= report.all_passed();
         json.insert("pipeline".into(), serde_json::to_value(&report)?);
+    }
+    if let Some(t) = trace {
+        let path = t.finish()?;
+        println!("trace: {}", path.display());
     }
     if let Some(path) = &args.common.json {
         // One part: its report as is; several: one object keyed by part.

@@ -202,12 +202,15 @@ impl Pipeline {
                 let mut d = self.dev[0].slice_mut(..c.len);
                 let range = c.start..c.start + c.len;
                 if matches!(mode, Mode::Serial | Mode::CopyInOnly) {
+                    let _phase = common::nvtx::range("copy in");
                     self.host_in.copy_to_device(range, &mut d, main)?;
                 }
                 if matches!(mode, Mode::Serial | Mode::ComputeOnly) {
+                    let _phase = common::nvtx::range("compute");
                     self.compute(main, 0, c.len)?;
                 }
                 if matches!(mode, Mode::Serial | Mode::CopyOutOnly) {
+                    let _phase = common::nvtx::range("copy out");
                     let d = self.dev[0].slice(..c.len);
                     self.host_out.copy_from_device(c.start, &d, main)?;
                 }
@@ -227,15 +230,20 @@ impl Pipeline {
                     .wait(&self.out_done[b])
                     .cuda("waiting for a buffer")?;
             }
+            let phase = common::nvtx::range("copy in");
             let mut d = self.dev[b].slice_mut(..c.len);
             self.host_in
                 .copy_to_device(c.start..c.start + c.len, &mut d, copy_in)?;
+            drop(phase);
+            let phase = common::nvtx::range("compute");
             self.in_done[b].record(copy_in).cuda("recording copy-in")?;
             compute.wait(&self.in_done[b]).cuda("ordering compute")?;
             self.compute(compute, b, c.len)?;
             self.compute_done[b]
                 .record(compute)
                 .cuda("recording compute")?;
+            drop(phase);
+            let _phase = common::nvtx::range("copy out");
             copy_out
                 .wait(&self.compute_done[b])
                 .cuda("ordering copy-out")?;
@@ -302,6 +310,7 @@ pub fn time_mode(
     mode: Mode,
 ) -> Result<Summary> {
     let main = gpu.stream.clone();
+    let _variant = common::nvtx::range(&format!("ch1-basics:pipeline-{mode:?}").to_lowercase());
     let m = measure(gpu, timer, bench, &mut || p.queue(&main, mode))?;
     let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
     Summary::of(&ms).ok_or_else(|| common::Error::invalid("no valid samples"))

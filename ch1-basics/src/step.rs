@@ -200,6 +200,7 @@ impl Mlp<'_> {
         batch: usize,
         slot: LossSlot,
     ) -> Result<()> {
+        let _phase = common::nvtx::range("forward");
         let d = self.dims;
         let (gpu, k) = (ex.gpu, self.kernels);
         assert!(batch <= act.capacity && x.len() >= batch * d.input && labels.len() >= batch);
@@ -293,6 +294,7 @@ impl Mlp<'_> {
         batch: usize,
         accumulate: bool,
     ) -> Result<()> {
+        let _phase = common::nvtx::range("backward");
         let d = self.dims;
         let (gpu, k) = (ex.gpu, self.kernels);
         let beta = if accumulate { 1.0 } else { 0.0 };
@@ -390,6 +392,7 @@ impl Mlp<'_> {
 
     /// SGD over every parameter, and the step counter moves on.
     pub fn sgd_update(&self, ex: &mut Exec, state: &mut ModelState, lr: f32) -> Result<()> {
+        let _phase = common::nvtx::range("update");
         let gpu = ex.gpu;
         let count = state.dims.param_count() as i64;
         ex.op("sgd_step", || {

@@ -248,6 +248,7 @@ pub fn run_training(
                     Some(process_start().elapsed().as_secs_f64());
                 provenance.startup_phases = marks();
             }
+            let _variant = common::nvtx::range(&format!("ch1-basics:{}", v.name()));
             let meas = measure(gpu, &mut timer, &bench, &mut || trainer.run(v))?;
             let ms: Vec<f64> = meas.samples_s.iter().map(|s| s * 1e3).collect();
             let summary =

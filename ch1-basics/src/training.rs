@@ -348,6 +348,7 @@ impl<'g> Trainer<'g> {
                 // does not wait for it (the next operation's sync covers it). A pageable copy
                 // makes the host wait anyway, and the baseline then syncs as after every op.
                 ex.sync_every_op = !f.pinned;
+                let copy_phase = common::nvtx::range("copy in");
                 ex.op("copy input", || {
                     if f.pinned {
                         let st = &gpu.stream;
@@ -376,6 +377,7 @@ impl<'g> Trainer<'g> {
                             .cuda("copying labels")
                     }
                 })?;
+                drop(copy_phase);
                 ex.sync_every_op = true;
                 let acts = match own_acts.as_mut() {
                     Some(a) => a,
@@ -536,6 +538,7 @@ impl<'g> Trainer<'g> {
         for m in 0..sb / mb {
             let rows = slot * sb + m * mb..slot * sb + (m + 1) * mb;
             if copy_each_pass {
+                let _copy = common::nvtx::range("copy in");
                 let stream = &ex.gpu.stream;
                 self.staged_x.copy_to_device(
                     rows.start * ni..rows.end * ni,

@@ -170,6 +170,7 @@ pub fn run(
     let start = Instant::now();
     let mut timer = Timer::new(gpu)?;
     let provenance = Provenance::now();
+    let trace = common::trace::Session::start_if(args)?;
     let mut points = Vec::new();
     for &size in sizes {
         let (free, _) = gpu.memory()?;
@@ -227,6 +228,9 @@ pub fn run(
             }
         }
     }
+    if let Some(t) = trace {
+        t.finish()?;
+    }
     let crossover = crossover(&points, MATTERS_ABOVE);
     Ok(SweepReport {
         schema_version: SCHEMA_VERSION,
@@ -264,6 +268,12 @@ fn measure_side(
     tolerance: f64,
     args: &CommonArgs,
 ) -> Result<Timing> {
+    // Named like the runner's variant ranges, with the point: "ch1-gemm:strided:40x64^3".
+    let _range = common::nvtx::range(&format!(
+        "ch1-gemm:{}:{count}x{}^3",
+        variant.name(),
+        batch.shape().m
+    ));
     batch.poison(gpu)?;
     batch.run(gpu, variant, count)?;
     gpu.sync()?;

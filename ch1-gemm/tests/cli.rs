@@ -4,23 +4,7 @@
 use std::process::Command;
 
 fn run(bin: &str, args: &[&str]) -> (i32, String) {
-    let out = Command::new(bin)
-        .args(args)
-        // Hide any GPU, so the no-GPU path is taken on GPU machines too.
-        .env("CUDA_VISIBLE_DEVICES", "")
-        .env(
-            "PERF_LESSONS_CACHE",
-            std::env::temp_dir().join("perf-lessons-cli-test"),
-        )
-        .output()
-        .expect("binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!stderr.contains("panicked"), "panic on {args:?}: {stderr}");
-    assert!(
-        !stderr.contains("RUST_BACKTRACE"),
-        "backtrace hint on {args:?}: {stderr}"
-    );
-    (out.status.code().unwrap_or(-1), stderr)
+    common::testing::run_without_gpu(bin, args)
 }
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-gemm");

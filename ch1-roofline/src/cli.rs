@@ -52,7 +52,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         ..args.common.bench_config()
     };
     let mut notes = Vec::new();
+    // --trace covers the operations' timed regions (not the ceilings').
+    let trace = common::trace::Session::start_if(&args.common)?;
     let mut points = ops::measure_points(&gpu, &mut timer, &cfg, &roofs, &mut notes)?;
+    if let Some(t) = trace {
+        t.finish()?;
+    }
     match intensity_report(args, &gpu.info) {
         Ok((report, source)) => points.extend(intensity_points(&report, &roofs, &source)),
         Err(why) => notes.push(format!("ch1-intensity variants left out: {why}")),

@@ -124,12 +124,9 @@ pub struct RooflineReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{path}: cannot read: {message}")]
-    Read { path: String, message: String },
-    #[error("{path}: not valid JSON: {message}")]
-    Json { path: String, message: String },
-    #[error("{path}: {message}")]
-    Schema { path: String, message: String },
+    /// Missing, unreadable, not JSON, another schema version or not a roofline result.
+    #[error("{0}")]
+    Read(String),
     #[error("{path}: could not write: {message}")]
     Write { path: String, message: String },
 }
@@ -154,30 +151,13 @@ impl RooflineReport {
     }
 
     pub fn read_json(path: &Path) -> Result<RooflineReport, ReportError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| ReportError::Read {
-            path: p.clone(),
-            message: e.to_string(),
-        })?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| ReportError::Json {
-                path: p.clone(),
-                message: e.to_string(),
-            })?;
-        match value.get("schema_version").and_then(|v| v.as_u64()) {
-            Some(v) if v == ROOFLINE_SCHEMA_VERSION as u64 => {}
-            Some(v) => {
-                return Err(ReportError::Schema {
-                    path: p,
-                    message: format!("schema version {v}, this build reads version {ROOFLINE_SCHEMA_VERSION}: re-run the roofline to regenerate it"),
-                })
-            }
-            None => return Err(ReportError::Schema { path: p, message: "not a roofline result (no schema_version)".into() }),
-        }
-        serde_json::from_value(value).map_err(|e| ReportError::Schema {
-            path: p,
-            message: format!("not a roofline result: {e}"),
-        })
+        common::report::read_versioned(
+            path,
+            ROOFLINE_SCHEMA_VERSION,
+            "a roofline result",
+            "re-run the roofline to regenerate it",
+        )
+        .map_err(|e| ReportError::Read(e.to_string()))
     }
 
     pub fn write_json(&self, path: &Path) -> Result<(), ReportError> {

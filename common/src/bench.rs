@@ -9,6 +9,12 @@
 //! - cold: before each sample a kernel reads a buffer twice the L2 size, evicting the working set
 //!   and leaving only clean lines (a memset would leave L2 full of dirty lines whose write-back
 //!   the timed run would pay for), then one run is timed.
+//!
+//! For profilers: warmup and the timed samples are NVTX ranges ("warmup", "timed") inside
+//! whatever range the caller has open (the runner opens `lesson:variant`), and the timed loop
+//! sits between cuProfilerStart and cuProfilerStop, so `nsys --capture-range=cudaProfilerApi`
+//! records only timed regions. With a [crate::trace] session open, the timed loop is a trace
+//! region and its kernel summary goes into [Measurement::trace].
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,12 +29,18 @@ use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::{self, KernelSource};
 use crate::nvml::{clock_dropped, GpuState};
+use crate::nvtx;
 use crate::stop::{StopReason, StopRule};
+use crate::trace::{self, TraceSummary};
 
 pub const HARNESS_KERNELS: KernelSource = KernelSource {
     name: "harness",
     code: include_str!("../kernels/harness.cu"),
 };
+
+/// Kernels of the harness that run inside timed regions (the blocking kernel, the cold-mode L2
+/// flush): traces label them and leave them out of kernel summaries and busy time.
+pub const HARNESS_KERNEL_NAMES: [&str; 2] = ["hold_stream", "flush_l2_by_reading"];
 
 /// How to measure; the same for every variant of a lesson.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -79,6 +91,9 @@ pub struct Measurement {
     pub clock_dropped: bool,
     /// Samples whose blocking kernel gave up waiting (their launches may include gaps).
     pub hold_timeouts: usize,
+    /// What the built-in trace saw in the timed region, when `--trace` was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSummary>,
 }
 
 impl Measurement {
@@ -254,7 +269,10 @@ pub fn measure(
     launch: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Measurement> {
     cfg.stop.validate().map_err(Error::invalid)?;
+    // The region's name in traces: the caller's innermost range (the runner's lesson:variant).
+    let label = nvtx::current_range().unwrap_or_else(|| "measure".into());
     // Warmup: module load, first-touch and clock ramp stay out of the numbers.
+    let warmup_range = nvtx::range("warmup");
     let warm_start = Instant::now();
     let mut warmup_runs = 0;
     let mut single_s = f64::INFINITY;
@@ -266,6 +284,7 @@ pub fn measure(
             break;
         }
     }
+    drop(warmup_range);
     let batch = if cfg.cold {
         1
     } else {
@@ -273,6 +292,9 @@ pub fn measure(
     };
 
     let before = state(gpu);
+    let timed_range = nvtx::range("timed");
+    let region = trace::region_begin();
+    let profiler = ProfilerRange::start(gpu);
     let start = Instant::now();
     let mut samples = Vec::new();
     // The stop rule sees whole samples: its minimum GPU time counts every run of a batch (the
@@ -289,6 +311,16 @@ pub fn measure(
         }
     };
     let wall_s = start.elapsed().as_secs_f64();
+    drop(profiler);
+    let trace = match region {
+        Some(r) => Some(trace::region_end(
+            r,
+            &label,
+            (samples.len() * batch) as u64,
+        )?),
+        None => None,
+    };
+    drop(timed_range);
     let after = state(gpu);
     Ok(Measurement {
         clock_dropped: clock_dropped(before.sm_clock_mhz, after.sm_clock_mhz, 0.05),
@@ -301,7 +333,30 @@ pub fn measure(
         before,
         after,
         hold_timeouts,
+        trace,
     })
+}
+
+/// cuProfilerStart now, cuProfilerStop when dropped: the timed loop is what
+/// `nsys --capture-range=cudaProfilerApi` records. Without a profiler both are no-ops; their
+/// results are ignored because profiling control must never fail a measurement.
+struct ProfilerRange;
+
+impl ProfilerRange {
+    fn start(gpu: &Gpu) -> ProfilerRange {
+        if gpu.ctx.bind_to_thread().is_ok() {
+            // SAFETY: plain driver call on the current context.
+            let _ = unsafe { sys::cuProfilerStart() };
+        }
+        ProfilerRange
+    }
+}
+
+impl Drop for ProfilerRange {
+    fn drop(&mut self) {
+        // SAFETY: plain driver call.
+        let _ = unsafe { sys::cuProfilerStop() };
+    }
 }
 
 /// Runs per hot sample so that one sample spans at least `min_sample_s`.

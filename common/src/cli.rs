@@ -41,6 +41,10 @@ pub struct CommonArgs {
     /// Re-measure the device ceilings instead of using the cached ones.
     #[arg(long, alias = "refresh")]
     pub refresh_ceilings: bool,
+    /// Record the timed regions' GPU activity with CUPTI and write a Chrome trace-event JSON
+    /// here (opens in ui.perfetto.dev); prints a kernel summary per variant.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Test only: run this variant twice per timed run, a planted regression for the compare's
     /// tests to catch. Verification is unaffected.
     #[arg(long, hide = true, value_name = "VARIANT")]
@@ -256,6 +260,23 @@ mod tests {
         }
         .stop_rule();
         assert!(quick.min_time_s < StopRule::default().min_time_s);
+    }
+
+    #[test]
+    fn every_lesson_gets_trace() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Lesson {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let l = Lesson::parse_from(["lesson", "--trace", "out dir/t.json", "--quick"]);
+        assert_eq!(
+            l.common.trace.as_deref(),
+            Some(std::path::Path::new("out dir/t.json"))
+        );
+        assert!(Lesson::parse_from(["lesson"]).common.trace.is_none());
+        assert!(Lesson::try_parse_from(["lesson", "--trace"]).is_err());
     }
 
     #[test]

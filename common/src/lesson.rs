@@ -4,6 +4,10 @@
 //!
 //! A lesson implements [Lesson]: it owns its buffers and knows how to launch each variant.
 //! Nothing here knows a lesson by name.
+//!
+//! Each variant runs inside an NVTX range `lesson:variant` (with `verify`, then the `warmup`
+//! and `timed` ranges of [measure]); with `--trace FILE` the runner records a CUPTI trace of
+//! the timed regions (see [crate::trace]).
 
 use std::process::ExitCode;
 
@@ -13,8 +17,10 @@ use crate::cli::{mark, marks, process_start, CommonArgs};
 use crate::counters::Work;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::nvtx;
 use crate::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
 use crate::stats::Summary;
+use crate::trace;
 use crate::verify::{check, Precision};
 
 /// What a variant is, before it runs.
@@ -106,14 +112,19 @@ pub fn run_lesson(
     let copy = ceilings::copy_bandwidth(gpu, &mut timer, args.refresh_ceilings)?;
     mark("timer and ceilings ready");
     let mut provenance = Provenance::now();
+    // After the ceilings, so only the variants' timed regions are traced.
+    let trace = trace::Session::start_if(args)?;
 
     let mut variants = Vec::new();
     for &index in &selected {
         let spec = &specs[index];
+        let _variant_range = nvtx::range(&range_name(lesson.name(), spec.name));
+        let verify_range = nvtx::range("verify");
         lesson.poison(gpu)?;
         lesson.run(gpu, index)?;
         gpu.sync()?;
         let got = lesson.output(gpu)?;
+        drop(verify_range);
         let verification = check(
             &got,
             lesson.reference(),
@@ -167,6 +178,9 @@ pub fn run_lesson(
         variants.push(report);
     }
     apply_speedups(&mut variants, lesson.baseline());
+    if let Some(t) = trace {
+        t.finish()?;
+    }
 
     Ok(LessonReport {
         schema_version: SCHEMA_VERSION,
@@ -177,6 +191,12 @@ pub fn run_lesson(
         ceilings: vec![copy.as_ref_named("measured copy bandwidth")],
         variants,
     })
+}
+
+/// The NVTX range of one variant: "ch1-intensity:fused". Not "/": ncu's `--nvtx-include`
+/// reads "a/b" as range b nested in range a.
+pub fn range_name(lesson: &str, variant: &str) -> String {
+    format!("{lesson}:{variant}")
 }
 
 /// Speedup = baseline median / variant median, for verified variants when the baseline ran

@@ -9,6 +9,7 @@
 //! - [ceilings]: measured device limits, cached per device
 //! - [report]: the JSON document and the markdown table
 //! - [lesson], [cli]: the runner and the flags every lesson binary shares
+//! - [nvtx], [trace]: NVTX ranges for Nsight, and the built-in CUPTI kernel trace (`--trace`)
 //! - [par]: parallel host-side helpers for inputs and references
 
 pub mod bench;
@@ -26,6 +27,8 @@ pub mod par;
 pub mod report;
 pub mod stats;
 pub mod stop;
+pub mod testing;
+pub mod trace;
 pub mod verify;
 
 pub use error::{Error, Result};

@@ -214,6 +214,12 @@ impl LessonReport {
                 ));
             }
         }
+        for v in &self.variants {
+            if let Some(t) = v.measurement.as_ref().and_then(|m| m.trace.as_ref()) {
+                out.push('\n');
+                out.push_str(&t.markdown());
+            }
+        }
         out
     }
 
@@ -231,26 +237,40 @@ impl LessonReport {
 
     /// Read a report back, checking it is one and of this schema version.
     pub fn read_json(path: &Path) -> Result<LessonReport> {
-        let file_err = |message: String| Error::File {
-            path: path.display().to_string(),
-            message,
-        };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| file_err(format!("cannot read: {e}")))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| file_err(format!("not valid JSON: {e}")))?;
-        match value.get("schema_version").and_then(|v| v.as_u64()) {
-            Some(v) if v == SCHEMA_VERSION as u64 => {}
-            Some(v) => {
-                return Err(file_err(format!(
-                    "schema version {v}, this build reads version {SCHEMA_VERSION}: re-run the lesson to regenerate it"
-                )))
-            }
-            None => return Err(file_err("not a perf-lessons result (no schema_version)".into())),
-        }
-        serde_json::from_value(value)
-            .map_err(|e| file_err(format!("not a perf-lessons result: {e}")))
+        read_versioned(
+            path,
+            SCHEMA_VERSION,
+            "a perf-lessons result",
+            "re-run the lesson to regenerate it",
+        )
     }
+}
+
+/// Read a versioned JSON document: the file, valid JSON, the expected `schema_version`, then
+/// the type. Each failure is one line naming the file and, for an old version, what to do.
+pub fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    version: u32,
+    what: &str,
+    advice: &str,
+) -> Result<T> {
+    let file_err = |message: String| Error::File {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file_err(format!("cannot read: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| file_err(format!("not valid JSON: {e}")))?;
+    match value.get("schema_version").and_then(|v| v.as_u64()) {
+        Some(v) if v == version as u64 => {}
+        Some(v) => {
+            return Err(file_err(format!(
+                "schema version {v}, this build reads version {version}: {advice}"
+            )))
+        }
+        None => return Err(file_err(format!("not {what} (no schema_version)"))),
+    }
+    serde_json::from_value(value).map_err(|e| file_err(format!("not {what}: {e}")))
 }
 
 /// Milliseconds with a unit that keeps three significant figures.

@@ -28,10 +28,9 @@ pub enum ExpectationsError {
         "{0}: no expectations for this GPU yet: run with --update-expectations to record them"
     )]
     Missing(String),
-    #[error("{path}: cannot read: {message}")]
-    Read { path: String, message: String },
-    #[error("{path}: not valid JSON: {message}")]
-    Json { path: String, message: String },
+    /// Unreadable, not JSON, another schema version or not an expectations file.
+    #[error("{0}")]
+    Read(String),
     #[error("{path}: {message}")]
     Schema { path: String, message: String },
     #[error("{path}: could not write: {message}")]
@@ -49,30 +48,13 @@ impl Expectations {
         if !path.exists() {
             return Err(ExpectationsError::Missing(p));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| ExpectationsError::Read {
-            path: p.clone(),
-            message: e.to_string(),
-        })?;
-        let value: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| ExpectationsError::Json {
-                path: p.clone(),
-                message: e.to_string(),
-            })?;
-        match value.get("schema_version").and_then(|v| v.as_u64()) {
-            Some(v) if v == EXPECTATIONS_SCHEMA_VERSION as u64 => {}
-            Some(v) => {
-                return Err(ExpectationsError::Schema {
-                    path: p,
-                    message: format!("schema version {v}, this build reads {EXPECTATIONS_SCHEMA_VERSION}: re-record with --update-expectations"),
-                })
-            }
-            None => return Err(ExpectationsError::Schema { path: p, message: "not an expectations file (no schema_version)".into() }),
-        }
-        let e: Expectations =
-            serde_json::from_value(value).map_err(|e| ExpectationsError::Schema {
-                path: p.clone(),
-                message: format!("not an expectations file: {e}"),
-            })?;
+        let e: Expectations = common::report::read_versioned(
+            path,
+            EXPECTATIONS_SCHEMA_VERSION,
+            "an expectations file",
+            "re-record with --update-expectations",
+        )
+        .map_err(|e| ExpectationsError::Read(e.to_string()))?;
         if let Some((name, _)) = e
             .variants
             .iter()

@@ -263,7 +263,7 @@ impl CompareReport {
             ));
         }
         out.push_str(&format!(
-            "\nrule: a change counts when it exceeds both runs' noise and {:.0}%; UNSURE above {:.0}% noise. Total {:.1} s.\n",
+            "\nrule: a change counts when it exceeds twice each run's noise and {:.0}%; UNSURE above {:.0}% noise. Total {:.1} s.\n",
             100.0 * self.rule.threshold,
             100.0 * self.rule.max_noise,
             self.wall_s

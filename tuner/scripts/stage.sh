@@ -16,5 +16,5 @@ for line in sys.stdin:
             and m["target"]["name"] == "gpu":
         shutil.copy(m["executable"], sys.argv[1] + "/test-gpu")
 ' "$DEST"
-cp tuner/scripts/gpu-session.sh tuner/scripts/torch_sweep.py "$DEST"/
+cp tuner/scripts/gpu-session.sh tuner/scripts/gpu-session-memory.sh tuner/scripts/torch_sweep.py "$DEST"/
 ls -la "$DEST"

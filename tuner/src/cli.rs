@@ -24,8 +24,80 @@ pub enum Command {
     /// Benchmark the training step across batch sizes, workers, precision and pinning, and
     /// recommend a configuration.
     Sweep(Box<SweepArgs>),
+    /// Where device memory goes for a batch size, estimated and measured, and which batch
+    /// sizes fit.
+    Memory(Box<MemoryArgs>),
+    /// Find the largest batch that really fits (real training steps) and write it into the
+    /// config.
+    Autobatch(Box<AutobatchArgs>),
     /// Redraw the plot of a sweep from its JSON (no GPU needed).
     Plot(PlotArgs),
+}
+
+fn parse_batch(s: &str) -> Result<usize, String> {
+    common::cli::parse_count_with_max(s, config::MAX_BATCH).map(|v| v as usize)
+}
+
+fn parse_margin(s: &str) -> Result<f64, String> {
+    let v = common::cli::parse_percent(s)?;
+    if v >= 0.9 {
+        return Err(format!("a margin of '{s}' leaves nothing: at most 90%"));
+    }
+    Ok(v)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// The batch to estimate and measure (default: the config's batch_size, else 1024).
+    #[arg(long, value_parser = parse_batch)]
+    pub batch_size: Option<usize>,
+    /// Recommend multiples of N instead of powers of two.
+    #[arg(long, value_name = "N", value_parser = parse_batch)]
+    pub multiple_of: Option<usize>,
+    /// Safety margin (percent of the maximum kept free); default by the GPU's memory class.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
+    pub margin: Option<f64>,
+    /// Print memory in use and GPU utilization every second (NVML; no CUDA context).
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: stop after this many seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
+    pub watch_seconds: Option<f64>,
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AutobatchArgs {
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// First batch tried; the search doubles it until the first out-of-memory.
+    #[arg(long, default_value = "8", value_parser = parse_batch)]
+    pub start: usize,
+    /// Granularity of the answer (default 8).
+    #[arg(long, value_name = "N", value_parser = parse_batch, conflicts_with = "pow2")]
+    pub multiple_of: Option<usize>,
+    /// Answer in powers of two.
+    #[arg(long)]
+    pub pow2: bool,
+    /// Safety margin (percent); default by the GPU's memory class (<16 GiB 20%, <48 GiB 10%,
+    /// else 5%).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
+    pub margin: Option<f64>,
+    /// Effective batch to keep with gradient accumulation (default: the config's batch_size x
+    /// accumulation_steps).
+    #[arg(long, value_parser = parse_batch)]
+    pub effective_batch: Option<usize>,
+    /// Print the result only; do not write the config.
+    #[arg(long)]
+    pub test_only: bool,
+    /// Add or update this GPU's entry in a shared team-settings TOML.
+    #[arg(long, value_name = "FILE")]
+    pub team: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -23,12 +23,16 @@
 
 pub mod analysis;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod data;
 pub mod loader;
+pub mod memory;
 pub mod model;
 pub mod monitor;
 pub mod plot;
+pub mod search;
 pub mod step;
 pub mod sweep;
 pub mod trial;
+pub mod writeback;

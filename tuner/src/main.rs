@@ -26,10 +26,69 @@ fn main() -> ExitCode {
                 }
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Memory(args) => {
+                if args.watch {
+                    let device = args.settings.device.unwrap_or(0) as u32;
+                    tuner::commands::watch(
+                        device,
+                        std::time::Duration::from_secs(1),
+                        args.watch_seconds,
+                    )?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let settings = args.settings.settings().map_err(common::Error::invalid)?;
+                let batch = args.batch_size.or(settings.batch_size).unwrap_or(1024);
+                let gpu = common::Gpu::open(settings.device)?;
+                let r = tuner::commands::memory_report(
+                    &gpu,
+                    settings,
+                    batch,
+                    args.multiple_of,
+                    args.margin,
+                )?;
+                print!("{}", tuner::commands::render_memory(&r));
+                write_json(&args.json, &r)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Autobatch(args) => {
+                let settings = args.settings.settings().map_err(common::Error::invalid)?;
+                let options = tuner::commands::AutobatchOptions {
+                    start: args.start,
+                    granularity: if args.pow2 {
+                        tuner::search::Granularity::Pow2
+                    } else {
+                        tuner::search::Granularity::Multiple(args.multiple_of.unwrap_or(8))
+                    },
+                    margin: args.margin,
+                    effective_batch: args.effective_batch,
+                    config: args.settings.config.clone(),
+                    test_only: args.test_only,
+                    team: args.team.clone(),
+                };
+                tuner::commands::check_autobatch_options(&options)
+                    .map_err(common::Error::invalid)?;
+                let gpu = common::Gpu::open(settings.device)?;
+                let r = tuner::commands::autobatch(&gpu, settings, &options)?;
+                print!("{}", tuner::commands::render_autobatch(&r));
+                write_json(&args.json, &r)?;
+                Ok(ExitCode::SUCCESS)
+            }
             Command::Plot(args) => {
                 tuner::sweep::replot(&args.from, &args.out).map_err(common::Error::invalid)?;
                 Ok(ExitCode::SUCCESS)
             }
         }
     })
+}
+
+fn write_json<T: serde::Serialize>(
+    path: &Option<std::path::PathBuf>,
+    value: &T,
+) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        let text = serde_json::to_string_pretty(value)?;
+        common::report::write_atomically(path, text.as_bytes())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }

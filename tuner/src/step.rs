@@ -69,23 +69,9 @@ impl StepKernels {
     }
 }
 
-/// Bytes of device memory a model and its step buffers take, from the same sizes the
-/// allocations below use (the sweep's pre-check; the measured peak is reported beside it).
+/// Bytes of device memory a trial's model and step buffers take ([crate::memory]'s estimate).
 pub fn device_bytes(arch: &Arch, optimizer: &Optimizer, amp: bool, batch: usize) -> u64 {
-    let p = arch.param_count() as u64;
-    let b = batch as u64;
-    let (i, h, c, w) = (
-        arch.input as u64,
-        arch.hidden as u64,
-        arch.classes as u64,
-        arch.max_width() as u64,
-    );
-    let d = arch.depth as u64;
-    let model = 4 * p * (2 + optimizer.state_copies() as u64) + if amp { 2 * p } else { 0 };
-    let inputs = 2 * b * (4 * i + 4);
-    let acts = 4 * b * (d * h + c + 2 * w + 1);
-    let amp_acts = if amp { 2 * b * (i + d * h + w) } else { 0 };
-    model + inputs + acts + amp_acts + BLAS_WORKSPACE_BYTES as u64 + 4
+    crate::memory::estimate(arch, optimizer, amp, batch).total
 }
 
 /// The model on the device: fp32 master parameters, gradients, optimizer state, the bf16 copy

@@ -324,6 +324,60 @@ impl<'g> Session<'g> {
         Ok(r)
     }
 
+    /// Whether `steps` real training steps (forward, backward, optimizer) at `batch` fit: the
+    /// pool's peak when they do, None on out-of-memory (recovered: freed, synchronized,
+    /// trimmed). The trial's device buffers exactly; the batch is device-resident zeros (valid
+    /// labels), since only the memory is in question.
+    pub fn fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Option<u64>> {
+        self.clean_up()?;
+        if let Some(p) = &self.pool {
+            p.reset_high()?;
+        }
+        let outcome = self.try_fits(batch, amp, steps);
+        let cleaned = self.clean_up();
+        match outcome {
+            Ok(peak) => {
+                cleaned?;
+                Ok(Some(peak))
+            }
+            Err(e) if e.is_out_of_memory() => {
+                cleaned?;
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn try_fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<u64> {
+        let gpu = self.gpu;
+        let s = self.settings.clone();
+        let arch = s.arch;
+        let mut model = ModelState::new(gpu, arch, s.optimizer, amp, &self.init)?;
+        let mut bufs = StepBuffers::new(gpu, &arch, amp, batch)?;
+        let x: Vec<CudaSlice<f32>> = (0..2)
+            .map(|_| gpu.alloc_zeros::<f32>(batch * arch.input, "an input slot"))
+            .collect::<Result<_>>()?;
+        let y: Vec<CudaSlice<i32>> = (0..2)
+            .map(|_| gpu.alloc_zeros::<i32>(batch, "a label slot"))
+            .collect::<Result<_>>()?;
+        let _first_losses = gpu.alloc::<f32>(batch, "the first step's losses")?;
+        for k in 0..steps {
+            let (xp, yp) = (
+                x[k % 2].device_ptr(&gpu.stream).0,
+                y[k % 2].device_ptr(&gpu.stream).0,
+            );
+            let st = self.step();
+            st.forward(&model, &mut bufs, xp, yp, batch)?;
+            st.backward(&mut model, &mut bufs, xp, batch)?;
+            st.update(&mut model, s.lr)?;
+        }
+        gpu.sync()?;
+        Ok(match &self.pool {
+            Some(p) => p.used_high()?,
+            None => crate::step::device_bytes(&arch, &s.optimizer, amp, batch),
+        })
+    }
+
     /// Train `steps` steps of `batch` on the calling thread and return each step's mean loss
     /// (synchronizing every step): for the AMP-vs-fp32 comparison.
     pub fn loss_curve(&self, amp: bool, batch: usize, steps: usize) -> Result<Vec<f64>> {

@@ -57,3 +57,38 @@ fn without_a_gpu_the_answer_is_exit_2() {
         assert!(err.contains("driver") || err.contains("GPU"), "{err}");
     }
 }
+
+#[test]
+fn memory_and_autobatch_refuse_bad_input_before_the_gpu() {
+    let (code, err) = tuner(&["memory", "--batch-size", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("at least 1"), "{err}");
+    let (code, err) = tuner(&["autobatch", "--start", "0", "--test-only"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, err) = tuner(&["autobatch"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--config FILE, or --test-only"), "{err}");
+    let (code, err) = tuner(&["autobatch", "--config", "/nonexistent/run.toml"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot read the config"), "{err}");
+    let (code, err) = tuner(&["autobatch", "--test-only", "--pow2", "--multiple-of", "8"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, err) = tuner(&["memory", "--margin", "95"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("leaves nothing"), "{err}");
+}
+
+#[test]
+fn a_read_only_config_is_refused_before_the_gpu() {
+    let dir = std::env::temp_dir().join(format!("tuner-ro-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("run.toml");
+    std::fs::write(&cfg, "[training]\nbatch_size = 64\n").unwrap();
+    let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&cfg, perms).unwrap();
+    let (code, err) = tuner(&["autobatch", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("read-only"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}

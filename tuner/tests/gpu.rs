@@ -140,3 +140,66 @@ fn a_sweep_that_runs_out_of_memory_recovers_and_goes_on() {
         "free memory did not come back: {free_before} -> {free_after}"
     );
 }
+
+/// The memory estimate is within 10% of the pool's measured peak of real steps, for the three
+/// presets at three batch sizes each, fp32 and AMP.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_memory_estimate_matches_measured_peaks() {
+    let gpu = gpu();
+    for preset in Preset::ALL {
+        let mut s = session(
+            &gpu,
+            Overrides {
+                preset: Some(preset),
+                samples: Some(1024),
+                optimizer: Some(tuner::config::OptimizerKind::AdamW),
+                ..Default::default()
+            },
+        );
+        for amp in [false, true] {
+            for batch in [256usize, 4096, 65536] {
+                let est =
+                    tuner::memory::estimate(&s.settings.arch, &s.settings.optimizer, amp, batch)
+                        .total;
+                let peak = s.fits(batch, amp, 3).unwrap().expect("fits");
+                let err = (est as f64 - peak as f64) / peak as f64;
+                println!("{preset:?} amp={amp} batch {batch}: estimate {est}, measured {peak}, error {:+.4}%", 100.0 * err);
+                assert!(err.abs() < 0.10);
+            }
+        }
+    }
+}
+
+/// The finder's answer fits and the next multiple does not; the recommended batch trains;
+/// free memory comes back.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_finder_answer_fits_and_the_next_multiple_does_not() {
+    let gpu = gpu();
+    let settings = Overrides {
+        preset: Some(Preset::Small),
+        samples: Some(1024),
+        ..Default::default()
+    }
+    .resolve()
+    .unwrap();
+    let options = tuner::commands::AutobatchOptions {
+        start: 8,
+        granularity: tuner::search::Granularity::Multiple(8),
+        margin: None,
+        effective_batch: Some(1 << 20),
+        config: None,
+        test_only: true,
+        team: None,
+    };
+    let r = tuner::commands::autobatch(&gpu, settings, &options).unwrap();
+    print!("{}", tuner::commands::render_autobatch(&r));
+    assert!(r.found.trials.len() <= r.trial_bound);
+    assert!(r.next_fails, "maximum + 8 must fail");
+    assert!(r.recommended_trains_100_steps);
+    assert!(r.search_wall_s < 60.0);
+    let drift =
+        (r.free_after_bytes as f64 - r.free_before_bytes as f64).abs() / r.free_before_bytes as f64;
+    assert!(drift < 0.01, "free memory moved by {:.3}%", 100.0 * drift);
+}

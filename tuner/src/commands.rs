@@ -1,0 +1,569 @@
+//! `tuner memory` and `tuner autobatch`: where memory goes and which batch fits, checked with
+//! real training steps (forward, backward and the optimizer step) on the GPU.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use common::error::CudaContext as _;
+use common::gpu::{DeviceInfo, Gpu};
+use common::report::Provenance;
+use common::Result;
+
+use crate::config::{Settings, MAX_BATCH};
+use crate::memory::{self, BatchStatus, Estimate, Tiers};
+use crate::search::{self, Accumulation, Found, Granularity};
+use crate::trial::Session;
+use crate::writeback::{self, TeamEntry};
+
+fn mb(b: u64) -> String {
+    format!("{:.1} MB", b as f64 / 1e6)
+}
+
+/// One GPU of the machine.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuSummary {
+    pub ordinal: usize,
+    pub name: String,
+    pub total_bytes: u64,
+    /// From NVML where present (any process's use), else only for the opened device.
+    pub used_bytes: Option<u64>,
+    pub free_bytes: Option<u64>,
+    pub compute_capability: (i32, i32),
+    pub sm_count: u32,
+}
+
+/// Every GPU the driver sees (CUDA ordinals), with NVML's memory readings where present.
+pub fn list_gpus(opened: &Gpu) -> Result<Vec<GpuSummary>> {
+    use cudarc::driver::result::device;
+    use cudarc::driver::sys::CUdevice_attribute as Attr;
+    let count = device::get_count().cuda("counting devices")? as usize;
+    let nvml = open_nvml();
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let dev = device::get(i as i32).cuda("opening a device")?;
+        // SAFETY: a valid device handle; plain attribute reads.
+        let (total, major, minor, sms) = unsafe {
+            (
+                device::total_mem(dev).cuda("reading total memory")? as u64,
+                device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                    .cuda("reading an attribute")?,
+                device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                    .cuda("reading an attribute")?,
+                device::get_attribute(dev, Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                    .cuda("reading an attribute")?,
+            )
+        };
+        let name = device::get_name(dev).cuda("reading a device name")?;
+        let (mut used, mut free) = (None, None);
+        if i == opened.info.ordinal {
+            let (f, t) = opened.memory()?;
+            used = Some(t - f);
+            free = Some(f);
+        }
+        if let Some(n) = &nvml {
+            if let Ok(m) = n.device_by_index(i as u32).and_then(|d| d.memory_info()) {
+                used = Some(m.used);
+                free = Some(m.free);
+            }
+        }
+        out.push(GpuSummary {
+            ordinal: i,
+            name,
+            total_bytes: total,
+            used_bytes: used,
+            free_bytes: free,
+            compute_capability: (major, minor),
+            sm_count: sms as u32,
+        });
+    }
+    Ok(out)
+}
+
+fn open_nvml() -> Option<nvml_wrapper::Nvml> {
+    nvml_wrapper::Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .or_else(|_| nvml_wrapper::Nvml::init())
+        .ok()
+}
+
+/// `--watch`: memory in use and utilization of GPU `index` (NVML's numbering) every `period`,
+/// for `seconds` (forever when None). Needs no CUDA context, so it disturbs nothing.
+pub fn watch(index: u32, period: Duration, seconds: Option<f64>) -> Result<()> {
+    let nvml = open_nvml().ok_or_else(|| {
+        common::Error::invalid("--watch needs NVML (libnvidia-ml.so.1, part of the NVIDIA driver)")
+    })?;
+    let dev = nvml
+        .device_by_index(index)
+        .map_err(|e| common::Error::invalid(format!("NVML has no GPU {index}: {e}")))?;
+    let name = dev.name().unwrap_or_else(|_| "GPU".into());
+    let start = Instant::now();
+    loop {
+        let m = dev
+            .memory_info()
+            .map_err(|e| common::Error::invalid(format!("NVML memory: {e}")))?;
+        let u = dev
+            .utilization_rates()
+            .map_err(|e| common::Error::invalid(format!("NVML utilization: {e}")))?;
+        println!(
+            "{:>7.1} s  GPU {index} {name}: {:.2} GB used of {:.2} GB ({:.0}%), utilization {}%",
+            start.elapsed().as_secs_f64(),
+            m.used as f64 / 1e9,
+            m.total as f64 / 1e9,
+            100.0 * m.used as f64 / m.total.max(1) as f64,
+            u.gpu
+        );
+        if seconds.is_some_and(|s| start.elapsed().as_secs_f64() + period.as_secs_f64() > s) {
+            return Ok(());
+        }
+        std::thread::sleep(period);
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MemoryReport {
+    pub schema: &'static str,
+    pub device: DeviceInfo,
+    pub provenance: Provenance,
+    pub gpus: Vec<GpuSummary>,
+    pub settings: Settings,
+    pub amp: bool,
+    pub estimate: Estimate,
+    pub share_of_device: f64,
+    /// Pool high watermark of real steps at the batch; None when they ran out of memory.
+    pub measured_peak_bytes: Option<u64>,
+    pub estimate_error: Option<f64>,
+    /// Free device memory before the tool allocated anything.
+    pub available_bytes: u64,
+    pub margin: f64,
+    pub tiers: Tiers,
+    /// The estimated maximum as first computed, and the real-step checks that settled it.
+    pub estimated_maximum: usize,
+    pub maximum_checks: Vec<(usize, bool)>,
+    pub batch_status: BatchStatus,
+}
+
+/// How many times the estimated maximum is stepped down when a real step disagrees.
+const MAX_CHECKS: usize = 8;
+
+/// `tuner memory`.
+pub fn memory_report(
+    gpu: &Gpu,
+    settings: Settings,
+    batch: usize,
+    multiple: Option<usize>,
+    margin: Option<f64>,
+) -> Result<MemoryReport> {
+    let amp = single_amp(&settings)?;
+    let (available, total) = gpu.memory()?;
+    let gpus = list_gpus(gpu)?;
+    let data = Arc::new(crate::sweep::load_data(&settings)?);
+    let mut session = Session::new(gpu, settings.clone(), data)?;
+    let estimate = memory::estimate(&settings.arch, &settings.optimizer, amp, batch);
+    let measured = session.fits(batch, amp, 3)?;
+    let estimate_error = measured.map(|m| (estimate.total as f64 - m as f64) / m as f64);
+    let mut max = memory::snap_down(
+        memory::max_batch_for(
+            &settings.arch,
+            &settings.optimizer,
+            amp,
+            available,
+            MAX_BATCH as usize,
+        ),
+        multiple,
+    );
+    let estimated_maximum = max;
+    let mut checks = Vec::new();
+    while max > 0 && checks.len() < MAX_CHECKS {
+        let ok = session.fits(max, amp, 2)?.is_some();
+        checks.push((max, ok));
+        if ok {
+            break;
+        }
+        max = memory::snap_down(max - 1, multiple);
+    }
+    if checks.last().is_some_and(|c| !c.1) {
+        max = 0;
+    }
+    let margin = margin.unwrap_or_else(|| memory::margin_for(total));
+    let tiers = memory::tiers(max, margin, multiple);
+    let configured = settings.batch_size.unwrap_or(batch);
+    Ok(MemoryReport {
+        schema: "tuner-memory/1",
+        device: gpu.info.clone(),
+        provenance: Provenance::now(),
+        gpus,
+        amp,
+        share_of_device: estimate.total as f64 / total as f64,
+        estimate,
+        measured_peak_bytes: measured,
+        estimate_error,
+        available_bytes: available,
+        margin,
+        tiers,
+        estimated_maximum,
+        maximum_checks: checks,
+        batch_status: memory::status(configured, &tiers),
+        settings,
+    })
+}
+
+fn single_amp(s: &Settings) -> Result<bool> {
+    match s.amp.as_slice() {
+        [one] => Ok(*one),
+        _ => Err(common::Error::invalid(
+            "choose one precision here: --amp on or --amp off",
+        )),
+    }
+}
+
+pub fn render_memory(r: &MemoryReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## tuner memory: {} ({})\n",
+        crate::sweep::model_label(&r.settings),
+        r.settings.optimizer.name()
+    );
+    let _ = writeln!(o, "GPUs: {}", r.gpus.len());
+    for g in &r.gpus {
+        let _ = writeln!(
+            o,
+            "- GPU {}: {}, {:.1} GB total, {} used, {} free, compute capability {}.{}, {} SMs",
+            g.ordinal,
+            g.name,
+            g.total_bytes as f64 / 1e9,
+            g.used_bytes.map(mb).unwrap_or_else(|| "?".into()),
+            g.free_bytes.map(mb).unwrap_or_else(|| "?".into()),
+            g.compute_capability.0,
+            g.compute_capability.1,
+            g.sm_count
+        );
+    }
+    let e = &r.estimate;
+    let m = &e.model;
+    let b = &e.batch_memory;
+    let _ = writeln!(
+        o,
+        "\nmodel ({} parameters, {}):",
+        r.settings.arch.param_count(),
+        if r.amp {
+            "AMP: fp32 masters + bf16 copy"
+        } else {
+            "fp32"
+        }
+    );
+    let _ = writeln!(o, "| part | bytes |\n|---|---:|");
+    for (name, v) in [
+        ("parameters", m.parameters),
+        ("gradients", m.gradients),
+        ("optimizer state", m.optimizer_state),
+        ("bf16 weight copy", m.amp_weights),
+        ("model total", m.total()),
+    ] {
+        let _ = writeln!(o, "| {name} | {} |", mb(v));
+    }
+    let _ = writeln!(o, "\nbatch {}:\n| part | bytes |\n|---|---:|", e.batch);
+    for (name, v) in [
+        ("inputs (2 slots)", b.inputs),
+        ("activations saved for backward", b.saved_activations),
+        ("transient activation gradients, losses", b.transient),
+        ("bf16 activation copies", b.amp_copies),
+        ("cuBLAS workspace", e.workspace),
+        ("total", e.total),
+    ] {
+        let _ = writeln!(o, "| {name} | {} |", mb(v));
+    }
+    let _ = writeln!(
+        o,
+        "\nestimated {} ({:.2}% of the device)",
+        mb(e.total),
+        100.0 * r.share_of_device
+    );
+    match (r.measured_peak_bytes, r.estimate_error) {
+        (Some(p), Some(err)) => {
+            let _ = writeln!(
+                o,
+                "measured peak of 3 real steps: {} (estimate error {:+.3}%)",
+                mb(p),
+                100.0 * err
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "measured: 3 real steps at batch {} ran out of memory",
+                e.batch
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nbatch sizes ({} free at start, margin {:.0}%): maximum {} (estimate {}, checked by real steps: {:?}), recommended {}, safe {}",
+        mb(r.available_bytes),
+        100.0 * r.margin,
+        r.tiers.maximum,
+        r.estimated_maximum,
+        r.maximum_checks,
+        r.tiers.recommended,
+        r.tiers.safe
+    );
+    let _ = writeln!(
+        o,
+        "configured batch {}: {:?}",
+        r.settings.batch_size.unwrap_or(e.batch),
+        r.batch_status
+    );
+    o
+}
+
+#[derive(Debug, Serialize)]
+pub struct AutobatchReport {
+    pub schema: &'static str,
+    pub device: DeviceInfo,
+    pub provenance: Provenance,
+    pub settings: Settings,
+    pub amp: bool,
+    pub start: usize,
+    pub granularity: Granularity,
+    pub found: Found,
+    pub trial_bound: usize,
+    pub margin: f64,
+    pub tiers: Tiers,
+    /// The recommended batch trained 100 steps without error.
+    pub recommended_trains_100_steps: bool,
+    /// maximum + one multiple (or the next power of two) ran out of memory.
+    pub next_fails: bool,
+    pub accumulation: Option<Accumulation>,
+    pub free_before_bytes: u64,
+    pub free_after_bytes: u64,
+    pub search_wall_s: f64,
+    pub written_config: Option<PathBuf>,
+    pub backup: Option<PathBuf>,
+    pub team_file: Option<PathBuf>,
+}
+
+pub struct AutobatchOptions {
+    pub start: usize,
+    pub granularity: Granularity,
+    pub margin: Option<f64>,
+    pub effective_batch: Option<usize>,
+    pub config: Option<PathBuf>,
+    pub test_only: bool,
+    pub team: Option<PathBuf>,
+}
+
+/// Check what can be checked before any GPU time: where the answer goes.
+pub fn check_autobatch_options(o: &AutobatchOptions) -> std::result::Result<(), String> {
+    if o.start == 0 {
+        return Err("--start must be at least 1".into());
+    }
+    if let Granularity::Multiple(0) = o.granularity {
+        return Err("--multiple-of must be at least 1".into());
+    }
+    if !o.test_only {
+        match &o.config {
+            Some(path) => writeback::check_writable(path)?,
+            None => {
+                return Err(
+                    "nothing to write the batch size into: give --config FILE, or --test-only"
+                        .into(),
+                )
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tuner autobatch`.
+pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<AutobatchReport> {
+    check_autobatch_options(o).map_err(common::Error::invalid)?;
+    let amp = single_amp(&settings)?;
+    let data = Arc::new(crate::sweep::load_data(&settings)?);
+    let mut session = Session::new(gpu, settings.clone(), data)?;
+    session.clean_up()?;
+    let (free_before, total) = gpu.memory()?;
+    let started = Instant::now();
+    let found = search::find(o.start, o.granularity, MAX_BATCH as usize, |b| {
+        Ok::<bool, common::Error>(session.fits(b, amp, 2)?.is_some())
+    })?
+    .map_err(common::Error::invalid)?;
+    let search_wall_s = started.elapsed().as_secs_f64();
+    let (step, multiple) = match o.granularity {
+        Granularity::Multiple(m) => (m, Some(m)),
+        Granularity::Pow2 => (found.maximum, None),
+    };
+    let next_fails = if found.next_failed {
+        true
+    } else {
+        session.fits(found.maximum + step, amp, 2)?.is_none()
+    };
+    let margin = o.margin.unwrap_or_else(|| memory::margin_for(total));
+    let tiers = memory::tiers(found.maximum, margin, multiple);
+    let trains = session.fits(tiers.recommended.max(1), amp, 100)?.is_some();
+    session.clean_up()?;
+    let free_after = gpu.memory()?.0;
+    let target = o
+        .effective_batch
+        .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
+    let adam = matches!(settings.optimizer, crate::model::Optimizer::AdamW { .. });
+    let accumulation = target.map(|t| search::accumulation(t, tiers.recommended.max(1), adam));
+    let accum_steps = accumulation.as_ref().map(|a| a.steps).unwrap_or(1);
+    let (mut written, mut backup) = (None, None);
+    if !o.test_only {
+        if let Some(path) = &o.config {
+            backup = Some(
+                writeback::write_config(path, tiers.recommended, accum_steps)
+                    .map_err(common::Error::invalid)?,
+            );
+            written = Some(path.clone());
+        }
+    }
+    if let Some(team) = &o.team {
+        writeback::write_team(
+            team,
+            &TeamEntry {
+                gpu: gpu.info.name.clone(),
+                batch_size: tiers.recommended,
+                accumulation_steps: accum_steps,
+                precision: if amp { "bf16".into() } else { "fp32".into() },
+            },
+        )
+        .map_err(common::Error::invalid)?;
+    }
+    Ok(AutobatchReport {
+        schema: "tuner-autobatch/1",
+        device: gpu.info.clone(),
+        provenance: Provenance::now(),
+        trial_bound: search::trial_bound(found.maximum.max(1), o.start, step.max(1)),
+        amp,
+        start: o.start,
+        granularity: o.granularity,
+        found,
+        margin,
+        tiers,
+        recommended_trains_100_steps: trains,
+        next_fails,
+        accumulation,
+        free_before_bytes: free_before,
+        free_after_bytes: free_after,
+        search_wall_s,
+        written_config: written,
+        backup,
+        team_file: o.team.clone(),
+        settings,
+    })
+}
+
+pub fn render_autobatch(r: &AutobatchReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## tuner autobatch: {} on {}\n",
+        crate::sweep::model_label(&r.settings),
+        r.device.name
+    );
+    let _ = writeln!(
+        o,
+        "search from {} ({:?}): {} trials (bound {}), {:.1} s: {:?}",
+        r.start,
+        r.granularity,
+        r.found.trials.len(),
+        r.trial_bound,
+        r.search_wall_s,
+        r.found.trials
+    );
+    let _ = writeln!(
+        o,
+        "maximum {} (next size fails: {}), recommended {}, safe {} (margin {:.0}%)",
+        r.tiers.maximum,
+        r.next_fails,
+        r.tiers.recommended,
+        r.tiers.safe,
+        100.0 * r.margin
+    );
+    let _ = writeln!(
+        o,
+        "recommended batch trained 100 steps: {}",
+        if r.recommended_trains_100_steps {
+            "yes"
+        } else {
+            "NO"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "free memory before {} and after {} ({:+.3}%)",
+        mb(r.free_before_bytes),
+        mb(r.free_after_bytes),
+        100.0 * (r.free_after_bytes as f64 - r.free_before_bytes as f64)
+            / r.free_before_bytes.max(1) as f64
+    );
+    if let Some(a) = &r.accumulation {
+        let _ = writeln!(o, "gradient accumulation: {}", a.advice);
+    }
+    match (&r.written_config, &r.backup) {
+        (Some(c), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "wrote batch_size and accumulation_steps into {} (backup {})",
+                c.display(),
+                b.display()
+            );
+        }
+        _ => {
+            let _ = writeln!(o, "test only: nothing written");
+        }
+    }
+    if let Some(t) = &r.team_file {
+        let _ = writeln!(o, "team settings updated: {}", t.display());
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> AutobatchOptions {
+        AutobatchOptions {
+            start: 8,
+            granularity: Granularity::Multiple(8),
+            margin: None,
+            effective_batch: None,
+            config: None,
+            test_only: true,
+            team: None,
+        }
+    }
+
+    #[test]
+    fn bad_autobatch_inputs_are_refused_before_any_gpu_time() {
+        assert!(check_autobatch_options(&opts()).is_ok());
+        let e = check_autobatch_options(&AutobatchOptions { start: 0, ..opts() }).unwrap_err();
+        assert!(e.contains("--start"));
+        let e = check_autobatch_options(&AutobatchOptions {
+            granularity: Granularity::Multiple(0),
+            ..opts()
+        })
+        .unwrap_err();
+        assert!(e.contains("--multiple-of"));
+        let e = check_autobatch_options(&AutobatchOptions {
+            test_only: false,
+            ..opts()
+        })
+        .unwrap_err();
+        assert!(e.contains("--config"));
+        let e = check_autobatch_options(&AutobatchOptions {
+            test_only: false,
+            config: Some("/nonexistent/cfg.toml".into()),
+            ..opts()
+        })
+        .unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+    }
+}

@@ -1,0 +1,292 @@
+//! Where device memory goes, from the model definition alone: the model (parameters,
+//! gradients, optimizer state, the bf16 weight copy under AMP) and one batch (inputs, activations
+//! saved for backward, transient activation gradients and losses, bf16 copies under AMP), plus
+//! the cuBLAS workspace. The sizes are the ones the step allocates ([crate::step]), so the
+//! estimate can be held to the measured peak of the memory pool.
+
+use serde::Serialize;
+
+use crate::model::{Arch, Optimizer};
+use crate::step::BLAS_WORKSPACE_BYTES;
+
+/// The model's share, independent of the batch (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelMemory {
+    pub parameters: u64,
+    pub gradients: u64,
+    /// SGD none, momentum one fp32 copy, AdamW two.
+    pub optimizer_state: u64,
+    /// AMP: the bf16 copy of the weights the GEMMs read.
+    pub amp_weights: u64,
+}
+
+impl ModelMemory {
+    pub fn total(&self) -> u64 {
+        self.parameters + self.gradients + self.optimizer_state + self.amp_weights
+    }
+}
+
+/// One batch's share (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BatchMemory {
+    /// Two device slots of features and labels (one computing, one being copied).
+    pub inputs: u64,
+    /// Every hidden layer's output, kept for backward, and the logits.
+    pub saved_activations: u64,
+    /// The two ping-pong activation-gradient buffers and the per-sample losses.
+    pub transient: u64,
+    /// AMP: bf16 copies of the input, the hidden activations and the current gradient.
+    pub amp_copies: u64,
+}
+
+impl BatchMemory {
+    pub fn total(&self) -> u64 {
+        self.inputs + self.saved_activations + self.transient + self.amp_copies
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    pub batch: usize,
+    pub model: ModelMemory,
+    pub batch_memory: BatchMemory,
+    pub workspace: u64,
+    pub total: u64,
+}
+
+pub fn model_memory(arch: &Arch, optimizer: &Optimizer, amp: bool) -> ModelMemory {
+    let p = arch.param_count() as u64;
+    ModelMemory {
+        parameters: 4 * p,
+        gradients: 4 * p,
+        optimizer_state: 4 * p * optimizer.state_copies() as u64,
+        amp_weights: if amp { 2 * p } else { 0 },
+    }
+}
+
+pub fn batch_memory(arch: &Arch, amp: bool, batch: usize) -> BatchMemory {
+    let b = batch as u64;
+    let (i, h, c, w, d) = (
+        arch.input as u64,
+        arch.hidden as u64,
+        arch.classes as u64,
+        arch.max_width() as u64,
+        arch.depth as u64,
+    );
+    BatchMemory {
+        // Two slots of f32 features and i32 labels.
+        inputs: 2 * b * (4 * i + 4),
+        saved_activations: 4 * b * (d * h + c),
+        // Two gradient buffers, this batch's losses and the first step's kept losses; the
+        // 4 bytes are the loss kernel's slot counter.
+        transient: 4 * b * (2 * w + 2) + 4,
+        amp_copies: if amp { 2 * b * (i + d * h + w) } else { 0 },
+    }
+}
+
+/// Everything a trial at `batch` holds on the device at its peak.
+pub fn estimate(arch: &Arch, optimizer: &Optimizer, amp: bool, batch: usize) -> Estimate {
+    let model = model_memory(arch, optimizer, amp);
+    let batch_memory = batch_memory(arch, amp, batch);
+    let workspace = BLAS_WORKSPACE_BYTES as u64;
+    Estimate {
+        batch,
+        model,
+        batch_memory,
+        workspace,
+        total: model.total() + batch_memory.total() + workspace,
+    }
+}
+
+/// Largest batch whose estimate fits in `available` bytes (0 when not even one sample fits),
+/// capped at `cap`.
+pub fn max_batch_for(
+    arch: &Arch,
+    optimizer: &Optimizer,
+    amp: bool,
+    available: u64,
+    cap: usize,
+) -> usize {
+    let fixed = estimate(arch, optimizer, amp, 0).total;
+    let per_sample = estimate(arch, optimizer, amp, 1).total - fixed;
+    if available <= fixed || per_sample == 0 {
+        return 0;
+    }
+    (((available - fixed) / per_sample) as usize).min(cap)
+}
+
+/// Round down to a power of two, or to a multiple of `multiple` (0 when below it).
+pub fn snap_down(batch: usize, multiple: Option<usize>) -> usize {
+    match multiple {
+        Some(m) if m > 0 => batch / m * m,
+        _ if batch == 0 => 0,
+        _ => 1 << (usize::BITS - 1 - batch.leading_zeros()),
+    }
+}
+
+/// How a configured batch sits against the recommendation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchStatus {
+    /// Fits with the recommended margin and uses a fair share of memory.
+    FitsWell,
+    /// Uses under a quarter of what the recommended batch would: memory left idle.
+    Wasteful,
+    /// Past the maximum that fits.
+    TooBig,
+    /// Fits, but without the recommended margin.
+    Tight,
+}
+
+/// Maximum, recommended and safe batch sizes, and the verdict on a configured one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Tiers {
+    pub maximum: usize,
+    pub recommended: usize,
+    pub safe: usize,
+}
+
+/// Tiers from a maximum: recommended keeps `margin` of it free, safe twice that; snapped.
+pub fn tiers(maximum: usize, margin: f64, multiple: Option<usize>) -> Tiers {
+    let keep = |f: f64| snap_down(((maximum as f64) * (1.0 - f)).floor() as usize, multiple);
+    Tiers {
+        maximum,
+        recommended: keep(margin),
+        safe: keep((2.0 * margin).min(0.9)),
+    }
+}
+
+pub fn status(configured: usize, t: &Tiers) -> BatchStatus {
+    if configured > t.maximum {
+        BatchStatus::TooBig
+    } else if configured > t.recommended {
+        BatchStatus::Tight
+    } else if configured * 4 < t.recommended {
+        BatchStatus::Wasteful
+    } else {
+        BatchStatus::FitsWell
+    }
+}
+
+/// Safety margin by the GPU's memory size class: small cards often also drive a display and
+/// lose more to other processes and fragmentation; on large ones a few percent is plenty.
+pub fn margin_for(total_bytes: u64) -> f64 {
+    const GIB: u64 = 1 << 30;
+    if total_bytes < 16 * GIB {
+        0.20
+    } else if total_bytes < 48 * GIB {
+        0.10
+    } else {
+        0.05
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Preset;
+
+    fn sgd() -> Optimizer {
+        Optimizer::Sgd {
+            momentum: 0.0,
+            weight_decay: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_hand_computed_example() {
+        // input 4, hidden 3, depth 2, classes 2: params 4*3+3 + 3*3+3 + 3*2+2 = 35.
+        let arch = Arch {
+            input: 4,
+            hidden: 3,
+            depth: 2,
+            classes: 2,
+        };
+        let m = model_memory(&arch, &Optimizer::adamw_default(), true);
+        assert_eq!(m.parameters, 140);
+        assert_eq!(m.gradients, 140);
+        assert_eq!(m.optimizer_state, 280, "AdamW: two fp32 moments");
+        assert_eq!(m.amp_weights, 70);
+        let b = batch_memory(&arch, true, 10);
+        assert_eq!(b.inputs, 2 * 10 * (16 + 4));
+        assert_eq!(b.saved_activations, 4 * 10 * (6 + 2));
+        assert_eq!(b.transient, 4 * 10 * (2 * 3 + 2) + 4);
+        assert_eq!(b.amp_copies, 2 * 10 * (4 + 6 + 3));
+        let e = estimate(&arch, &Optimizer::adamw_default(), true, 10);
+        assert_eq!(e.total, m.total() + b.total() + (32 << 20));
+        assert_eq!(model_memory(&arch, &sgd(), false).optimizer_state, 0);
+        let momentum = Optimizer::Sgd {
+            momentum: 0.9,
+            weight_decay: 0.0,
+        };
+        assert_eq!(model_memory(&arch, &momentum, false).optimizer_state, 140);
+    }
+
+    #[test]
+    fn matches_peaks_measured_on_an_h200() {
+        // Pool high watermarks of real trials (results/h200/tuner-sweep*.json), SGD.
+        let small = Preset::Small.arch();
+        let large = Preset::Large.arch();
+        for (arch, amp, batch, peak) in [
+            (small, false, 1usize, 33_595_472u64),
+            (small, false, 1024, 36_075_224),
+            (small, false, 8192, 53_450_456),
+            (small, true, 8192, 58_702_988),
+            (large, false, 1024, 44_775_512),
+            (large, false, 8192, 111_237_208),
+        ] {
+            let e = estimate(&arch, &sgd(), amp, batch).total;
+            let err = (e as f64 - peak as f64).abs() / peak as f64;
+            assert!(err < 1e-4, "{batch}: {e} vs {peak}");
+        }
+    }
+
+    #[test]
+    fn max_batch_inverts_the_estimate() {
+        let arch = Preset::Medium.arch();
+        let avail = estimate(&arch, &sgd(), false, 5000).total;
+        assert_eq!(max_batch_for(&arch, &sgd(), false, avail, 1 << 26), 5000);
+        assert_eq!(
+            max_batch_for(&arch, &sgd(), false, avail - 1, 1 << 26),
+            4999
+        );
+        assert_eq!(max_batch_for(&arch, &sgd(), false, 1000, 1 << 26), 0);
+        assert_eq!(
+            max_batch_for(&arch, &sgd(), false, u64::MAX / 2, 1 << 20),
+            1 << 20
+        );
+    }
+
+    #[test]
+    fn snapping_tiers_and_status() {
+        assert_eq!(snap_down(1000, None), 512);
+        assert_eq!(snap_down(1024, None), 1024);
+        assert_eq!(snap_down(1000, Some(8)), 1000);
+        assert_eq!(snap_down(1003, Some(8)), 1000);
+        assert_eq!(snap_down(7, Some(8)), 0);
+        assert_eq!(snap_down(0, None), 0);
+        let t = tiers(10_000, 0.1, Some(8));
+        assert_eq!(
+            t,
+            Tiers {
+                maximum: 10_000,
+                recommended: 9000,
+                safe: 8000
+            }
+        );
+        let t = tiers(10_000, 0.1, None);
+        assert_eq!((t.recommended, t.safe), (8192, 4096));
+        let t = tiers(10_000, 0.1, Some(8));
+        assert_eq!(status(12_000, &t), BatchStatus::TooBig);
+        assert_eq!(status(9_500, &t), BatchStatus::Tight);
+        assert_eq!(status(4_096, &t), BatchStatus::FitsWell);
+        assert_eq!(status(64, &t), BatchStatus::Wasteful);
+    }
+
+    #[test]
+    fn margins_by_memory_class() {
+        assert_eq!(margin_for(8 << 30), 0.20);
+        assert_eq!(margin_for(24 << 30), 0.10);
+        assert_eq!(margin_for(141 << 30), 0.05);
+    }
+}

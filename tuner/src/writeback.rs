@@ -1,0 +1,246 @@
+//! Writing the finder's answer back: into the TOML config (`[training] batch_size` and
+//! `accumulation_steps`, every other key and comment kept, through toml_edit) after copying the
+//! file to `FILE.bak`; and into a shared team-settings TOML with one table per GPU model, so
+//! people on different GPUs share one file.
+
+use std::path::{Path, PathBuf};
+
+use toml_edit::{value, DocumentMut, Item, Table};
+
+/// The config's text with `[training] batch_size` and `accumulation_steps` set.
+pub fn update_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| format!("not valid TOML: {}", e.to_string().trim()))?;
+    let training = doc
+        .entry("training")
+        .or_insert(Item::Table(Table::new()))
+        .as_table_like_mut()
+        .ok_or("'training' is not a table")?;
+    set_keeping_comments(training, "batch_size", batch as i64);
+    set_keeping_comments(training, "accumulation_steps", accumulation as i64);
+    Ok(doc.to_string())
+}
+
+/// Set `key = v`; an existing key keeps its comments (the one above it and the one after it).
+fn set_keeping_comments(table: &mut dyn toml_edit::TableLike, key: &str, v: i64) {
+    match table.get_mut(key).and_then(|i| i.as_value_mut()) {
+        Some(old) => {
+            let decor = old.decor().clone();
+            *old = toml_edit::Value::from(v);
+            *old.decor_mut() = decor;
+        }
+        None => {
+            table.insert(key, value(v));
+        }
+    }
+}
+
+/// Fail early (before any GPU time is spent) when the config cannot be rewritten.
+pub fn check_writable(path: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
+    if meta.permissions().readonly() {
+        return Err(format!(
+            "{}: the config is read-only; make it writable or use --test-only",
+            path.display()
+        ));
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "{}: cannot write the config ({e}); use --test-only",
+                path.display()
+            )
+        })
+}
+
+/// Save `FILE.bak`, then rewrite the config. Returns the backup's path.
+pub fn write_config(path: &Path, batch: usize, accumulation: usize) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
+    let updated = update_config_text(&text, batch, accumulation)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut backup = path.as_os_str().to_owned();
+    backup.push(".bak");
+    let backup = PathBuf::from(backup);
+    std::fs::write(&backup, &text)
+        .map_err(|e| format!("{}: cannot save the backup: {e}", backup.display()))?;
+    common::report::write_atomically(path, updated.as_bytes())
+        .map_err(|e| format!("{}: cannot write the config: {e}", path.display()))?;
+    Ok(backup)
+}
+
+/// One GPU's entry in the team file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamEntry {
+    pub gpu: String,
+    pub batch_size: usize,
+    pub accumulation_steps: usize,
+    pub precision: String,
+}
+
+/// The team file's text with this GPU's table `[gpus."NAME"]` added or updated; every other
+/// GPU's entry and every comment kept.
+pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
+    let mut doc: DocumentMut = text.parse().map_err(|err: toml_edit::TomlError| {
+        format!("not valid TOML: {}", err.to_string().trim())
+    })?;
+    // A file that is only comments keeps them at the top, not after the new table.
+    let leading = if doc.as_table().is_empty() {
+        let t = doc.trailing().as_str().unwrap_or("").to_string();
+        doc.set_trailing("");
+        t
+    } else {
+        String::new()
+    };
+    let gpus = doc.entry("gpus").or_insert(Item::Table({
+        let mut t = Table::new();
+        t.set_implicit(true);
+        t
+    }));
+    let gpus = gpus.as_table_like_mut().ok_or("'gpus' is not a table")?;
+    let entry = gpus
+        .entry(&e.gpu)
+        .or_insert(Item::Table(Table::new()))
+        .as_table_like_mut()
+        .ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
+    set_keeping_comments(entry, "batch_size", e.batch_size as i64);
+    set_keeping_comments(entry, "accumulation_steps", e.accumulation_steps as i64);
+    entry.insert("precision", value(e.precision.clone()));
+    Ok(format!("{leading}{doc}"))
+}
+
+/// Add or update this GPU in the team file (created when missing).
+pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(err) => {
+            return Err(format!(
+                "{}: cannot read the team file: {err}",
+                path.display()
+            ))
+        }
+    };
+    let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
+    common::report::write_atomically(path, updated.as_bytes())
+        .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"# our training run
+[model]
+preset = "large" # the big one
+
+[training]
+# tuned by hand last week
+batch_size = 64
+lr = 0.05
+my_own_key = "kept"
+"#;
+
+    #[test]
+    fn write_back_keeps_comments_and_other_keys() {
+        let out = update_config_text(CONFIG, 4096, 2).unwrap();
+        assert!(out.contains("# our training run"));
+        assert!(out.contains("preset = \"large\" # the big one"));
+        assert!(out.contains("# tuned by hand last week"));
+        assert!(out.contains("batch_size = 4096"));
+        assert!(out.contains("accumulation_steps = 2"));
+        assert!(out.contains("my_own_key = \"kept\""));
+        assert!(out.contains("lr = 0.05"));
+        // The tool's own parser still reads the result, unknown key aside.
+        let without_own = out.replace("my_own_key = \"kept\"\n", "");
+        let o = crate::config::parse(&without_own, Path::new(".")).unwrap();
+        assert_eq!(o.batch_size, Some(4096));
+        assert_eq!(o.accumulation_steps, Some(2));
+    }
+
+    #[test]
+    fn write_back_adds_a_training_section_when_missing() {
+        let out = update_config_text("[model]\nhidden = 8\n", 128, 1).unwrap();
+        assert!(out.contains("[training]") && out.contains("batch_size = 128"));
+        assert!(update_config_text("[model\n", 1, 1)
+            .unwrap_err()
+            .contains("not valid TOML"));
+    }
+
+    #[test]
+    fn a_backup_is_saved_and_read_only_configs_are_refused() {
+        let dir = std::env::temp_dir().join(format!("tuner-wb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("run.toml");
+        std::fs::write(&cfg, CONFIG).unwrap();
+        check_writable(&cfg).unwrap();
+        let backup = write_config(&cfg, 512, 8).unwrap();
+        assert_eq!(backup, dir.join("run.toml.bak"));
+        assert_eq!(std::fs::read_to_string(&backup).unwrap(), CONFIG);
+        assert!(std::fs::read_to_string(&cfg)
+            .unwrap()
+            .contains("batch_size = 512"));
+        let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
+        perms.set_readonly(true);
+        std::fs::set_permissions(&cfg, perms).unwrap();
+        let e = check_writable(&cfg).unwrap_err();
+        assert!(e.contains("read-only") || e.contains("cannot write"), "{e}");
+        let e = check_writable(&dir.join("missing.toml")).unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&cfg, perms).unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn team_file_merges_entries_by_gpu() {
+        let h100 = TeamEntry {
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            batch_size: 2048,
+            accumulation_steps: 2,
+            precision: "bf16".into(),
+        };
+        let h200 = TeamEntry {
+            gpu: "NVIDIA H200".into(),
+            batch_size: 4096,
+            accumulation_steps: 1,
+            precision: "bf16".into(),
+        };
+        let start = "# shared by the team\n";
+        let one = update_team_text(start, &h100).unwrap();
+        let two = update_team_text(&one, &h200).unwrap();
+        let updated = update_team_text(
+            &two,
+            &TeamEntry {
+                batch_size: 3000,
+                ..h100.clone()
+            },
+        )
+        .unwrap();
+        assert!(updated.starts_with("# shared by the team"));
+        let doc: DocumentMut = updated.parse().unwrap();
+        assert_eq!(
+            doc["gpus"]["NVIDIA H100 80GB HBM3"]["batch_size"].as_integer(),
+            Some(3000)
+        );
+        assert_eq!(
+            doc["gpus"]["NVIDIA H200"]["batch_size"].as_integer(),
+            Some(4096)
+        );
+        assert_eq!(
+            doc["gpus"]["NVIDIA H200"]["precision"].as_str(),
+            Some("bf16")
+        );
+        assert_eq!(
+            updated.matches("[gpus.\"NVIDIA H100 80GB HBM3\"]").count(),
+            1
+        );
+    }
+}

@@ -3,58 +3,30 @@
 //! bundled font, so it draws the same on a machine with no fonts installed.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
+use plotting::{Figure, COLORS, FONT};
 
 use crate::report::RooflineReport;
 
 pub const WIDTH: u32 = 1400;
 pub const HEIGHT: u32 = 900;
-const FONT: &str = "sans-serif";
-static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-static REGISTER: Once = Once::new();
-
-const COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(23, 190, 207),
-];
-
-fn register_font() {
-    REGISTER.call_once(|| {
-        if plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_err() {
-            unreachable!("the bundled DejaVuSans.ttf is valid TrueType");
-        }
-    });
-}
 
 /// Write `roofline.svg` and `roofline.png` into `dir`; returns their paths.
 pub fn render(report: &RooflineReport, dir: &Path) -> Result<(PathBuf, PathBuf), String> {
-    register_font();
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
-    let svg = dir.join("roofline.svg");
-    let png = dir.join("roofline.png");
-    {
-        let root = SVGBackend::new(&svg, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(&root, report)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", svg.display()))?;
-    }
-    {
-        let root = BitMapBackend::new(&png, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(&root, report)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", png.display()))?;
-    }
+    let (svg, png) = (dir.join("roofline.svg"), dir.join("roofline.png"));
+    plotting::render(report, (WIDTH, HEIGHT), &svg, &png)?;
     Ok((svg, png))
+}
+
+impl Figure for RooflineReport {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw(root, self)
+    }
 }
 
 /// Axis range covering every point and roof, padded, in whole decades.

@@ -1,40 +1,18 @@
 //! The sweep's picture: samples/s (left, log-log) and peak memory (right, MB from zero) against
 //! batch size, one line per configuration (workers, precision, pinning). PNG and SVG with plotters and the
-//! bundled DejaVu Sans (ch1-roofline's approach), so it draws the same with no system fonts.
+//! bundled DejaVu Sans of the `plotting` crate, so it draws the same with no system fonts.
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
+use plotting::{Figure, COLORS, FONT};
 
 use crate::analysis::{TrialResult, TrialStatus};
 
-const FONT: &str = "sans-serif";
-static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-static REGISTER: Once = Once::new();
 pub const WIDTH: u32 = 1600;
 pub const HEIGHT: u32 = 720;
-
-const COLORS: [RGBColor; 8] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(23, 190, 207),
-];
-
-fn register_font() {
-    REGISTER.call_once(|| {
-        if plotters::style::register_font(FONT, FontStyle::Normal, FONT_BYTES).is_err() {
-            unreachable!("the bundled DejaVuSans.ttf is valid TrueType");
-        }
-    });
-}
 
 /// One line: its label and (batch, samples/s, GB) points of the trials that ran.
 pub type Line = (String, Vec<(f64, f64, f64)>);
@@ -101,135 +79,113 @@ pub fn render(
     title: &str,
     stem: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
-    register_font();
-    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("{}: cannot create: {e}", dir.display()))?;
-    }
-    let svg = stem.with_extension("svg");
-    let png = stem.with_extension("png");
-    let lines = lines(trials);
-    {
-        let root = SVGBackend::new(&svg, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(&root, &lines, title)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", svg.display()))?;
-    }
-    {
-        let root = BitMapBackend::new(&png, (WIDTH, HEIGHT)).into_drawing_area();
-        draw(&root, &lines, title)?;
-        root.present()
-            .map_err(|e| format!("{}: {e}", png.display()))?;
-    }
+    let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
+    let figure = SweepFigure {
+        lines: lines(trials),
+        title,
+    };
+    plotting::render(&figure, (WIDTH, HEIGHT), &svg, &png)?;
     Ok((svg, png))
 }
 
-fn draw<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
+struct SweepFigure<'a> {
+    lines: Vec<Line>,
+    title: &'a str,
+}
+
+impl Figure for SweepFigure<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        root.fill(&WHITE).map_err(err)?;
+        let root = root.titled(self.title, (FONT, 24)).map_err(err)?;
+        let panels = root.split_evenly((1, 2));
+        let lines = &self.lines;
+        let all = || lines.iter().flat_map(|(_, p)| p.iter());
+        let batches: Vec<f64> = all().map(|p| p.0).collect();
+        let bmax = batches.iter().cloned().fold(1.0, f64::max);
+        let bmin = batches.iter().cloned().fold(bmax, f64::min);
+        let x_range = (bmin * 0.7, bmax * 1.5);
+        // Left: throughput, log-log (it spans decades).
+        let (y0, y1) = decades(all().map(|p| p.1));
+        panel(
+            &panels[0],
+            lines,
+            x_range,
+            (y0..y1).log_scale(),
+            "samples / s (median step)",
+            |p| p.1,
+        )?;
+        // Right: memory, linear from zero (it grows linearly with the batch), in MB.
+        let top = all().map(|p| p.2 * 1e3).fold(0.0, f64::max).max(1.0) * 1.15;
+        panel(
+            &panels[1],
+            lines,
+            x_range,
+            0.0..top,
+            "peak device memory (MB, pool high watermark)",
+            |p| p.2 * 1e3,
+        )
+    }
+}
+
+/// One panel: batch size (log) across, `value` of each point up, one line per configuration.
+fn panel<DB: DrawingBackend, Y>(
+    area: &DrawingArea<DB, Shift>,
     lines: &[Line],
-    title: &str,
+    x_range: (f64, f64),
+    y: Y,
+    y_desc: &str,
+    value: impl Fn(&(f64, f64, f64)) -> f64,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    root.fill(&WHITE).map_err(err)?;
-    let root = root.titled(title, (FONT, 24)).map_err(err)?;
-    let panels = root.split_evenly((1, 2));
-    let all = || lines.iter().flat_map(|(_, p)| p.iter());
-    let batches: Vec<f64> = all().map(|p| p.0).collect();
-    let bmax = batches.iter().cloned().fold(1.0, f64::max);
-    let bmin = batches.iter().cloned().fold(bmax, f64::min);
-    let x_range = (bmin * 0.7, bmax * 1.5);
-    let legend = |name: &str| name.to_string();
-    // Left: throughput, log-log (it spans decades).
-    {
-        let (y0, y1) = decades(all().map(|p| p.1));
-        let mut chart = ChartBuilder::on(&panels[0])
-            .margin(20)
-            .x_label_area_size(56)
-            .y_label_area_size(80)
-            .build_cartesian_2d((x_range.0..x_range.1).log_scale(), (y0..y1).log_scale())
-            .map_err(err)?;
+    let mut chart = ChartBuilder::on(area)
+        .margin(20)
+        .x_label_area_size(56)
+        .y_label_area_size(80)
+        .build_cartesian_2d((x_range.0..x_range.1).log_scale(), y)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("batch size")
+        .y_desc(y_desc)
+        .axis_desc_style((FONT, 18))
+        .label_style((FONT, 15))
+        .x_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| short(*v))
+        .light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(200, 200, 200))
+        .draw()
+        .map_err(err)?;
+    for (i, (label, points)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = points.iter().map(|p| (p.0, value(p))).collect();
         chart
-            .configure_mesh()
-            .x_desc("batch size")
-            .y_desc("samples / s (median step)")
-            .axis_desc_style((FONT, 18))
-            .label_style((FONT, 15))
-            .x_label_formatter(&|v| short(*v))
-            .y_label_formatter(&|v| short(*v))
-            .light_line_style(RGBColor(235, 235, 235))
-            .bold_line_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(err)?;
-        for (i, (label, points)) in lines.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let pts: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
-                .map_err(err)?
-                .label(legend(label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(err)?;
-        }
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
+            .map_err(err)?
+            .label(label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
+            });
         chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
             .map_err(err)?;
     }
-    // Right: memory, linear from zero (it grows linearly with the batch), in MB.
-    {
-        let top = all().map(|p| p.2 * 1e3).fold(0.0, f64::max).max(1.0) * 1.15;
-        let mut chart = ChartBuilder::on(&panels[1])
-            .margin(20)
-            .x_label_area_size(56)
-            .y_label_area_size(80)
-            .build_cartesian_2d((x_range.0..x_range.1).log_scale(), 0.0..top)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("batch size")
-            .y_desc("peak device memory (MB, pool high watermark)")
-            .axis_desc_style((FONT, 18))
-            .label_style((FONT, 15))
-            .x_label_formatter(&|v| short(*v))
-            .y_label_formatter(&|v| short(*v))
-            .light_line_style(RGBColor(235, 235, 235))
-            .bold_line_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(err)?;
-        for (i, (label, points)) in lines.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let pts: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.2 * 1e3)).collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))
-                .map_err(err)?
-                .label(legend(label))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                });
-            chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()
-            .map_err(err)?;
-    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .draw()
+        .map_err(err)?;
     Ok(())
 }
 

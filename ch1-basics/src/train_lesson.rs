@@ -206,24 +206,17 @@ pub fn run_training(
                 passed: false,
                 against: "nothing: no reference (too large) and no baseline in this run".into(),
             });
-        let mut report = VariantReport {
-            name: v.name().into(),
-            description: v.description().into(),
-            precision: Precision::Fp32,
-            status: if passed { Status::Ok } else { Status::Failed },
-            verification: Verification { passed, ..primary },
-            work: Work {
+        let mut report = VariantReport::checked(
+            v.name(),
+            v.description(),
+            Precision::Fp32,
+            Verification { passed, ..primary },
+            Work {
                 bytes_read: (cfg.samples * (cfg.dims.input + 1) * 4) as u64,
                 bytes_written: 0,
                 flops: cfg.dims.flops(cfg.samples as u64),
             },
-            time_ms: None,
-            throughput: None,
-            fraction_of_copy_bandwidth: None,
-            speedup: None,
-            measurement: None,
-            note: None,
-        };
+        );
         let mut m = TrainingMetrics {
             variant: v.name().into(),
             features: v.features(),

@@ -131,24 +131,13 @@ pub fn run_lesson(
             spec.tolerance,
             lesson.reference_label(),
         );
-        let mut report = VariantReport {
-            name: spec.name.to_string(),
-            description: spec.description.to_string(),
-            precision: spec.precision,
-            status: if verification.passed {
-                Status::Ok
-            } else {
-                Status::Failed
-            },
+        let mut report = VariantReport::checked(
+            spec.name,
+            spec.description,
+            spec.precision,
             verification,
-            work: spec.work,
-            time_ms: None,
-            throughput: None,
-            fraction_of_copy_bandwidth: None,
-            speedup: None,
-            measurement: None,
-            note: None,
-        };
+            spec.work,
+        );
         if report.status == Status::Failed {
             report.note = Some("not timed: a wrong answer has no speed".into());
             variants.push(report);

@@ -74,6 +74,37 @@ pub struct VariantReport {
     pub note: Option<String>,
 }
 
+impl VariantReport {
+    /// A variant whose output was checked and that has not been timed yet: OK exactly when the
+    /// verification passed.
+    pub fn checked(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        precision: Precision,
+        verification: Verification,
+        work: Work,
+    ) -> VariantReport {
+        VariantReport {
+            name: name.into(),
+            description: description.into(),
+            precision,
+            status: if verification.passed {
+                Status::Ok
+            } else {
+                Status::Failed
+            },
+            verification,
+            work,
+            time_ms: None,
+            throughput: None,
+            fraction_of_copy_bandwidth: None,
+            speedup: None,
+            measurement: None,
+            note: None,
+        }
+    }
+}
+
 /// A reference figure the percentages are taken against.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CeilingRef {

@@ -17,7 +17,7 @@ use common::bench::Timer;
 use common::counters::Work;
 use common::gpu::Gpu;
 use common::lesson::{finish, run_lesson};
-use common::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
+use common::report::{LessonReport, Provenance, VariantReport, SCHEMA_VERSION};
 use common::verify::{Precision, Verification};
 
 pub fn run(argv: &[String], only: &[&str]) -> anyhow::Result<ExitCode> {
@@ -103,27 +103,22 @@ fn pipeline_mode(gpu: &Gpu, args: &Args, name: &str, mode: Mode) -> anyhow::Resu
         parameters: serde_json::json!({ "part": "pipeline", "elements": n, "chunk": chunk, "buffers": buffers }),
         ceilings: Vec::new(),
         variants: vec![VariantReport {
-            name: name.to_string(),
-            description: format!(
-                "{n} elements through the GPU in chunks of {chunk}, {buffers} buffers"
-            ),
-            precision: Precision::Fp32,
-            status: if passed { Status::Ok } else { Status::Failed },
-            verification: Verification {
-                rel_l2_error,
-                tolerance: TOLERANCE,
-                non_finite,
-                elements: n,
-                passed,
-                against: "the closed form of the elementwise function".into(),
-            },
-            work,
             throughput: time_ms.as_ref().map(|t| work.throughput(t.median / 1e3)),
             time_ms,
-            fraction_of_copy_bandwidth: None,
-            speedup: None,
-            measurement: None,
-            note: None,
+            ..VariantReport::checked(
+                name,
+                format!("{n} elements through the GPU in chunks of {chunk}, {buffers} buffers"),
+                Precision::Fp32,
+                Verification {
+                    rel_l2_error,
+                    tolerance: TOLERANCE,
+                    non_finite,
+                    elements: n,
+                    passed,
+                    against: "the closed form of the elementwise function".into(),
+                },
+                work,
+            )
         }],
     })
 }

@@ -158,6 +158,16 @@ pub fn sweep_sizes(chunk_bytes: usize) -> Vec<usize> {
     sizes
 }
 
+/// One checked run of `mode` from a poisoned output: (relative L2 error, non-finite elements,
+/// passed).
+pub fn check_mode(gpu: &Gpu, p: &mut Pipeline, mode: Mode) -> Result<(f64, usize, bool)> {
+    p.poison_output();
+    p.queue(&gpu.stream, mode)?;
+    gpu.sync()?;
+    let (err, bad) = p.check_output();
+    Ok((err, bad, bad == 0 && err <= TOLERANCE))
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn run_pipeline(
     gpu: &Gpu,
@@ -207,11 +217,7 @@ pub fn run_pipeline(
     let mut serial_output: Option<Vec<f32>> = None;
     let mut bitwise = None;
     for (mode, name) in modes {
-        p.poison_output();
-        p.queue(&gpu.stream, mode)?;
-        gpu.sync()?;
-        let (err, bad) = p.check_output();
-        let passed = bad == 0 && err <= TOLERANCE;
+        let (err, bad, passed) = check_mode(gpu, &mut p, mode)?;
         if mode == Mode::Serial && which == Which::Both {
             serial_output = Some(p.output().to_vec());
         }

@@ -9,7 +9,7 @@ use clap::Parser;
 
 use ch1_basics::cli::Args;
 use ch1_basics::pipeline::{time_mode, Mode, Pipeline};
-use ch1_basics::pipeline_lesson::TOLERANCE;
+use ch1_basics::pipeline_lesson::{check_mode, TOLERANCE};
 use ch1_basics::train_lesson::run_training;
 use ch1_basics::training::Variant;
 use ch1_basics::transpose::{Transpose, TransposeVariant};
@@ -74,11 +74,7 @@ fn pipeline_mode(gpu: &Gpu, args: &Args, name: &str, mode: Mode) -> anyhow::Resu
     common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
     let mut timer = Timer::new(gpu)?;
     let mut p = Pipeline::new(gpu, n, chunk, buffers, args.iterations as u32, args.seed)?;
-    p.poison_output();
-    p.queue(&gpu.stream, mode)?;
-    gpu.sync()?;
-    let (rel_l2_error, non_finite) = p.check_output();
-    let passed = non_finite == 0 && rel_l2_error <= TOLERANCE;
+    let (rel_l2_error, non_finite, passed) = check_mode(gpu, &mut p, mode)?;
     let time_ms = if passed {
         Some(time_mode(
             gpu,

@@ -360,30 +360,26 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
             .cuda("device-to-device memcpy")
     })?;
     candidates.push(("cuMemcpyDtoDAsync", memcpy_m));
-    let mut results: Vec<(String, f64, Summary)> = candidates
+    let candidates = candidates
         .into_iter()
-        .map(|(name, m)| {
-            let s = Summary::of(&m.samples_s).expect("samples");
-            (name.to_string(), work.throughput(s.median).gb_per_s, s)
-        })
+        .map(|(n, m)| (n.to_string(), m))
         .collect();
-    results.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap_or(std::cmp::Ordering::Equal));
-    let (best_name, best, summary) = results[0].clone();
-    let sm_clock_mhz = gpu.sm_clock_mhz();
-    Ok(Ceiling {
-        theoretical: Some(dram_theoretical(&gpu.info)),
-        sm_clock_mhz,
-        verification_error: None,
-        value: best,
-        unit: "GB/s".into(),
-        method: format!(
-            "{best_name}, median of {} samples, 2 x {} buffers, read+write bytes",
-            summary.samples,
-            crate::error::human_bytes(bytes)
-        ),
-        time_s: summary,
-        candidates: results.into_iter().map(|(n, v, _)| (n, v)).collect(),
-    })
+    let mut c = best_of(
+        gpu,
+        candidates,
+        RateAt::Median,
+        |s| work.throughput(s).gb_per_s,
+        "GB/s",
+        |name, s| {
+            format!(
+                "{name}, median of {} samples, 2 x {} buffers, read+write bytes",
+                s.samples,
+                crate::error::human_bytes(bytes)
+            )
+        },
+    )?;
+    c.theoretical = Some(dram_theoretical(&gpu.info));
+    Ok(c)
 }
 
 #[cfg(test)]

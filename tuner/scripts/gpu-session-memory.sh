@@ -1,17 +1,47 @@
 #!/usr/bin/env bash
-# What the memory/autobatch issue asks to measure, in one call on the GPU machine (not run yet:
-# the session that wrote it had no device time left). Binaries staged by stage.sh in $B.
+# What the memory/autobatch issue asks to measure, in one call on the GPU machine. Binaries
+# staged by stage.sh in $B; everything lands in $OUT/tuner-memory-session.tgz.
 set -uo pipefail
 B=${B:-.bin-tuner}
 export PERF_LESSONS_CACHE=/tmp/plc
-exec > >(tee -a "$OUT/gpu-session-memory.log") 2>&1
+R=$OUT/r && mkdir -p $R
+exec > >(tee -a "$R/tuner-memory-session.log") 2>&1
 T=$B/tuner
-echo "== GPU tests (memory estimate vs measured peaks, finder)"
-timeout 200 $B/test-gpu --ignored --test-threads=1 --nocapture the_memory_estimate the_finder
-echo "== tuner memory, three presets"
-for p in small medium large; do $T memory --preset $p --batch-size 4096 --json $OUT/tuner-memory-$p.json; done
-echo "== tuner autobatch, small preset"
-printf '# demo config\n[model]\npreset = "small"\n[training]\nbatch_size = 256 # by hand\naccumulation_steps = 4\n' > /tmp/run.toml
-/usr/bin/time -f "autobatch wall %e s" $T autobatch --config /tmp/run.toml --team $OUT/team.toml --json $OUT/tuner-autobatch.json
-cat /tmp/run.toml /tmp/run.toml.bak $OUT/team.toml
-$T memory --watch --watch-seconds 3
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+echo "== the tuner's GPU tests: estimate vs measured peaks (3 presets x 3 batches x fp32/AMP), finder, sweep"
+timeout 300 $B/test-gpu --ignored --test-threads=1 --nocapture
+echo "== tuner memory, three presets, AdamW, batches 256,4096,65536"
+for p in small medium large; do
+  $T memory --preset $p --optimizer adamw --batch-size 256,4096,65536 --json $R/tuner-memory-$p.json
+done
+echo "== tuner memory, medium preset, AMP"
+$T memory --preset medium --optimizer adamw --amp on --batch-size 256,4096,65536 --json $R/tuner-memory-medium-amp.json
+echo "== tuner autobatch, small preset, write-back and team file"
+printf '# demo config\n[model]\npreset = "small" # the MLP\n[training]\nbatch_size = 256 # by hand\naccumulation_steps = 4\nlr = 0.05\n' > $R/run.toml
+/usr/bin/time -f "autobatch process wall %e s" $T autobatch --config $R/run.toml --team $R/team.toml --json $R/tuner-autobatch.json
+echo "--- run.toml after"; cat $R/run.toml; echo "--- run.toml.bak"; cat $R/run.toml.bak; echo "--- team.toml"; cat $R/team.toml
+echo "== tuner autobatch, large preset, AMP, powers of two, test only"
+$T autobatch --preset large --amp on --pow2 --effective-batch 65536 --test-only --team $R/team.toml --json $R/tuner-autobatch-large-amp.json
+cat $R/team.toml
+echo "== --watch beside a sweep"
+$T memory --watch --watch-seconds 4 &
+W=$!
+sleep 1; $T sweep --preset large --batch-sizes 65536 --steps 400 --quiet > $R/watch-sweep.txt 2>&1; wait $W
+python3 - "$R" <<'PY'
+import json, sys
+r = sys.argv[1]
+reps = [json.load(open(f"{r}/tuner-memory-{p}.json")) for p in ["small", "medium", "large", "medium-amp"]]
+json.dump(reps, open(f"{r}/tuner-memory.json", "w"), indent=1)
+print("| preset | amp | batch | estimate MB | measured in use MB | error | taken from device MB |")
+for rep in reps:
+    for c in rep["batches"]:
+        m = c["measured"] or {}
+        print(f'| {rep["settings"]["preset"]} | {rep["amp"]} | {c["estimate"]["batch"]} | '
+              f'{c["estimate"]["total"]/1e6:.2f} | {m.get("used", 0)/1e6:.2f} | {100*(c["estimate_error"] or 0):+.4f}% | {(m.get("reserved") or 0)/1e6:.2f} |')
+a = json.load(open(f"{r}/tuner-autobatch.json"))
+print("autobatch small:", len(a["found"]["trials"]), "trials, bound", a["trial_bound"], f'{a["search_wall_s"]:.1f} s',
+      "max", a["tiers"]["maximum"], "next fails", a["next_fails"], "100 steps", a["recommended_trains_100_steps"],
+      "free", a["free_before_bytes"], "->", a["free_after_bytes"])
+PY
+rm -f $R/tuner-memory-small.json $R/tuner-memory-medium.json $R/tuner-memory-large.json $R/tuner-memory-medium-amp.json
+tar czf $OUT/tuner-memory-session.tgz -C $R .

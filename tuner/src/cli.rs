@@ -50,9 +50,10 @@ fn parse_margin(s: &str) -> Result<f64, String> {
 pub struct MemoryArgs {
     #[command(flatten)]
     pub settings: SettingsArgs,
-    /// The batch to estimate and measure (default: the config's batch_size, else 1024).
-    #[arg(long, value_parser = parse_batch)]
-    pub batch_size: Option<usize>,
+    /// The batch to estimate and measure, or a list of them (256,4096,65536) shown side by side
+    /// (default: the config's batch_size, else 1024).
+    #[arg(long, value_name = "B[,B...]", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
+    pub batch_size: Option<List>,
     /// Recommend multiples of N instead of powers of two.
     #[arg(long, value_name = "N", value_parser = parse_batch)]
     pub multiple_of: Option<usize>,

@@ -16,7 +16,7 @@ use common::Result;
 use crate::config::{Settings, MAX_BATCH};
 use crate::memory::{self, BatchStatus, Estimate, Tiers};
 use crate::search::{self, Accumulation, Found, Granularity};
-use crate::trial::Session;
+use crate::trial::{Peak, Session};
 use crate::writeback::{self, TeamEntry};
 
 fn mb(b: u64) -> String {
@@ -124,6 +124,17 @@ pub fn watch(index: u32, period: Duration, seconds: Option<f64>) -> Result<()> {
     }
 }
 
+/// One batch size of `tuner memory`: the estimate and what real steps used.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchCheck {
+    pub estimate: Estimate,
+    pub share_of_device: f64,
+    /// Peaks of 3 real steps at the batch; None when they ran out of memory.
+    pub measured: Option<Peak>,
+    /// (estimate - measured in use) / measured in use.
+    pub estimate_error: Option<f64>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct MemoryReport {
     pub schema: &'static str,
@@ -132,40 +143,59 @@ pub struct MemoryReport {
     pub gpus: Vec<GpuSummary>,
     pub settings: Settings,
     pub amp: bool,
-    pub estimate: Estimate,
-    pub share_of_device: f64,
-    /// Pool high watermark of real steps at the batch; None when they ran out of memory.
-    pub measured_peak_bytes: Option<u64>,
-    pub estimate_error: Option<f64>,
-    /// Free device memory before the tool allocated anything.
+    pub batches: Vec<BatchCheck>,
+    /// Free device memory once the CUDA context, the kernels and the cuBLAS handle are set up
+    /// (what the batch can have).
     pub available_bytes: u64,
+    /// What setting up took from the device before any batch (context excluded: it exists
+    /// before the first reading).
+    pub setup_bytes: u64,
     pub margin: f64,
     pub tiers: Tiers,
     /// The estimated maximum as first computed, and the real-step checks that settled it.
     pub estimated_maximum: usize,
     pub maximum_checks: Vec<(usize, bool)>,
+    /// The configured batch (the config's batch_size, else the first batch asked for).
+    pub configured_batch: usize,
     pub batch_status: BatchStatus,
 }
 
 /// How many times the estimated maximum is stepped down when a real step disagrees.
 const MAX_CHECKS: usize = 8;
 
-/// `tuner memory`.
+/// Real steps per measured batch.
+pub const MEASURED_STEPS: usize = 3;
+
+/// `tuner memory` for one or more batch sizes.
 pub fn memory_report(
     gpu: &Gpu,
     settings: Settings,
-    batch: usize,
+    batches: &[usize],
     multiple: Option<usize>,
     margin: Option<f64>,
 ) -> Result<MemoryReport> {
     let amp = single_amp(&settings)?;
-    let (available, total) = gpu.memory()?;
+    if batches.is_empty() {
+        return Err(common::Error::invalid("no batch size to measure"));
+    }
+    let before_setup = gpu.memory()?.0;
     let gpus = list_gpus(gpu)?;
     let data = Arc::new(crate::sweep::load_data(&settings)?);
     let mut session = Session::new(gpu, settings.clone(), data)?;
-    let estimate = memory::estimate(&settings.arch, &settings.optimizer, amp, batch);
-    let measured = session.fits(batch, amp, 3)?;
-    let estimate_error = measured.map(|m| (estimate.total as f64 - m as f64) / m as f64);
+    session.clean_up()?;
+    let (available, total) = gpu.memory()?;
+    let mut checks_of_batches = Vec::with_capacity(batches.len());
+    for &batch in batches {
+        let estimate = memory::estimate(&settings.arch, &settings.optimizer, amp, batch);
+        let measured = session.fits(batch, amp, MEASURED_STEPS)?;
+        checks_of_batches.push(BatchCheck {
+            share_of_device: estimate.total as f64 / total as f64,
+            estimate_error: measured
+                .map(|m| (estimate.total as f64 - m.used as f64) / m.used as f64),
+            estimate,
+            measured,
+        });
+    }
     let mut max = memory::snap_down(
         memory::max_batch_for(
             &settings.arch,
@@ -191,22 +221,21 @@ pub fn memory_report(
     }
     let margin = margin.unwrap_or_else(|| memory::margin_for(total));
     let tiers = memory::tiers(max, margin, multiple);
-    let configured = settings.batch_size.unwrap_or(batch);
+    let configured = settings.batch_size.unwrap_or(batches[0]);
     Ok(MemoryReport {
-        schema: "tuner-memory/1",
+        schema: "tuner-memory/2",
         device: gpu.info.clone(),
         provenance: Provenance::now(),
         gpus,
         amp,
-        share_of_device: estimate.total as f64 / total as f64,
-        estimate,
-        measured_peak_bytes: measured,
-        estimate_error,
+        batches: checks_of_batches,
         available_bytes: available,
+        setup_bytes: before_setup.saturating_sub(available),
         margin,
         tiers,
         estimated_maximum,
         maximum_checks: checks,
+        configured_batch: configured,
         batch_status: memory::status(configured, &tiers),
         settings,
     })
@@ -244,9 +273,10 @@ pub fn render_memory(r: &MemoryReport) -> String {
             g.sm_count
         );
     }
-    let e = &r.estimate;
-    let m = &e.model;
-    let b = &e.batch_memory;
+    let Some(first) = r.batches.first() else {
+        return o;
+    };
+    let m = &first.estimate.model;
     let _ = writeln!(
         o,
         "\nmodel ({} parameters, {}):",
@@ -267,43 +297,68 @@ pub fn render_memory(r: &MemoryReport) -> String {
     ] {
         let _ = writeln!(o, "| {name} | {} |", mb(v));
     }
-    let _ = writeln!(o, "\nbatch {}:\n| part | bytes |\n|---|---:|", e.batch);
-    for (name, v) in [
-        ("inputs (2 slots)", b.inputs),
-        ("activations saved for backward", b.saved_activations),
-        ("transient activation gradients, losses", b.transient),
-        ("bf16 activation copies", b.amp_copies),
-        ("cuBLAS workspace", e.workspace),
-        ("total", e.total),
-    ] {
-        let _ = writeln!(o, "| {name} | {} |", mb(v));
+    let _ = write!(o, "\n| batch |");
+    for c in &r.batches {
+        let _ = write!(o, " {} |", c.estimate.batch);
     }
-    let _ = writeln!(
-        o,
-        "\nestimated {} ({:.2}% of the device)",
-        mb(e.total),
-        100.0 * r.share_of_device
+    let _ = write!(o, "\n|---|");
+    for _ in &r.batches {
+        let _ = write!(o, "---:|");
+    }
+    let row = |o: &mut String, name: &str, cell: &dyn Fn(&BatchCheck) -> String| {
+        let _ = write!(o, "\n| {name} |");
+        for c in &r.batches {
+            let _ = write!(o, " {} |", cell(c));
+        }
+    };
+    row(&mut o, "inputs (2 slots)", &|c| {
+        mb(c.estimate.batch_memory.inputs)
+    });
+    row(&mut o, "activations saved for backward", &|c| {
+        mb(c.estimate.batch_memory.saved_activations)
+    });
+    row(&mut o, "transient activation gradients, losses", &|c| {
+        mb(c.estimate.batch_memory.transient)
+    });
+    row(&mut o, "bf16 activation copies", &|c| {
+        mb(c.estimate.batch_memory.amp_copies)
+    });
+    row(&mut o, "cuBLAS workspace", &|c| mb(c.estimate.workspace));
+    row(&mut o, "model", &|c| mb(c.estimate.model.total()));
+    row(&mut o, "**estimated total**", &|c| {
+        format!(
+            "{} ({:.2}% of the device)",
+            mb(c.estimate.total),
+            100.0 * c.share_of_device
+        )
+    });
+    row(
+        &mut o,
+        &format!("measured peak in use ({MEASURED_STEPS} real steps)"),
+        &|c| match c.measured {
+            Some(p) => mb(p.used),
+            None => "out of memory".into(),
+        },
     );
-    match (r.measured_peak_bytes, r.estimate_error) {
-        (Some(p), Some(err)) => {
-            let _ = writeln!(
-                o,
-                "measured peak of 3 real steps: {} (estimate error {:+.3}%)",
-                mb(p),
-                100.0 * err
-            );
-        }
-        _ => {
-            let _ = writeln!(
-                o,
-                "measured: 3 real steps at batch {} ran out of memory",
-                e.batch
-            );
-        }
-    }
+    row(&mut o, "estimate error", &|c| match c.estimate_error {
+        Some(e) => format!("{:+.3}%", 100.0 * e),
+        None => "-".into(),
+    });
+    row(&mut o, "measured peak taken from the device", &|c| match c
+        .measured
+        .and_then(|p| p.reserved)
+    {
+        Some(v) => mb(v),
+        None => "-".into(),
+    });
     let _ = writeln!(
         o,
-        "\nbatch sizes ({} free at start, margin {:.0}%): maximum {} (estimate {}, checked by real steps: {:?}), recommended {}, safe {}",
+        "\n\nsetting up (kernels, cuBLAS handle) took {} outside the pool",
+        mb(r.setup_bytes)
+    );
+    let _ = writeln!(
+        o,
+        "batch sizes ({} free after setup, margin {:.0}%): maximum {} (estimate {}, checked by real steps: {:?}), recommended {}, safe {}",
         mb(r.available_bytes),
         100.0 * r.margin,
         r.tiers.maximum,
@@ -315,8 +370,7 @@ pub fn render_memory(r: &MemoryReport) -> String {
     let _ = writeln!(
         o,
         "configured batch {}: {:?}",
-        r.settings.batch_size.unwrap_or(e.batch),
-        r.batch_status
+        r.configured_batch, r.batch_status
     );
     o
 }
@@ -539,6 +593,79 @@ mod tests {
             test_only: true,
             team: None,
         }
+    }
+
+    fn device() -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            uuid: "GPU-0".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            total_memory_bytes: 150_000_000_000,
+            l2_bytes: 50 << 20,
+            max_sm_clock_mhz: 1980,
+            memory_clock_mhz: 3201,
+            memory_bus_width_bits: 6144,
+            driver_version: "580".into(),
+            cuda_driver_version: "13.0".into(),
+            nvrtc_version: "13.0".into(),
+        }
+    }
+
+    #[test]
+    fn the_memory_report_puts_each_batch_in_a_column_with_its_error() {
+        let settings = crate::config::Overrides::default().resolve().unwrap();
+        let est = |b| memory::estimate(&settings.arch, &settings.optimizer, false, b);
+        let (a, b) = (est(256), est(1 << 20));
+        let tiers = memory::tiers(4096, 0.05, None);
+        let r = MemoryReport {
+            schema: "tuner-memory/2",
+            device: device(),
+            provenance: Provenance::now(),
+            gpus: vec![],
+            amp: false,
+            batches: vec![
+                BatchCheck {
+                    estimate: a,
+                    share_of_device: a.total as f64 / 150e9,
+                    measured: Some(Peak {
+                        used: a.total + a.total / 50,
+                        reserved: Some(40 << 20),
+                    }),
+                    estimate_error: Some(-1.0 / 51.0),
+                },
+                BatchCheck {
+                    estimate: b,
+                    share_of_device: b.total as f64 / 150e9,
+                    measured: None,
+                    estimate_error: None,
+                },
+            ],
+            available_bytes: 100_000_000,
+            setup_bytes: 8 << 20,
+            margin: 0.05,
+            tiers,
+            estimated_maximum: 4096,
+            maximum_checks: vec![(4096, true)],
+            configured_batch: 256,
+            batch_status: memory::status(256, &tiers),
+            settings,
+        };
+        let text = render_memory(&r);
+        assert!(text.contains("| batch | 256 | 1048576 |"), "{text}");
+        let error_row = text
+            .lines()
+            .find(|l| l.starts_with("| estimate error"))
+            .unwrap();
+        assert_eq!(error_row, "| estimate error | -1.961% | - |");
+        let measured = text
+            .lines()
+            .find(|l| l.starts_with("| measured peak in use"))
+            .unwrap();
+        assert!(measured.ends_with("| out of memory |"), "{measured}");
+        assert!(text.contains("| 41.9 MB |"), "{text}");
+        assert!(text.contains("configured batch 256:"), "{text}");
     }
 
     #[test]

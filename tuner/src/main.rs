@@ -37,12 +37,15 @@ fn main() -> ExitCode {
                     return Ok(ExitCode::SUCCESS);
                 }
                 let settings = args.settings.settings().map_err(common::Error::invalid)?;
-                let batch = args.batch_size.or(settings.batch_size).unwrap_or(1024);
+                let batches = match &args.batch_size {
+                    Some(list) => list.0.clone(),
+                    None => vec![settings.batch_size.unwrap_or(1024)],
+                };
                 let gpu = common::Gpu::open(settings.device)?;
                 let r = tuner::commands::memory_report(
                     &gpu,
                     settings,
-                    batch,
+                    &batches,
                     args.multiple_of,
                     args.margin,
                 )?;

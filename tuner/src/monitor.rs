@@ -53,19 +53,25 @@ impl Pool {
         self.get(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
     }
 
-    /// Start a new watermark at what is in use now.
+    /// Highest bytes the pool held from the device since the last reset: what the device gave
+    /// it, in its allocation granularity, cached blocks included.
+    pub fn reserved_high(&self) -> Result<u64> {
+        self.get(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    }
+
+    /// Start new watermarks (in use and reserved) at what is held now.
     pub fn reset_high(&self) -> Result<()> {
-        let mut zero: u64 = 0;
-        // SAFETY: setting the high watermark takes a 64-bit zero, which resets it.
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                self.0,
-                Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-                (&mut zero as *mut u64).cast(),
-            )
+        for attr in [
+            Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+            Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+        ] {
+            let mut zero: u64 = 0;
+            // SAFETY: setting a high watermark takes a 64-bit zero, which resets it.
+            unsafe { sys::cuMemPoolSetAttribute(self.0, attr, (&mut zero as *mut u64).cast()) }
+                .result()
+                .cuda("resetting the pool's watermarks")?;
         }
-        .result()
-        .cuda("resetting the pool's watermark")
+        Ok(())
     }
 
     /// Give every unused byte back to the device (after a synchronize).

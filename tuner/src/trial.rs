@@ -34,6 +34,17 @@ use crate::monitor::{Pool, UtilSampler};
 use crate::step::{self, Blas, ModelState, Step, StepBuffers, StepKernels};
 
 /// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
+/// The peak device memory of a trial (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Peak {
+    /// The pool's high watermark of bytes in use: the sum of the live buffers at the worst
+    /// moment (the buffer sizes when the device has no stream-ordered pool).
+    pub used: u64,
+    /// The pool's high watermark of bytes taken from the device (allocation granularity and
+    /// cached blocks included); None without a pool.
+    pub reserved: Option<u64>,
+}
+
 pub struct Session<'g> {
     pub gpu: &'g Gpu,
     pub settings: Settings,
@@ -325,10 +336,10 @@ impl<'g> Session<'g> {
     }
 
     /// Whether `steps` real training steps (forward, backward, optimizer) at `batch` fit: the
-    /// pool's peak when they do, None on out-of-memory (recovered: freed, synchronized,
+    /// pool's peaks when they do, None on out-of-memory (recovered: freed, synchronized,
     /// trimmed). The trial's device buffers exactly; the batch is device-resident zeros (valid
     /// labels), since only the memory is in question.
-    pub fn fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Option<u64>> {
+    pub fn fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Option<Peak>> {
         self.clean_up()?;
         if let Some(p) = &self.pool {
             p.reset_high()?;
@@ -348,7 +359,7 @@ impl<'g> Session<'g> {
         }
     }
 
-    fn try_fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<u64> {
+    fn try_fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Peak> {
         let gpu = self.gpu;
         let s = self.settings.clone();
         let arch = s.arch;
@@ -373,8 +384,14 @@ impl<'g> Session<'g> {
         }
         gpu.sync()?;
         Ok(match &self.pool {
-            Some(p) => p.used_high()?,
-            None => crate::step::device_bytes(&arch, &s.optimizer, amp, batch),
+            Some(p) => Peak {
+                used: p.used_high()?,
+                reserved: Some(p.reserved_high()?),
+            },
+            None => Peak {
+                used: crate::step::device_bytes(&arch, &s.optimizer, amp, batch),
+                reserved: None,
+            },
         })
     }
 

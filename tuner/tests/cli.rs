@@ -63,6 +63,9 @@ fn memory_and_autobatch_refuse_bad_input_before_the_gpu() {
     let (code, err) = tuner(&["memory", "--batch-size", "0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("at least 1"), "{err}");
+    let (code, err) = tuner(&["memory", "--batch-size", "256,lots"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'lots'"), "{err}");
     let (code, err) = tuner(&["autobatch", "--start", "0", "--test-only"]);
     assert_eq!(code, 2, "{err}");
     let (code, err) = tuner(&["autobatch"]);

@@ -90,3 +90,39 @@ extern "C" __global__ void adamw_update(float* __restrict__ params, const float*
     params[i] = p;
     if (params16) params16[i] = to_bf16(p);
 }
+
+// Bias gradient of a large batch in two passes, both in a fixed order (the result does not
+// depend on timing). ch1-basics's sum_over_batch gives each block 32 features and the whole
+// batch, which leaves one block walking 32M rows when a layer has 16 features; here grid.y
+// splits the batch into chunks of `rows` samples, each block writes its chunk's partial sums
+// to partial[chunk * features + f], and sum_chunks adds the chunks in order.
+#define CHUNK_SUM_ROWS 8
+extern "C" __global__ void sum_over_batch_chunks(const float* __restrict__ grad, int features,
+                                                 int batch, int rows,
+                                                 float* __restrict__ partial) {
+    __shared__ float part[CHUNK_SUM_ROWS][32];
+    int f = blockIdx.x * 32 + threadIdx.x;
+    i64 begin = (i64)blockIdx.y * rows;
+    i64 end = min((i64)batch, begin + rows);
+    float s = 0.0f;
+    if (f < features) {
+#pragma unroll 4
+        for (i64 b = begin + threadIdx.y; b < end; b += CHUNK_SUM_ROWS) s += grad[b * features + f];
+    }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && f < features) {
+        float total = 0.0f;
+        for (int r = 0; r < CHUNK_SUM_ROWS; r++) total += part[r][threadIdx.x];
+        partial[(i64)blockIdx.y * features + f] = total;
+    }
+}
+
+extern "C" __global__ void sum_chunks(const float* __restrict__ partial, int features, int chunks,
+                                      float* __restrict__ out) {
+    i64 f = global_id();
+    if (f >= features) return;
+    float total = 0.0f;
+    for (int c = 0; c < chunks; c++) total += partial[(i64)c * features + f];
+    out[f] = total;
+}

@@ -99,6 +99,9 @@ pub struct AutobatchArgs {
     pub team: Option<PathBuf>,
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// No line per trial on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug, Clone)]

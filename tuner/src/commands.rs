@@ -317,9 +317,11 @@ pub fn render_memory(r: &MemoryReport) -> String {
     row(&mut o, "activations saved for backward", &|c| {
         mb(c.estimate.batch_memory.saved_activations)
     });
-    row(&mut o, "transient activation gradients, losses", &|c| {
-        mb(c.estimate.batch_memory.transient)
-    });
+    row(
+        &mut o,
+        "transient: activation gradients, losses, bias sums",
+        &|c| mb(c.estimate.batch_memory.transient),
+    );
     row(&mut o, "bf16 activation copies", &|c| {
         mb(c.estimate.batch_memory.amp_copies)
     });
@@ -409,6 +411,8 @@ pub struct AutobatchOptions {
     pub config: Option<PathBuf>,
     pub test_only: bool,
     pub team: Option<PathBuf>,
+    /// One line per trial on stderr.
+    pub progress: bool,
 }
 
 /// Check what can be checked before any GPU time: where the answer goes.
@@ -442,8 +446,19 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
     session.clean_up()?;
     let (free_before, total) = gpu.memory()?;
     let started = Instant::now();
+    let mut trial = 0;
     let found = search::find(o.start, o.granularity, MAX_BATCH as usize, |b| {
-        Ok::<bool, common::Error>(session.fits(b, amp, 2)?.is_some())
+        let t = Instant::now();
+        let fits = session.fits(b, amp, 2)?.is_some();
+        trial += 1;
+        if o.progress {
+            eprintln!(
+                "trial {trial}: batch {b} {} ({:.2} s)",
+                if fits { "fits" } else { "out of memory" },
+                t.elapsed().as_secs_f64()
+            );
+        }
+        Ok::<bool, common::Error>(fits)
     })?
     .map_err(common::Error::invalid)?;
     let search_wall_s = started.elapsed().as_secs_f64();
@@ -592,6 +607,7 @@ mod tests {
             config: None,
             test_only: true,
             team: None,
+            progress: false,
         }
     }
 

@@ -67,6 +67,7 @@ fn main() -> ExitCode {
                     config: args.settings.config.clone(),
                     test_only: args.test_only,
                     team: args.team.clone(),
+                    progress: !args.quiet,
                 };
                 tuner::commands::check_autobatch_options(&options)
                     .map_err(common::Error::invalid)?;

@@ -33,7 +33,8 @@ pub struct BatchMemory {
     pub inputs: u64,
     /// Every hidden layer's output, kept for backward, and the logits.
     pub saved_activations: u64,
-    /// The two ping-pong activation-gradient buffers and the per-sample losses.
+    /// The two ping-pong activation-gradient buffers, the per-sample losses and, above 64K
+    /// samples, the bias gradient's partial sums per chunk.
     pub transient: u64,
     /// AMP: bf16 copies of the input, the hidden activations and the current gradient.
     pub amp_copies: u64,
@@ -78,8 +79,8 @@ pub fn batch_memory(arch: &Arch, amp: bool, batch: usize) -> BatchMemory {
         inputs: 2 * b * (4 * i + 4),
         saved_activations: 4 * b * (d * h + c),
         // Two gradient buffers, this batch's losses and the first step's kept losses; the
-        // 4 bytes are the loss kernel's slot counter.
-        transient: 4 * b * (2 * w + 2) + 4,
+        // 4 bytes are the loss kernel's slot counter; the bias partial sums.
+        transient: 4 * b * (2 * w + 2) + 4 + 4 * crate::step::bias_scratch_len(arch, batch) as u64,
         amp_copies: if amp { 2 * b * (i + d * h + w) } else { 0 },
     }
 }
@@ -107,12 +108,25 @@ pub fn max_batch_for(
     available: u64,
     cap: usize,
 ) -> usize {
-    let fixed = estimate(arch, optimizer, amp, 0).total;
-    let per_sample = estimate(arch, optimizer, amp, 1).total - fixed;
-    if available <= fixed || per_sample == 0 {
+    // The estimate grows with the batch (by steps where the bias scratch gains a chunk), so
+    // the answer is a binary search over it.
+    let fits = |b: usize| estimate(arch, optimizer, amp, b).total <= available;
+    if !fits(1) {
         return 0;
     }
-    (((available - fixed) / per_sample) as usize).min(cap)
+    if fits(cap) {
+        return cap;
+    }
+    let (mut lo, mut hi) = (1, cap); // fits(lo), !fits(hi)
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Round down to a power of two, or to a multiple of `multiple` (0 when below it).
@@ -220,6 +234,35 @@ mod tests {
             weight_decay: 0.0,
         };
         assert_eq!(model_memory(&arch, &momentum, false).optimizer_state, 140);
+    }
+
+    #[test]
+    fn large_batches_add_the_bias_partial_sums() {
+        // Up to 65536 samples: one pass, no scratch. Above: chunks of 32768 samples, at most
+        // 1024, each holding the partial sums of the widest layer output (hidden 3 here).
+        let arch = Arch {
+            input: 4,
+            hidden: 3,
+            depth: 2,
+            classes: 2,
+        };
+        let plain = |b: u64| 4 * b * (2 * 3 + 2) + 4;
+        assert_eq!(batch_memory(&arch, false, 65536).transient, plain(65536));
+        assert_eq!(
+            batch_memory(&arch, false, 65537).transient,
+            plain(65537) + 4 * 3 * 3
+        );
+        assert_eq!(
+            batch_memory(&arch, false, 1 << 26).transient,
+            plain(1 << 26) + 4 * 1024 * 3
+        );
+        let avail = estimate(&arch, &sgd(), false, 65537).total;
+        assert_eq!(max_batch_for(&arch, &sgd(), false, avail, 1 << 26), 65537);
+        assert_eq!(
+            max_batch_for(&arch, &sgd(), false, avail - 1, 1 << 26),
+            65536,
+            "the scratch's 36 bytes decide"
+        );
     }
 
     #[test]

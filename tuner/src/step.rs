@@ -36,6 +36,31 @@ pub const KERNELS: KernelSource = KernelSource {
 pub const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
 const THREADS: u32 = 256;
 
+/// Batches up to this size take the bias gradient in one pass (ch1-basics's kernel: one block
+/// per 32 features walks the whole batch); larger ones in chunks of at least
+/// `BIAS_CHUNK_ROWS` samples, at most `MAX_BIAS_CHUNKS` of them, then a pass over the chunks.
+const ONE_PASS_BIAS_BATCH: usize = 65536;
+const BIAS_CHUNK_ROWS: usize = 32768;
+const MAX_BIAS_CHUNKS: usize = 1024;
+
+/// How many chunks the bias gradient of `batch` samples is summed in (1: one pass, no scratch).
+pub fn bias_chunks(batch: usize) -> usize {
+    if batch <= ONE_PASS_BIAS_BATCH {
+        1
+    } else {
+        batch.div_ceil(BIAS_CHUNK_ROWS).min(MAX_BIAS_CHUNKS)
+    }
+}
+
+/// Floats of the bias-gradient scratch for a batch: the chunks' partial sums of the widest
+/// layer output (none for a one-pass batch).
+pub fn bias_scratch_len(arch: &Arch, batch: usize) -> usize {
+    match bias_chunks(batch) {
+        1 => 0,
+        c => c * arch.hidden.max(arch.classes),
+    }
+}
+
 /// The kernels of the step: ch1-basics's module and this crate's.
 pub struct StepKernels {
     add_bias_relu: CudaFunction,
@@ -43,6 +68,8 @@ pub struct StepKernels {
     relu_backward: CudaFunction,
     softmax_xent: CudaFunction,
     sum_over_batch: CudaFunction,
+    sum_over_batch_chunks: CudaFunction,
+    sum_chunks: CudaFunction,
     cast_to_bf16: CudaFunction,
     add_bias_relu_bf16: CudaFunction,
     relu_backward_bf16: CudaFunction,
@@ -60,6 +87,8 @@ impl StepKernels {
             relu_backward: basics.function("relu_backward")?,
             softmax_xent: basics.function("softmax_xent")?,
             sum_over_batch: basics.function("sum_over_batch")?,
+            sum_over_batch_chunks: own.function("sum_over_batch_chunks")?,
+            sum_chunks: own.function("sum_chunks")?,
             cast_to_bf16: own.function("cast_to_bf16")?,
             add_bias_relu_bf16: own.function("add_bias_relu_bf16")?,
             relu_backward_bf16: own.function("relu_backward_bf16")?,
@@ -151,6 +180,8 @@ pub struct StepBuffers {
     x16: Option<CudaSlice<u16>>,
     acts16: Vec<CudaSlice<u16>>,
     grad16: Option<CudaSlice<u16>>,
+    /// Large batches: the bias gradient's partial sums per chunk ([bias_chunks]).
+    bias_partials: Option<CudaSlice<f32>>,
 }
 
 impl StepBuffers {
@@ -184,6 +215,10 @@ impl StepBuffers {
             x16,
             acts16,
             grad16,
+            bias_partials: match bias_scratch_len(arch, b) {
+                0 => None,
+                n => Some(gpu.alloc(n, "the bias gradient's partial sums")?),
+            },
         })
     }
 }
@@ -492,19 +527,43 @@ impl Step<'_> {
             )?;
             // db = sum over the batch of dz (fp32).
             let db = ptr_mut(gpu, &mut m.grads.slice_mut(layer.b.clone()));
-            let (f, b_i, acc) = (fo as i32, batch as i32, 0i32);
-            let cfg = LaunchConfig {
-                grid_dim: (fo.div_ceil(32) as u32, 1, 1),
+            let (f, b_i) = (fo as i32, batch as i32);
+            let chunks = bias_chunks(batch);
+            let by_32_features = |chunks: usize| LaunchConfig {
+                grid_dim: (fo.div_ceil(32) as u32, chunks as u32, 1),
                 block_dim: (32, 8, 1),
                 shared_mem_bytes: 0,
             };
-            launch!(
-                self,
-                &k.sum_over_batch,
-                cfg,
-                "sum_over_batch",
-                [&dz, &f, &b_i, &db, &acc]
-            )?;
+            match (&mut buf.bias_partials, chunks) {
+                (Some(partials), c) if c > 1 => {
+                    let part = ptr_mut(gpu, partials);
+                    let (rows, c_i) = (batch.div_ceil(c) as i32, c as i32);
+                    launch!(
+                        self,
+                        &k.sum_over_batch_chunks,
+                        by_32_features(c),
+                        "sum_over_batch_chunks",
+                        [&dz, &f, &b_i, &rows, &part]
+                    )?;
+                    launch!(
+                        self,
+                        &k.sum_chunks,
+                        grid(fo),
+                        "sum_chunks",
+                        [&part, &f, &c_i, &db]
+                    )?;
+                }
+                _ => {
+                    let acc = 0i32;
+                    launch!(
+                        self,
+                        &k.sum_over_batch,
+                        by_32_features(1),
+                        "sum_over_batch",
+                        [&dz, &f, &b_i, &db, &acc]
+                    )?;
+                }
+            }
             if l == 0 {
                 break;
             }

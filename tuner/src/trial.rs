@@ -34,6 +34,18 @@ use crate::monitor::{Pool, UtilSampler};
 use crate::step::{self, Blas, ModelState, Step, StepBuffers, StepKernels};
 
 /// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
+/// One step's gradient against the float64 reference.
+#[derive(Debug, Clone, Copy)]
+pub struct GradientCheck {
+    /// Relative L2 error of the whole gradient (infinite when any entry is not finite).
+    pub rel_l2: f64,
+    /// The same over the bias entries alone (a small share of the vector, summed over the
+    /// batch by their own kernels).
+    pub bias_rel_l2: f64,
+    /// |mean loss - reference mean loss|.
+    pub loss_error: f64,
+}
+
 /// The peak device memory of a trial (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Peak {
@@ -423,7 +435,7 @@ impl<'g> Session<'g> {
 
     /// One step's loss and gradient on `batch` samples against the float64 reference:
     /// (relative L2 error of the gradient, |loss - reference loss|).
-    pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<(f64, f64)> {
+    pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<GradientCheck> {
         let gpu = self.gpu;
         let s = &self.settings;
         let mut model = ModelState::new(gpu, s.arch, s.optimizer, amp, &self.init)?;
@@ -453,18 +465,33 @@ impl<'g> Session<'g> {
         let params: Vec<f64> = self.init.iter().map(|&p| round(p) as f64).collect();
         let xr: Vec<f32> = f.iter().map(|&v| round(v)).collect();
         let (ref_loss, ref_grad) = crate::model::loss_and_gradient(&s.arch, &params, &xr, &l);
-        let num: f64 = grads
-            .iter()
-            .zip(&ref_grad)
-            .map(|(&g, r)| (g as f64 - r).powi(2))
-            .sum();
-        let den: f64 = ref_grad.iter().map(|r| r * r).sum();
-        let rel = if grads.iter().all(|g| g.is_finite()) {
-            (num / den.max(1e-300)).sqrt()
-        } else {
-            f64::INFINITY
+        let rel_l2 = |pairs: &mut dyn Iterator<Item = (f32, f64)>| {
+            let (mut num, mut den, mut finite) = (0.0, 0.0, true);
+            for (g, r) in pairs {
+                finite &= g.is_finite();
+                num += (g as f64 - r).powi(2);
+                den += r * r;
+            }
+            if finite {
+                (num / f64::max(den, 1e-300)).sqrt()
+            } else {
+                f64::INFINITY
+            }
         };
-        Ok((rel, (loss - ref_loss).abs()))
+        let all = rel_l2(&mut grads.iter().copied().zip(ref_grad.iter().copied()));
+        let bias = rel_l2(
+            &mut s
+                .arch
+                .layers()
+                .into_iter()
+                .flat_map(|layer| layer.b)
+                .map(|i| (grads[i], ref_grad[i])),
+        );
+        Ok(GradientCheck {
+            rel_l2: all,
+            bias_rel_l2: bias,
+            loss_error: (loss - ref_loss).abs(),
+        })
     }
 }
 

@@ -22,7 +22,7 @@ done
 echo "== tuner memory, medium preset, AMP"
 timeout 60 $T memory --preset medium --optimizer adamw --amp on --batch-size 256,8192,262144 --json $R/tuner-memory-medium-amp.json
 echo "== tuner autobatch, large preset, AMP, powers of two, test only"
-timeout 100 $T autobatch --preset large --amp on --pow2 --effective-batch 65536 --test-only --team $R/team.toml --json $R/tuner-autobatch-large-amp.json
+timeout 100 $T autobatch --preset large --amp on --pow2 --effective-batch 67108864 --test-only --team $R/team.toml --json $R/tuner-autobatch-large-amp.json
 cat $R/team.toml
 echo "== --watch beside a sweep"
 $T memory --watch --watch-seconds 4 &
@@ -41,7 +41,7 @@ for rep in reps:
               f'{c["estimate"]["total"]/1e6:.2f} | {m.get("used", 0)/1e6:.2f} | {100*(c["estimate_error"] or 0):+.4f}% | {(m.get("reserved") or 0)/1e6:.2f} |')
 a = json.load(open(f"{r}/tuner-autobatch.json"))
 print("autobatch small:", len(a["found"]["trials"]), "trials, bound", a["trial_bound"], f'{a["search_wall_s"]:.1f} s',
-      "max", a["tiers"]["maximum"], "next fails", a["next_fails"], "100 steps", a["recommended_trains_100_steps"],
+      "max", a["tiers"]["maximum"], "estimate limit", a["estimate_limit"], "next fails", a["next_fails"], "100 steps", a["recommended_trains_100_steps"],
       "free", a["free_before_bytes"], "->", a["free_after_bytes"])
 PY
 rm -f $R/tuner-memory-small.json $R/tuner-memory-medium.json $R/tuner-memory-large.json $R/tuner-memory-medium-amp.json

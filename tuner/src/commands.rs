@@ -152,7 +152,10 @@ pub struct MemoryReport {
     pub setup_bytes: u64,
     pub margin: f64,
     pub tiers: Tiers,
-    /// The estimated maximum as first computed, and the real-step checks that settled it.
+    /// The largest batch the estimate allows in the available memory (not snapped).
+    pub estimate_limit: usize,
+    /// The estimated maximum as first computed (snapped), and the real-step checks that
+    /// settled it.
     pub estimated_maximum: usize,
     pub maximum_checks: Vec<(usize, bool)>,
     /// The configured batch (the config's batch_size, else the first batch asked for).
@@ -196,16 +199,14 @@ pub fn memory_report(
             measured,
         });
     }
-    let mut max = memory::snap_down(
-        memory::max_batch_for(
-            &settings.arch,
-            &settings.optimizer,
-            amp,
-            available,
-            MAX_BATCH as usize,
-        ),
-        multiple,
+    let estimate_limit = memory::max_batch_for(
+        &settings.arch,
+        &settings.optimizer,
+        amp,
+        available,
+        MAX_BATCH as usize,
     );
+    let mut max = memory::snap_down(estimate_limit, multiple);
     let estimated_maximum = max;
     let mut checks = Vec::new();
     while max > 0 && checks.len() < MAX_CHECKS {
@@ -233,6 +234,7 @@ pub fn memory_report(
         setup_bytes: before_setup.saturating_sub(available),
         margin,
         tiers,
+        estimate_limit,
         estimated_maximum,
         maximum_checks: checks,
         configured_batch: configured,
@@ -360,10 +362,11 @@ pub fn render_memory(r: &MemoryReport) -> String {
     );
     let _ = writeln!(
         o,
-        "batch sizes ({} free after setup, margin {:.0}%): maximum {} (estimate {}, checked by real steps: {:?}), recommended {}, safe {}",
+        "batch sizes ({} free after setup, margin {:.0}%): maximum {} (the estimate allows {}, snapped {}, checked by real steps: {:?}), recommended {}, safe {}",
         mb(r.available_bytes),
         100.0 * r.margin,
         r.tiers.maximum,
+        r.estimate_limit,
         r.estimated_maximum,
         r.maximum_checks,
         r.tiers.recommended,
@@ -388,6 +391,9 @@ pub struct AutobatchReport {
     pub granularity: Granularity,
     pub found: Found,
     pub trial_bound: usize,
+    /// The largest batch the memory estimate allows in the free memory at the start (not
+    /// snapped): the model's prediction of what the search found by real steps.
+    pub estimate_limit: usize,
     pub margin: f64,
     pub tiers: Tiers,
     /// The recommended batch trained 100 steps without error.
@@ -481,12 +487,16 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
         .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
     let adam = matches!(settings.optimizer, crate::model::Optimizer::AdamW { .. });
     let accumulation = target.map(|t| search::accumulation(t, tiers.recommended.max(1), adam));
-    let accum_steps = accumulation.as_ref().map(|a| a.steps).unwrap_or(1);
+    // With a target effective batch, the split that keeps it; without one, the recommended.
+    let (batch_to_write, accum_steps) = match &accumulation {
+        Some(a) => (a.batch, a.steps),
+        None => (tiers.recommended, 1),
+    };
     let (mut written, mut backup) = (None, None);
     if !o.test_only {
         if let Some(path) = &o.config {
             backup = Some(
-                writeback::write_config(path, tiers.recommended, accum_steps)
+                writeback::write_config(path, batch_to_write, accum_steps)
                     .map_err(common::Error::invalid)?,
             );
             written = Some(path.clone());
@@ -497,7 +507,7 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
             team,
             &TeamEntry {
                 gpu: gpu.info.name.clone(),
-                batch_size: tiers.recommended,
+                batch_size: batch_to_write,
                 accumulation_steps: accum_steps,
                 precision: if amp { "bf16".into() } else { "fp32".into() },
             },
@@ -509,6 +519,13 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
         device: gpu.info.clone(),
         provenance: Provenance::now(),
         trial_bound: search::trial_bound(found.maximum.max(1), o.start, step.max(1)),
+        estimate_limit: memory::max_batch_for(
+            &settings.arch,
+            &settings.optimizer,
+            amp,
+            free_before,
+            MAX_BATCH as usize,
+        ),
         amp,
         start: o.start,
         granularity: o.granularity,
@@ -554,6 +571,12 @@ pub fn render_autobatch(r: &AutobatchReport) -> String {
         r.tiers.recommended,
         r.tiers.safe,
         100.0 * r.margin
+    );
+    let _ = writeln!(
+        o,
+        "the memory estimate's limit for the free memory: {} ({:+.3}% from the maximum found)",
+        r.estimate_limit,
+        100.0 * (r.estimate_limit as f64 - r.found.maximum as f64) / r.found.maximum.max(1) as f64
     );
     let _ = writeln!(
         o,
@@ -662,6 +685,7 @@ mod tests {
             setup_bytes: 8 << 20,
             margin: 0.05,
             tiers,
+            estimate_limit: 4500,
             estimated_maximum: 4096,
             maximum_checks: vec![(4096, true)],
             configured_batch: 256,

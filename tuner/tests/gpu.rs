@@ -202,8 +202,9 @@ fn the_memory_estimate_matches_measured_peaks() {
     }
 }
 
-/// The finder's answer fits and the next multiple does not; the recommended batch trains;
-/// free memory comes back.
+/// The finder's answer fits and the next multiple does not, within the trial bound and a
+/// minute; the memory estimate predicts it within 1%; the recommended batch trains; free memory
+/// comes back; a target effective batch that fits in one step is kept.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn the_finder_answer_fits_and_the_next_multiple_does_not() {
@@ -231,6 +232,19 @@ fn the_finder_answer_fits_and_the_next_multiple_does_not() {
     assert!(r.next_fails, "maximum + 8 must fail");
     assert!(r.recommended_trains_100_steps);
     assert!(r.search_wall_s < 60.0);
+    let off = (r.estimate_limit as f64 - r.found.maximum as f64) / r.found.maximum as f64;
+    assert!(
+        off.abs() < 0.01,
+        "the estimate's limit {} is {:+.3}% from the maximum found",
+        r.estimate_limit,
+        100.0 * off
+    );
+    let a = r.accumulation.as_ref().expect("a target was given");
+    assert_eq!(
+        (a.steps, a.batch),
+        (1, 1 << 20),
+        "the target fits in one step"
+    );
     let drift =
         (r.free_after_bytes as f64 - r.free_before_bytes as f64).abs() / r.free_before_bytes as f64;
     assert!(drift < 0.01, "free memory moved by {:.3}%", 100.0 * drift);

@@ -572,11 +572,19 @@ pub fn render_autobatch(r: &AutobatchReport) -> String {
         r.tiers.safe,
         100.0 * r.margin
     );
+    let predicted = memory::snap_down(
+        r.estimate_limit,
+        match r.granularity {
+            Granularity::Multiple(m) => Some(m),
+            Granularity::Pow2 => None,
+        },
+    );
     let _ = writeln!(
         o,
-        "the memory estimate's limit for the free memory: {} ({:+.3}% from the maximum found)",
+        "the memory estimate allows {} in the free memory, {} at this granularity ({:+.3}% from the maximum found)",
         r.estimate_limit,
-        100.0 * (r.estimate_limit as f64 - r.found.maximum as f64) / r.found.maximum.max(1) as f64
+        predicted,
+        100.0 * (predicted as f64 - r.found.maximum as f64) / r.found.maximum.max(1) as f64
     );
     let _ = writeln!(
         o,
@@ -706,6 +714,56 @@ mod tests {
         assert!(measured.ends_with("| out of memory |"), "{measured}");
         assert!(text.contains("| 41.9 MB |"), "{text}");
         assert!(text.contains("configured batch 256:"), "{text}");
+    }
+
+    #[test]
+    fn the_autobatch_report_compares_the_estimate_at_the_granularity() {
+        let report = |granularity, maximum, estimate_limit| AutobatchReport {
+            schema: "tuner-autobatch/1",
+            device: device(),
+            provenance: Provenance::now(),
+            settings: crate::config::Overrides::default().resolve().unwrap(),
+            amp: false,
+            start: 8,
+            granularity,
+            found: Found {
+                maximum,
+                trials: vec![(8, true), (16, false)],
+                next_failed: true,
+            },
+            trial_bound: 3,
+            estimate_limit,
+            margin: 0.05,
+            tiers: memory::tiers(maximum, 0.05, None),
+            recommended_trains_100_steps: true,
+            next_fails: true,
+            accumulation: Some(search::accumulation(1024, 4096, false)),
+            free_before_bytes: 1000,
+            free_after_bytes: 990,
+            search_wall_s: 1.0,
+            written_config: None,
+            backup: None,
+            team_file: None,
+        };
+        // Powers of two: 11.4M allows 8M, which is what the search found.
+        let text = render_autobatch(&report(Granularity::Pow2, 8 << 20, 11_392_699));
+        assert!(
+            text.contains(
+                "allows 11392699 in the free memory, 8388608 at this granularity (+0.000%"
+            ),
+            "{text}"
+        );
+        let text = render_autobatch(&report(Granularity::Multiple(8), 1000, 1011));
+        assert!(text.contains("1008 at this granularity (+0.800%"), "{text}");
+        assert!(
+            text.contains("free memory before 0.0 MB and after 0.0 MB (-1.000%)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 step(s) of 1024 keep the effective batch"),
+            "{text}"
+        );
+        assert!(text.contains("test only: nothing written"), "{text}");
     }
 
     #[test]

@@ -19,8 +19,13 @@ use crate::search::{self, Accumulation, Found, Granularity};
 use crate::trial::{Peak, Session};
 use crate::writeback::{self, TeamEntry};
 
+/// Sizes in MB, or in bytes below 100 kB (a small model's parameters would read 0.0 MB).
 fn mb(b: u64) -> String {
-    format!("{:.1} MB", b as f64 / 1e6)
+    if b < 100_000 {
+        format!("{b} B")
+    } else {
+        format!("{:.1} MB", b as f64 / 1e6)
+    }
 }
 
 /// One GPU of the machine.
@@ -714,6 +719,7 @@ mod tests {
         assert!(measured.ends_with("| out of memory |"), "{measured}");
         assert!(text.contains("| 41.9 MB |"), "{text}");
         assert!(text.contains("configured batch 256:"), "{text}");
+        assert!(text.contains("| parameters | 19304 B |"), "{text}");
     }
 
     #[test]
@@ -756,7 +762,7 @@ mod tests {
         let text = render_autobatch(&report(Granularity::Multiple(8), 1000, 1011));
         assert!(text.contains("1008 at this granularity (+0.800%"), "{text}");
         assert!(
-            text.contains("free memory before 0.0 MB and after 0.0 MB (-1.000%)"),
+            text.contains("free memory before 1000 B and after 990 B (-1.000%)"),
             "{text}"
         );
         assert!(

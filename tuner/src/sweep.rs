@@ -167,7 +167,7 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
             continue;
         }
         let (rel, loss_err) = match session.check_gradient(amp, check_batch) {
-            Ok(c) => (c.rel_l2.max(c.bias_rel_l2), c.loss_error),
+            Ok(c) => (c.rel_l2, c.loss_error),
             Err(e) if e.is_out_of_memory() => (f64::NAN, f64::NAN),
             Err(e) => return Err(e),
         };

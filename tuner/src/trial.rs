@@ -33,7 +33,6 @@ use crate::loader::{buffer_count, BatchSource, HostBatch, HostBuf, Loader, Ready
 use crate::monitor::{Pool, UtilSampler};
 use crate::step::{self, Blas, ModelState, Step, StepBuffers, StepKernels};
 
-/// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
 /// One step's gradient against the float64 reference.
 #[derive(Debug, Clone, Copy)]
 pub struct GradientCheck {
@@ -57,6 +56,7 @@ pub struct Peak {
     pub reserved: Option<u64>,
 }
 
+/// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
 pub struct Session<'g> {
     pub gpu: &'g Gpu,
     pub settings: Settings,
@@ -433,8 +433,7 @@ impl<'g> Session<'g> {
         Ok(curve)
     }
 
-    /// One step's loss and gradient on `batch` samples against the float64 reference:
-    /// (relative L2 error of the gradient, |loss - reference loss|).
+    /// One step's loss and gradient on `batch` samples against the float64 reference.
     pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<GradientCheck> {
         let gpu = self.gpu;
         let s = &self.settings;

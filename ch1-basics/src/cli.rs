@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use common::cli::{parse_count_with_max, parse_elements, CommonArgs};
 use common::gpu::Gpu;
 use common::lesson::run_lesson;
-use common::report::write_atomically;
+use common::report::write_json_file;
 
 use crate::model::Dims;
 use crate::pipeline_lesson::{run_pipeline, Which};
@@ -191,9 +191,7 @@ pub fn run(args: &Args, sel: &Selection) -> anyhow::Result<ExitCode> {
         } else {
             serde_json::Value::Object(json)
         };
-        let bytes = serde_json::to_vec_pretty(&value)?;
-        write_atomically(path, &bytes)
-            .map_err(|e| anyhow::anyhow!("{}: could not write: {e}", path.display()))?;
+        write_json_file(path, &value, "the report")?;
         println!("wrote {}", path.display());
     }
     Ok(if passed {

@@ -14,7 +14,7 @@ use common::bench::{measure, BenchConfig, Timer};
 use common::cli::CommonArgs;
 use common::error::human_bytes;
 use common::gpu::{DeviceInfo, Gpu};
-use common::report::{write_atomically, Provenance};
+use common::report::{write_json_file, Provenance};
 use common::stats::Summary;
 use common::stop::StopRule;
 use common::verify::{rel_l2_error, Precision};
@@ -125,14 +125,7 @@ impl SweepReport {
     }
 
     pub fn write_json(&self, path: &std::path::Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::File {
-            path: path.display().to_string(),
-            message: format!("could not serialize the sweep: {e}"),
-        })?;
-        write_atomically(path, &json).map_err(|e| Error::File {
-            path: path.display().to_string(),
-            message: format!("could not write: {e}"),
-        })
+        write_json_file(path, self, "the sweep")
     }
 
     pub fn all_passed(&self) -> bool {

@@ -256,14 +256,7 @@ impl LessonReport {
 
     /// Write the JSON document atomically (temp file + rename).
     pub fn write_json(&self, path: &Path) -> Result<()> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| Error::File {
-            path: path.display().to_string(),
-            message: format!("could not serialize the report: {e}"),
-        })?;
-        write_atomically(path, &json).map_err(|e| Error::File {
-            path: path.display().to_string(),
-            message: format!("could not write: {e}"),
-        })
+        write_json_file(path, self, "the report")
     }
 
     /// Read a report back, checking it is one and of this schema version.
@@ -338,6 +331,18 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
+}
+
+/// Write `value` as pretty JSON with [write_atomically]; errors name the file and `what` it
+/// held ("the report").
+pub fn write_json_file<T: Serialize + ?Sized>(path: &Path, value: &T, what: &str) -> Result<()> {
+    let file_err = |message: String| Error::File {
+        path: path.display().to_string(),
+        message,
+    };
+    let json = serde_json::to_vec_pretty(value)
+        .map_err(|e| file_err(format!("could not serialize {what}: {e}")))?;
+    write_atomically(path, &json).map_err(|e| file_err(format!("could not write {what}: {e}")))
 }
 
 /// UTC time as RFC 3339 ("2026-11-21T21:49:25Z"), without a date crate.

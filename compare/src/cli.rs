@@ -217,9 +217,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     print!("{}", report.markdown());
     if let Some(path) = &args.json {
-        let json = serde_json::to_vec_pretty(&report)?;
-        common::report::write_atomically(path, &json)
-            .map_err(|e| anyhow::anyhow!("{}: could not write: {e}", path.display()))?;
+        common::report::write_json_file(path, &report, "the comparison")?;
         println!("wrote {}", path.display());
     }
     if args.update_expectations {

@@ -90,9 +90,7 @@ fn write_json<T: serde::Serialize>(
     value: &T,
 ) -> anyhow::Result<()> {
     if let Some(path) = path {
-        let text = serde_json::to_string_pretty(value)?;
-        common::report::write_atomically(path, text.as_bytes())
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        common::report::write_json_file(path, value, "the result")?;
     }
     Ok(())
 }

@@ -237,10 +237,7 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
         total_wall_s,
     };
     if let Some(path) = &out.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|e| common::Error::invalid(e.to_string()))?;
-        common::report::write_atomically(path, text.as_bytes())
-            .map_err(|e| common::Error::invalid(format!("{}: {e}", path.display())))?;
+        common::report::write_json_file(path, &report, "the sweep")?;
     }
     if let Some(stem) = &out.plot {
         let title = format!(

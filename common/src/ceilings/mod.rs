@@ -22,7 +22,7 @@ use crate::counters::Work;
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::kernels;
-use crate::report::{rfc3339_utc, write_atomically, CeilingRef};
+use crate::report::{rfc3339_utc, write_json_file, CeilingRef};
 use crate::stats::Summary;
 use crate::stop::StopRule;
 
@@ -276,11 +276,7 @@ pub fn load_cached(info: &DeviceInfo) -> Option<DeviceCeilings> {
 
 pub fn store(c: &DeviceCeilings) -> Result<()> {
     let path = cache_path(&c.device);
-    let json = serde_json::to_vec_pretty(c).expect("ceilings serialize");
-    write_atomically(&path, &json).map_err(|e| Error::File {
-        path: path.display().to_string(),
-        message: format!("could not write the ceilings cache: {e}"),
-    })
+    write_json_file(&path, c, "the ceilings cache")
 }
 
 /// The copy-bandwidth ceiling, from the cache unless `refresh` or absent.

@@ -126,16 +126,7 @@ fn run_sweep(args: &Args, precision: Precision) -> anyhow::Result<ExitCode> {
         args.sweep_time_cap,
         &args.common,
     )?;
-    print!("{}", report.markdown());
-    if let Some(path) = &args.common.json {
-        report.write_json(path)?;
-        println!("wrote {}", path.display());
-    }
-    Ok(if report.all_passed() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(finish(&report, &args.common)?)
 }
 
 pub fn precision_label(precision: Precision) -> &'static str {

@@ -105,8 +105,8 @@ pub struct SweepReport {
     pub wall_s: f64,
 }
 
-impl SweepReport {
-    pub fn markdown(&self) -> String {
+impl common::report::RunReport for SweepReport {
+    fn markdown(&self) -> String {
         let d = &self.device;
         format!(
             "## ch1-gemm sweep on {} ({} SMs, driver {}), {}, square products, time cap {} s\n\n{}timing: CUDA events, {}; products 0 and count-1 of every side checked against float64\n",
@@ -124,11 +124,11 @@ impl SweepReport {
         )
     }
 
-    pub fn write_json(&self, path: &std::path::Path) -> Result<()> {
+    fn write_json(&self, path: &std::path::Path) -> Result<()> {
         write_json_file(path, self, "the sweep")
     }
 
-    pub fn all_passed(&self) -> bool {
+    fn all_passed(&self) -> bool {
         !self.points.iter().any(Point::failed)
     }
 }

@@ -10,7 +10,7 @@ use common::blas::BlasContext as _;
 use common::cli::CommonArgs;
 use common::gpu::Gpu;
 use common::lesson::{run_lesson, Lesson, VariantSpec};
-use common::report::Status;
+use common::report::{RunReport as _, Status};
 use common::verify::{check, rel_l2_error, Precision};
 use cudarc::cublas::Gemm;
 

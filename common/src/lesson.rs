@@ -18,7 +18,7 @@ use crate::counters::Work;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::nvtx;
-use crate::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
+use crate::report::{LessonReport, Provenance, RunReport, Status, VariantReport, SCHEMA_VERSION};
 use crate::stats::Summary;
 use crate::trace;
 use crate::verify::{check, Precision};
@@ -204,7 +204,7 @@ pub fn apply_speedups(variants: &mut [VariantReport], baseline: &str) {
 }
 
 /// Print the table, write the JSON if asked, and exit non-zero if any variant failed.
-pub fn finish(report: &LessonReport, args: &CommonArgs) -> Result<ExitCode> {
+pub fn finish(report: &impl RunReport, args: &CommonArgs) -> Result<ExitCode> {
     print!("{}", report.markdown());
     if let Some(path) = &args.json {
         report.write_json(path)?;

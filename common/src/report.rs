@@ -129,6 +129,26 @@ pub struct LessonReport {
     pub variants: Vec<VariantReport>,
 }
 
+/// What a run prints, writes with `--json` and exits by: a lesson's table and ch1-gemm's sweep
+/// alike ([crate::lesson::finish]).
+pub trait RunReport: Serialize {
+    fn markdown(&self) -> String;
+    fn all_passed(&self) -> bool;
+    fn write_json(&self, path: &Path) -> Result<()>;
+}
+
+impl RunReport for LessonReport {
+    fn markdown(&self) -> String {
+        LessonReport::markdown(self)
+    }
+    fn all_passed(&self) -> bool {
+        LessonReport::all_passed(self)
+    }
+    fn write_json(&self, path: &Path) -> Result<()> {
+        LessonReport::write_json(self, path)
+    }
+}
+
 impl LessonReport {
     pub fn all_passed(&self) -> bool {
         self.variants.iter().all(|v| v.status == Status::Ok)

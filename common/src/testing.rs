@@ -1,5 +1,5 @@
-//! Support for the lessons' CLI tests: run a built binary with every GPU hidden, so the no-GPU
-//! path is taken on GPU machines too, and check it never panics.
+//! Support for tests: run a built binary with every GPU hidden, so the no-GPU path is taken on
+//! GPU machines too, and check it never panics; a device description for reports built by hand.
 
 use std::process::Command;
 
@@ -22,4 +22,23 @@ pub fn run_without_gpu(bin: &str, args: &[&str]) -> (i32, String) {
         "backtrace hint on {args:?}: {stderr}"
     );
     (out.status.code().unwrap_or(-1), stderr)
+}
+
+/// An H200 as [crate::gpu::DeviceInfo] describes it, for reports built without a GPU.
+pub fn h200_info() -> crate::gpu::DeviceInfo {
+    crate::gpu::DeviceInfo {
+        ordinal: 0,
+        name: "NVIDIA H200".into(),
+        uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+        compute_capability: (9, 0),
+        sm_count: 132,
+        total_memory_bytes: 150_000_000_000,
+        l2_bytes: 62_914_560,
+        max_sm_clock_mhz: 1980,
+        memory_clock_mhz: 3201,
+        memory_bus_width_bits: 6144,
+        driver_version: "580.159.04".into(),
+        cuda_driver_version: "13.0".into(),
+        nvrtc_version: "13.0".into(),
+    }
 }

@@ -10,21 +10,7 @@ use common::stop::StopReason;
 use common::verify::{check, Precision};
 
 fn device() -> DeviceInfo {
-    DeviceInfo {
-        ordinal: 0,
-        name: "NVIDIA H200".into(),
-        uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
-        compute_capability: (9, 0),
-        sm_count: 132,
-        total_memory_bytes: 150_000_000_000,
-        l2_bytes: 62_914_560,
-        max_sm_clock_mhz: 1980,
-        memory_clock_mhz: 3201,
-        memory_bus_width_bits: 6144,
-        driver_version: "580.159.04".into(),
-        cuda_driver_version: "13.0".into(),
-        nvrtc_version: "13.0".into(),
-    }
+    common::testing::h200_info()
 }
 
 fn variant(name: &str, ms: &[f64], passed: bool) -> VariantReport {

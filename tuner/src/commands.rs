@@ -647,24 +647,6 @@ mod tests {
         }
     }
 
-    fn device() -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: "NVIDIA H200".into(),
-            uuid: "GPU-0".into(),
-            compute_capability: (9, 0),
-            sm_count: 132,
-            total_memory_bytes: 150_000_000_000,
-            l2_bytes: 50 << 20,
-            max_sm_clock_mhz: 1980,
-            memory_clock_mhz: 3201,
-            memory_bus_width_bits: 6144,
-            driver_version: "580".into(),
-            cuda_driver_version: "13.0".into(),
-            nvrtc_version: "13.0".into(),
-        }
-    }
-
     #[test]
     fn the_memory_report_puts_each_batch_in_a_column_with_its_error() {
         let settings = crate::config::Overrides::default().resolve().unwrap();
@@ -673,7 +655,7 @@ mod tests {
         let tiers = memory::tiers(4096, 0.05, None);
         let r = MemoryReport {
             schema: "tuner-memory/2",
-            device: device(),
+            device: common::testing::h200_info(),
             provenance: Provenance::now(),
             gpus: vec![],
             amp: false,
@@ -726,7 +708,7 @@ mod tests {
     fn the_autobatch_report_compares_the_estimate_at_the_granularity() {
         let report = |granularity, maximum, estimate_limit| AutobatchReport {
             schema: "tuner-autobatch/1",
-            device: device(),
+            device: common::testing::h200_info(),
             provenance: Provenance::now(),
             settings: crate::config::Overrides::default().resolve().unwrap(),
             amp: false,

@@ -24,6 +24,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::stats::Summary;
+use common::verify::rel_l2_error;
 use common::Result;
 
 use crate::analysis::{TrialKey, TrialResult, TrialStatus};
@@ -407,28 +408,35 @@ impl<'g> Session<'g> {
         })
     }
 
+    /// A model at the initial weights, step buffers for `batch`, the session's sampler and its
+    /// host batch: what the loss curve and the float64 check start from.
+    fn fresh_run(&self, amp: bool, batch: usize) -> Result<FreshRun> {
+        let s = &self.settings;
+        Ok(FreshRun {
+            model: ModelState::new(self.gpu, s.arch, s.optimizer, amp, &self.init)?,
+            bufs: StepBuffers::new(self.gpu, &s.arch, amp, batch)?,
+            sampler: Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO),
+            features: vec![0f32; batch * s.arch.input],
+            labels: vec![0i32; batch],
+        })
+    }
+
     /// Train `steps` steps of `batch` on the calling thread and return each step's mean loss
     /// (synchronizing every step): for the AMP-vs-fp32 comparison.
     pub fn loss_curve(&self, amp: bool, batch: usize, steps: usize) -> Result<Vec<f64>> {
-        let gpu = self.gpu;
-        let s = &self.settings;
-        let mut model = ModelState::new(gpu, s.arch, s.optimizer, amp, &self.init)?;
-        let mut bufs = StepBuffers::new(gpu, &s.arch, amp, batch)?;
-        let sampler = Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO);
-        let mut f = vec![0f32; batch * s.arch.input];
-        let mut l = vec![0i32; batch];
+        let mut run = self.fresh_run(amp, batch)?;
         let mut curve = Vec::with_capacity(steps);
         for k in 0..steps {
-            sampler.fill(k, &mut f, &mut l);
-            let x = gpu.upload(&f, "a batch")?;
-            let y = gpu.upload(&l, "labels")?;
-            let (xp, yp) = (x.device_ptr(&gpu.stream).0, y.device_ptr(&gpu.stream).0);
+            let (x, y) = run.upload(self.gpu, k)?;
+            let (xp, yp) = (
+                x.device_ptr(&self.gpu.stream).0,
+                y.device_ptr(&self.gpu.stream).0,
+            );
             let st = self.step();
-            st.forward(&model, &mut bufs, xp, yp, batch)?;
-            st.backward(&mut model, &mut bufs, xp, batch)?;
-            st.update(&mut model, s.lr)?;
-            let losses = gpu.download(&bufs.losses)?;
-            curve.push(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64);
+            st.forward(&run.model, &mut run.bufs, xp, yp, batch)?;
+            st.backward(&mut run.model, &mut run.bufs, xp, batch)?;
+            st.update(&mut run.model, self.settings.lr)?;
+            curve.push(run.mean_loss(self.gpu, batch)?);
         }
         Ok(curve)
     }
@@ -436,23 +444,16 @@ impl<'g> Session<'g> {
     /// One step's loss and gradient on `batch` samples against the float64 reference.
     pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<GradientCheck> {
         let gpu = self.gpu;
-        let s = &self.settings;
-        let mut model = ModelState::new(gpu, s.arch, s.optimizer, amp, &self.init)?;
-        let mut bufs = StepBuffers::new(gpu, &s.arch, amp, batch)?;
-        let sampler = Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO);
-        let mut f = vec![0f32; batch * s.arch.input];
-        let mut l = vec![0i32; batch];
-        sampler.fill(0, &mut f, &mut l);
-        let x = gpu.upload(&f, "a batch")?;
-        let y = gpu.upload(&l, "labels")?;
+        let arch = self.settings.arch;
+        let mut run = self.fresh_run(amp, batch)?;
+        let (x, y) = run.upload(gpu, 0)?;
         let (xp, yp) = (x.device_ptr(&gpu.stream).0, y.device_ptr(&gpu.stream).0);
-        gpu.poison(&mut model.grads)?;
+        gpu.poison(&mut run.model.grads)?;
         let st = self.step();
-        st.forward(&model, &mut bufs, xp, yp, batch)?;
-        st.backward(&mut model, &mut bufs, xp, batch)?;
-        let grads = gpu.download(&model.grads)?;
-        let losses = gpu.download(&bufs.losses)?;
-        let loss = losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64;
+        st.forward(&run.model, &mut run.bufs, xp, yp, batch)?;
+        st.backward(&mut run.model, &mut run.bufs, xp, batch)?;
+        let grads = gpu.download(&run.model.grads)?;
+        let loss = run.mean_loss(gpu, batch)?;
         // The reference sees what the GPU saw: bf16-rounded inputs and weights under AMP.
         let round = |v: f32| {
             if amp {
@@ -462,35 +463,46 @@ impl<'g> Session<'g> {
             }
         };
         let params: Vec<f64> = self.init.iter().map(|&p| round(p) as f64).collect();
-        let xr: Vec<f32> = f.iter().map(|&v| round(v)).collect();
-        let (ref_loss, ref_grad) = crate::model::loss_and_gradient(&s.arch, &params, &xr, &l);
-        let rel_l2 = |pairs: &mut dyn Iterator<Item = (f32, f64)>| {
-            let (mut num, mut den, mut finite) = (0.0, 0.0, true);
-            for (g, r) in pairs {
-                finite &= g.is_finite();
-                num += (g as f64 - r).powi(2);
-                den += r * r;
-            }
-            if finite {
-                (num / f64::max(den, 1e-300)).sqrt()
-            } else {
-                f64::INFINITY
-            }
-        };
-        let all = rel_l2(&mut grads.iter().copied().zip(ref_grad.iter().copied()));
-        let bias = rel_l2(
-            &mut s
-                .arch
-                .layers()
-                .into_iter()
-                .flat_map(|layer| layer.b)
-                .map(|i| (grads[i], ref_grad[i])),
-        );
+        let xr: Vec<f32> = run.features.iter().map(|&v| round(v)).collect();
+        let (ref_loss, ref_grad) =
+            crate::model::loss_and_gradient(&arch, &params, &xr, &run.labels);
+        let (bias, bias_ref): (Vec<f32>, Vec<f64>) = arch
+            .layers()
+            .into_iter()
+            .flat_map(|layer| layer.b)
+            .map(|i| (grads[i], ref_grad[i]))
+            .unzip();
         Ok(GradientCheck {
-            rel_l2: all,
-            bias_rel_l2: bias,
+            rel_l2: rel_l2_error(&grads, &ref_grad),
+            bias_rel_l2: rel_l2_error(&bias, &bias_ref),
             loss_error: (loss - ref_loss).abs(),
         })
+    }
+}
+
+/// One run from the initial weights on the calling thread ([Session::fresh_run]).
+struct FreshRun {
+    model: ModelState,
+    bufs: StepBuffers,
+    sampler: Sampler,
+    features: Vec<f32>,
+    labels: Vec<i32>,
+}
+
+impl FreshRun {
+    /// Fill the host batch with the sampler's batch `k` and upload it.
+    fn upload(&mut self, gpu: &Gpu, k: usize) -> Result<(CudaSlice<f32>, CudaSlice<i32>)> {
+        self.sampler.fill(k, &mut self.features, &mut self.labels);
+        Ok((
+            gpu.upload(&self.features, "a batch")?,
+            gpu.upload(&self.labels, "labels")?,
+        ))
+    }
+
+    /// Mean of the last step's per-sample losses.
+    fn mean_loss(&self, gpu: &Gpu, batch: usize) -> Result<f64> {
+        let losses = gpu.download(&self.bufs.losses)?;
+        Ok(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64)
     }
 }
 

@@ -9,8 +9,9 @@ use ch1_gemm::{sweep, GemmLesson, Variant};
 use common::blas::BlasContext as _;
 use common::cli::CommonArgs;
 use common::gpu::Gpu;
-use common::lesson::{run_lesson, Lesson, VariantSpec};
+use common::lesson::{run_lesson, Lesson};
 use common::report::{RunReport as _, Status};
+use common::testing::Planted;
 use common::verify::{check, rel_l2_error, Precision};
 use cudarc::cublas::Gemm;
 
@@ -136,57 +137,28 @@ fn a_prefix_of_the_batch_writes_only_its_products() {
     }
 }
 
-/// The lesson plus one planted wrong variant: A passed first, as if cuBLAS were row-major.
-struct WithLayoutBug {
-    inner: GemmLesson,
-}
-
-impl Lesson for WithLayoutBug {
-    fn name(&self) -> &'static str {
-        "ch1-gemm-planted"
-    }
-    fn parameters(&self) -> serde_json::Value {
-        self.inner.parameters()
-    }
-    fn variants(&self) -> Vec<VariantSpec> {
-        let mut v = self.inner.variants();
-        let strided = v.iter().find(|s| s.name == "strided").unwrap().clone();
-        v.push(VariantSpec {
-            name: "unswapped",
-            description: "A first, as if cuBLAS were row-major",
-            ..strided
-        });
-        v
-    }
-    fn reference(&self) -> &[f64] {
-        self.inner.reference()
-    }
-    fn poison(&mut self, gpu: &Gpu) -> common::Result<()> {
-        self.inner.poison(gpu)
-    }
-    fn run(&mut self, gpu: &Gpu, index: usize) -> common::Result<()> {
-        if index < Variant::ALL.len() {
-            return self.inner.run(gpu, index);
-        }
-        let shape = self.inner.shape();
-        let cfg = ColumnMajorCall::for_row_major(&shape).strided_config(shape.count);
-        let (blas, a, b, c) = self.inner.batch_mut().parts_mut();
-        // The test's shape is square, so every access stays in bounds: only the order of the
-        // operands is wrong.
-        unsafe { blas.gemm_strided_batched(cfg, a, b, c) }.blas(gpu, "planted")
-    }
-    fn output(&mut self, gpu: &Gpu) -> common::Result<Vec<f32>> {
-        self.inner.output(gpu)
-    }
-}
-
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
     let gpu = Gpu::open(0).unwrap();
-    let mut lesson = WithLayoutBug {
-        inner: GemmLesson::new(&gpu, Shape::square(64, 8), Precision::Fp32, 5).unwrap(),
-    };
+    // The lesson plus one planted wrong variant: A passed first, as if cuBLAS were row-major.
+    let mut lesson = Planted::new(
+        GemmLesson::new(&gpu, Shape::square(64, 8), Precision::Fp32, 5).unwrap(),
+        "ch1-gemm-planted",
+        (
+            "unswapped",
+            "A first, as if cuBLAS were row-major",
+            "strided",
+        ),
+        |inner: &mut GemmLesson, gpu: &Gpu| {
+            let shape = inner.shape();
+            let cfg = ColumnMajorCall::for_row_major(&shape).strided_config(shape.count);
+            let (blas, a, b, c) = inner.batch_mut().parts_mut();
+            // The test's shape is square, so every access stays in bounds: only the order of
+            // the operands is wrong.
+            unsafe { blas.gemm_strided_batched(cfg, a, b, c) }.blas(gpu, "planted")
+        },
+    );
     let args = CommonArgs {
         quick: true,
         ..CommonArgs::default()

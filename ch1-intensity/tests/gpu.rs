@@ -7,8 +7,9 @@ use common::cli::CommonArgs;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::lesson::{run_lesson, Lesson, VariantSpec};
+use common::lesson::{run_lesson, Lesson};
 use common::report::Status;
+use common::testing::Planted;
 use common::verify::check;
 use cudarc::driver::PushKernelArg;
 
@@ -46,60 +47,6 @@ extern "C" __global__ void fused_forgets_tail(const float* x, const float* y, fl
 }
 "#;
 
-/// The real lesson plus one planted wrong variant, run through the whole harness.
-struct WithPlantedBug {
-    inner: Intensity,
-    planted: cudarc::driver::CudaFunction,
-}
-
-impl Lesson for WithPlantedBug {
-    fn name(&self) -> &'static str {
-        "ch1-intensity-planted"
-    }
-    fn parameters(&self) -> serde_json::Value {
-        self.inner.parameters()
-    }
-    fn variants(&self) -> Vec<VariantSpec> {
-        let mut v = self.inner.variants();
-        let fused = v.iter().find(|s| s.name == "fused").unwrap().clone();
-        v.push(VariantSpec {
-            name: "planted",
-            description: "forgets the tail",
-            ..fused
-        });
-        v
-    }
-    fn reference(&self) -> &[f64] {
-        self.inner.reference()
-    }
-    fn poison(&mut self, gpu: &Gpu) -> common::Result<()> {
-        self.inner.poison(gpu)
-    }
-    fn run(&mut self, gpu: &Gpu, index: usize) -> common::Result<()> {
-        if index < Variant::ALL.len() {
-            return self.inner.run(gpu, index);
-        }
-        let n = self.inner.n();
-        let inv_n = self.inner.inv_n();
-        let (x, y, out) = self.inner.io_mut();
-        unsafe {
-            gpu.stream
-                .launch_builder(&self.planted)
-                .arg(x)
-                .arg(y)
-                .arg(out)
-                .arg(&n)
-                .arg(&inv_n)
-                .launch(grid(n / 4))
-        }
-        .cuda("planted")?;
-        Ok(())
-    }
-    fn output(&mut self, gpu: &Gpu) -> common::Result<Vec<f32>> {
-        self.inner.output(gpu)
-    }
-}
-
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_planted_wrong_kernel_is_caught_and_gets_no_speedup() {
@@ -114,10 +61,30 @@ fn a_planted_wrong_kernel_is_caught_and_gets_no_speedup() {
         &[],
     )
     .unwrap();
-    let mut lesson = WithPlantedBug {
-        inner: Intensity::new(&gpu, N, 3).unwrap(),
-        planted: module.function("fused_forgets_tail").unwrap(),
-    };
+    let planted = module.function("fused_forgets_tail").unwrap();
+    // The real lesson plus one planted wrong variant, run through the whole harness.
+    let mut lesson = Planted::new(
+        Intensity::new(&gpu, N, 3).unwrap(),
+        "ch1-intensity-planted",
+        ("planted", "forgets the tail", "fused"),
+        |inner: &mut Intensity, gpu: &Gpu| {
+            let n = inner.n();
+            let inv_n = inner.inv_n();
+            let (x, y, out) = inner.io_mut();
+            unsafe {
+                gpu.stream
+                    .launch_builder(&planted)
+                    .arg(x)
+                    .arg(y)
+                    .arg(out)
+                    .arg(&n)
+                    .arg(&inv_n)
+                    .launch(grid(n / 4))
+            }
+            .cuda("planted")?;
+            Ok(())
+        },
+    );
     let args = CommonArgs {
         quick: true,
         ..CommonArgs::default()

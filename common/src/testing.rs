@@ -42,3 +42,95 @@ pub fn h200_info() -> crate::gpu::DeviceInfo {
         nvrtc_version: "13.0".into(),
     }
 }
+
+/// A lesson with one planted variant more, for tests that show a wrong variant is caught: the
+/// planted spec copies `like`'s (work, tolerance) under the name `variant`, `run_planted` queues it, and
+/// everything else (reference, poisoning, output, baseline, bench config) is the inner lesson's.
+pub struct Planted<L, F> {
+    pub inner: L,
+    lesson_name: &'static str,
+    variant: &'static str,
+    description: &'static str,
+    like: &'static str,
+    run_planted: F,
+    /// The inner lesson's variant count: indexes from here on are the planted one.
+    inner_variants: usize,
+}
+
+impl<L, F> Planted<L, F>
+where
+    L: crate::lesson::Lesson,
+    F: FnMut(&mut L, &crate::gpu::Gpu) -> crate::Result<()>,
+{
+    /// `lesson_name` names the report ("ch1-gemm-planted"); `like` must be one of the inner
+    /// lesson's variants.
+    pub fn new(
+        inner: L,
+        lesson_name: &'static str,
+        (variant, description, like): (&'static str, &'static str, &'static str),
+        run_planted: F,
+    ) -> Planted<L, F> {
+        let inner_variants = inner.variants().len();
+        Planted {
+            inner,
+            lesson_name,
+            variant,
+            description,
+            like,
+            run_planted,
+            inner_variants,
+        }
+    }
+}
+
+impl<L, F> crate::lesson::Lesson for Planted<L, F>
+where
+    L: crate::lesson::Lesson,
+    F: FnMut(&mut L, &crate::gpu::Gpu) -> crate::Result<()>,
+{
+    fn name(&self) -> &'static str {
+        self.lesson_name
+    }
+    fn parameters(&self) -> serde_json::Value {
+        self.inner.parameters()
+    }
+    fn variants(&self) -> Vec<crate::lesson::VariantSpec> {
+        let mut v = self.inner.variants();
+        let like = v
+            .iter()
+            .find(|s| s.name == self.like)
+            .unwrap_or_else(|| panic!("the lesson has no variant '{}'", self.like))
+            .clone();
+        v.push(crate::lesson::VariantSpec {
+            name: self.variant,
+            description: self.description,
+            ..like
+        });
+        v
+    }
+    fn baseline(&self) -> &'static str {
+        self.inner.baseline()
+    }
+    fn reference(&self) -> &[f64] {
+        self.inner.reference()
+    }
+    fn reference_label(&self) -> &'static str {
+        self.inner.reference_label()
+    }
+    fn poison(&mut self, gpu: &crate::gpu::Gpu) -> crate::Result<()> {
+        self.inner.poison(gpu)
+    }
+    fn run(&mut self, gpu: &crate::gpu::Gpu, index: usize) -> crate::Result<()> {
+        if index < self.inner_variants {
+            self.inner.run(gpu, index)
+        } else {
+            (self.run_planted)(&mut self.inner, gpu)
+        }
+    }
+    fn output(&mut self, gpu: &crate::gpu::Gpu) -> crate::Result<Vec<f32>> {
+        self.inner.output(gpu)
+    }
+    fn bench_config(&self, cfg: crate::bench::BenchConfig) -> crate::bench::BenchConfig {
+        self.inner.bench_config(cfg)
+    }
+}

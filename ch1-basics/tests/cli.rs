@@ -24,14 +24,7 @@ fn no_gpu_is_one_line_and_exit_2() {
         env!("CARGO_BIN_EXE_pipeline-serial"),
         env!("CARGO_BIN_EXE_pipeline-overlapped"),
     ] {
-        let (code, stderr) = run(bin, &[]);
-        assert_eq!(code, 2, "{bin}: {stderr}");
-        assert!(
-            stderr.contains("no NVIDIA driver found")
-                || stderr.contains("no CUDA-capable GPU found"),
-            "{stderr}"
-        );
-        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        common::testing::assert_refused_without_gpu(bin, &[]);
     }
 }
 

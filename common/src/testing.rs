@@ -24,6 +24,18 @@ pub fn run_without_gpu(bin: &str, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
+/// Run `bin args...` without a GPU and hold it to the answer every lesson gives there: exit 2
+/// and one line saying the driver or the GPU is missing.
+pub fn assert_refused_without_gpu(bin: &str, args: &[&str]) {
+    let (code, stderr) = run_without_gpu(bin, args);
+    assert_eq!(code, 2, "{bin} {args:?}: {stderr}");
+    assert!(
+        stderr.contains("no NVIDIA driver found") || stderr.contains("no CUDA-capable GPU found"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
 /// An H200 as [crate::gpu::DeviceInfo] describes it, for reports built without a GPU.
 pub fn h200_info() -> crate::gpu::DeviceInfo {
     crate::gpu::DeviceInfo {

@@ -473,10 +473,9 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
     })?
     .map_err(common::Error::invalid)?;
     let search_wall_s = started.elapsed().as_secs_f64();
-    let (step, multiple) = match o.granularity {
-        Granularity::Multiple(m) => (m, Some(m)),
-        Granularity::Pow2 => (found.maximum, None),
-    };
+    let multiple = o.granularity.multiple();
+    // The next candidate: one multiple more, or the next power of two.
+    let step = multiple.unwrap_or(found.maximum);
     let next_fails = if found.next_failed {
         true
     } else {
@@ -577,13 +576,7 @@ pub fn render_autobatch(r: &AutobatchReport) -> String {
         r.tiers.safe,
         100.0 * r.margin
     );
-    let predicted = memory::snap_down(
-        r.estimate_limit,
-        match r.granularity {
-            Granularity::Multiple(m) => Some(m),
-            Granularity::Pow2 => None,
-        },
-    );
+    let predicted = memory::snap_down(r.estimate_limit, r.granularity.multiple());
     let _ = writeln!(
         o,
         "the memory estimate allows {} in the free memory, {} at this granularity ({:+.3}% from the maximum found)",

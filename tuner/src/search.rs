@@ -26,6 +26,16 @@ pub enum Granularity {
     Pow2,
 }
 
+impl Granularity {
+    /// The multiple to snap to; None for powers of two.
+    pub fn multiple(self) -> Option<usize> {
+        match self {
+            Granularity::Multiple(m) => Some(m),
+            Granularity::Pow2 => None,
+        }
+    }
+}
+
 /// The trial bound of the issue: ceil(log2(max/start)) + ceil(log2(max/multiple)) + 2.
 pub fn trial_bound(maximum: usize, start: usize, multiple: usize) -> usize {
     let clog2 = |x: f64| {

@@ -118,25 +118,33 @@ impl<'g> Session<'g> {
     pub fn run(&mut self, key: TrialKey) -> Result<TrialResult> {
         let s = &self.settings;
         let estimated = step::device_bytes(&s.arch, &s.optimizer, key.amp, key.batch);
+        Ok(match self.recovering(|s| s.try_run(key, estimated))? {
+            Ok(r) => r,
+            Err(oom) => TrialResult::empty(key, TrialStatus::Oom, estimated, Some(oom.to_string())),
+        })
+    }
+
+    /// Run `attempt` from a clean device with fresh pool watermarks, and clean up after it
+    /// whatever happens: `Ok(Err(e))` when it ran out of memory (recovered: freed, synchronized,
+    /// trimmed), `Ok(Ok(value))` when it ran; other errors end the caller.
+    fn recovering<T>(
+        &mut self,
+        attempt: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<std::result::Result<T, common::Error>> {
         self.clean_up()?;
         if let Some(p) = &self.pool {
             p.reset_high()?;
         }
-        let outcome = self.try_run(key, estimated);
+        let outcome = attempt(self);
         let cleaned = self.clean_up();
         match outcome {
-            Ok(r) => {
+            Ok(v) => {
                 cleaned?;
-                Ok(r)
+                Ok(Ok(v))
             }
             Err(e) if e.is_out_of_memory() => {
                 cleaned?;
-                Ok(TrialResult::empty(
-                    key,
-                    TrialStatus::Oom,
-                    estimated,
-                    Some(e.to_string()),
-                ))
+                Ok(Err(e))
             }
             Err(e) => Err(e),
         }
@@ -353,23 +361,7 @@ impl<'g> Session<'g> {
     /// trimmed). The trial's device buffers exactly; the batch is device-resident zeros (valid
     /// labels), since only the memory is in question.
     pub fn fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Option<Peak>> {
-        self.clean_up()?;
-        if let Some(p) = &self.pool {
-            p.reset_high()?;
-        }
-        let outcome = self.try_fits(batch, amp, steps);
-        let cleaned = self.clean_up();
-        match outcome {
-            Ok(peak) => {
-                cleaned?;
-                Ok(Some(peak))
-            }
-            Err(e) if e.is_out_of_memory() => {
-                cleaned?;
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
+        Ok(self.recovering(|s| s.try_fits(batch, amp, steps))?.ok())
     }
 
     fn try_fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Peak> {

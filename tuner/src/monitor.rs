@@ -38,19 +38,9 @@ impl Pool {
         Ok(v)
     }
 
-    /// Bytes of the pool in use by allocations now.
-    pub fn used(&self) -> Result<u64> {
-        self.get(Attr::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
-    }
-
     /// Highest bytes in use since the last reset.
     pub fn used_high(&self) -> Result<u64> {
         self.get(Attr::CU_MEMPOOL_ATTR_USED_MEM_HIGH)
-    }
-
-    /// Bytes the pool holds from the device now (in use or cached).
-    pub fn reserved(&self) -> Result<u64> {
-        self.get(Attr::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
     }
 
     /// Highest bytes the pool held from the device since the last reset: what the device gave

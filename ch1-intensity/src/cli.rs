@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::cli::{parse_elements, CommonArgs};
+use common::cli::{finish, parse_elements, CommonArgs};
 use common::gpu::Gpu;
-use common::lesson::{finish, run_lesson};
+use common::report::Startup;
+use common::runner::{run_lesson, Lesson};
 
 use crate::vector_add::VectorAdd;
 use crate::Intensity;
@@ -15,7 +16,7 @@ use crate::Intensity;
 pub struct Args {
     /// Number of float32 elements; K, M, G are powers of two (10M = 10 * 2^20).
     #[arg(long, default_value = "10M", value_parser = parse_elements)]
-    pub n: u64,
+    pub elements: u64,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -23,23 +24,37 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
-/// Run the named variants (all when `only` is empty) and report.
-pub fn run(args: &Args, only: &[&str]) -> anyhow::Result<ExitCode> {
+/// Open the GPU, build the lesson, run the named variants (all when `only` is empty), report.
+fn run_with<L: Lesson>(
+    args: &Args,
+    only: &[&str],
+    mut startup: Startup,
+    build: impl FnOnce(&Gpu) -> common::Result<L>,
+) -> anyhow::Result<ExitCode> {
     let gpu = Gpu::open(args.common.device)?;
-    let mut lesson = Intensity::new(&gpu, args.n, args.seed)?;
-    let report = run_lesson(&gpu, &mut lesson, only, &args.common)?;
-    Ok(finish(&report, &args.common)?)
+    startup.mark("GPU opened (context, stream, NVML)");
+    let mut lesson = build(&gpu)?;
+    startup.mark("kernels, inputs and float64 reference ready");
+    let options = args.common.options(&startup).only(only);
+    let report = run_lesson(&gpu, &mut lesson, &options)?;
+    Ok(finish(&report, args.common.json.as_deref())?)
+}
+
+/// The lesson's variants.
+pub fn run(args: &Args, only: &[&str], startup: Startup) -> anyhow::Result<ExitCode> {
+    run_with(args, only, startup, |gpu| {
+        Intensity::new(gpu, args.elements, args.seed)
+    })
 }
 
 /// The harness check: a plain vector add.
-pub fn run_vector_add(args: &Args) -> anyhow::Result<ExitCode> {
-    let gpu = Gpu::open(args.common.device)?;
-    let mut lesson = VectorAdd::new(&gpu, args.n, args.seed)?;
-    let report = run_lesson(&gpu, &mut lesson, &[], &args.common)?;
-    Ok(finish(&report, &args.common)?)
+pub fn run_vector_add(args: &Args, startup: Startup) -> anyhow::Result<ExitCode> {
+    run_with(args, &[], startup, |gpu| {
+        VectorAdd::new(gpu, args.elements, args.seed)
+    })
 }
 
 /// The body of every binary of this crate.
 pub fn main(only: &[&str]) -> ExitCode {
-    common::cli::main_with(|| run(&Args::parse(), only))
+    common::cli::main_with(|startup| run(&Args::parse(), only, startup))
 }

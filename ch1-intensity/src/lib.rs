@@ -28,7 +28,7 @@ use common::counters::Work;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::lesson::{Lesson, VariantSpec};
+use common::runner::{Lesson, Output, Reference, VariantSpec};
 use common::verify::{normal_f32, Precision};
 use common::Result;
 
@@ -146,7 +146,7 @@ pub struct Intensity {
     s: CudaSlice<f32>,
     out: CudaSlice<f32>,
     k: Kernels,
-    reference: Vec<f64>,
+    reference: Reference,
 }
 
 impl Intensity {
@@ -161,11 +161,6 @@ impl Intensity {
             HOST_BYTES_PER_ELEMENT * n,
         )?;
         let module = kernels::load(gpu, KERNELS, &[])?;
-        common::cli::mark(if module.cached {
-            "kernels loaded from cache"
-        } else {
-            "kernels compiled"
-        });
         let f = |name: &str| module.function(name);
         let k = Kernels {
             scale: f("scale_by_window")?,
@@ -184,8 +179,7 @@ impl Intensity {
         let x = normal_f32(seed, len, 1.0);
         let y = normal_f32(seed.wrapping_add(1), len, 1.0);
         let w: Vec<f32> = common::par::map(len, |i| window(i as u64, n) as f32);
-        let reference = reference(&x, &y);
-        common::cli::mark("inputs and float64 reference ready");
+        let reference = Reference::single("float64 CPU reference", reference(&x, &y));
         Ok(Intensity {
             n,
             seed,
@@ -316,12 +310,12 @@ pub fn grid(threads: u64) -> LaunchConfig {
 }
 
 impl Lesson for Intensity {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "ch1-intensity"
     }
 
     fn parameters(&self) -> serde_json::Value {
-        json!({ "n": self.n, "seed": self.seed, "dtype": "f32", "threads_per_block": THREADS })
+        json!({ "elements": self.n, "seed": self.seed, "dtype": "f32", "threads_per_block": THREADS })
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
@@ -331,29 +325,22 @@ impl Lesson for Intensity {
             .collect()
     }
 
-    fn reference(&self) -> &[f64] {
-        &self.reference
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        Some(&self.reference)
     }
 
-    fn poison(&mut self, gpu: &Gpu) -> Result<()> {
-        let nan = vec![f32::NAN; self.n as usize];
-        gpu.stream
-            .memcpy_htod(&nan, &mut self.out)
-            .cuda("poisoning the output")?;
-        gpu.stream
-            .memcpy_htod(&nan, &mut self.t)
-            .cuda("poisoning an intermediate")?;
-        gpu.stream
-            .memcpy_htod(&nan, &mut self.s)
-            .cuda("poisoning an intermediate")
+    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+        gpu.poison(&mut self.out)?;
+        gpu.poison(&mut self.t)?;
+        gpu.poison(&mut self.s)
     }
 
     fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
         self.launch(gpu, Variant::ALL[index])
     }
 
-    fn output(&mut self, gpu: &Gpu) -> Result<Vec<f32>> {
-        gpu.download(&self.out)
+    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
+        Ok(Output::values(gpu.download(&self.out)?))
     }
 }
 

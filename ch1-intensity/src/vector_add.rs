@@ -8,7 +8,7 @@ use common::counters::Work;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels;
-use common::lesson::{Lesson, VariantSpec};
+use common::runner::{Lesson, Output, Reference, VariantSpec};
 use common::verify::{normal_f32, Precision};
 use common::Result;
 
@@ -21,7 +21,7 @@ pub struct VectorAdd {
     b: CudaSlice<f32>,
     c: CudaSlice<f32>,
     kernel: CudaFunction,
-    reference: Vec<f64>,
+    reference: Reference,
 }
 
 impl VectorAdd {
@@ -31,11 +31,8 @@ impl VectorAdd {
         let kernel = kernels::load(gpu, KERNELS, &[])?.function("vector_add")?;
         let a = normal_f32(seed, n as usize, 1.0);
         let b = normal_f32(seed.wrapping_add(1), n as usize, 1.0);
-        let reference = a
-            .iter()
-            .zip(&b)
-            .map(|(&x, &y)| x as f64 + y as f64)
-            .collect();
+        let sum = a.iter().zip(&b).map(|(&x, &y)| x as f64 + y as f64);
+        let reference = Reference::single("float64 CPU reference", sum.collect());
         Ok(VectorAdd {
             n,
             seed,
@@ -49,12 +46,12 @@ impl VectorAdd {
 }
 
 impl Lesson for VectorAdd {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "vector-add"
     }
 
     fn parameters(&self) -> serde_json::Value {
-        json!({ "n": self.n, "seed": self.seed, "dtype": "f32" })
+        json!({ "elements": self.n, "seed": self.seed, "dtype": "f32" })
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
@@ -66,19 +63,12 @@ impl Lesson for VectorAdd {
         )]
     }
 
-    fn baseline(&self) -> &'static str {
-        "vector_add"
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        Some(&self.reference)
     }
 
-    fn reference(&self) -> &[f64] {
-        &self.reference
-    }
-
-    fn poison(&mut self, gpu: &Gpu) -> Result<()> {
-        let nan = vec![f32::NAN; self.n as usize];
-        gpu.stream
-            .memcpy_htod(&nan, &mut self.c)
-            .cuda("poisoning the output")
+    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+        gpu.poison(&mut self.c)
     }
 
     fn run(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
@@ -97,7 +87,7 @@ impl Lesson for VectorAdd {
         Ok(())
     }
 
-    fn output(&mut self, gpu: &Gpu) -> Result<Vec<f32>> {
-        gpu.download(&self.c)
+    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
+        Ok(Output::values(gpu.download(&self.c)?))
     }
 }

@@ -24,11 +24,11 @@ fn no_gpu_is_one_line_and_exit_2() {
 #[test]
 fn bad_sizes_are_refused_by_the_parser() {
     for (args, expect) in [
-        (vec!["--n", "0"], "a count of 0"),
-        (vec!["--n=-5"], "negative"),
-        (vec!["--n", "ten"], "not a count"),
-        (vec!["--n", "1.5"], "not a count"),
-        (vec!["--n", "1000G"], "too large"),
+        (vec!["--elements", "0"], "a count of 0"),
+        (vec!["--elements=-5"], "negative"),
+        (vec!["--elements", "ten"], "not a count"),
+        (vec!["--elements", "1.5"], "not a count"),
+        (vec!["--elements", "1000G"], "too large"),
         (vec!["--max-noise", "0"], "percentage"),
         (vec!["--min-time=-1"], "non-negative"),
         (vec!["--min-samples", "0"], "a count of 0"),
@@ -47,7 +47,7 @@ fn help_lists_the_shared_flags() {
     for flag in [
         "--device",
         "--json",
-        "--n",
+        "--elements",
         "--min-time",
         "--max-noise",
         "--cold",

@@ -3,12 +3,12 @@
 use std::process::Command;
 
 use ch1_intensity::{grid, Intensity, Variant, KERNELS};
-use common::cli::CommonArgs;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::lesson::{run_lesson, Lesson};
 use common::report::Status;
+use common::runner::{run_lesson, Lesson, RunOptions, Values};
+use common::stop::StopRule;
 use common::testing::Planted;
 use common::verify::check;
 use cudarc::driver::PushKernelArg;
@@ -23,11 +23,15 @@ fn every_variant_verifies_at_odd_and_tiny_sizes() {
     for n in [N, 1, 2, 3, 4, 5, 1023] {
         let mut lesson = Intensity::new(&gpu, n, 7).unwrap();
         for (i, v) in Variant::ALL.iter().enumerate() {
-            lesson.poison(&gpu).unwrap();
+            lesson.poison(&gpu, i).unwrap();
             lesson.run(&gpu, i).unwrap();
             gpu.sync().unwrap();
-            let got = lesson.output(&gpu).unwrap();
-            let c = check(&got, lesson.reference(), 1e-5, "ref");
+            let out = lesson.output(&gpu, i).unwrap();
+            let Values::F32(got) = &out.parts[0].values else {
+                panic!("an f32 output")
+            };
+            let reference = &lesson.reference(i).unwrap().parts[0].1;
+            let c = check(got, reference, 1e-5, "ref");
             assert!(c.passed, "{} at n={n}: {c:?}", v.name());
         }
     }
@@ -85,15 +89,13 @@ fn a_planted_wrong_kernel_is_caught_and_gets_no_speedup() {
             Ok(())
         },
     );
-    let args = CommonArgs {
-        quick: true,
-        ..CommonArgs::default()
-    };
-    let report = run_lesson(&gpu, &mut lesson, &["baseline", "planted"], &args).unwrap();
+    let mut options = RunOptions::default().only(&["baseline", "planted"]);
+    options.bench.stop = StopRule::quick();
+    let report = run_lesson(&gpu, &mut lesson, &options).unwrap();
     let planted = report.variant("planted").unwrap();
     assert_eq!(planted.status, Status::Failed);
     assert_eq!(
-        planted.verification.non_finite, 3,
+        planted.checks[0].non_finite, 3,
         "the three tail elements stay poisoned"
     );
     assert_eq!(planted.speedup, None);
@@ -123,11 +125,14 @@ fn out_of_memory_is_an_error_and_the_context_survives() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn an_absurd_n_exits_with_a_clear_message() {
+fn an_absurd_element_count_exits_with_a_clear_message() {
     // On a GPU machine the binary travels apart from the build tree: CH1_INTENSITY_BIN says where.
     let bin =
         std::env::var("CH1_INTENSITY_BIN").unwrap_or(env!("CARGO_BIN_EXE_ch1-intensity").into());
-    let out = Command::new(bin).args(["--n", "32G"]).output().unwrap();
+    let out = Command::new(bin)
+        .args(["--elements", "32G"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("out of device memory"), "{stderr}");

@@ -27,20 +27,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::Gpu;
-use crate::kernels::{self, KernelSource};
+use crate::kernels::{self, HARNESS};
 use crate::nvml::{clock_dropped, GpuState};
 use crate::nvtx;
 use crate::stop::{StopReason, StopRule};
 use crate::trace::{self, TraceSummary};
-
-pub const HARNESS_KERNELS: KernelSource = KernelSource {
-    name: "harness",
-    code: include_str!("../kernels/harness.cu"),
-};
-
-/// Kernels of the harness that run inside timed regions (the blocking kernel, the cold-mode L2
-/// flush): traces label them and leave them out of kernel summaries and busy time.
-pub const HARNESS_KERNEL_NAMES: [&str; 2] = ["hold_stream", "flush_l2_by_reading"];
 
 /// How to measure; the same for every variant of a lesson.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -127,7 +118,7 @@ const HOLD_TIMEOUT_NS: u64 = 2_000_000_000;
 
 impl Timer {
     pub fn new(gpu: &Gpu) -> Result<Timer> {
-        let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+        let module = kernels::load(gpu, HARNESS, &[])?;
         let hold = module.function("hold_stream")?;
         let flush_kernel = module.function("flush_l2_by_reading")?;
         let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
@@ -258,6 +249,66 @@ impl Timer {
                 .cuda("resetting the hold flag")?;
         }
         Ok((ms as f64 / 1e3, timed_out))
+    }
+}
+
+/// CUDA events at the phase boundaries of a repeated loop on one stream (a training step's
+/// data, forward, backward, optimizer): one event before the first step, then one at the end of
+/// each phase of each step. Phase 0 of a step runs from the end of the previous step's last
+/// phase, so the phases of a step add up to the step exactly.
+pub struct PhaseTimer {
+    events: Vec<CudaEvent>,
+    phases: usize,
+}
+
+impl PhaseTimer {
+    pub fn new(gpu: &Gpu, steps: usize, phases: usize) -> Result<PhaseTimer> {
+        assert!(phases >= 1, "a step has at least one phase");
+        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+        let events = (0..1 + steps * phases)
+            .map(|_| gpu.ctx.new_event(timing).cuda("creating a timing event"))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PhaseTimer { events, phases })
+    }
+
+    pub fn steps(&self) -> usize {
+        (self.events.len() - 1) / self.phases
+    }
+
+    /// Record the start, before step 0's first phase.
+    pub fn start(&self, stream: &Arc<cudarc::driver::CudaStream>) -> Result<()> {
+        self.events[0]
+            .record(stream)
+            .cuda("recording the start event")
+    }
+
+    /// Record the end of `phase` of `step`.
+    pub fn end_of(
+        &self,
+        step: usize,
+        phase: usize,
+        stream: &Arc<cudarc::driver::CudaStream>,
+    ) -> Result<()> {
+        assert!(phase < self.phases && step < self.steps());
+        self.events[1 + step * self.phases + phase]
+            .record(stream)
+            .cuda("recording a phase event")
+    }
+
+    /// Milliseconds of every phase of steps `from..` (their work must have completed):
+    /// `result[phase][step - from]`.
+    pub fn phase_ms(&self, from: usize) -> Result<Vec<Vec<f64>>> {
+        let mut out = vec![Vec::new(); self.phases];
+        for step in from..self.steps() {
+            for (phase, times) in out.iter_mut().enumerate() {
+                let end = 1 + step * self.phases + phase;
+                let ms = self.events[end - 1]
+                    .elapsed_ms(&self.events[end])
+                    .cuda("reading a phase time")?;
+                times.push(ms as f64);
+            }
+        }
+        Ok(out)
     }
 }
 

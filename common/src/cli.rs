@@ -1,12 +1,16 @@
-//! The flags every lesson binary shares, their parsers (which turn bad input into one clear
-//! line), and the `main` wrapper that maps errors to exit codes: 2 when there is no GPU or
-//! driver (and for usage errors, as clap does), 1 for everything else that failed.
+//! The edge of every binary: the flags every lesson binary shares (clap) and the plain
+//! [RunOptions] they become, the parsers that turn bad input into one clear line, the `main`
+//! wrapper that maps errors to exit codes (2 when there is no GPU or driver, and for usage
+//! errors, as clap does; 1 for everything else that failed), and [finish], which prints a
+//! report, writes its JSON and exits by it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::bench::BenchConfig;
 use crate::error::Error;
+use crate::report::{LessonReport, Startup};
+use crate::runner::RunOptions;
 use crate::stop::StopRule;
 
 /// Largest element count any lesson accepts: 2^36 f32 is 256 GiB, past every GPU's memory.
@@ -79,6 +83,18 @@ impl CommonArgs {
             stop: self.stop_rule(),
             cold: self.cold,
             ..BenchConfig::default()
+        }
+    }
+
+    /// The runner's options these flags ask for (every variant; a binary narrows `only`).
+    pub fn options(&self, startup: &Startup) -> RunOptions {
+        RunOptions {
+            only: Vec::new(),
+            bench: self.bench_config(),
+            refresh_ceilings: self.refresh_ceilings,
+            trace: self.trace.clone(),
+            plant_slowdown: self.plant_slowdown.clone(),
+            startup: Some(startup.clone()),
         }
     }
 }
@@ -164,10 +180,10 @@ pub fn exit_code_for(error: &anyhow::Error) -> u8 {
     }
 }
 
-/// Run a binary's body and turn its error into one line on stderr and an exit code.
-pub fn main_with(body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
-    process_start();
-    match body() {
+/// Run a binary's body with the process's start-up clock, and turn its error into one line
+/// on stderr and an exit code.
+pub fn main_with(body: impl FnOnce(Startup) -> anyhow::Result<ExitCode>) -> ExitCode {
+    match body(Startup::now()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -176,25 +192,18 @@ pub fn main_with(body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
     }
 }
 
-static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-static MARKS: std::sync::Mutex<Vec<(String, f64)>> = std::sync::Mutex::new(Vec::new());
-
-/// Note that a startup phase ended now (seconds since process start go into the report).
-pub fn mark(phase: &str) {
-    let t = process_start().elapsed().as_secs_f64();
-    if let Ok(mut marks) = MARKS.lock() {
-        marks.push((phase.to_string(), t));
+/// Print the report, write its JSON when asked, and exit non-zero if any variant failed.
+pub fn finish(report: &LessonReport, json: Option<&Path>) -> crate::Result<ExitCode> {
+    print!("{}", report.markdown());
+    if let Some(path) = json {
+        report.write_json(path)?;
+        println!("wrote {}", path.display());
     }
-}
-
-/// The phases marked so far, in order.
-pub fn marks() -> Vec<(String, f64)> {
-    MARKS.lock().map(|m| m.clone()).unwrap_or_default()
-}
-
-/// When this process started (as near as we can tell: the first call, made from `main_with`).
-pub fn process_start() -> std::time::Instant {
-    *STARTED.get_or_init(std::time::Instant::now)
+    Ok(if report.all_passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[cfg(test)]

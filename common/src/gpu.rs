@@ -217,7 +217,6 @@ impl Gpu {
         let stream = ctx.new_stream().cuda("creating a stream")?;
         let nvml = Nvml::open();
         let info = read_info(&ctx, ordinal, nvml.as_ref())?;
-        crate::cli::mark("GPU opened (context, stream, NVML)");
         Ok(Gpu {
             ctx,
             stream,

@@ -4,13 +4,13 @@
 //! milliseconds instead of paying ~200 ms of compilation per module.
 
 use std::ffi::{CStr, CString};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
 
 use crate::error::{CudaContext as _, Error, Result};
+use crate::files::{cache_dir, write_atomically};
 use crate::gpu::Gpu;
 
 /// A `.cu` source the lesson embeds with `include_str!`.
@@ -20,6 +20,18 @@ pub struct KernelSource {
     pub name: &'static str,
     pub code: &'static str,
 }
+
+/// The harness's own kernels: the blocking kernel that holds the stream while a sample's
+/// launches are queued, the cold-mode L2 flush, and the kernels of the memory and compute
+/// ceilings.
+pub const HARNESS: KernelSource = KernelSource {
+    name: "harness",
+    code: include_str!("../kernels/harness.cu"),
+};
+
+/// Kernels of the harness that run inside timed regions (the blocking kernel, the cold-mode L2
+/// flush): traces label them and leave them out of kernel summaries and busy time.
+pub const HARNESS_KERNEL_NAMES: [&str; 2] = ["hold_stream", "flush_l2_by_reading"];
 
 /// A loaded module: look kernels up by their `extern "C"` names.
 pub struct Module {
@@ -74,21 +86,6 @@ pub fn cache_key(source: &str, options: &[String], arch: &str, nvrtc_version: &s
     ])
 }
 
-/// Where compiled kernels and measured ceilings are kept: $PERF_LESSONS_CACHE, else
-/// $XDG_CACHE_HOME/perf-lessons, else ~/.cache/perf-lessons, else the temp folder.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PERF_LESSONS_CACHE") {
-        return PathBuf::from(dir);
-    }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(dir).join("perf-lessons");
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        return PathBuf::from(home).join(".cache").join("perf-lessons");
-    }
-    std::env::temp_dir().join("perf-lessons")
-}
-
 /// Compile (or load from the cache) one source for `gpu`.
 pub fn load(gpu: &Gpu, source: KernelSource, extra_options: &[&str]) -> Result<Module> {
     let arch = gpu.info.arch();
@@ -109,7 +106,7 @@ pub fn load(gpu: &Gpu, source: KernelSource, extra_options: &[&str]) -> Result<M
     }
     let cubin = compile_cubin(source, &options)?;
     // The cache is an optimisation: failing to write it must not fail the run.
-    let _ = crate::report::write_atomically(&path, &cubin);
+    let _ = write_atomically(&path, &cubin);
     let module = gpu
         .ctx
         .load_module(Ptx::from_binary(cubin))

@@ -1,35 +1,45 @@
 //! The measuring harness every lesson stands on. Lessons describe their variants and launch
 //! them; this crate opens the GPU, compiles kernels, verifies, times, and reports.
 //!
-//! - [gpu]: open a device, read what it is, allocate with clear out-of-memory errors
-//! - [kernels]: NVRTC compilation for the device's architecture, cached on disk
-//! - [bench], [stop], [stats]: CUDA-event timing, the stopping rule, summary statistics
-//! - [counters]: bytes and FLOPs, rates, arithmetic intensity
-//! - [verify]: seeded inputs, NaN poisoning, relative L2 error by precision
+//! Modules in layers, each using only those above it:
+//!
+//! - [error], [par], [files], [table]: errors, parallel host work, files, the table printer
+//! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
+//!   FLOPs, seeded inputs and the relative L2 check
+//! - [nvml], [gpu], [kernels], [blas], [nvtx], [trace]: the device, NVRTC kernels, cuBLAS,
+//!   NVTX ranges and the built-in CUPTI trace
+//! - [bench]: CUDA-event timing (the timer, warmup, samples, the stopping rule applied)
 //! - [ceilings]: measured device limits, cached per device
-//! - [report]: the JSON document and the markdown table
-//! - [lesson], [cli]: the runner and the flags every lesson binary shares
-//! - [nvtx], [trace]: NVTX ranges for Nsight, and the built-in CUPTI kernel trace (`--trace`)
-//! - [par]: parallel host-side helpers for inputs and references
+//! - [report]: the one report type, its markdown and JSON
+//! - [runner]: the one runner (the [runner::Lesson] trait, [runner::run_lesson])
+//! - [cli]: the edge: shared flags, parsers, `main` and exit codes
+//! - [testing]: support for the lessons' tests
 
-pub mod bench;
-pub mod blas;
-pub mod ceilings;
-pub mod cli;
-pub mod counters;
 pub mod error;
-pub mod gpu;
-pub mod kernels;
-pub mod lesson;
-pub mod nvml;
-pub mod nvtx;
+pub mod files;
 pub mod par;
-pub mod report;
+pub mod table;
+
+pub mod counters;
 pub mod stats;
 pub mod stop;
-pub mod testing;
-pub mod trace;
 pub mod verify;
+
+pub mod blas;
+pub mod gpu;
+pub mod kernels;
+pub mod nvml;
+pub mod nvtx;
+pub mod trace;
+
+pub mod bench;
+pub mod ceilings;
+
+pub mod report;
+pub mod runner;
+
+pub mod cli;
+pub mod testing;
 
 pub use error::{Error, Result};
 pub use gpu::Gpu;

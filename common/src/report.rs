@@ -1,20 +1,56 @@
-//! Results: the versioned JSON document every run can write, the markdown table printed on
-//! stdout, and the helpers to write files atomically and read them back with clear errors.
+//! How a run is printed and stored: one report type for every lesson binary ([LessonReport]:
+//! device, provenance, parameters, ceilings, one [VariantReport] per variant, and the lesson's
+//! own [Section]s), one schema version, one markdown printer, one JSON writer.
 
-use std::io::Write;
 use std::path::Path;
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::bench::Measurement;
+use crate::ceilings::CeilingRef;
 use crate::counters::{Throughput, Work};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::files::{read_versioned, rfc3339_utc, write_json_file};
 use crate::gpu::DeviceInfo;
 use crate::stats::Summary;
+use crate::table::{cell, format_ms, percent, three_figures, Table, EMPTY};
 use crate::verify::{Precision, Verification};
 
 /// Bumped whenever a field changes meaning or is removed.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// A process's start-up clock: made first thing in `main` and handed to whatever reports how
+/// long start-up took (no global state). Phases are marked as they end.
+#[derive(Debug, Clone)]
+pub struct Startup {
+    start: Instant,
+    phases: Vec<(String, f64)>,
+}
+
+impl Startup {
+    pub fn now() -> Startup {
+        Startup {
+            start: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    /// Note that a start-up phase ended now.
+    pub fn mark(&mut self, phase: &str) {
+        let t = self.elapsed_s();
+        self.phases.push((phase.to_string(), t));
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+
+    /// The phases marked so far, seconds since the start, in order.
+    pub fn phases(&self) -> &[(String, f64)] {
+        &self.phases
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
@@ -48,18 +84,54 @@ impl Provenance {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
+    /// Checked and, unless its output failed, timed.
     Ok,
+    /// Its output did not match: not timed, no speedup, the run exits non-zero.
     Failed,
+    /// Not run, for the reason in the note (a sweep's time cap, memory).
+    Skipped,
+}
+
+/// A figure a lesson adds to a variant beyond time and rates: goodput, samples/s, the time of a
+/// part measured alone. Printed as a column named `name (unit)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+}
+
+impl Metric {
+    pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Metric {
+        Metric {
+            name: name.into(),
+            value,
+            unit: unit.into(),
+        }
+    }
+
+    fn column(&self) -> String {
+        if self.unit.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{} ({})", self.name, self.unit)
+        }
+    }
 }
 
 /// One variant's measured and checked result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VariantReport {
     pub name: String,
+    /// The part or sweep point the variant belongs to ("training", "64^3 x 16"); speedups are
+    /// taken against the first variant of the same group.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub group: String,
     pub description: String,
     pub precision: Precision,
     pub status: Status,
-    pub verification: Verification,
+    /// Every check of the output; the variant is OK only when all passed.
+    pub checks: Vec<Verification>,
     pub work: Work,
     /// Milliseconds per run.
     pub time_ms: Option<Summary>,
@@ -69,54 +141,110 @@ pub struct VariantReport {
     pub fraction_of_copy_bandwidth: Option<f64>,
     /// Baseline median over this median; only when both verified.
     pub speedup: Option<f64>,
+    /// The lesson's own figures for this variant.
+    #[serde(default)]
+    pub metrics: Vec<Metric>,
     pub measurement: Option<Measurement>,
     /// Why no measurement was taken, when none was.
     pub note: Option<String>,
 }
 
 impl VariantReport {
-    /// A variant whose output was checked and that has not been timed yet: OK exactly when the
-    /// verification passed.
+    /// A variant whose output was checked and that has not been timed yet: OK exactly when every
+    /// check passed (and there was at least one).
     pub fn checked(
         name: impl Into<String>,
         description: impl Into<String>,
         precision: Precision,
-        verification: Verification,
+        checks: Vec<Verification>,
         work: Work,
     ) -> VariantReport {
+        let passed = !checks.is_empty() && checks.iter().all(|c| c.passed);
         VariantReport {
             name: name.into(),
+            group: String::new(),
             description: description.into(),
             precision,
-            status: if verification.passed {
-                Status::Ok
-            } else {
-                Status::Failed
-            },
-            verification,
+            status: if passed { Status::Ok } else { Status::Failed },
+            checks,
             work,
             time_ms: None,
             throughput: None,
             fraction_of_copy_bandwidth: None,
             speedup: None,
+            metrics: Vec::new(),
             measurement: None,
             note: None,
         }
     }
+
+    /// "training:pinned" for a grouped variant, the name alone otherwise.
+    pub fn id(&self) -> String {
+        variant_id(&self.group, &self.name)
+    }
+
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.value)
+    }
+
+    /// The largest relative error of its checks (infinite when one has non-finite values).
+    pub fn worst_error(&self) -> f64 {
+        self.checks
+            .iter()
+            .map(|c| c.rel_l2_error)
+            .fold(0.0, f64::max)
+    }
 }
 
-/// A reference figure the percentages are taken against.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CeilingRef {
-    pub name: String,
-    pub value: f64,
-    pub unit: String,
-    pub method: String,
-    /// Every method tried and its figure; the ceiling is the best.
-    #[serde(default)]
-    pub candidates: Vec<(String, f64)>,
+/// "group:name", or the name alone outside a group.
+pub fn variant_id(group: &str, name: &str) -> String {
+    if group.is_empty() {
+        name.to_string()
+    } else {
+        format!("{group}:{name}")
+    }
 }
 
+/// What a lesson derives from its variants beyond the table (a sweep's grid, the overlap a
+/// pipeline achieved, a training run's loss curves): printed after the table, stored in JSON.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Section {
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<Table>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<String>,
+    /// Figures kept in the JSON only (curves, per-point raw data).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+}
+
+impl Section {
+    pub fn new(title: impl Into<String>) -> Section {
+        Section {
+            title: title.into(),
+            ..Section::default()
+        }
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = format!("### {}\n\n", self.title);
+        if let Some(t) = &self.table {
+            out.push_str(&t.markdown());
+            out.push('\n');
+        }
+        for line in &self.lines {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// What every lesson binary prints and writes with `--json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LessonReport {
     pub schema_version: u32,
@@ -127,42 +255,107 @@ pub struct LessonReport {
     pub parameters: serde_json::Value,
     pub ceilings: Vec<CeilingRef>,
     pub variants: Vec<VariantReport>,
+    #[serde(default)]
+    pub sections: Vec<Section>,
 }
 
-/// What a run prints, writes with `--json` and exits by: a lesson's table and ch1-gemm's sweep
-/// alike ([crate::lesson::finish]).
-pub trait RunReport: Serialize {
-    fn markdown(&self) -> String;
-    fn all_passed(&self) -> bool;
-    fn write_json(&self, path: &Path) -> Result<()>;
-}
-
-impl RunReport for LessonReport {
-    fn markdown(&self) -> String {
-        LessonReport::markdown(self)
-    }
-    fn all_passed(&self) -> bool {
-        LessonReport::all_passed(self)
-    }
-    fn write_json(&self, path: &Path) -> Result<()> {
-        LessonReport::write_json(self, path)
-    }
-}
+/// Columns of the variant table shown only when some variant has a value there.
+const OPTIONAL_COLUMNS: [&str; 6] = ["group", "GB/s", "GFLOP/s", "FLOP/B", "% copy BW", "speedup"];
 
 impl LessonReport {
     pub fn all_passed(&self) -> bool {
-        self.variants.iter().all(|v| v.status == Status::Ok)
+        self.variants.iter().all(|v| v.status != Status::Failed)
     }
 
-    pub fn variant(&self, name: &str) -> Option<&VariantReport> {
-        self.variants.iter().find(|v| v.name == name)
+    /// The variant with this id ("fused", "training:pinned").
+    pub fn variant(&self, id: &str) -> Option<&VariantReport> {
+        self.variants.iter().find(|v| v.id() == id)
     }
 
-    /// The markdown table printed after a run.
+    /// The variant table: one row per variant; a column per kind of check and per metric.
+    pub fn table(&self) -> Table {
+        let mut checks: Vec<String> = Vec::new();
+        let mut metrics: Vec<String> = Vec::new();
+        for v in &self.variants {
+            for c in &v.checks {
+                let label = c.label();
+                if !checks.contains(&label) {
+                    checks.push(label);
+                }
+            }
+            for m in &v.metrics {
+                if !metrics.contains(&m.column()) {
+                    metrics.push(m.column());
+                }
+            }
+        }
+        let mut table = Table::new()
+            .left("group")
+            .left("variant")
+            .left("status")
+            .right("median")
+            .right("p10..p90")
+            .right("noise")
+            .right("GB/s")
+            .right("GFLOP/s")
+            .right("FLOP/B")
+            .right("% copy BW")
+            .right("speedup");
+        for c in checks.iter().chain(&metrics) {
+            table = table.right(c);
+        }
+        for v in &self.variants {
+            let t = v.time_ms.as_ref();
+            let mut row = vec![
+                if v.group.is_empty() {
+                    EMPTY.into()
+                } else {
+                    v.group.clone()
+                },
+                v.name.clone(),
+                match v.status {
+                    Status::Ok => "ok",
+                    Status::Failed => "FAILED",
+                    Status::Skipped => "skipped",
+                }
+                .into(),
+                cell(t, |s| format_ms(s.median)),
+                cell(t, |s| format!("{}..{}", format_ms(s.p10), format_ms(s.p90))),
+                cell(t, |s| percent(s.rel_stddev)),
+                cell(v.throughput.filter(|x| x.gb_per_s > 0.0), |x| {
+                    format!("{:.0}", x.gb_per_s)
+                }),
+                cell(v.throughput.filter(|x| x.gflop_per_s > 0.0), |x| {
+                    format!("{:.1}", x.gflop_per_s)
+                }),
+                cell(
+                    (v.work.bytes() > 0 && v.work.flops > 0).then(|| v.work.intensity()),
+                    |i| format!("{i:.3}"),
+                ),
+                cell(v.fraction_of_copy_bandwidth, percent),
+                cell(v.speedup, |s| format!("{s:.2}x")),
+            ];
+            for label in &checks {
+                row.push(cell(v.checks.iter().find(|c| &c.label() == label), |c| {
+                    format!("{:.1e}", c.rel_l2_error)
+                }));
+            }
+            for name in &metrics {
+                row.push(cell(v.metrics.iter().find(|m| &m.column() == name), |m| {
+                    three_figures(m.value)
+                }));
+            }
+            table.row(row);
+        }
+        table.drop_empty(&OPTIONAL_COLUMNS);
+        table
+    }
+
+    /// The markdown printed after a run: the variant table, the ceilings and timing mode, any
+    /// warning, the lesson's sections, the trace summaries.
     pub fn markdown(&self) -> String {
-        let mut out = String::new();
         let d = &self.device;
-        out.push_str(&format!(
+        let mut out = format!(
             "## {} on {} (sm_{}{}, {} SMs, driver {}, CUDA {})\n\n",
             self.lesson,
             d.name,
@@ -171,52 +364,8 @@ impl LessonReport {
             d.sm_count,
             d.driver_version,
             d.cuda_driver_version
-        ));
-        out.push_str("| variant | status | median | p10..p90 | noise | GB/s | GFLOP/s | FLOP/B | % copy BW | speedup | rel. error |\n");
-        out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for v in &self.variants {
-            let status = match v.status {
-                Status::Ok => "ok",
-                Status::Failed => "FAILED",
-            };
-            let (median, spread, noise) = match &v.time_ms {
-                Some(s) => (
-                    format_ms(s.median),
-                    format!("{}..{}", format_ms(s.p10), format_ms(s.p90)),
-                    format!("{:.1}%", s.rel_stddev * 100.0),
-                ),
-                None => ("-".into(), "-".into(), "-".into()),
-            };
-            let (gbs, gflops) = match &v.throughput {
-                Some(t) => (
-                    format!("{:.0}", t.gb_per_s),
-                    format!("{:.1}", t.gflop_per_s),
-                ),
-                None => ("-".into(), "-".into()),
-            };
-            let pct = v
-                .fraction_of_copy_bandwidth
-                .map(|f| format!("{:.1}%", f * 100.0))
-                .unwrap_or_else(|| "-".into());
-            let speedup = v
-                .speedup
-                .map(|s| format!("{s:.2}x"))
-                .unwrap_or_else(|| "-".into());
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {:.1e} |\n",
-                v.name,
-                status,
-                median,
-                spread,
-                noise,
-                gbs,
-                gflops,
-                v.work.intensity(),
-                pct,
-                speedup,
-                v.verification.rel_l2_error
-            ));
-        }
+        );
+        out.push_str(&self.table().markdown());
         out.push('\n');
         for c in &self.ceilings {
             out.push_str(&format!(
@@ -224,15 +373,18 @@ impl LessonReport {
                 c.name, c.value, c.unit, c.method
             ));
         }
-        let measured: Vec<(&str, &crate::bench::Measurement)> = self
+        let measured: Vec<&VariantReport> = self
             .variants
             .iter()
-            .filter_map(|v| v.measurement.as_ref().map(|m| (v.name.as_str(), m)))
+            .filter(|v| v.measurement.is_some())
             .collect();
-        if let Some((_, m)) = measured.first() {
+        if let Some(m) = measured.first().and_then(|v| v.measurement.as_ref()) {
             let batches: Vec<String> = measured
                 .iter()
-                .map(|(n, m)| format!("{n} {}", m.batch))
+                .map(|v| {
+                    let m = v.measurement.as_ref().expect("filtered");
+                    format!("{} {}", v.id(), m.batch)
+                })
                 .collect();
             out.push_str(&format!(
                 "timing: CUDA events, {}; runs per sample: {}\n",
@@ -241,29 +393,52 @@ impl LessonReport {
             ));
         }
         for v in &self.variants {
+            let id = v.id();
             if let Some(m) = &v.measurement {
                 if m.clock_dropped {
                     out.push_str(&format!(
-                        "warning: {}: SM clock dropped during the run ({:?} -> {:?} MHz)\n",
-                        v.name, m.before.sm_clock_mhz, m.after.sm_clock_mhz
+                        "warning: {id}: SM clock dropped during the run ({:?} -> {:?} MHz)\n",
+                        m.before.sm_clock_mhz, m.after.sm_clock_mhz
                     ));
                 }
                 if m.stop_reason == crate::stop::StopReason::MaxTime {
-                    out.push_str(&format!("note: {}: {}\n", v.name, m.stop_reason.describe()));
+                    out.push_str(&format!("note: {id}: {}\n", m.stop_reason.describe()));
                 }
             }
-            if v.status == Status::Failed {
-                out.push_str(&format!(
-                    "FAILED: {}: relative L2 error {:.3e} against {} (tolerance {:.0e}), {} non-finite of {} elements{}\n",
-                    v.name,
-                    v.verification.rel_l2_error,
-                    v.verification.against,
-                    v.verification.tolerance,
-                    v.verification.non_finite,
-                    v.verification.elements,
-                    v.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
-                ));
+            match v.status {
+                Status::Failed => {
+                    for c in v.checks.iter().filter(|c| !c.passed) {
+                        out.push_str(&format!(
+                            "FAILED: {id}: {}: relative L2 error {:.3e} against {} (tolerance {:.0e}), {} non-finite of {} elements{}\n",
+                            c.part,
+                            c.rel_l2_error,
+                            c.against,
+                            c.tolerance,
+                            c.non_finite,
+                            c.elements,
+                            v.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
+                        ));
+                    }
+                    if v.checks.is_empty() {
+                        out.push_str(&format!(
+                            "FAILED: {id}: nothing to check it against{}\n",
+                            v.note
+                                .as_deref()
+                                .map(|n| format!("; {n}"))
+                                .unwrap_or_default()
+                        ));
+                    }
+                }
+                Status::Skipped => out.push_str(&format!(
+                    "skipped: {id}: {}\n",
+                    v.note.as_deref().unwrap_or("(no reason given)")
+                )),
+                Status::Ok => {}
             }
+        }
+        for s in &self.sections {
+            out.push('\n');
+            out.push_str(&s.markdown());
         }
         for v in &self.variants {
             if let Some(t) = v.measurement.as_ref().and_then(|m| m.trace.as_ref()) {
@@ -287,154 +462,5 @@ impl LessonReport {
             "a perf-lessons result",
             "re-run the lesson to regenerate it",
         )
-    }
-}
-
-/// Read a versioned JSON document: the file, valid JSON, the expected `schema_version`, then
-/// the type. Each failure is one line naming the file and, for an old version, what to do.
-pub fn read_versioned<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    version: u32,
-    what: &str,
-    advice: &str,
-) -> Result<T> {
-    let file_err = |message: String| Error::File {
-        path: path.display().to_string(),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| file_err(format!("cannot read: {e}")))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| file_err(format!("not valid JSON: {e}")))?;
-    match value.get("schema_version").and_then(|v| v.as_u64()) {
-        Some(v) if v == version as u64 => {}
-        Some(v) => {
-            return Err(file_err(format!(
-                "schema version {v}, this build reads version {version}: {advice}"
-            )))
-        }
-        None => return Err(file_err(format!("not {what} (no schema_version)"))),
-    }
-    serde_json::from_value(value).map_err(|e| file_err(format!("not {what}: {e}")))
-}
-
-/// Milliseconds with a unit that keeps three significant figures.
-pub fn format_ms(ms: f64) -> String {
-    if ms >= 1000.0 {
-        format!("{:.3} s", ms / 1000.0)
-    } else if ms >= 1.0 {
-        format!("{ms:.3} ms")
-    } else {
-        format!("{:.2} us", ms * 1000.0)
-    }
-}
-
-/// Write to `path.tmp-<pid>` then rename, so readers never see half a file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
-        }
-    }
-    let file_name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
-    })?;
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
-/// Write `value` as pretty JSON with [write_atomically]; errors name the file and `what` it
-/// held ("the report").
-pub fn write_json_file<T: Serialize + ?Sized>(path: &Path, value: &T, what: &str) -> Result<()> {
-    let file_err = |message: String| Error::File {
-        path: path.display().to_string(),
-        message,
-    };
-    let json = serde_json::to_vec_pretty(value)
-        .map_err(|e| file_err(format!("could not serialize {what}: {e}")))?;
-    write_atomically(path, &json).map_err(|e| file_err(format!("could not write {what}: {e}")))
-}
-
-/// UTC time as RFC 3339 ("2026-11-21T21:49:25Z"), without a date crate.
-pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
-
-    #[test]
-    fn rfc3339_of_known_instants() {
-        assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        // 2026-11-21T21:49:25Z
-        assert_eq!(
-            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(1_795_297_765)),
-            "2026-11-21T21:49:25Z"
-        );
-        // A leap day.
-        assert_eq!(
-            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
-    }
-
-    #[test]
-    fn ms_formatting() {
-        assert_eq!(format_ms(0.0123), "12.30 us");
-        assert_eq!(format_ms(1.5), "1.500 ms");
-        assert_eq!(format_ms(2500.0), "2.500 s");
-    }
-
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("perf-lessons-test-{}", std::process::id()));
-        let path = dir.join("sub").join("x.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
-            .collect();
-        assert!(leftovers.is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,13 +13,30 @@ pub struct Summary {
     /// Sample standard deviation (n - 1).
     pub stddev: f64,
     /// stddev / mean (null in JSON when the mean is zero).
-    #[serde(with = "crate::verify::infinite_as_null")]
+    #[serde(with = "infinite_as_null")]
     pub rel_stddev: f64,
     pub p10: f64,
     pub p90: f64,
     pub q1: f64,
     pub q3: f64,
     pub iqr: f64,
+}
+
+/// JSON has no infinity: write a non-finite value as null and read null back as +infinity.
+pub mod infinite_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+    }
 }
 
 /// The q-quantile (0..=1) of already sorted values.

@@ -3,6 +3,10 @@
 
 use std::process::Command;
 
+use crate::bench::BenchConfig;
+use crate::gpu::Gpu;
+use crate::runner::{Lesson, Output, Reference, VariantSpec};
+
 /// Run `bin args...` without a GPU; returns (exit code, stderr). Fails the test on a panic or
 /// a backtrace hint.
 pub fn run_without_gpu(bin: &str, args: &[&str]) -> (i32, String) {
@@ -56,14 +60,15 @@ pub fn h200_info() -> crate::gpu::DeviceInfo {
 }
 
 /// A lesson with one planted variant more, for tests that show a wrong variant is caught: the
-/// planted spec copies `like`'s (work, tolerance) under the name `variant`, `run_planted` queues it, and
-/// everything else (reference, poisoning, output, baseline, bench config) is the inner lesson's.
+/// planted spec copies `like`'s (group, work, tolerance) under the name `variant`,
+/// `run_planted` queues it, and everything else (reference, poisoning, output, bench config) is
+/// the inner lesson's, as for `like`.
 pub struct Planted<L, F> {
     pub inner: L,
     lesson_name: &'static str,
     variant: &'static str,
     description: &'static str,
-    like: &'static str,
+    like: usize,
     run_planted: F,
     /// The inner lesson's variant count: indexes from here on are the planted one.
     inner_variants: usize,
@@ -71,8 +76,8 @@ pub struct Planted<L, F> {
 
 impl<L, F> Planted<L, F>
 where
-    L: crate::lesson::Lesson,
-    F: FnMut(&mut L, &crate::gpu::Gpu) -> crate::Result<()>,
+    L: Lesson,
+    F: FnMut(&mut L, &Gpu) -> crate::Result<()>,
 {
     /// `lesson_name` names the report ("ch1-gemm-planted"); `like` must be one of the inner
     /// lesson's variants.
@@ -82,7 +87,11 @@ where
         (variant, description, like): (&'static str, &'static str, &'static str),
         run_planted: F,
     ) -> Planted<L, F> {
-        let inner_variants = inner.variants().len();
+        let specs = inner.variants();
+        let like = specs
+            .iter()
+            .position(|s| s.name == like)
+            .unwrap_or_else(|| panic!("the lesson has no variant '{like}'"));
         Planted {
             inner,
             lesson_name,
@@ -90,59 +99,63 @@ where
             description,
             like,
             run_planted,
-            inner_variants,
+            inner_variants: specs.len(),
+        }
+    }
+
+    /// The inner lesson's index for `index` (the planted variant stands in for `like`).
+    fn inner_index(&self, index: usize) -> usize {
+        if index < self.inner_variants {
+            index
+        } else {
+            self.like
         }
     }
 }
 
-impl<L, F> crate::lesson::Lesson for Planted<L, F>
+impl<L, F> Lesson for Planted<L, F>
 where
-    L: crate::lesson::Lesson,
-    F: FnMut(&mut L, &crate::gpu::Gpu) -> crate::Result<()>,
+    L: Lesson,
+    F: FnMut(&mut L, &Gpu) -> crate::Result<()>,
 {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         self.lesson_name
     }
     fn parameters(&self) -> serde_json::Value {
         self.inner.parameters()
     }
-    fn variants(&self) -> Vec<crate::lesson::VariantSpec> {
+    fn variants(&self) -> Vec<VariantSpec> {
         let mut v = self.inner.variants();
-        let like = v
-            .iter()
-            .find(|s| s.name == self.like)
-            .unwrap_or_else(|| panic!("the lesson has no variant '{}'", self.like))
-            .clone();
-        v.push(crate::lesson::VariantSpec {
-            name: self.variant,
-            description: self.description,
+        let like = v[self.like].clone();
+        v.push(VariantSpec {
+            name: self.variant.into(),
+            description: self.description.into(),
             ..like
         });
         v
     }
-    fn baseline(&self) -> &'static str {
-        self.inner.baseline()
+    fn reference(&self, index: usize) -> Option<&Reference> {
+        self.inner.reference(self.inner_index(index))
     }
-    fn reference(&self) -> &[f64] {
-        self.inner.reference()
+    fn check_against_baseline(&self, index: usize) -> bool {
+        self.inner.check_against_baseline(self.inner_index(index))
     }
-    fn reference_label(&self) -> &'static str {
-        self.inner.reference_label()
+    fn poison(&mut self, gpu: &Gpu, index: usize) -> crate::Result<()> {
+        let inner = self.inner_index(index);
+        self.inner.poison(gpu, inner)
     }
-    fn poison(&mut self, gpu: &crate::gpu::Gpu) -> crate::Result<()> {
-        self.inner.poison(gpu)
-    }
-    fn run(&mut self, gpu: &crate::gpu::Gpu, index: usize) -> crate::Result<()> {
+    fn run(&mut self, gpu: &Gpu, index: usize) -> crate::Result<()> {
         if index < self.inner_variants {
             self.inner.run(gpu, index)
         } else {
             (self.run_planted)(&mut self.inner, gpu)
         }
     }
-    fn output(&mut self, gpu: &crate::gpu::Gpu) -> crate::Result<Vec<f32>> {
-        self.inner.output(gpu)
+    fn output(&mut self, gpu: &Gpu, index: usize) -> crate::Result<Output> {
+        let inner = self.inner_index(index);
+        self.inner.output(gpu, inner)
     }
-    fn bench_config(&self, cfg: crate::bench::BenchConfig) -> crate::bench::BenchConfig {
-        self.inner.bench_config(cfg)
+    fn bench_config(&self, index: usize, cfg: BenchConfig) -> BenchConfig {
+        self.inner.bench_config(self.inner_index(index), cfg)
     }
 }

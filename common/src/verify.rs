@@ -103,9 +103,12 @@ impl Precision {
 /// The outcome of checking one variant's output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verification {
+    /// What was checked: "output", or a named part ("loss curve", "sampled elements").
+    #[serde(default = "output_part")]
+    pub part: String,
     /// ||got - ref|| / ||ref||; infinite when an element is NaN/inf or lengths differ
     /// (written as null in JSON, which has no infinity).
-    #[serde(with = "infinite_as_null")]
+    #[serde(with = "crate::stats::infinite_as_null")]
     pub rel_l2_error: f64,
     pub tolerance: f64,
     /// Elements that are NaN or infinite: still poisoned (never written) or broken.
@@ -116,25 +119,32 @@ pub struct Verification {
     pub against: String,
 }
 
-/// JSON has no infinity: write a non-finite value as null and read null back as +infinity.
-pub mod infinite_as_null {
-    use serde::{Deserialize, Deserializer, Serializer};
+fn output_part() -> String {
+    "output".into()
+}
 
-    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        if v.is_finite() {
-            s.serialize_f64(*v)
-        } else {
-            s.serialize_none()
+impl Verification {
+    /// The same check under another part name.
+    pub fn named(self, part: impl Into<String>) -> Verification {
+        Verification {
+            part: part.into(),
+            ..self
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+    /// Short label for a table column: "rel. error", or the part when it is not the output.
+    pub fn label(&self) -> String {
+        if self.part == "output" {
+            "rel. error".into()
+        } else {
+            format!("{} error", self.part)
+        }
     }
 }
 
-/// Relative L2 error of `got` against a float64 reference.
-pub fn rel_l2_error(got: &[f32], reference: &[f64]) -> f64 {
+/// Relative L2 error of `got` (f32 or f64) against a float64 reference: the one place the
+/// project computes it.
+pub fn rel_l2_error<T: Copy + Into<f64> + Sync>(got: &[T], reference: &[f64]) -> f64 {
     if got.len() != reference.len() {
         return f64::INFINITY;
     }
@@ -146,7 +156,7 @@ pub fn rel_l2_error(got: &[f32], reference: &[f64]) -> f64 {
         let mut diff = 0.0f64;
         let mut norm = 0.0f64;
         for (&g, &r) in got[range.clone()].iter().zip(&reference[range]) {
-            let g = g as f64;
+            let g: f64 = g.into();
             if !g.is_finite() {
                 return (0.0, 0.0, false);
             }
@@ -168,10 +178,16 @@ pub fn rel_l2_error(got: &[f32], reference: &[f64]) -> f64 {
 }
 
 /// Check `got` against `reference` with `tolerance`.
-pub fn check(got: &[f32], reference: &[f64], tolerance: f64, against: &str) -> Verification {
-    let non_finite = got.iter().filter(|v| !v.is_finite()).count();
+pub fn check<T: Copy + Into<f64> + Sync>(
+    got: &[T],
+    reference: &[f64],
+    tolerance: f64,
+    against: &str,
+) -> Verification {
+    let non_finite = got.iter().filter(|&&v| !v.into().is_finite()).count();
     let err = rel_l2_error(got, reference);
     Verification {
+        part: output_part(),
         rel_l2_error: err,
         tolerance,
         non_finite,
@@ -225,6 +241,8 @@ mod tests {
         let v = check(&g, &r, 1e-5, "ref");
         assert!(v.passed);
         assert_eq!(v.rel_l2_error, 0.0);
+        assert_eq!(v.label(), "rel. error");
+        assert_eq!(v.named("loss curve").label(), "loss curve error");
     }
 
     #[test]
@@ -249,9 +267,12 @@ mod tests {
 
     #[test]
     fn length_mismatch_and_zero_reference() {
-        assert!(rel_l2_error(&[1.0], &[1.0, 2.0]).is_infinite());
-        assert_eq!(rel_l2_error(&[0.0], &[0.0]), 0.0);
-        assert!(rel_l2_error(&[0.1], &[0.0]).is_infinite());
+        assert!(rel_l2_error(&[1.0f32], &[1.0, 2.0]).is_infinite());
+        assert_eq!(rel_l2_error(&[0.0f32], &[0.0]), 0.0);
+        assert!(rel_l2_error(&[0.1f32], &[0.0]).is_infinite());
+        // float64 outputs (a loss curve) are checked by the same function.
+        assert!((rel_l2_error(&[3.0f64, 4.5], &[3.0, 4.0]) - 0.1).abs() < 1e-12);
+        assert!(rel_l2_error(&[f64::NAN], &[1.0]).is_infinite());
     }
 
     #[test]

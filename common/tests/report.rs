@@ -1,12 +1,16 @@
 //! The result document: JSON round trip, schema checks, and the markdown table.
 
 use common::bench::Measurement;
+use common::ceilings::CeilingRef;
 use common::counters::Work;
 use common::gpu::DeviceInfo;
 use common::nvml::GpuState;
-use common::report::{CeilingRef, LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
+use common::report::{
+    LessonReport, Metric, Provenance, Section, Status, VariantReport, SCHEMA_VERSION,
+};
 use common::stats::Summary;
 use common::stop::StopReason;
+use common::table::Table;
 use common::verify::{check, Precision};
 
 fn device() -> DeviceInfo {
@@ -23,14 +27,16 @@ fn variant(name: &str, ms: &[f64], passed: bool) -> VariantReport {
     };
     VariantReport {
         name: name.into(),
+        group: String::new(),
         description: format!("{name} variant"),
         precision: Precision::Fp32,
         status: if passed { Status::Ok } else { Status::Failed },
-        verification,
+        checks: vec![verification],
         work,
         throughput: Some(work.throughput(summary.median / 1e3)),
         fraction_of_copy_bandwidth: Some(0.5),
         speedup: None,
+        metrics: Vec::new(),
         measurement: passed.then(|| Measurement {
             samples_s: ms.iter().map(|m| m / 1e3).collect(),
             batch: 4,
@@ -73,6 +79,7 @@ fn report() -> LessonReport {
             variant("baseline", &[1.0, 1.1, 0.9], true),
             variant("broken", &[1.0], false),
         ],
+        sections: Vec::new(),
     }
 }
 
@@ -148,4 +155,54 @@ fn markdown_names_the_gpu_the_mode_and_the_failure() {
     assert!(md.contains("FAILED: broken"));
     assert!(md.contains("measured copy bandwidth: 4200 GB/s"));
     assert!(!report().all_passed());
+}
+
+#[test]
+fn groups_metrics_checks_and_sections_are_printed_and_kept() {
+    let mut r = report();
+    r.variants.truncate(1);
+    let mut pinned = variant("pinned", &[0.5], true);
+    pinned.group = "training".into();
+    pinned.speedup = Some(2.0);
+    pinned.metrics = vec![Metric::new("goodput", 97.4, "%")];
+    pinned
+        .checks
+        .push(check(&[1.0, 2.0], &[1.0, 2.0], 1e-5, "the baseline").named("loss curve"));
+    r.variants.push(pinned);
+    let mut grid = Table::new().left("size").right("speedup");
+    grid.row(vec!["64".into(), "3.00x".into()]);
+    r.sections.push(Section {
+        table: Some(grid),
+        lines: vec!["batching stops mattering from size 512".into()],
+        data: serde_json::json!({ "crossover": 512 }),
+        ..Section::new("sweep")
+    });
+    let md = r.markdown();
+    assert!(
+        md.contains("| group | variant | status | median |"),
+        "a group column once any variant has a group: {md}"
+    );
+    assert!(
+        md.contains("| training | pinned | ok | 500.00 us |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("rel. error | loss curve error | goodput (%) |"),
+        "{md}"
+    );
+    assert!(md.contains("| 2.00x | 0.0e0 | 0.0e0 | 97.4 |"), "{md}");
+    assert!(
+        md.contains("runs per sample: baseline 4, training:pinned 4"),
+        "{md}"
+    );
+    assert!(md.contains("### sweep\n\n| size | speedup |"), "{md}");
+    assert!(
+        md.contains("batching stops mattering from size 512\n"),
+        "{md}"
+    );
+    assert!(r.variant("training:pinned").is_some() && r.variant("pinned").is_none());
+    let path = temp("sections.json");
+    r.write_json(&path).unwrap();
+    assert_eq!(LessonReport::read_json(&path).unwrap(), r);
+    std::fs::remove_file(path).unwrap();
 }

@@ -2,7 +2,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    common::cli::main_with(
-        || ch1_intensity::cli::run_vector_add(&ch1_intensity::cli::Args::parse()),
-    )
+    common::cli::main_with(|startup| {
+        ch1_intensity::cli::run_vector_add(&ch1_intensity::cli::Args::parse(), startup)
+    })
 }

@@ -4,11 +4,12 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{best_of, ceiling_bench, Ceiling, RateAt, Theoretical};
-use crate::bench::{measure, BenchConfig, Timer, HARNESS_KERNELS};
+use crate::bench::{measure, BenchConfig, Timer};
 use crate::blas::{self, GemmPrecision, GemmProblem};
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::kernels;
+use crate::kernels::HARNESS;
 
 pub const FMA_CHAINS: u64 = 8;
 pub const FMA_ITERS: i32 = 4096;
@@ -47,7 +48,7 @@ pub fn fma_chains_reference(t: u64, iters: i32) -> f32 {
 }
 
 pub fn measure_fp32_fma(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
-    let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+    let module = kernels::load(gpu, HARNESS, &[])?;
     let f = module.function("fma_chains")?;
     // 2048 resident threads per SM on recent GPUs; 8 blocks of 256 per SM fills them.
     let blocks = gpu.info.sm_count * 8;

@@ -3,10 +3,11 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt};
-use crate::bench::{measure, Timer, HARNESS_KERNELS};
+use crate::bench::{measure, Timer};
 use crate::error::{human_bytes, CudaContext as _, Result};
 use crate::gpu::Gpu;
 use crate::kernels;
+use crate::kernels::HARNESS;
 
 /// (read-only, write-only) bandwidth in GB/s.
 pub fn measure_read_write(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceiling)> {
@@ -17,7 +18,7 @@ pub fn measure_read_write(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceil
     let n4 = bytes / 16;
     let mut buf = gpu.alloc_zeros::<u8>(bytes as usize, "the bandwidth buffer")?;
     let mut sink = gpu.alloc_zeros::<f32>(1, "the read sink")?;
-    let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+    let module = kernels::load(gpu, HARNESS, &[])?;
     let read = module.function("read_f32x4")?;
     let write = module.function("write_f32x4")?;
     let sms = gpu.info.sm_count;

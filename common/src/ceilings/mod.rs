@@ -17,16 +17,29 @@ use std::path::PathBuf;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use serde::{Deserialize, Serialize};
 
-use crate::bench::{measure, BenchConfig, Timer, HARNESS_KERNELS};
+use crate::bench::{measure, BenchConfig, Timer};
 use crate::counters::Work;
 use crate::error::{CudaContext as _, Error, Result};
+use crate::files::{rfc3339_utc, write_json_file};
 use crate::gpu::{DeviceInfo, Gpu};
 use crate::kernels;
-use crate::report::{rfc3339_utc, write_json_file, CeilingRef};
+use crate::kernels::HARNESS;
 use crate::stats::Summary;
 use crate::stop::StopRule;
 
-pub const CEILINGS_SCHEMA_VERSION: u32 = 5;
+pub const CEILINGS_SCHEMA_VERSION: u32 = 6;
+
+/// A reference figure the percentages are taken against.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CeilingRef {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+    pub method: String,
+    /// Every method tried and its figure; the ceiling is the best.
+    #[serde(default)]
+    pub candidates: Vec<(String, f64)>,
+}
 
 /// A datasheet-style figure computed from what the driver reports, not measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +107,9 @@ pub struct DeviceCeilings {
     pub h2d_pinned: Option<Ceiling>,
     #[serde(default)]
     pub h2d_pageable: Option<Ceiling>,
+    /// Device-to-host into pinned memory, GB/s.
+    #[serde(default)]
+    pub d2h_pinned: Option<Ceiling>,
 }
 
 impl DeviceCeilings {
@@ -111,6 +127,7 @@ impl DeviceCeilings {
             gemm_bf16: None,
             h2d_pinned: None,
             h2d_pageable: None,
+            d2h_pinned: None,
         }
     }
 
@@ -138,6 +155,7 @@ impl DeviceCeilings {
             ("GEMM bf16 (cuBLAS)", &self.gemm_bf16),
             ("host-to-device, pinned", &self.h2d_pinned),
             ("host-to-device, pageable", &self.h2d_pageable),
+            ("device-to-host, pinned", &self.d2h_pinned),
         ]
         .into_iter()
         .filter_map(|(n, c)| c.as_ref().map(|c| (n, c)))
@@ -179,14 +197,38 @@ pub fn measure_all(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Device
         c.gemm_tf32 = Some(g.tf32);
         c.gemm_bf16 = Some(g.bf16);
     }
-    if c.h2d_pinned.is_none() || c.h2d_pageable.is_none() {
-        let (pinned, pageable) = transfer::measure_h2d(gpu, timer)?;
-        c.h2d_pinned = Some(pinned);
-        c.h2d_pageable = Some(pageable);
+    if c.h2d_pinned.is_none() || c.h2d_pageable.is_none() || c.d2h_pinned.is_none() {
+        let t = transfer::measure(gpu, timer)?;
+        c.h2d_pinned = Some(t.h2d_pinned);
+        c.h2d_pageable = Some(t.h2d_pageable);
+        c.d2h_pinned = Some(t.d2h_pinned);
     }
     c.measured_at = rfc3339_utc(std::time::SystemTime::now());
     let _ = store(&c);
     Ok(c)
+}
+
+/// The host-device copy ceilings (pinned both ways, pageable host-to-device), from the cache
+/// unless `refresh` or absent.
+pub fn transfers(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<transfer::Transfers> {
+    let mut c = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info));
+    if let (false, Some(h2d_pinned), Some(h2d_pageable), Some(d2h_pinned)) =
+        (refresh, &c.h2d_pinned, &c.h2d_pageable, &c.d2h_pinned)
+    {
+        return Ok(transfer::Transfers {
+            h2d_pinned: h2d_pinned.clone(),
+            h2d_pageable: h2d_pageable.clone(),
+            d2h_pinned: d2h_pinned.clone(),
+        });
+    }
+    let t = transfer::measure(gpu, timer)?;
+    c.h2d_pinned = Some(t.h2d_pinned.clone());
+    c.h2d_pageable = Some(t.h2d_pageable.clone());
+    c.d2h_pinned = Some(t.d2h_pinned.clone());
+    c.measured_at = rfc3339_utc(std::time::SystemTime::now());
+    // A cache that cannot be written costs a re-measurement next time, nothing more.
+    let _ = store(&c);
+    Ok(t)
 }
 
 /// The stopping rule every ceiling measurement uses: tight noise, short.
@@ -260,7 +302,7 @@ pub fn theoretical_dram_gbps(info: &DeviceInfo) -> f64 {
 }
 
 fn cache_path(info: &DeviceInfo) -> PathBuf {
-    kernels::cache_dir().join("ceilings").join(format!(
+    crate::files::cache_dir().join("ceilings").join(format!(
         "{}-{}.json",
         info.uuid,
         info.driver_version.replace(['/', ' '], "_")
@@ -309,7 +351,7 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
     let n4 = bytes / 16;
     let src: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy source")?;
     let mut dst: CudaSlice<u8> = gpu.alloc_zeros(bytes as usize, "copy destination")?;
-    let module = kernels::load(gpu, HARNESS_KERNELS, &[])?;
+    let module = kernels::load(gpu, HARNESS, &[])?;
     let threads = 256u32;
     let launch_cfg = |blocks: u64| LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),

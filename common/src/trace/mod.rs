@@ -17,9 +17,9 @@
 //! queued behind the blocking kernel, so the host-side cost stays out of the event timings. The
 //! README states the measured difference with and without `--trace`.
 //!
-//! Lessons that do not go through [crate::lesson::run_lesson] open a session themselves:
-//! `let trace = trace::Session::start_if(&args.common)?;` before measuring and
-//! `if let Some(t) = trace { t.finish()?; }` at the end.
+//! The runner ([crate::runner::run_lesson]) opens a session when its options name a trace file;
+//! a tool measuring outside it opens one with `trace::Session::start_if(path)` and finishes it
+//! with `t.finish()`.
 
 mod activity;
 mod chrome;
@@ -35,11 +35,10 @@ pub use summary::{
     busy_time_ns, short_name, summarize, KernelStats, Region, TraceSummary, TransferStats,
 };
 
-use crate::bench::HARNESS_KERNEL_NAMES;
-use crate::cli::CommonArgs;
 use crate::error::{Error, Result};
+use crate::files::write_atomically;
+use crate::kernels::HARNESS_KERNEL_NAMES;
 use crate::nvtx;
-use crate::report::write_atomically;
 
 struct State {
     /// Delivered records not yet sorted into a region.
@@ -118,9 +117,9 @@ impl Session {
         }
     }
 
-    /// Start one when `--trace FILE` was given and none is open yet.
-    pub fn start_if(args: &CommonArgs) -> Result<Option<Session>> {
-        match &args.trace {
+    /// Start one when a trace file is asked for and none is open yet.
+    pub fn start_if(path: Option<&Path>) -> Result<Option<Session>> {
+        match path {
             Some(path) if !active() => Session::start(path).map(Some),
             _ => Ok(None),
         }

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::activity::{Activity, ActivityKind};
-use crate::report::format_ms;
+use crate::table::{format_ms, percent, Table};
 
 /// One timed region: what `measure` timed for one variant.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,25 +211,32 @@ impl TraceSummary {
             self.gpu_busy_fraction * 100.0,
             format_ms(self.kernel_time_per_run_s * 1e3),
         );
-        out.push_str("| kernel | calls | total | mean | median | min | max | % kernel time |\n");
-        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        let mut table = Table::new()
+            .left("kernel")
+            .right("calls")
+            .right("total")
+            .right("mean")
+            .right("median")
+            .right("min")
+            .right("max")
+            .right("% kernel time");
         let ms = |s: f64| format_ms(s * 1e3);
         for k in &self.kernels {
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {:.1}% |\n",
+            table.row(vec![
                 short_name(&k.name, 60),
-                k.calls,
+                k.calls.to_string(),
                 ms(k.total_s),
                 ms(k.mean_s),
                 ms(k.median_s),
                 ms(k.min_s),
                 ms(k.max_s),
-                k.fraction_of_kernel_time * 100.0
-            ));
+                percent(k.fraction_of_kernel_time),
+            ]);
         }
         if self.kernels.is_empty() {
-            out.push_str("| (no lesson kernels in the region) | | | | | | | |\n");
+            table.row(vec!["(no lesson kernels in the region)".into()]);
         }
+        out.push_str(&table.markdown());
         for t in &self.transfers {
             out.push_str(&format!(
                 "{}: {} calls, {}, {} in all\n",

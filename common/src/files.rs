@@ -1,0 +1,179 @@
+//! Files the harness writes and reads: atomic writes (readers never see half a file), pretty
+//! JSON with errors that name the file, versioned documents read back with one clear line per
+//! failure, the cache folder, and UTC timestamps.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// Write to `.name.tmp-<pid>` beside `path`, then rename, so readers never see half a file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let file_name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
+    })?;
+    let tmp = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+fn file_error(path: &Path, message: String) -> Error {
+    Error::File {
+        path: path.display().to_string(),
+        message,
+    }
+}
+
+/// Write `value` as pretty JSON with [write_atomically]; errors name the file and `what` it
+/// held ("the report").
+pub fn write_json_file<T: Serialize + ?Sized>(path: &Path, value: &T, what: &str) -> Result<()> {
+    let json = serde_json::to_vec_pretty(value)
+        .map_err(|e| file_error(path, format!("could not serialize {what}: {e}")))?;
+    write_atomically(path, &json)
+        .map_err(|e| file_error(path, format!("could not write {what}: {e}")))
+}
+
+/// Read a versioned JSON document: the file, valid JSON, the expected `schema_version`, then
+/// the type. Each failure is one line naming the file and, for an old version, what to do.
+pub fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    version: u32,
+    what: &str,
+    advice: &str,
+) -> Result<T> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| file_error(path, format!("cannot read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| file_error(path, format!("not valid JSON: {e}")))?;
+    match value.get("schema_version").and_then(|v| v.as_u64()) {
+        Some(v) if v == version as u64 => {}
+        Some(v) => {
+            return Err(file_error(
+                path,
+                format!("schema version {v}, this build reads version {version}: {advice}"),
+            ))
+        }
+        None => return Err(file_error(path, format!("not {what} (no schema_version)"))),
+    }
+    serde_json::from_value(value).map_err(|e| file_error(path, format!("not {what}: {e}")))
+}
+
+/// Where compiled kernels and measured ceilings are kept: $PERF_LESSONS_CACHE, else
+/// $XDG_CACHE_HOME/perf-lessons, else ~/.cache/perf-lessons, else the temp folder.
+pub fn cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("PERF_LESSONS_CACHE") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("perf-lessons");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache").join("perf-lessons");
+    }
+    std::env::temp_dir().join("perf-lessons")
+}
+
+/// UTC time as RFC 3339 ("2026-11-21T21:49:25Z"), without a date crate.
+pub fn rfc3339_utc(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339_utc(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        // 2026-11-21T21:49:25Z
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(1_795_297_765)),
+            "2026-11-21T21:49:25Z"
+        );
+        // A leap day.
+        assert_eq!(
+            rfc3339_utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let dir = std::env::temp_dir().join(format!("perf-lessons-test-{}", std::process::id()));
+        let path = dir.join("sub").join("x.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn versioned_reads_say_what_is_wrong() {
+        let dir =
+            std::env::temp_dir().join(format!("perf-lessons-versioned-{}", std::process::id()));
+        let path = dir.join("doc.json");
+        let read = |text: &str| {
+            write_atomically(&path, text.as_bytes()).unwrap();
+            read_versioned::<serde_json::Value>(&path, 2, "a document", "regenerate it")
+                .map_err(|e| e.to_string())
+        };
+        assert!(read("{\"schema_version\": 2}").is_ok());
+        assert!(read("{").unwrap_err().contains("not valid JSON"));
+        assert!(read("{}").unwrap_err().contains("no schema_version"));
+        let old = read("{\"schema_version\": 1}").unwrap_err();
+        assert!(
+            old.contains("schema version 1") && old.contains("regenerate it"),
+            "{old}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,838 @@
+//! The one runner every measured figure of a lesson goes through, kept apart like nvbench's:
+//!
+//! - what is measured: a lesson implements [Lesson] (its variants, how to run one, its output,
+//!   the reference that output must match, and any figures of its own);
+//! - how it is measured: [RunOptions] (the stopping rule, hot or cold, which variants) and the
+//!   lesson's [Lesson::bench_config] per variant (held behind the blocking kernel, or runs that
+//!   synchronize with the host); the samples are taken by [Meter], the one place that records
+//!   them;
+//! - how it is printed: the [LessonReport] it returns ([crate::report]).
+//!
+//! Per variant: poison, run once, check the output (against the float64 reference, against
+//! the baseline's output, or by the lesson's own check), then warm up and time; a variant that
+//! fails is not timed and gets no speedup. Speedups are taken within a group, against the
+//! group's first variant. Each variant runs inside an NVTX range `lesson:variant` (with
+//! `verify`, then `warmup` and `timed`); with a trace file in the options the runner records a
+//! CUPTI trace of the timed regions.
+
+use std::path::PathBuf;
+
+use crate::bench::{measure, BenchConfig, Measurement, Timer};
+use crate::ceilings;
+use crate::counters::Work;
+use crate::error::{Error, Result};
+use crate::gpu::Gpu;
+use crate::nvtx;
+use crate::report::{
+    variant_id, LessonReport, Metric, Provenance, Section, Startup, Status, VariantReport,
+    SCHEMA_VERSION,
+};
+use crate::stats::Summary;
+use crate::trace;
+use crate::verify::{check, Precision, Verification};
+
+/// What a variant is, before it runs.
+#[derive(Debug, Clone)]
+pub struct VariantSpec {
+    pub name: String,
+    /// The part or sweep point it belongs to; empty for a lesson of one group.
+    pub group: String,
+    pub description: String,
+    pub precision: Precision,
+    pub work: Work,
+    /// Relative L2 tolerance; the precision's default unless the lesson says otherwise.
+    pub tolerance: f64,
+}
+
+impl VariantSpec {
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        precision: Precision,
+        work: Work,
+    ) -> Self {
+        VariantSpec {
+            name: name.into(),
+            group: String::new(),
+            description: description.into(),
+            precision,
+            work,
+            tolerance: precision.tolerance(),
+        }
+    }
+
+    pub fn in_group(self, group: impl Into<String>) -> Self {
+        VariantSpec {
+            group: group.into(),
+            ..self
+        }
+    }
+
+    pub fn with_tolerance(self, tolerance: f64) -> Self {
+        VariantSpec { tolerance, ..self }
+    }
+
+    /// "group:name", or the name alone outside a group.
+    pub fn id(&self) -> String {
+        variant_id(&self.group, &self.name)
+    }
+}
+
+/// Values of one output part, as the run produced them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Values {
+    fn check(&self, reference: &[f64], tolerance: f64, against: &str) -> Verification {
+        match self {
+            Values::F32(v) => check(v, reference, tolerance, against),
+            Values::F64(v) => check(v, reference, tolerance, against),
+        }
+    }
+
+    fn to_f64(&self) -> Vec<f64> {
+        match self {
+            Values::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Values::F64(v) => v.clone(),
+        }
+    }
+}
+
+impl From<Vec<f32>> for Values {
+    fn from(v: Vec<f32>) -> Values {
+        Values::F32(v)
+    }
+}
+
+impl From<Vec<f64>> for Values {
+    fn from(v: Vec<f64>) -> Values {
+        Values::F64(v)
+    }
+}
+
+/// One named part of a variant's output ("output", "weight change", "loss curve").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub name: String,
+    pub values: Values,
+    /// This part's tolerance, where it differs from the variant's.
+    pub tolerance: Option<f64>,
+}
+
+/// What a checked run left, for the runner to check: parts it compares with the reference
+/// (and the baseline), and checks the lesson made itself (a closed form computed on the fly,
+/// sampled elements of a huge output).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Output {
+    pub parts: Vec<Part>,
+    pub checks: Vec<Verification>,
+}
+
+impl Output {
+    /// The whole output as one part named "output".
+    pub fn values(values: impl Into<Values>) -> Output {
+        Output::default().part("output", values, None)
+    }
+
+    /// Checks the lesson made itself.
+    pub fn checked(checks: Vec<Verification>) -> Output {
+        Output {
+            parts: Vec::new(),
+            checks,
+        }
+    }
+
+    pub fn part(
+        mut self,
+        name: impl Into<String>,
+        values: impl Into<Values>,
+        tolerance: Option<f64>,
+    ) -> Output {
+        self.parts.push(Part {
+            name: name.into(),
+            values: values.into(),
+            tolerance,
+        });
+        self
+    }
+}
+
+/// The float64 values every variant's output must match, part by part.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    /// What it is ("float64 CPU reference").
+    pub label: String,
+    pub parts: Vec<(String, Vec<f64>)>,
+}
+
+impl Reference {
+    /// One part named "output".
+    pub fn single(label: impl Into<String>, values: Vec<f64>) -> Reference {
+        Reference {
+            label: label.into(),
+            parts: vec![("output".into(), values)],
+        }
+    }
+
+    fn part(&self, name: &str) -> Option<&[f64]> {
+        self.parts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// How a run measures: plain values the command line (or a test) fills in.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Variants to run by id ("fused", "training:pinned") or unique name; empty: all.
+    pub only: Vec<String>,
+    pub bench: BenchConfig,
+    /// Re-measure the device ceilings instead of using the cached ones.
+    pub refresh_ceilings: bool,
+    /// Record a CUPTI trace of the timed regions into this file.
+    pub trace: Option<PathBuf>,
+    /// Test only: run this variant (by id) twice per timed run, a planted regression.
+    pub plant_slowdown: Option<String>,
+    /// The process's start-up clock, for the report's start-up phases.
+    pub startup: Option<Startup>,
+}
+
+impl RunOptions {
+    /// Options that run only `variants`.
+    pub fn only(self, variants: &[&str]) -> RunOptions {
+        RunOptions {
+            only: variants.iter().map(|s| s.to_string()).collect(),
+            ..self
+        }
+    }
+}
+
+/// A measurement and its summary in milliseconds per run.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    pub measurement: Measurement,
+    pub time_ms: Summary,
+}
+
+/// The runner's measuring machinery, lent to a lesson that times parts of its work (a step's
+/// compute alone, each stage of a pipeline): the same timer, warmup and stopping rule as the
+/// variants.
+pub struct Meter<'a> {
+    gpu: &'a Gpu,
+    timer: &'a mut Timer,
+    /// The run's measuring settings.
+    pub bench: BenchConfig,
+}
+
+impl<'a> Meter<'a> {
+    pub fn new(gpu: &'a Gpu, timer: &'a mut Timer, bench: BenchConfig) -> Meter<'a> {
+        Meter { gpu, timer, bench }
+    }
+
+    /// Warm up and time `run` with `cfg`.
+    pub fn measure(
+        &mut self,
+        cfg: &BenchConfig,
+        run: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Timed> {
+        let measurement = measure(self.gpu, self.timer, cfg, run)?;
+        let ms: Vec<f64> = measurement.samples_s.iter().map(|s| s * 1e3).collect();
+        let time_ms = Summary::of(&ms).ok_or_else(|| Error::invalid("no valid samples"))?;
+        Ok(Timed {
+            measurement,
+            time_ms,
+        })
+    }
+
+    pub fn timer(&mut self) -> &mut Timer {
+        self.timer
+    }
+}
+
+/// What a lesson is: its variants and how to run and check each.
+pub trait Lesson {
+    /// The crate name, e.g. "ch1-intensity".
+    fn name(&self) -> &str;
+    /// Sizes, seeds and flags, recorded in the JSON.
+    fn parameters(&self) -> serde_json::Value;
+    /// Every variant; the first of each group is the group's baseline.
+    fn variants(&self) -> Vec<VariantSpec>;
+    /// The float64 values variant `index`'s output is checked against, when affordable.
+    fn reference(&self, index: usize) -> Option<&Reference>;
+    /// Whether variant `index`'s output parts are also checked against its group's baseline
+    /// (when the baseline ran in the same run).
+    fn check_against_baseline(&self, _index: usize) -> bool {
+        false
+    }
+    /// Fill variant `index`'s outputs with NaN so that unwritten elements cannot pass.
+    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()>;
+    /// Queue one run of variant `index` on `gpu.stream`.
+    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()>;
+    /// The output of the last run of variant `index`.
+    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output>;
+    /// How variant `index` is measured, from the run's settings (e.g. `hold: false` for runs
+    /// that synchronize with the host).
+    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+        cfg
+    }
+    /// Why variant `index` is not run at all (a sweep's time cap), asked before it runs.
+    fn skip(&mut self, _index: usize) -> Option<String> {
+        None
+    }
+    /// Figures of the lesson's own for a variant that verified and was timed.
+    fn metrics(
+        &mut self,
+        _gpu: &Gpu,
+        _index: usize,
+        _timed: &VariantReport,
+        _meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        Ok(Vec::new())
+    }
+    /// What the lesson derives from all its variants, after they ran.
+    fn sections(
+        &mut self,
+        _gpu: &Gpu,
+        _variants: &[VariantReport],
+        _meter: &mut Meter,
+    ) -> Result<Vec<Section>> {
+        Ok(Vec::new())
+    }
+}
+
+/// A lesson made of parts, each a lesson of its own run as one group ("training",
+/// "transpose", "pipeline"): one run, one report, speedups within each part.
+pub struct Parts<'a> {
+    name: String,
+    parts: Vec<(String, Box<dyn Lesson + 'a>)>,
+    /// (part, index within the part) of every variant, in order.
+    index: Vec<(usize, usize)>,
+}
+
+impl<'a> Parts<'a> {
+    pub fn new(name: impl Into<String>) -> Parts<'a> {
+        Parts {
+            name: name.into(),
+            parts: Vec::new(),
+            index: Vec::new(),
+        }
+    }
+
+    /// Add a part; its variants join the group `group`.
+    pub fn with(mut self, group: impl Into<String>, lesson: Box<dyn Lesson + 'a>) -> Parts<'a> {
+        let part = self.parts.len();
+        self.index
+            .extend((0..lesson.variants().len()).map(|i| (part, i)));
+        self.parts.push((group.into(), lesson));
+        self
+    }
+
+    fn part(&self, index: usize) -> (usize, usize) {
+        self.index[index]
+    }
+}
+
+impl Lesson for Parts<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::Value::Object(
+            self.parts
+                .iter()
+                .map(|(group, l)| (group.clone(), l.parameters()))
+                .collect(),
+        )
+    }
+    fn variants(&self) -> Vec<VariantSpec> {
+        self.parts
+            .iter()
+            .flat_map(|(group, l)| l.variants().into_iter().map(|v| v.in_group(group.clone())))
+            .collect()
+    }
+    fn reference(&self, index: usize) -> Option<&Reference> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.reference(i)
+    }
+    fn check_against_baseline(&self, index: usize) -> bool {
+        let (p, i) = self.part(index);
+        self.parts[p].1.check_against_baseline(i)
+    }
+    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.poison(gpu, i)
+    }
+    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.run(gpu, i)
+    }
+    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.output(gpu, i)
+    }
+    fn bench_config(&self, index: usize, cfg: BenchConfig) -> BenchConfig {
+        let (p, i) = self.part(index);
+        self.parts[p].1.bench_config(i, cfg)
+    }
+    fn skip(&mut self, index: usize) -> Option<String> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.skip(i)
+    }
+    fn metrics(
+        &mut self,
+        gpu: &Gpu,
+        index: usize,
+        timed: &VariantReport,
+        meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        let (p, i) = self.part(index);
+        self.parts[p].1.metrics(gpu, i, timed, meter)
+    }
+    fn sections(
+        &mut self,
+        gpu: &Gpu,
+        variants: &[VariantReport],
+        meter: &mut Meter,
+    ) -> Result<Vec<Section>> {
+        let mut out = Vec::new();
+        for (group, lesson) in &mut self.parts {
+            let mine: Vec<VariantReport> = variants
+                .iter()
+                .filter(|v| v.group == *group)
+                .cloned()
+                .collect();
+            out.extend(lesson.sections(gpu, &mine, meter)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Which variants to run: all of them, or those named by id or by a name no other variant has
+/// (unknown or ambiguous names are an error that lists the ids).
+pub fn select(specs: &[VariantSpec], only: &[String]) -> Result<Vec<usize>> {
+    if only.is_empty() {
+        return Ok((0..specs.len()).collect());
+    }
+    let ids = || specs.iter().map(|s| s.id()).collect::<Vec<_>>().join(", ");
+    only.iter()
+        .map(|wanted| {
+            if let Some(i) = specs.iter().position(|s| s.id() == *wanted) {
+                return Ok(i);
+            }
+            let by_name: Vec<usize> = (0..specs.len())
+                .filter(|&i| specs[i].name == *wanted)
+                .collect();
+            match by_name[..] {
+                [i] => Ok(i),
+                [] => Err(Error::invalid(format!(
+                    "unknown variant '{wanted}': known variants are {}",
+                    ids()
+                ))),
+                _ => Err(Error::invalid(format!(
+                    "'{wanted}' names several variants: use one of {}",
+                    ids()
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// The index of the baseline of variant `index`'s group: the group's first variant.
+pub fn baseline_of(specs: &[VariantSpec], index: usize) -> usize {
+    specs
+        .iter()
+        .position(|s| s.group == specs[index].group)
+        .expect("a variant is in its own group")
+}
+
+/// Check a variant's output: each part against the reference's part of the same name and, when
+/// given, the baseline's; then the lesson's own checks.
+fn check_output(
+    spec: &VariantSpec,
+    output: &Output,
+    reference: Option<&Reference>,
+    baseline: Option<&[(String, Vec<f64>)]>,
+) -> Vec<Verification> {
+    let mut checks = Vec::new();
+    for part in &output.parts {
+        let tolerance = part.tolerance.unwrap_or(spec.tolerance);
+        if let Some(r) = reference.and_then(|r| r.part(&part.name).map(|v| (r, v))) {
+            checks.push(
+                part.values
+                    .check(r.1, tolerance, &r.0.label)
+                    .named(&part.name),
+            );
+        }
+        if let Some((_, b)) = baseline
+            .into_iter()
+            .flatten()
+            .find(|(name, _)| *name == part.name)
+        {
+            checks.push(
+                part.values
+                    .check(b, tolerance, "the baseline")
+                    .named(&part.name),
+            );
+        }
+    }
+    checks.extend(output.checks.iter().cloned());
+    checks
+}
+
+/// Verify and measure the selected variants and build the report.
+pub fn run_lesson(
+    gpu: &Gpu,
+    lesson: &mut dyn Lesson,
+    options: &RunOptions,
+) -> Result<LessonReport> {
+    let specs = lesson.variants();
+    let selected = select(&specs, &options.only)?;
+    options.bench.stop.validate().map_err(Error::invalid)?;
+    let mut startup = options.startup.clone();
+    let mut timer = Timer::new(gpu)?;
+    let copy = ceilings::copy_bandwidth(gpu, &mut timer, options.refresh_ceilings)?;
+    if let Some(s) = startup.as_mut() {
+        s.mark("timer and ceilings ready");
+    }
+    let mut provenance = Provenance::now();
+    // After the ceilings, so only the variants' timed regions are traced.
+    let trace = trace::Session::start_if(options.trace.as_deref())?;
+    let mut meter = Meter::new(gpu, &mut timer, options.bench);
+
+    let mut variants: Vec<VariantReport> = Vec::new();
+    // Output parts of each group's baseline, for the variants checked against it.
+    let mut baselines: Vec<(usize, Vec<(String, Vec<f64>)>)> = Vec::new();
+    for &index in &selected {
+        let spec = &specs[index];
+        let id = spec.id();
+        if let Some(why) = lesson.skip(index) {
+            let mut report = VariantReport::checked(
+                &spec.name,
+                &spec.description,
+                spec.precision,
+                Vec::new(),
+                spec.work,
+            );
+            report.group = spec.group.clone();
+            report.status = Status::Skipped;
+            report.note = Some(why);
+            variants.push(report);
+            continue;
+        }
+        let _variant_range = nvtx::range(&range_name(lesson.name(), &id));
+        let verify_range = nvtx::range("verify");
+        lesson.poison(gpu, index)?;
+        lesson.run(gpu, index)?;
+        gpu.sync()?;
+        let output = lesson.output(gpu, index)?;
+        drop(verify_range);
+        let baseline = baseline_of(&specs, index);
+        let against_baseline = if baseline == index || !lesson.check_against_baseline(index) {
+            None
+        } else {
+            baselines
+                .iter()
+                .find(|(b, _)| *b == baseline)
+                .map(|(_, parts)| parts.as_slice())
+        };
+        let checks = check_output(spec, &output, lesson.reference(index), against_baseline);
+        let mut report = VariantReport::checked(
+            &spec.name,
+            &spec.description,
+            spec.precision,
+            checks,
+            spec.work,
+        );
+        report.group = spec.group.clone();
+        if baseline == index && lesson.check_against_baseline(index) {
+            let parts = output
+                .parts
+                .iter()
+                .map(|p| (p.name.clone(), p.values.to_f64()))
+                .collect();
+            baselines.push((index, parts));
+        }
+        drop(output);
+        if report.status == Status::Failed {
+            report.note = Some("not timed: a wrong answer has no speed".into());
+            variants.push(report);
+            continue;
+        }
+        if provenance.startup_to_first_sample_s.is_none() {
+            if let Some(s) = startup.as_mut() {
+                s.mark("first variant verified");
+                provenance.startup_to_first_sample_s = Some(s.elapsed_s());
+                provenance.startup_phases = s.phases().to_vec();
+            }
+        }
+        let repeats = if options.plant_slowdown.as_deref() == Some(id.as_str()) {
+            2
+        } else {
+            1
+        };
+        let cfg = lesson.bench_config(index, options.bench);
+        let timed = meter.measure(&cfg, &mut || {
+            (0..repeats).try_for_each(|_| lesson.run(gpu, index))
+        })?;
+        let throughput = spec.work.throughput(timed.time_ms.median / 1e3);
+        report.fraction_of_copy_bandwidth =
+            (spec.work.bytes() > 0).then(|| throughput.gb_per_s / copy.value);
+        report.throughput = Some(throughput);
+        report.time_ms = Some(timed.time_ms);
+        report.measurement = Some(timed.measurement);
+        report.metrics = lesson.metrics(gpu, index, &report, &mut meter)?;
+        variants.push(report);
+    }
+    apply_speedups(&mut variants, &specs);
+    let sections = lesson.sections(gpu, &variants, &mut meter)?;
+    if let Some(t) = trace {
+        t.finish()?;
+    }
+
+    Ok(LessonReport {
+        schema_version: SCHEMA_VERSION,
+        lesson: lesson.name().to_string(),
+        device: gpu.info.clone(),
+        provenance,
+        parameters: lesson.parameters(),
+        ceilings: vec![copy.as_ref_named("measured copy bandwidth")],
+        variants,
+        sections,
+    })
+}
+
+/// The NVTX range of one variant: "ch1-intensity:fused". Not "/": ncu's `--nvtx-include`
+/// reads "a/b" as range b nested in range a.
+pub fn range_name(lesson: &str, variant: &str) -> String {
+    format!("{lesson}:{variant}")
+}
+
+/// Speedup = the group baseline's median / the variant's median, for verified variants when
+/// the baseline ran and verified; everything else gets none.
+pub fn apply_speedups(variants: &mut [VariantReport], specs: &[VariantSpec]) {
+    let baseline_median = |group: &str| {
+        let first = specs.iter().find(|s| s.group == group)?;
+        variants
+            .iter()
+            .find(|v| v.group == group && v.name == first.name && v.status == Status::Ok)
+            .and_then(|v| v.time_ms.as_ref().map(|s| s.median))
+    };
+    let medians: Vec<Option<f64>> = variants.iter().map(|v| baseline_median(&v.group)).collect();
+    for (v, base) in variants.iter_mut().zip(medians) {
+        v.speedup = match (base, v.status, &v.time_ms) {
+            (Some(b), Status::Ok, Some(s)) if s.median > 0.0 => Some(b / s.median),
+            _ => None,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> VariantSpec {
+        VariantSpec::new(name, "", Precision::Fp32, Work::default())
+    }
+
+    fn variant(spec: &VariantSpec, status: Status, median: Option<f64>) -> VariantReport {
+        let mut v = VariantReport::checked(
+            &spec.name,
+            "",
+            Precision::Fp32,
+            vec![check(&[1.0f32], &[1.0], 1e-5, "ref")],
+            Work::default(),
+        );
+        v.group = spec.group.clone();
+        v.status = status;
+        v.time_ms = median.map(|m| Summary::of(&[m]).unwrap());
+        v
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn selection_by_id_or_unique_name_and_unknown_names() {
+        let specs = [
+            spec("baseline"),
+            spec("fused"),
+            spec("naive").in_group("transpose"),
+            spec("tiled").in_group("transpose"),
+            spec("baseline").in_group("training"),
+        ];
+        assert_eq!(select(&specs, &[]).unwrap(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(select(&specs, &names(&["fused"])).unwrap(), vec![1]);
+        assert_eq!(
+            select(&specs, &names(&["transpose:tiled"])).unwrap(),
+            vec![3]
+        );
+        assert_eq!(select(&specs, &names(&["tiled"])).unwrap(), vec![3]);
+        assert_eq!(
+            select(&specs, &names(&["training:baseline"])).unwrap(),
+            vec![4]
+        );
+        let err = select(&specs, &names(&["fast"])).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown variant 'fast'") && err.contains("baseline, fused"),
+            "{err}"
+        );
+        let err = select(&specs[..2], &names(&["fast"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with("known variants are baseline, fused"), "{err}");
+        let ambiguous = [spec("a").in_group("x"), spec("a").in_group("y")];
+        let err = select(&ambiguous, &names(&["a"])).unwrap_err().to_string();
+        assert!(
+            err.contains("names several variants: use one of x:a, y:a"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn speedups_only_between_verified_variants_of_one_group() {
+        let specs = [
+            spec("baseline"),
+            spec("fast"),
+            spec("wrong"),
+            spec("naive").in_group("t"),
+            spec("tiled").in_group("t"),
+        ];
+        let mut v = vec![
+            variant(&specs[0], Status::Ok, Some(4.0)),
+            variant(&specs[1], Status::Ok, Some(1.0)),
+            variant(&specs[2], Status::Failed, None),
+            variant(&specs[3], Status::Ok, Some(10.0)),
+            variant(&specs[4], Status::Ok, Some(2.0)),
+        ];
+        apply_speedups(&mut v, &specs);
+        assert_eq!(v[0].speedup, Some(1.0));
+        assert_eq!(v[1].speedup, Some(4.0));
+        assert_eq!(v[2].speedup, None);
+        assert_eq!(v[3].speedup, Some(1.0));
+        assert_eq!(
+            v[4].speedup,
+            Some(5.0),
+            "against its own group's first variant"
+        );
+    }
+
+    #[test]
+    fn a_failed_or_absent_baseline_gives_no_speedups() {
+        let specs = [spec("baseline"), spec("fast")];
+        let mut v = vec![
+            variant(&specs[0], Status::Failed, None),
+            variant(&specs[1], Status::Ok, Some(1.0)),
+        ];
+        apply_speedups(&mut v, &specs);
+        assert!(v.iter().all(|x| x.speedup.is_none()));
+        let mut alone = vec![variant(&specs[1], Status::Ok, Some(1.0))];
+        apply_speedups(&mut alone, &specs);
+        assert_eq!(alone[0].speedup, None, "the baseline did not run");
+    }
+
+    #[test]
+    fn baselines_are_the_first_of_their_group() {
+        let specs = [
+            spec("a"),
+            spec("b").in_group("g"),
+            spec("c"),
+            spec("d").in_group("g"),
+        ];
+        assert_eq!(baseline_of(&specs, 2), 0);
+        assert_eq!(baseline_of(&specs, 3), 1);
+        assert_eq!(baseline_of(&specs, 1), 1);
+    }
+
+    /// A lesson that needs no GPU for what the test asks of it.
+    struct Fake(&'static [&'static str]);
+
+    impl Lesson for Fake {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        fn parameters(&self) -> serde_json::Value {
+            serde_json::json!({ "variants": self.0.len() })
+        }
+        fn variants(&self) -> Vec<VariantSpec> {
+            self.0.iter().map(|n| spec(n)).collect()
+        }
+        fn reference(&self, _index: usize) -> Option<&Reference> {
+            None
+        }
+        fn check_against_baseline(&self, index: usize) -> bool {
+            index == 1
+        }
+        fn poison(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
+            unreachable!()
+        }
+        fn run(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
+            unreachable!()
+        }
+        fn output(&mut self, _gpu: &Gpu, _index: usize) -> Result<Output> {
+            unreachable!()
+        }
+        fn skip(&mut self, index: usize) -> Option<String> {
+            Some(format!("{} {index}", self.0[index]))
+        }
+    }
+
+    #[test]
+    fn parts_run_as_groups_of_one_lesson() {
+        let mut parts = Parts::new("ch1-test")
+            .with("training", Box::new(Fake(&["baseline", "pinned"])))
+            .with("transpose", Box::new(Fake(&["naive", "tiled"])));
+        let ids: Vec<String> = parts.variants().iter().map(|v| v.id()).collect();
+        assert_eq!(
+            ids,
+            [
+                "training:baseline",
+                "training:pinned",
+                "transpose:naive",
+                "transpose:tiled"
+            ]
+        );
+        assert_eq!(baseline_of(&parts.variants(), 3), 2);
+        // Each call goes to the part's own index.
+        assert_eq!(parts.skip(3).as_deref(), Some("tiled 1"));
+        assert!(parts.check_against_baseline(1) && parts.check_against_baseline(3));
+        assert!(!parts.check_against_baseline(2));
+        assert_eq!(parts.parameters()["transpose"]["variants"], 2);
+        assert_eq!(parts.name(), "ch1-test");
+    }
+
+    #[test]
+    fn outputs_are_checked_part_by_part_against_reference_and_baseline() {
+        let s = spec("fast").with_tolerance(1e-3);
+        let reference = Reference {
+            label: "float64 reference".into(),
+            parts: vec![("w".into(), vec![1.0, 2.0]), ("loss".into(), vec![3.0])],
+        };
+        let baseline = vec![("w".to_string(), vec![1.0, 2.0])];
+        let out = Output::default().part("w", vec![1.0f32, 2.0], None).part(
+            "loss",
+            vec![3.1f64],
+            Some(0.01),
+        );
+        let checks = check_output(&s, &out, Some(&reference), Some(&baseline));
+        assert_eq!(checks.len(), 3);
+        assert_eq!((checks[0].part.as_str(), checks[0].passed), ("w", true));
+        assert_eq!(checks[1].against, "the baseline");
+        // loss: 0.1/3 off against a 1% tolerance of its own.
+        assert_eq!((checks[2].part.as_str(), checks[2].passed), ("loss", false));
+        assert_eq!(checks[2].tolerance, 0.01);
+        // A lesson's own check is kept as it is.
+        let own = check(&[1.0f32], &[2.0], 1e-5, "closed form");
+        let checks = check_output(&s, &Output::checked(vec![own.clone()]), None, None);
+        assert_eq!(checks, vec![own]);
+        // Nothing to check against: no checks, which the report counts as FAILED.
+        let checks = check_output(&s, &Output::values(vec![1.0f32]), None, None);
+        assert!(checks.is_empty());
+        let v = VariantReport::checked("x", "", Precision::Fp32, checks, Work::default());
+        assert_eq!(v.status, Status::Failed);
+    }
+}

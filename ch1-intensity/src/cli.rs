@@ -3,10 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::cli::{finish, parse_elements, CommonArgs};
-use common::gpu::Gpu;
+use common::cli::{parse_elements, run_lesson_with, CommonArgs};
 use common::report::Startup;
-use common::runner::{run_lesson, Lesson};
 
 use crate::vector_add::VectorAdd;
 use crate::Intensity;
@@ -24,32 +22,16 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
-/// Open the GPU, build the lesson, run the named variants (all when `only` is empty), report.
-fn run_with<L: Lesson>(
-    args: &Args,
-    only: &[&str],
-    mut startup: Startup,
-    build: impl FnOnce(&Gpu) -> common::Result<L>,
-) -> anyhow::Result<ExitCode> {
-    let gpu = Gpu::open(args.common.device)?;
-    startup.mark("GPU opened (context, stream, NVML)");
-    let mut lesson = build(&gpu)?;
-    startup.mark("kernels, inputs and float64 reference ready");
-    let options = args.common.options(&startup).only(only);
-    let report = run_lesson(&gpu, &mut lesson, &options)?;
-    Ok(finish(&report, args.common.json.as_deref())?)
-}
-
-/// The lesson's variants.
+/// The lesson's variants named in `only` (all when empty).
 pub fn run(args: &Args, only: &[&str], startup: Startup) -> anyhow::Result<ExitCode> {
-    run_with(args, only, startup, |gpu| {
+    run_lesson_with(&args.common, only, startup, |gpu| {
         Intensity::new(gpu, args.elements, args.seed)
     })
 }
 
 /// The harness check: a plain vector add.
 pub fn run_vector_add(args: &Args, startup: Startup) -> anyhow::Result<ExitCode> {
-    run_with(args, &[], startup, |gpu| {
+    run_lesson_with(&args.common, &[], startup, |gpu| {
         VectorAdd::new(gpu, args.elements, args.seed)
     })
 }

@@ -9,8 +9,9 @@ use std::process::ExitCode;
 
 use crate::bench::BenchConfig;
 use crate::error::Error;
+use crate::gpu::Gpu;
 use crate::report::{LessonReport, Startup};
-use crate::runner::RunOptions;
+use crate::runner::{run_lesson, Lesson, RunOptions};
 use crate::stop::StopRule;
 
 /// Largest element count any lesson accepts: 2^36 f32 is 256 GiB, past every GPU's memory.
@@ -190,6 +191,22 @@ pub fn main_with(body: impl FnOnce(Startup) -> anyhow::Result<ExitCode>) -> Exit
             ExitCode::from(exit_code_for(&e))
         }
     }
+}
+
+/// The body of a lesson binary: open the GPU the flags name, build the lesson on it, run the
+/// variants in `only` (all when empty) with the flags' options, print, write, exit.
+pub fn run_lesson_with<L: Lesson>(
+    args: &CommonArgs,
+    only: &[&str],
+    mut startup: Startup,
+    build: impl FnOnce(&Gpu) -> crate::Result<L>,
+) -> anyhow::Result<ExitCode> {
+    let gpu = Gpu::open(args.device)?;
+    startup.mark("GPU opened (context, stream, NVML)");
+    let mut lesson = build(&gpu)?;
+    startup.mark("lesson ready (kernels, inputs, reference)");
+    let report = run_lesson(&gpu, &mut lesson, &args.options(&startup).only(only))?;
+    Ok(finish(&report, args.json.as_deref())?)
 }
 
 /// Print the report, write its JSON when asked, and exit non-zero if any variant failed.

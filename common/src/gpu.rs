@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUdevice_attribute as Attr};
+use cudarc::driver::sys::{
+    self, CUdevice_attribute as Attr, CUgraphInstantiate_flags, CUstreamCaptureMode,
+};
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, ValidAsZeroBits,
+    CudaContext, CudaGraph, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, ValidAsZeroBits,
 };
 use serde::{Deserialize, Serialize};
 
@@ -292,6 +294,21 @@ impl Gpu {
 
     pub fn sync(&self) -> Result<()> {
         self.stream.synchronize().cuda("synchronizing the stream")
+    }
+
+    /// Capture what `queue` puts on the lesson's stream as a CUDA graph, instantiated and ready
+    /// to launch there. Nothing queued is run while capturing; a failure inside `queue` still
+    /// ends the capture, so the stream is usable afterwards.
+    pub fn capture(&self, queue: impl FnOnce() -> Result<()>) -> Result<CudaGraph> {
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .cuda("beginning a stream capture")?;
+        let queued = queue();
+        let graph = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        queued?;
+        graph
+            .cuda("ending a stream capture")?
+            .ok_or_else(|| Error::invalid("the stream capture produced no graph"))
     }
 
     fn map_alloc_error(&self, e: cudarc::driver::DriverError, what: &str, bytes: u64) -> Error {

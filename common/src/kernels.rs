@@ -6,7 +6,7 @@
 use std::ffi::{CStr, CString};
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule};
+use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
 
 use crate::error::{CudaContext as _, Error, Result};
@@ -46,6 +46,15 @@ impl Module {
         self.module
             .load_function(kernel)
             .cuda(&format!("loading kernel {kernel} from {}", self.name))
+    }
+}
+
+/// A one-dimensional launch of `threads` threads in blocks of `block` (at least one block).
+pub fn grid_1d(threads: u64, block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (threads.div_ceil(block as u64).max(1) as u32, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 
@@ -190,6 +199,14 @@ mod tests {
         h ^= b'a' as u64;
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
         assert_eq!(h, 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn one_dimensional_grids_cover_every_thread() {
+        assert_eq!(grid_1d(0, 256).grid_dim, (1, 1, 1));
+        assert_eq!(grid_1d(256, 256).grid_dim, (1, 1, 1));
+        assert_eq!(grid_1d(257, 256).grid_dim, (2, 1, 1));
+        assert_eq!(grid_1d(257, 256).block_dim, (256, 1, 1));
     }
 
     #[test]

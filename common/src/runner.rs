@@ -17,6 +17,8 @@
 
 use std::path::PathBuf;
 
+use cudarc::driver::CudaSlice;
+
 use crate::bench::{measure, BenchConfig, Measurement, Timer};
 use crate::ceilings;
 use crate::counters::Work;
@@ -160,12 +162,15 @@ impl Output {
     }
 }
 
+/// Output parts by name, in float64.
+type NamedValues = Vec<(String, Vec<f64>)>;
+
 /// The float64 values every variant's output must match, part by part.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reference {
     /// What it is ("float64 CPU reference").
     pub label: String,
-    pub parts: Vec<(String, Vec<f64>)>,
+    pub parts: NamedValues,
 }
 
 impl Reference {
@@ -268,12 +273,31 @@ pub trait Lesson {
     fn check_against_baseline(&self, _index: usize) -> bool {
         false
     }
-    /// Fill variant `index`'s outputs with NaN so that unwritten elements cannot pass.
-    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()>;
     /// Queue one run of variant `index` on `gpu.stream`.
     fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()>;
+    /// The device buffer variant `index` writes its whole output to, for lessons whose output
+    /// is one f32 buffer: the default [Lesson::poison] and [Lesson::output] use it.
+    fn output_buffer(&mut self, _index: usize) -> Option<&mut CudaSlice<f32>> {
+        None
+    }
+    /// Fill variant `index`'s outputs with NaN so that unwritten elements cannot pass.
+    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        match self.output_buffer(index) {
+            Some(buffer) => gpu.poison(buffer),
+            None => Err(Error::invalid(
+                "the lesson names no output buffer: it must poison its outputs itself",
+            )),
+        }
+    }
     /// The output of the last run of variant `index`.
-    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output>;
+    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
+        match self.output_buffer(index) {
+            Some(buffer) => Ok(Output::values(gpu.download(buffer)?)),
+            None => Err(Error::invalid(
+                "the lesson names no output buffer: it must bring its output back itself",
+            )),
+        }
+    }
     /// How variant `index` is measured, from the run's settings (e.g. `hold: false` for runs
     /// that synchronize with the host).
     fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
@@ -455,7 +479,7 @@ fn check_output(
     spec: &VariantSpec,
     output: &Output,
     reference: Option<&Reference>,
-    baseline: Option<&[(String, Vec<f64>)]>,
+    baseline: Option<&NamedValues>,
 ) -> Vec<Verification> {
     let mut checks = Vec::new();
     for part in &output.parts {
@@ -505,7 +529,7 @@ pub fn run_lesson(
 
     let mut variants: Vec<VariantReport> = Vec::new();
     // Output parts of each group's baseline, for the variants checked against it.
-    let mut baselines: Vec<(usize, Vec<(String, Vec<f64>)>)> = Vec::new();
+    let mut baselines: Vec<(usize, NamedValues)> = Vec::new();
     for &index in &selected {
         let spec = &specs[index];
         let id = spec.id();
@@ -537,7 +561,7 @@ pub fn run_lesson(
             baselines
                 .iter()
                 .find(|(b, _)| *b == baseline)
-                .map(|(_, parts)| parts.as_slice())
+                .map(|(_, parts)| parts)
         };
         let checks = check_output(spec, &output, lesson.reference(index), against_baseline);
         let mut report = VariantReport::checked(

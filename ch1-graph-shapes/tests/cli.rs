@@ -1,0 +1,35 @@
+//! The binaries on bad input and without a GPU: one clear line, a non-zero exit, no panic.
+
+const MAIN: &str = env!("CARGO_BIN_EXE_ch1-graph-shapes");
+
+#[test]
+fn no_gpu_is_one_line_and_exit_2() {
+    for bin in [
+        MAIN,
+        env!("CARGO_BIN_EXE_baseline"),
+        env!("CARGO_BIN_EXE_optimized"),
+    ] {
+        common::testing::assert_refused_without_gpu(bin, &[]);
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_before_the_gpu() {
+    for (args, expect) in [
+        (vec!["--requests", "0"], "a count of 0"),
+        (vec!["--max-length=-3"], "negative"),
+        (vec!["--max-length", "1G"], "too large"),
+        (
+            vec!["--requests", "10", "--max-length", "5"],
+            "every request needs its own length",
+        ),
+    ] {
+        let (code, stderr) = common::testing::run_without_gpu(MAIN, &args);
+        assert_ne!(code, 0, "{args:?}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(expect),
+            "the first line says why: {args:?}: {stderr}"
+        );
+    }
+}

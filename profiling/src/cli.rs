@@ -17,7 +17,7 @@ use crate::target::{self, naming, report_base};
 #[command(
     name = "profiling",
     about = "Run a lesson under Nsight Systems or Nsight Compute: print the exact command, run it, say where the report went",
-    after_help = "Examples:\n  profiling nsys -- target/release/ch1-intensity --n 64M\n  profiling ncu --kernel fused_vec4 -- target/release/ch1-intensity --n 64M\n  profiling ncu --nvtx-include ch1-intensity:fused/ -- target/release/ch1-intensity"
+    after_help = "Examples:\n  profiling nsys -- target/release/ch1-intensity --elements 64M\n  profiling ncu --kernel fused_vec4 -- target/release/ch1-intensity --elements 64M\n  profiling ncu --nvtx-include ch1-intensity:fused/ -- target/release/ch1-intensity"
 )]
 pub struct Cli {
     #[command(subcommand)]

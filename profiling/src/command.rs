@@ -76,7 +76,7 @@ pub fn shell_quote(word: &str) -> String {
 pub fn resolve_program(program: &str, path_var: Option<&OsStr>) -> Result<PathBuf> {
     if program.is_empty() {
         return Err(Error::BadArgument(
-            "no program to profile: give it after --, e.g. `-- target/release/ch1-intensity --n 64M`"
+            "no program to profile: give it after --, e.g. `-- target/release/ch1-intensity --elements 64M`"
                 .into(),
         ));
     }

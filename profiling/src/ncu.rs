@@ -13,6 +13,8 @@
 
 use std::path::Path;
 
+use common::table::Table;
+
 use crate::command::ToolCommand;
 use crate::error::{Error, Result};
 
@@ -233,23 +235,26 @@ pub fn headline_table(rows: &[Headline]) -> String {
     let show = |m: &Option<(String, String)>| match m {
         Some((v, u)) if u == "%" => format!("{v}%"),
         Some((v, u)) => format!("{v} {u}"),
-        None => "-".into(),
+        None => common::table::EMPTY.into(),
     };
-    let mut out = String::from(
-        "| launch | kernel | duration | DRAM throughput (% of peak) | SM throughput (% of peak) | memory throughput (% of peak) |\n|---:|---|---:|---:|---:|---:|\n",
-    );
+    let mut table = Table::new()
+        .right("launch")
+        .left("kernel")
+        .right("duration")
+        .right("DRAM throughput (% of peak)")
+        .right("SM throughput (% of peak)")
+        .right("memory throughput (% of peak)");
     for h in rows {
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            h.id,
+        table.row(vec![
+            h.id.clone(),
             common::trace::short_name(&h.kernel, 60),
             show(&h.duration),
             show(&h.dram_throughput),
             show(&h.sm_throughput),
-            show(&h.memory_throughput)
-        ));
+            show(&h.memory_throughput),
+        ]);
     }
-    out
+    table.markdown()
 }
 
 #[cfg(test)]
@@ -259,7 +264,7 @@ mod tests {
     fn target() -> (&'static Path, Vec<String>) {
         (
             Path::new("target/release/ch1-intensity"),
-            vec!["--n".into(), "64M".into()],
+            vec!["--elements".into(), "64M".into()],
         )
     }
 
@@ -281,7 +286,7 @@ mod tests {
             "ncu --clock-control none --section SpeedOfLight --section LaunchStats \
              --section Occupancy --kernel-name fused_vec4 --launch-count 1 \
              --export results/profiles/ch1-intensity-all-T --force-overwrite \
-             target/release/ch1-intensity --n 64M"
+             target/release/ch1-intensity --elements 64M"
         );
     }
 

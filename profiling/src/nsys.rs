@@ -72,7 +72,7 @@ mod tests {
             &NsysOptions::default(),
             Path::new("results/profiles/ch1-intensity-all-20260121T000000Z"),
             Path::new("target/release/ch1-intensity"),
-            &["--n".into(), "64M".into()],
+            &["--elements".into(), "64M".into()],
         );
         assert_eq!(
             c.display(),
@@ -80,7 +80,7 @@ mod tests {
              --capture-range=cudaProfilerApi --capture-range-end=repeat --stats=false \
              --force-overwrite=true \
              --output=results/profiles/ch1-intensity-all-20260121T000000Z \
-             target/release/ch1-intensity --n 64M"
+             target/release/ch1-intensity --elements 64M"
         );
     }
 

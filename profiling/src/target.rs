@@ -64,7 +64,7 @@ pub fn sanitize(s: &str) -> String {
 
 /// "20260121T214925Z" for a time.
 pub fn compact_utc(t: SystemTime) -> String {
-    common::report::rfc3339_utc(t).replace(['-', ':'], "")
+    common::files::rfc3339_utc(t).replace(['-', ':'], "")
 }
 
 /// The report path without extension (each tool adds its own).

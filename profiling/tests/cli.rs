@@ -35,7 +35,7 @@ fn nsys_dry_run_prints_the_exact_command() {
             "ch1-intensity",
             "--",
             PROGRAM,
-            "--n",
+            "--elements",
             "64M",
             "--json",
             "a file.json",
@@ -57,7 +57,7 @@ fn nsys_dry_run_prints_the_exact_command() {
         "{line}"
     );
     assert!(
-        line.ends_with("/bin/sh --n 64M --json 'a file.json'"),
+        line.ends_with("/bin/sh --elements 64M --json 'a file.json'"),
         "{line}"
     );
     assert!(!out_dir.exists(), "a dry run creates nothing");

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use common::ceilings;
-use common::report::Provenance;
+use common::cli::CommonArgs;
+use common::report::{Provenance, Startup};
 
 use crate::child::{self, Outcome};
 use crate::expectations::{self, Expectations};
@@ -34,15 +35,6 @@ pub struct Args {
     /// Only pairs whose "lesson/pair" contains this text.
     #[arg(long, value_name = "PATTERN")]
     pub filter: Option<String>,
-    /// Fewer samples, for a first look.
-    #[arg(long)]
-    pub quick: bool,
-    /// GPU to run on.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub device: usize,
-    /// Write the whole compare (every variant's report included) as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
     /// Expectations file (default: results/<gpu>/expectations.json).
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
@@ -58,21 +50,69 @@ pub struct Args {
     /// Test only: run this program instead of this binary for each variant.
     #[arg(long, hide = true, value_name = "PATH")]
     pub child_program: Option<PathBuf>,
-    /// Test only: "lesson/variant" to slow down on purpose (a planted regression).
-    #[arg(long, hide = true, value_name = "LESSON/VARIANT")]
-    pub plant_slowdown: Option<String>,
+    /// The flags every lesson takes, passed on to each variant's process (`--json` writes the
+    /// whole compare; `--trace FILE` gives each variant its own FILE-<lesson>-<variant>.json;
+    /// the hidden `--plant-slowdown` takes "lesson/variant").
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// The flags a variant's process gets: the GPU, and the measuring flags given to the compare,
+/// with the time cap lowered to [MAX_TIME_S] unless one was given or `--quick` asks for less
+/// (the harness's default rule otherwise: noisy variants, such as a host-bound training loop at
+/// 5-10% noise, then stop in 2 s instead of 5).
+pub fn child_flags(common: &CommonArgs, lesson: &str, variant: &str) -> Vec<String> {
+    let mut flags = vec!["--device".to_string(), common.device.to_string()];
+    let mut push = |flag: &str, value: Option<String>| {
+        if let Some(v) = value {
+            flags.push(flag.to_string());
+            flags.push(v);
+        }
+    };
+    push("--min-time", common.min_time.map(|v| v.to_string()));
+    let max_time = match (common.max_time, common.quick) {
+        (Some(t), _) => Some(t),
+        (None, false) => Some(MAX_TIME_S),
+        (None, true) => None,
+    };
+    push("--max-time", max_time.map(|v| v.to_string()));
+    push(
+        "--max-noise",
+        common.max_noise.map(|v| format!("{}", v * 100.0)),
+    );
+    push("--min-samples", common.min_samples.map(|v| v.to_string()));
+    push(
+        "--trace",
+        common.trace.as_ref().map(|t| {
+            let stem = t.with_extension("");
+            format!("{}-{lesson}-{variant}.json", stem.display())
+        }),
+    );
+    if common.plant_slowdown.as_deref() == Some(&format!("{lesson}/{variant}")) {
+        push("--plant-slowdown", Some(variant.to_string()));
+    }
+    for (on, flag) in [
+        (common.quick, "--quick"),
+        (common.cold, "--cold"),
+        (common.refresh_ceilings, "--refresh-ceilings"),
+    ] {
+        if on {
+            flags.push(flag.to_string());
+        }
+    }
+    flags
 }
 
 pub fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(CHILD_FLAG) {
-        return common::cli::main_with(|| run_child(&argv[2..]));
+        return common::cli::main_with(|startup| run_child(&argv[2..], startup));
     }
-    common::cli::main_with(|| run(&Args::parse()))
+    common::cli::main_with(|_| run(&Args::parse()))
 }
 
 /// Child side: `compare __run-variant LESSON VARIANT [lesson flags...]`.
-fn run_child(rest: &[String]) -> anyhow::Result<ExitCode> {
+fn run_child(rest: &[String], startup: Startup) -> anyhow::Result<ExitCode> {
     let [lesson, variant, flags @ ..] = rest else {
         anyhow::bail!("usage: compare {CHILD_FLAG} LESSON VARIANT [FLAGS]");
     };
@@ -81,7 +121,7 @@ fn run_child(rest: &[String]) -> anyhow::Result<ExitCode> {
     let argv: Vec<String> = std::iter::once(lesson.clone())
         .chain(flags.iter().cloned())
         .collect();
-    (entry.run)(&argv, &[variant.as_str()])
+    (entry.run)(&argv, &[variant.as_str()], startup)
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -127,19 +167,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             CHILD_FLAG.to_string(),
             lesson.to_string(),
             variant.to_string(),
-            "--device".into(),
-            args.device.to_string(),
         ];
-        if args.quick {
-            child_args.push("--quick".into());
-        } else {
-            // The harness's default rule, with the time cap lowered so that noisy variants (a
-            // host-bound training loop is 5-10% noisy) stop in 2 s instead of 5.
-            child_args.extend(["--max-time".to_string(), MAX_TIME_S.to_string()]);
-        }
-        if args.plant_slowdown.as_deref() == Some(&format!("{lesson}/{variant}")) {
-            child_args.extend(["--plant-slowdown".to_string(), variant.to_string()]);
-        }
+        child_args.extend(child_flags(&args.common, lesson, variant));
         let t0 = Instant::now();
         let outcome = child::run(
             &program,
@@ -216,7 +245,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         wall_s: started.elapsed().as_secs_f64(),
     };
     print!("{}", report.markdown());
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.common.json {
         common::report::write_json_file(path, &report, "the comparison")?;
         println!("wrote {}", path.display());
     }
@@ -260,4 +289,70 @@ fn update_expectations(report: &CompareReport, path: &std::path::Path) -> anyhow
     e.write(path)?;
     println!("updated {}", path.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> CommonArgs {
+        let argv = std::iter::once("compare").chain(extra.iter().copied());
+        Args::try_parse_from(argv).unwrap().common
+    }
+
+    #[test]
+    fn children_get_the_measuring_flags_and_the_lowered_time_cap() {
+        assert_eq!(
+            child_flags(&args(&[]), "ch1-gemm", "strided"),
+            ["--device", "0", "--max-time", "2"]
+        );
+        assert_eq!(
+            child_flags(&args(&["--quick", "--device", "1"]), "ch1-gemm", "strided"),
+            ["--device", "1", "--quick"]
+        );
+        let f = child_flags(
+            &args(&[
+                "--cold",
+                "--max-noise",
+                "0.5",
+                "--min-samples",
+                "30",
+                "--max-time",
+                "9",
+            ]),
+            "ch1-intensity",
+            "fused",
+        );
+        assert_eq!(
+            f,
+            [
+                "--device",
+                "0",
+                "--max-time",
+                "9",
+                "--max-noise",
+                "0.5",
+                "--min-samples",
+                "30",
+                "--cold"
+            ]
+        );
+    }
+
+    #[test]
+    fn traces_and_planted_slowdowns_go_to_their_variant() {
+        let a = args(&[
+            "--trace",
+            "out/t.json",
+            "--plant-slowdown",
+            "ch1-intensity/fused",
+        ]);
+        let fused = child_flags(&a, "ch1-intensity", "fused");
+        assert!(fused
+            .windows(2)
+            .any(|w| w == ["--trace", "out/t-ch1-intensity-fused.json"]));
+        assert!(fused.windows(2).any(|w| w == ["--plant-slowdown", "fused"]));
+        let baseline = child_flags(&a, "ch1-intensity", "baseline");
+        assert!(!baseline.contains(&"--plant-slowdown".to_string()));
+    }
 }

@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use common::report::Startup;
 
 /// Which measured ceiling a pair's optimized variant is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,35 +32,41 @@ impl Pair {
     }
 }
 
-type RunFn = fn(&[String], &[&str]) -> anyhow::Result<ExitCode>;
+type RunFn = fn(&[String], &[&str], Startup) -> anyhow::Result<ExitCode>;
 
 pub struct LessonEntry {
     pub name: &'static str,
     pub run: RunFn,
 }
 
+/// Parse a lesson's own flags and run its `cli::run`, as its binary would.
 fn run_parsed<A: Parser>(
     argv: &[String],
     only: &[&str],
-    run: fn(&A, &[&str]) -> anyhow::Result<ExitCode>,
+    startup: Startup,
+    run: fn(&A, &[&str], Startup) -> anyhow::Result<ExitCode>,
 ) -> anyhow::Result<ExitCode> {
     let args = A::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
-    run(&args, only)
+    run(&args, only, startup)
 }
 
 pub fn lessons() -> Vec<LessonEntry> {
     vec![
         LessonEntry {
             name: "ch1-intensity",
-            run: |argv, only| run_parsed(argv, only, ch1_intensity::cli::run),
+            run: |argv, only, s| run_parsed(argv, only, s, ch1_intensity::cli::run),
         },
         LessonEntry {
             name: "ch1-gemm",
-            run: |argv, only| run_parsed(argv, only, ch1_gemm::cli::run),
+            run: |argv, only, s| run_parsed(argv, only, s, ch1_gemm::cli::run),
         },
         LessonEntry {
             name: "ch1-basics",
-            run: crate::basics::run,
+            run: |argv, only, s| run_parsed(argv, only, s, ch1_basics::cli::run),
+        },
+        LessonEntry {
+            name: "ch1-graph-shapes",
+            run: |argv, only, s| run_parsed(argv, only, s, ch1_graph_shapes::cli::run),
         },
     ]
 }
@@ -133,6 +140,13 @@ pub const PAIRS: &[Pair] = &[
         name: "double-buffering",
         baseline: "pipeline:serial",
         optimized: "pipeline:overlapped",
+        ceiling: CeilingKind::None,
+    },
+    Pair {
+        lesson: "ch1-graph-shapes",
+        name: "graph-buckets",
+        baseline: "per-shape",
+        optimized: "bucketed",
         ceiling: CeilingKind::None,
     },
 ];

@@ -2,7 +2,6 @@
 //! catches regressions. Each variant runs in its own process (this binary re-run in child mode),
 //! so a crash, a hang or a sticky CUDA error costs one variant, not the run.
 
-pub mod basics;
 pub mod child;
 pub mod cli;
 pub mod expectations;

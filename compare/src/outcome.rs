@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use common::ceilings::DeviceCeilings;
 use common::gpu::DeviceInfo;
 use common::report::{Provenance, Status, VariantReport};
+use common::table::{cell, format_ms, percent, Table};
 use common::verify::Precision;
 
 use crate::expectations::Expectations;
@@ -64,10 +65,13 @@ impl VariantRun {
                     noise: s.rel_stddev,
                     samples: s.samples,
                 });
-                let status = if v.status == Status::Ok {
-                    RunStatus::Ok
-                } else {
-                    RunStatus::Failed
+                let status = match v.status {
+                    Status::Ok => RunStatus::Ok,
+                    Status::Failed => RunStatus::Failed,
+                    Status::Skipped => RunStatus::Error(format!(
+                        "skipped: {}",
+                        v.note.as_deref().unwrap_or("no reason given")
+                    )),
                 };
                 (status, timing)
             }
@@ -211,57 +215,54 @@ impl CompareReport {
                 d.name, d.driver_version, d.cuda_driver_version
             ));
         }
-        out.push_str("| pair | baseline | optimized | speedup | verified | of ceiling |\n|---|---:|---:|---:|---|---:|\n");
-        let ms = |s: Option<f64>| {
-            s.map(|s| common::report::format_ms(s * 1e3))
-                .unwrap_or_else(|| "-".into())
-        };
+        let ms = |s: Option<f64>| cell(s, |s| format_ms(s * 1e3));
+        let mut pairs = Table::new()
+            .left("pair")
+            .right("baseline")
+            .right("optimized")
+            .right("speedup")
+            .left("verified")
+            .right("of ceiling");
         for p in &self.pairs {
-            let speedup = match (p.speedup, p.speedup_uncertainty) {
-                (Some(s), Some(u)) => format!("{s:.2}x ± {u:.2}"),
-                _ => "-".into(),
-            };
-            let ceiling = p
-                .of_ceiling
-                .as_ref()
-                .map(|(n, f)| format!("{:.0}% {n}", 100.0 * f))
-                .unwrap_or_else(|| "-".into());
-            out.push_str(&format!(
-                "| {} ({} -> {}) | {} | {} | {} | {} | {} |\n",
-                p.id,
-                p.baseline,
-                p.optimized,
+            pairs.row(vec![
+                format!("{} ({} -> {})", p.id, p.baseline, p.optimized),
                 ms(p.baseline_s),
                 ms(p.optimized_s),
-                speedup,
-                if p.verified { "yes" } else { "NO" },
-                ceiling
-            ));
+                cell(p.speedup.zip(p.speedup_uncertainty), |(s, u)| {
+                    format!("{s:.2}x ± {u:.2}")
+                }),
+                if p.verified { "yes" } else { "NO" }.into(),
+                cell(p.of_ceiling.as_ref(), |(n, f)| {
+                    format!("{:.0}% {n}", 100.0 * f)
+                }),
+            ]);
         }
-        out.push_str("\n| variant | status | median | noise | expected | change | verdict |\n|---|---|---:|---:|---:|---:|---|\n");
+        out.push_str(&pairs.markdown());
+        let mut variants = Table::new()
+            .left("variant")
+            .left("status")
+            .right("median")
+            .right("noise")
+            .right("expected")
+            .right("change")
+            .left("verdict");
         for v in &self.variants {
-            let status = match &v.status {
-                RunStatus::Ok => "ok".to_string(),
-                RunStatus::Failed => "FAILED".to_string(),
-                RunStatus::Error(e) => format!("ERROR: {e}"),
-            };
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} |\n",
+            variants.row(vec![
                 v.id(),
-                status,
+                match &v.status {
+                    RunStatus::Ok => "ok".to_string(),
+                    RunStatus::Failed => "FAILED".to_string(),
+                    RunStatus::Error(e) => format!("ERROR: {e}"),
+                },
                 ms(v.timing.map(|t| t.median_s)),
-                v.timing
-                    .map(|t| format!("{:.1}%", 100.0 * t.noise))
-                    .unwrap_or_else(|| "-".into()),
+                cell(v.timing, |t| percent(t.noise)),
                 ms(v.expected.map(|t| t.median_s)),
-                v.change
-                    .map(|c| format!("{:+.1}%", 100.0 * c))
-                    .unwrap_or_else(|| "-".into()),
-                v.verdict
-                    .map(|v| format!("{v:?}").to_uppercase())
-                    .unwrap_or_else(|| "-".into()),
-            ));
+                cell(v.change, |c| format!("{:+.1}%", 100.0 * c)),
+                cell(v.verdict, |v| format!("{v:?}").to_uppercase()),
+            ]);
         }
+        out.push('\n');
+        out.push_str(&variants.markdown());
         out.push_str(&format!(
             "\nrule: a change counts when it exceeds twice each run's noise and {:.0}%; UNSURE above {:.0}% noise. Total {:.1} s.\n",
             100.0 * self.rule.threshold,

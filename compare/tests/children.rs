@@ -50,18 +50,21 @@ fn report(variant: &str, median_ms: f64, passed: bool) -> LessonReport {
         ceilings: vec![],
         variants: vec![VariantReport {
             name: variant.into(),
+            group: String::new(),
             description: String::new(),
             precision: Precision::Fp32,
             status: if passed { Status::Ok } else { Status::Failed },
-            verification,
+            checks: vec![verification],
             work: Work::default(),
             time_ms: Some(Summary::of(&samples).unwrap()),
             throughput: None,
             fraction_of_copy_bandwidth: Some(0.9),
             speedup: None,
+            metrics: Vec::new(),
             measurement: None,
             note: None,
         }],
+        sections: Vec::new(),
     }
 }
 

@@ -17,28 +17,30 @@
 //! compare with the pinned copy ceilings; when the whole part runs, the pinned copy rate is
 //! measured across sizes, from a training microbatch to 256 MiB.
 //!
-//! The engine (plan, overlap model, the pass in each mode) is [engine]; the copy-rate table is
-//! [copy_rates].
+//! The engine (plan, overlap model, the pass in each mode) is [engine]; what the stages alone
+//! say about the modes is [overlap]; the copy-rate table is [copy_rates].
 
 pub mod copy_rates;
 pub mod engine;
+pub mod overlap;
 
 pub use engine::{plan, reference_value, simulate, Chunk, Mode, Pipeline, TOLERANCE};
 
 use serde::Serialize;
 use serde_json::json;
 
-use common::ceilings::{self, Ceiling};
+use common::ceilings;
 use common::counters::Work;
 use common::error::human_bytes;
 use common::gpu::{check_host_fits, Gpu};
 use common::nvtx;
 use common::report::{Section, Status, VariantReport};
-use common::runner::{range_name, Lesson, Meter, Output, Reference, Timed, VariantSpec};
+use common::runner::{range_name, Lesson, Meter, Output, Reference, VariantSpec};
 use common::stats::Summary;
-use common::table::{format_ms, percent, Table};
 use common::verify::Precision;
 use common::Result;
+
+use overlap::{Measured, OverlapFigures};
 
 /// The output part compared with the serial run's (tolerance 0: bitwise-equal values).
 pub const SAME_AS_SERIAL: &str = "output vs serial";
@@ -131,7 +133,7 @@ impl PipelineLesson {
     }
 
     /// One stage alone, timed like the variants.
-    fn time_alone(&mut self, gpu: &Gpu, meter: &mut Meter, mode: Mode) -> Result<Timed> {
+    fn time_alone(&mut self, gpu: &Gpu, meter: &mut Meter, mode: Mode) -> Result<Summary> {
         let name = match mode {
             Mode::CopyInOnly => "copy-in-alone",
             Mode::ComputeOnly => "compute-alone",
@@ -141,184 +143,52 @@ impl PipelineLesson {
         let cfg = meter.bench;
         let main = gpu.stream.clone();
         let pipeline = &mut self.pipeline;
-        meter.measure(&cfg, &mut || pipeline.queue(&main, mode))
+        Ok(meter
+            .measure(&cfg, &mut || pipeline.queue(&main, mode))?
+            .time_ms)
     }
 
-    /// Each stage alone against the two modes: the slowest stage, how much of the time that
-    /// could be hidden was hidden, and the copies as a share of the pinned ceilings.
+    /// Each stage alone against the two modes (serial's and the overlapped run's times, and
+    /// the overlapped report for its comparison with the serial output).
     fn overlap_section(
         &mut self,
         gpu: &Gpu,
+        meter: &mut Meter,
         serial: &Summary,
         (overlapped, overlapped_ms): (&VariantReport, &Summary),
-        meter: &mut Meter,
     ) -> Result<Section> {
-        let copy_in = self.time_alone(gpu, meter, Mode::CopyInOnly)?.time_ms;
-        let compute = self.time_alone(gpu, meter, Mode::ComputeOnly)?.time_ms;
-        let copy_out = self.time_alone(gpu, meter, Mode::CopyOutOnly)?.time_ms;
+        let stages = [
+            self.time_alone(gpu, meter, Mode::CopyInOnly)?,
+            self.time_alone(gpu, meter, Mode::ComputeOnly)?,
+            self.time_alone(gpu, meter, Mode::CopyOutOnly)?,
+        ];
         let transfers = ceilings::transfers(gpu, meter.timer(), self.refresh_ceilings)?;
-        let figures = OverlapFigures::new(
-            [&copy_in, &compute, &copy_out],
-            overlapped_ms.median,
-            self.bytes(),
-            (&transfers.h2d_pinned, &transfers.d2h_pinned),
-        );
-        let per_chunk = |total: f64| total * self.pipeline.chunk as f64 / self.cfg.elements as f64;
-        let model_ms = simulate(
-            &self.pipeline.plan(),
-            (
-                per_chunk(copy_in.median),
-                per_chunk(compute.median),
-                per_chunk(copy_out.median),
-            ),
-            true,
-        );
         let bitwise = overlapped
             .checks
             .iter()
             .find(|c| c.part == SAME_AS_SERIAL)
             .map(|c| c.passed && c.rel_l2_error == 0.0);
-
-        let mut table = Table::new().left("what").right("median").right("p10..p90");
-        let rows: [(&str, &Summary); 5] = [
-            ("copy in alone", &copy_in),
-            ("compute alone", &compute),
-            ("copy out alone", &copy_out),
-            ("serial, one stream", serial),
-            ("overlapped, three streams", overlapped_ms),
-        ];
-        for (what, s) in rows {
-            table.row(vec![
-                what.to_string(),
-                format_ms(s.median),
-                format!("{}..{}", format_ms(s.p10), format_ms(s.p90)),
-            ]);
-        }
+        let figures = OverlapFigures::new(
+            Measured {
+                stages,
+                serial: serial.clone(),
+                overlapped: overlapped_ms.clone(),
+            },
+            &self.pipeline.plan(),
+            self.bytes(),
+            (&transfers.h2d_pinned, &transfers.d2h_pinned),
+            bitwise,
+        );
         let c = &self.cfg;
-        let mut lines = vec![
-            format!(
-                "{} fp32 ({}) in {} chunks of {} ({} buffers), {} FMAs per element",
-                c.elements,
-                human_bytes(self.bytes()),
-                self.chunks(),
-                self.pipeline.chunk,
-                c.buffers,
-                c.iterations
-            ),
-            format!(
-                "slowest stage: {} ({}); the stages add up to {} and serial took {}",
-                figures.slowest_stage,
-                format_ms(figures.slowest_stage_ms),
-                format_ms(figures.sum_of_stages_ms),
-                format_ms(serial.median)
-            ),
-            format!(
-                "overlapped / slowest stage: {:.3}x; overlap achieved: {} of the hideable time (sum of stages - overlapped) / (sum - slowest)",
-                figures.overlapped_over_slowest,
-                percent(figures.overlap_achieved)
-            ),
-            format!(
-                "the plan's model (each engine one thing at a time, stage times as measured alone) gives {} for the overlapped run",
-                format_ms(model_ms)
-            ),
-            format!(
-                "pinned ceilings (median of 256 MiB pinned copies, the harness's measurement): host-to-device {:.1} GB/s, device-to-host {:.1} GB/s",
-                figures.pinned_htod_ceiling_gb_per_s, figures.pinned_dtoh_ceiling_gb_per_s
-            ),
-            format!(
-                "copy-in stage {:.1} GB/s = {} of the ceiling; copy-out stage {:.1} GB/s = {}",
-                figures.copy_in_gb_per_s,
-                percent(figures.copy_in_fraction_of_ceiling),
-                figures.copy_out_gb_per_s,
-                percent(figures.copy_out_fraction_of_ceiling)
-            ),
-        ];
-        if let Some(equal) = bitwise {
-            lines.push(format!(
-                "serial and overlapped outputs bitwise equal: {}",
-                if equal { "yes" } else { "NO" }
-            ));
-        }
-        let mut data = serde_json::to_value(&figures).map_err(json_error)?;
-        data["copy_in_alone_ms"] = serde_json::to_value(&copy_in).map_err(json_error)?;
-        data["compute_alone_ms"] = serde_json::to_value(&compute).map_err(json_error)?;
-        data["copy_out_alone_ms"] = serde_json::to_value(&copy_out).map_err(json_error)?;
-        data["model_overlapped_ms"] = json!(model_ms);
-        data["serial_and_overlapped_bitwise_equal"] = json!(bitwise);
-        data["pinned_ceilings"] = json!([
-            transfers.h2d_pinned.as_ref_named("host-to-device, pinned"),
-            transfers.d2h_pinned.as_ref_named("device-to-host, pinned"),
-        ]);
-        Ok(Section {
-            table: Some(table),
-            lines,
-            data,
-            ..Section::new("double buffering: each stage alone and the overlap")
-        })
-    }
-}
-
-fn json_error(e: serde_json::Error) -> common::Error {
-    common::Error::invalid(format!(
-        "could not write the pipeline's figures as JSON: {e}"
-    ))
-}
-
-/// What the stages alone say about the overlapped run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OverlapFigures {
-    pub slowest_stage: &'static str,
-    pub slowest_stage_ms: f64,
-    pub sum_of_stages_ms: f64,
-    /// Overlapped total / slowest stage alone (1.0 = perfect overlap).
-    pub overlapped_over_slowest: f64,
-    /// (sum of stages - overlapped) / (sum of stages - slowest): 1.0 = all the time that
-    /// could be hidden was hidden.
-    pub overlap_achieved: f64,
-    /// Median of 256 MiB pinned copies, GB/s.
-    pub pinned_htod_ceiling_gb_per_s: f64,
-    pub pinned_dtoh_ceiling_gb_per_s: f64,
-    /// Copy-in stage alone, GB/s, and its fraction of the pinned host-to-device ceiling.
-    pub copy_in_gb_per_s: f64,
-    pub copy_in_fraction_of_ceiling: f64,
-    pub copy_out_gb_per_s: f64,
-    pub copy_out_fraction_of_ceiling: f64,
-}
-
-impl OverlapFigures {
-    /// From the stages alone (copy in, compute, copy out), the overlapped median, the bytes
-    /// each copy stage moves and the pinned ceilings (host-to-device, device-to-host).
-    pub fn new(
-        stages: [&Summary; 3],
-        overlapped_ms: f64,
-        bytes: u64,
-        (htod, dtoh): (&Ceiling, &Ceiling),
-    ) -> OverlapFigures {
-        let named = [
-            ("copy in", stages[0].median),
-            ("compute", stages[1].median),
-            ("copy out", stages[2].median),
-        ];
-        let (slowest_stage, slowest) =
-            named
-                .into_iter()
-                .fold(("", 0.0), |a, s| if s.1 > a.1 { s } else { a });
-        let sum: f64 = named.iter().map(|s| s.1).sum();
-        let gbps = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
-        let (copy_in, copy_out) = (gbps(stages[0].median), gbps(stages[2].median));
-        OverlapFigures {
-            slowest_stage,
-            slowest_stage_ms: slowest,
-            sum_of_stages_ms: sum,
-            overlapped_over_slowest: overlapped_ms / slowest,
-            overlap_achieved: (sum - overlapped_ms) / (sum - slowest),
-            pinned_htod_ceiling_gb_per_s: htod.value,
-            pinned_dtoh_ceiling_gb_per_s: dtoh.value,
-            copy_in_gb_per_s: copy_in,
-            copy_in_fraction_of_ceiling: copy_in / htod.value,
-            copy_out_gb_per_s: copy_out,
-            copy_out_fraction_of_ceiling: copy_out / dtoh.value,
-        }
+        figures.section(format!(
+            "{} fp32 ({}) in {} chunks of {} ({} buffers), {} FMAs per element",
+            c.elements,
+            human_bytes(self.bytes()),
+            self.chunks(),
+            self.pipeline.chunk,
+            c.buffers,
+            c.iterations
+        ))
     }
 }
 
@@ -407,7 +277,7 @@ impl Lesson for PipelineLesson {
         };
         let mut sections = Vec::new();
         if let (Some(serial), Some(overlapped)) = (ran(VARIANTS[0].0), ran(VARIANTS[1].0)) {
-            sections.push(self.overlap_section(gpu, serial.1, overlapped, meter)?);
+            sections.push(self.overlap_section(gpu, meter, serial.1, overlapped)?);
         }
         if self.whole {
             let sizes = copy_rates::sizes(4 * self.pipeline.chunk);
@@ -421,43 +291,6 @@ impl Lesson for PipelineLesson {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn summary(ms: f64) -> Summary {
-        Summary::of(&[ms]).unwrap()
-    }
-
-    fn ceiling(value: f64) -> Ceiling {
-        Ceiling {
-            value,
-            unit: "GB/s".into(),
-            method: "test".into(),
-            time_s: summary(1.0),
-            candidates: Vec::new(),
-            theoretical: None,
-            sm_clock_mhz: None,
-            verification_error: None,
-        }
-    }
-
-    #[test]
-    fn overlap_figures_from_the_stages_alone() {
-        // 1 GB copied each way: 20 ms is 50 GB/s.
-        let f = OverlapFigures::new(
-            [&summary(20.0), &summary(25.0), &summary(20.0)],
-            27.0,
-            1_000_000_000,
-            (&ceiling(50.0), &ceiling(40.0)),
-        );
-        assert_eq!(f.slowest_stage, "compute");
-        assert_eq!(f.slowest_stage_ms, 25.0);
-        assert_eq!(f.sum_of_stages_ms, 65.0);
-        assert!((f.overlapped_over_slowest - 27.0 / 25.0).abs() < 1e-12);
-        // 38 of the 40 ms that could be hidden were.
-        assert!((f.overlap_achieved - 38.0 / 40.0).abs() < 1e-12);
-        assert!((f.copy_in_gb_per_s - 50.0).abs() < 1e-9);
-        assert!((f.copy_in_fraction_of_ceiling - 1.0).abs() < 1e-9);
-        assert!((f.copy_out_fraction_of_ceiling - 1.25).abs() < 1e-9);
-    }
 
     #[test]
     fn sizes_that_make_no_plan_say_what_to_change() {

@@ -15,7 +15,7 @@ use common::counters::Work;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::runner::{Lesson, Output, Reference, VariantSpec};
+use common::runner::{Lesson, Reference, VariantSpec};
 use common::verify::{normal_f32, Precision};
 use common::Result;
 
@@ -197,10 +197,6 @@ impl Lesson for Transpose {
         Some(&self.reference)
     }
 
-    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
-        gpu.poison(&mut self.output)
-    }
-
     fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
         let variant = TransposeVariant::ALL[index];
         let side = self.side as i32;
@@ -212,8 +208,8 @@ impl Lesson for Transpose {
         Ok(())
     }
 
-    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
-        Ok(Output::values(gpu.download(&self.output)?))
+    fn output_buffer(&mut self, _index: usize) -> Option<&mut CudaSlice<f32>> {
+        Some(&mut self.output)
     }
 }
 

@@ -1,23 +1,31 @@
 //! The lesson's command line: the shared flags, the sizes of each part, and which part to run.
+//! The three parts run as one lesson (one report, one JSON shape); a part is built only when
+//! some of its variants are selected.
 
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use common::cli::{parse_count_with_max, parse_elements, CommonArgs};
+use common::cli::{finish, parse_count_with_max, parse_elements, CommonArgs};
+use common::counters::Work;
 use common::gpu::Gpu;
-use common::lesson::run_lesson;
-use common::report::write_json_file;
+use common::report::Startup;
+use common::runner::{run_lesson, select, Parts, VariantSpec};
+use common::verify::Precision;
 
 use crate::model::Dims;
-use crate::pipeline_lesson::{run_pipeline, Which};
-use crate::train_lesson::run_training;
-use crate::training::{TrainConfig, Variant};
+use crate::pipeline::{PipelineConfig, PipelineLesson};
+use crate::training::{TrainConfig, TrainingLesson, Variant};
 use crate::transpose::{Transpose, TransposeVariant, MAX_SIDE};
 
 /// Largest hidden width accepted (a 256 x 65536 layer is 64 MiB of weights).
 pub const MAX_HIDDEN: u64 = 1 << 16;
 /// Largest sample count accepted (2^24 samples of 256 features is 16 GiB of host data).
 pub const MAX_SAMPLES: u64 = 1 << 24;
+
+/// The parts, in the order they run; each is a group of the one lesson.
+pub const TRAINING: &str = "training";
+pub const TRANSPOSE: &str = "transpose";
+pub const PIPELINE: &str = "pipeline";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Part {
@@ -51,9 +59,9 @@ pub struct Args {
     /// and 0.05 diverges at hidden 4096].
     #[arg(long)]
     pub lr: Option<f32>,
-    /// Side of the square matrix the transpose pair works on.
+    /// Side of the square fp32 matrix the transpose pair works on.
     #[arg(long, default_value = "8192", value_parser = |s: &str| parse_count_with_max(s, MAX_SIDE))]
-    pub n: u64,
+    pub side: u64,
     /// fp32 elements the double-buffering pair pushes through the GPU (256M = 1 GiB).
     #[arg(long, default_value = "256M", value_parser = parse_elements)]
     pub pipeline_elements: u64,
@@ -66,7 +74,7 @@ pub struct Args {
     /// FMAs per element in the pipeline's compute stage.
     #[arg(long, default_value = "1536", value_parser = |s: &str| parse_count_with_max(s, 1 << 20))]
     pub iterations: u64,
-    /// Seed of the data and initial weights.
+    /// Seed of the data, the initial weights and the inputs.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     #[command(flatten)]
@@ -92,151 +100,183 @@ impl Args {
         cfg.validate().map_err(anyhow::Error::msg)?;
         Ok(cfg)
     }
-}
 
-/// What to run: the training variants, the transpose variants, the pipeline modes.
-pub struct Selection {
-    pub training: Vec<Variant>,
-    pub transpose: Vec<TransposeVariant>,
-    pub pipeline: Option<Which>,
-}
-
-impl Selection {
-    pub fn of_part(part: Part) -> Selection {
-        let all = Selection {
-            training: Variant::ALL.to_vec(),
-            transpose: TransposeVariant::ALL.to_vec(),
-            pipeline: Some(Which::Both),
+    pub fn pipeline_config(&self) -> anyhow::Result<PipelineConfig> {
+        let cfg = PipelineConfig {
+            elements: self.pipeline_elements as usize,
+            chunk: self.chunk as usize,
+            buffers: self.buffers as usize,
+            iterations: self.iterations as u32,
+            seed: self.seed,
         };
-        let none = Selection {
-            training: vec![],
-            transpose: vec![],
-            pipeline: None,
-        };
-        match part {
-            Part::All => all,
-            Part::Training => Selection {
-                training: all.training,
-                ..none
-            },
-            Part::Transpose => Selection {
-                transpose: all.transpose,
-                ..none
-            },
-            Part::Pipeline => Selection {
-                pipeline: all.pipeline,
-                ..none
-            },
-        }
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(cfg)
     }
 }
 
-/// Run the selection and report; exit 1 if anything failed verification.
-pub fn run(args: &Args, sel: &Selection) -> anyhow::Result<ExitCode> {
-    let cfg = if sel.training.is_empty() {
-        None
-    } else {
-        Some(args.train_config()?)
-    };
-    if sel.pipeline.is_some() && args.chunk > args.pipeline_elements {
-        anyhow::bail!(
-            "--chunk ({}) is larger than --pipeline-elements ({}): use a smaller chunk",
-            args.chunk,
-            args.pipeline_elements
+/// Every variant's id by part, known without a GPU: what `--part` and the binaries select from.
+pub fn variant_ids() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        (TRAINING, Variant::ALL.iter().map(|v| v.name()).collect()),
+        (
+            TRANSPOSE,
+            TransposeVariant::ALL.iter().map(|v| v.name()).collect(),
+        ),
+        (
+            PIPELINE,
+            crate::pipeline::VARIANTS.iter().map(|(n, _)| *n).collect(),
+        ),
+    ]
+}
+
+/// Which variants of each part run: those named in `only` (by id, or by a name only one
+/// variant has; the runner's own rule, so unknown names fail here, before the GPU is opened),
+/// or, when `only` is empty, every variant of the parts `--part` names.
+pub fn selection(
+    part: Part,
+    only: &[&str],
+) -> anyhow::Result<Vec<(&'static str, Vec<&'static str>)>> {
+    let all = variant_ids();
+    if only.is_empty() {
+        let wanted = match part {
+            Part::All => None,
+            Part::Training => Some(TRAINING),
+            Part::Transpose => Some(TRANSPOSE),
+            Part::Pipeline => Some(PIPELINE),
+        };
+        return Ok(all
+            .into_iter()
+            .filter(|(group, _)| wanted.is_none_or(|w| w == *group))
+            .collect());
+    }
+    let specs: Vec<VariantSpec> = all
+        .iter()
+        .flat_map(|(group, names)| {
+            names.iter().map(|name| {
+                VariantSpec::new(*name, "", Precision::Fp32, Work::default()).in_group(*group)
+            })
+        })
+        .collect();
+    let only: Vec<String> = only.iter().map(|s| s.to_string()).collect();
+    let chosen = select(&specs, &only)?;
+    Ok(all
+        .into_iter()
+        .map(|(group, names)| {
+            let picked = names
+                .into_iter()
+                .filter(|name| {
+                    chosen
+                        .iter()
+                        .any(|&i| specs[i].group == group && specs[i].name == *name)
+                })
+                .collect();
+            (group, picked)
+        })
+        .filter(|(_, picked): &(_, Vec<&str>)| !picked.is_empty())
+        .collect())
+}
+
+/// Build the selected parts, run them as one lesson and report; exit 1 if anything failed
+/// verification. `only` names variants by id ("training:pinned"); empty: `--part` decides.
+pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
+    let chosen = selection(args.part, only)?;
+    let picked = |group: &str| chosen.iter().find(|(g, _)| *g == group).map(|(_, v)| v);
+    // Sizes are checked before the GPU is opened: one clear line, no device needed.
+    let training = picked(TRAINING).map(|_| args.train_config()).transpose()?;
+    let pipeline = picked(PIPELINE)
+        .map(|names| {
+            let whole = names.len() == crate::pipeline::VARIANTS.len();
+            args.pipeline_config().map(|cfg| (cfg, whole))
+        })
+        .transpose()?;
+
+    let gpu = Gpu::open(args.common.device)?;
+    startup.mark("GPU opened (context, stream, NVML)");
+    let mut lesson = Parts::new("ch1-basics");
+    if let Some(cfg) = training {
+        lesson = lesson.with(TRAINING, Box::new(TrainingLesson::new(&gpu, cfg)?));
+        startup.mark("training: model, data and float64 reference ready");
+    }
+    if picked(TRANSPOSE).is_some() {
+        lesson = lesson.with(
+            TRANSPOSE,
+            Box::new(Transpose::new(&gpu, args.side, args.seed)?),
+        );
+        startup.mark("transpose: kernels, input and exact transpose ready");
+    }
+    if let Some((cfg, whole)) = pipeline {
+        let part = PipelineLesson::new(&gpu, cfg, whole)?
+            .refreshing_ceilings(args.common.refresh_ceilings);
+        lesson = lesson.with(PIPELINE, Box::new(part));
+        startup.mark("pipeline: kernel and pinned buffers ready");
+    }
+    let options = args.common.options(&startup).only(only);
+    let report = run_lesson(&gpu, &mut lesson, &options)?;
+    Ok(finish(&report, args.common.json.as_deref())?)
+}
+
+/// The body of a binary: run the variants named by id (all of `--part` when empty).
+pub fn main(only: &[&str]) -> ExitCode {
+    common::cli::main_with(|startup| run(&Args::parse(), only, startup))
+}
+
+/// The body of a binary that runs one variant whatever `--part` says ("training:pinned").
+pub fn main_variant(id: &str) -> ExitCode {
+    main(&[id])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(part: Part, only: &[&str]) -> Vec<(&'static str, Vec<&'static str>)> {
+        selection(part, only).unwrap()
+    }
+
+    #[test]
+    fn part_picks_whole_parts_when_no_variant_is_named() {
+        let all = parts(Part::All, &[]);
+        assert_eq!(
+            all.iter().map(|(g, _)| *g).collect::<Vec<_>>(),
+            [TRAINING, TRANSPOSE, PIPELINE]
+        );
+        assert_eq!(all[0].1.len(), 6);
+        assert_eq!(all[1].1.len(), 7);
+        assert_eq!(all[2].1, ["serial", "overlapped"]);
+        let t = parts(Part::Transpose, &[]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].0, TRANSPOSE);
+    }
+
+    #[test]
+    fn named_variants_build_only_their_parts_whatever_part_says() {
+        let p = parts(Part::Training, &["pipeline:overlapped"]);
+        assert_eq!(p, vec![(PIPELINE, vec!["overlapped"])]);
+        let p = parts(Part::All, &["tiled32", "training:pinned"]);
+        assert_eq!(
+            p,
+            vec![(TRAINING, vec!["pinned"]), (TRANSPOSE, vec!["tiled32"])]
         );
     }
-    let gpu = Gpu::open(args.common.device)?;
-    // One trace session for every part (run_lesson reuses an open one).
-    let trace = common::trace::Session::start_if(&args.common)?;
-    let mut passed = true;
-    let mut json = serde_json::Map::new();
-    if let Some(cfg) = cfg {
-        let report = run_training(&gpu, cfg, &sel.training, &args.common)?;
-        print!("{}", report.markdown());
-        passed &= report.all_passed();
-        json.insert("training".into(), serde_json::to_value(&report)?);
-    }
-    if !sel.transpose.is_empty() {
-        let mut lesson = Transpose::new(&gpu, args.n, args.seed, &sel.transpose)?;
-        let report = run_lesson(&gpu, &mut lesson, &[], &args.common)?;
-        println!("\n### transpose {} x {}", args.n, args.n);
-        print!("{}", report.markdown());
-        passed &= report.all_passed();
-        json.insert("transpose".into(), serde_json::to_value(&report)?);
-    }
-    if let Some(which) = sel.pipeline {
-        let report = run_pipeline(
-            &gpu,
-            args.pipeline_elements as usize,
-            args.chunk as usize,
-            args.buffers as usize,
-            args.iterations as u32,
-            args.seed,
-            which,
-            &args.common,
-        )?;
-        println!();
-        print!("{}", report.markdown());
-        passed &= report.all_passed();
-        json.insert("pipeline".into(), serde_json::to_value(&report)?);
-    }
-    if let Some(t) = trace {
-        let path = t.finish()?;
-        println!("trace: {}", path.display());
-    }
-    if let Some(path) = &args.common.json {
-        // One part: its report as is; several: one object keyed by part.
-        let value = if json.len() == 1 {
-            json.into_iter().next().expect("one").1
-        } else {
-            serde_json::Value::Object(json)
-        };
-        write_json_file(path, &value, "the report")?;
-        println!("wrote {}", path.display());
-    }
-    Ok(if passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
 
-/// The body of the main binary: `--part` chooses.
-pub fn main_all() -> ExitCode {
-    common::cli::main_with(|| {
-        let args = Args::parse();
-        run(&args, &Selection::of_part(args.part))
-    })
-}
+    #[test]
+    fn unknown_variants_are_refused_with_the_known_ids() {
+        let err = selection(Part::All, &["pipeline:fast"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown variant 'pipeline:fast'"), "{err}");
+        assert!(err.contains("pipeline:overlapped"), "{err}");
+    }
 
-/// The body of a binary that runs one piece of the lesson whatever `--part` says.
-pub fn main_one(sel: impl FnOnce() -> Selection) -> ExitCode {
-    common::cli::main_with(|| run(&Args::parse(), &sel()))
-}
-
-/// One training variant alone.
-pub fn main_training(v: Variant) -> ExitCode {
-    main_one(|| Selection {
-        training: vec![v],
-        transpose: vec![],
-        pipeline: None,
-    })
-}
-
-/// Transpose kernels alone (the baseline, or the tiled family).
-pub fn main_transpose(variants: &[TransposeVariant]) -> ExitCode {
-    main_one(|| Selection {
-        training: vec![],
-        transpose: variants.to_vec(),
-        pipeline: None,
-    })
-}
-
-/// One pipeline mode (with the stages alone for comparison).
-pub fn main_pipeline(which: Which) -> ExitCode {
-    main_one(|| Selection {
-        training: vec![],
-        transpose: vec![],
-        pipeline: Some(which),
-    })
+    #[test]
+    fn every_id_is_unique() {
+        let mut ids: Vec<String> = variant_ids()
+            .into_iter()
+            .flat_map(|(g, names)| names.into_iter().map(move |n| format!("{g}:{n}")))
+            .collect();
+        let count = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), count);
+    }
 }

@@ -39,21 +39,24 @@
 //!
 //! Transposing 8192 x 8192 fp32: the naive kernel writes columns, so each warp's 32 stores land
 //! in 32 different memory segments; tiling through shared memory (padded against bank
-//! conflicts) makes both sides coalesced. The table also shows the tile without padding (bank
-//! conflicts) and a few tile shapes.
+//! conflicts) makes both sides coalesced.
 //!
 //! ## Double buffering ([pipeline])
 //!
 //! A 1 GiB pinned array goes through the GPU in chunks: copy in, compute, copy out. One stream
 //! runs the three stages one after another; three streams with events and three buffers in
 //! flight overlap them, so the total approaches the slowest stage alone.
+//!
+//! ## One lesson of three parts ([cli])
+//!
+//! The parts run as one lesson of the harness's runner, each a group of variants with its own
+//! baseline ("training:baseline", "transpose:naive", "pipeline:serial"): one report, one JSON
+//! shape, whichever parts `--part` picks.
 
-pub mod bandwidth;
 pub mod cli;
 pub mod memory;
 pub mod model;
 pub mod pipeline;
-pub mod pipeline_lesson;
 pub mod step;
 pub mod train_lesson;
 pub mod training;

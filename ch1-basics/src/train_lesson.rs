@@ -1,19 +1,13 @@
-//! Running the training variants as a lesson: verify each run's weights and loss curve, time
-//! whole runs, measure goodput, and report. The harness's `Lesson` trait assumes a reference
-//! known before any variant runs and runs it can queue behind a blocking kernel; a naive training
-//! loop synchronizes on its own, so this runner uses the harness's `measure` and `Timer` directly
-//! (hold off) and fills the harness's report types.
+//! The training variants as a lesson of the one runner: each run's weight change and loss curve
+//! checked against the float64 reference (when affordable) and the baseline, whole runs timed
+//! (held off: the naive runs synchronize on their own), and goodput measured per variant.
 
-use serde::Serialize;
-
-use common::bench::{measure, BenchConfig, Timer};
-use common::cli::{mark, marks, process_start, CommonArgs};
+use common::bench::BenchConfig;
 use common::counters::Work;
 use common::gpu::Gpu;
-use common::lesson::apply_speedups;
-use common::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
-use common::stats::Summary;
-use common::verify::{Precision, Verification};
+use common::report::{Metric, Section, VariantReport};
+use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::verify::{check, Precision, Verification};
 use common::Result;
 
 use crate::model::{loss_curve, reference_cost_flops, train_reference, ReferenceRun};
@@ -30,63 +24,8 @@ pub const LOSS_CURVE_TOLERANCE: f64 = 2e-5;
 /// against the baseline only).
 pub const REFERENCE_FLOP_LIMIT: u64 = 200_000_000_000;
 
-/// What one variant's run measured beyond the harness's fields.
-#[derive(Debug, Clone, Serialize)]
-pub struct TrainingMetrics {
-    pub variant: String,
-    pub features: crate::training::Features,
-    pub samples_per_s: Option<f64>,
-    pub ms_per_step: Option<f64>,
-    /// GPU time of the step's GEMMs and kernels alone (compute-only graph replayed back to back).
-    pub compute_ms_per_step: Option<f64>,
-    /// compute_ms_per_step / ms_per_step.
-    pub goodput: Option<f64>,
-    pub speedup: Option<f64>,
-    pub weights_vs_reference: Option<Verification>,
-    pub losses_vs_reference: Option<Verification>,
-    pub weights_vs_baseline: Option<Verification>,
-    pub losses_vs_baseline: Option<Verification>,
-    pub loss_curve: Vec<f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TrainingReport {
-    #[serde(flatten)]
-    pub report: LessonReport,
-    pub config: TrainConfig,
-    pub steps: usize,
-    pub weight_change_tolerance: f64,
-    pub loss_curve_tolerance: f64,
-    pub reference_loss_curve: Option<Vec<f64>>,
-    pub goodput_method: &'static str,
-    pub allocation: &'static str,
-    pub training: Vec<TrainingMetrics>,
-}
-
-fn rel_l2(got: &[f64], want: &[f64]) -> f64 {
-    if got.len() != want.len() || got.iter().any(|g| !g.is_finite()) {
-        return f64::INFINITY;
-    }
-    let diff: f64 = got.iter().zip(want).map(|(g, w)| (g - w) * (g - w)).sum();
-    let norm: f64 = want.iter().map(|w| w * w).sum();
-    if norm == 0.0 {
-        return if diff == 0.0 { 0.0 } else { f64::INFINITY };
-    }
-    (diff / norm).sqrt()
-}
-
-fn verification(got: &[f64], want: &[f64], tolerance: f64, against: &str) -> Verification {
-    let non_finite = got.iter().filter(|g| !g.is_finite()).count();
-    let err = rel_l2(got, want);
-    Verification {
-        rel_l2_error: err,
-        tolerance,
-        non_finite,
-        elements: got.len(),
-        passed: non_finite == 0 && err <= tolerance,
-        against: against.into(),
-    }
-}
+const WEIGHT_CHANGE: &str = "weight change";
+const LOSS_CURVE: &str = "loss curve";
 
 /// A run's weight change and loss curve, in float64.
 pub struct Trained {
@@ -122,18 +61,14 @@ impl Trained {
     /// (weights, losses) checks of this run against `other`.
     pub fn check(&self, other: &Trained, against: &str) -> (Verification, Verification) {
         (
-            verification(
+            check(
                 &self.weight_change,
                 &other.weight_change,
                 WEIGHT_CHANGE_TOLERANCE,
-                &format!("{against}: weight change (final - initial)"),
-            ),
-            verification(
-                &self.losses,
-                &other.losses,
-                LOSS_CURVE_TOLERANCE,
-                &format!("{against}: loss curve"),
-            ),
+                against,
+            )
+            .named(WEIGHT_CHANGE),
+            check(&self.losses, &other.losses, LOSS_CURVE_TOLERANCE, against).named(LOSS_CURVE),
         )
     }
 }
@@ -153,225 +88,165 @@ pub fn reference(trainer: &Trainer) -> Option<Trained> {
     })
 }
 
-/// Verify, time and report the selected variants.
-pub fn run_training(
-    gpu: &Gpu,
-    cfg: TrainConfig,
-    variants: &[Variant],
-    args: &CommonArgs,
-) -> Result<TrainingReport> {
-    let mut trainer = Trainer::new(gpu, cfg)?;
-    let reference = reference(&trainer);
-    mark("float64 reference trained");
-    let mut timer = Timer::new(gpu)?;
-    let bench = BenchConfig {
-        hold: false,
-        warmup_runs: 2,
-        ..args.bench_config()
-    };
-    let mut provenance = Provenance::now();
-    let steps = cfg.steps();
-    let mut reports = Vec::new();
-    let mut metrics = Vec::new();
-    let mut baseline: Option<Trained> = None;
-    for &v in variants {
-        let out = trainer.run_checked(v)?;
-        let trained = Trained::from_gpu(&out, &trainer.init, cfg.step_batch);
-        let (wr, lr) = match &reference {
-            Some(r) => {
-                let (w, l) = trained.check(r, "float64 CPU reference");
-                (Some(w), Some(l))
-            }
-            None => (None, None),
-        };
-        let (wb, lb) = match &baseline {
-            Some(b) if v != Variant::Baseline => {
-                let (w, l) = trained.check(b, "baseline");
-                (Some(w), Some(l))
-            }
-            _ => (None, None),
-        };
-        let checks = [&wr, &lr, &wb, &lb];
-        let passed = checks.iter().all(|c| c.as_ref().is_none_or(|c| c.passed))
-            && checks.iter().any(|c| c.is_some());
-        // The table's one verification: against the reference when there is one.
-        let primary = wr
-            .clone()
-            .or_else(|| wb.clone())
-            .unwrap_or_else(|| Verification {
-                rel_l2_error: f64::INFINITY,
-                tolerance: WEIGHT_CHANGE_TOLERANCE,
-                non_finite: 0,
-                elements: 0,
-                passed: false,
-                against: "nothing: no reference (too large) and no baseline in this run".into(),
-            });
-        let mut report = VariantReport::checked(
-            v.name(),
-            v.description(),
-            Precision::Fp32,
-            Verification { passed, ..primary },
-            Work {
-                bytes_read: (cfg.samples * (cfg.dims.input + 1) * 4) as u64,
-                bytes_written: 0,
-                flops: cfg.dims.flops(cfg.samples as u64),
-            },
-        );
-        let mut m = TrainingMetrics {
-            variant: v.name().into(),
-            features: v.features(),
-            samples_per_s: None,
-            ms_per_step: None,
-            compute_ms_per_step: None,
-            goodput: None,
-            speedup: None,
-            weights_vs_reference: wr,
-            losses_vs_reference: lr,
-            weights_vs_baseline: wb,
-            losses_vs_baseline: lb,
-            loss_curve: trained.losses.clone(),
-        };
-        if v == Variant::Baseline {
-            baseline = Some(trained);
-        }
-        if passed {
-            if provenance.startup_to_first_sample_s.is_none() {
-                mark("first variant verified");
-                provenance.startup_to_first_sample_s =
-                    Some(process_start().elapsed().as_secs_f64());
-                provenance.startup_phases = marks();
-            }
-            let _variant = common::nvtx::range(&format!("ch1-basics:{}", v.name()));
-            let meas = measure(gpu, &mut timer, &bench, &mut || trainer.run(v))?;
-            let ms: Vec<f64> = meas.samples_s.iter().map(|s| s * 1e3).collect();
-            let summary =
-                Summary::of(&ms).ok_or_else(|| common::Error::invalid("no valid samples"))?;
-            let compute = trainer.compute_ms_per_step(v, &mut timer, &args.bench_config())?;
-            let per_step = summary.median / steps as f64;
-            m.samples_per_s = Some(cfg.samples as f64 / (summary.median / 1e3));
-            m.ms_per_step = Some(per_step);
-            m.compute_ms_per_step = Some(compute);
-            m.goodput = Some(compute / per_step);
-            report.throughput = Some(report.work.throughput(summary.median / 1e3));
-            report.time_ms = Some(summary);
-            report.measurement = Some(meas);
-        } else {
-            report.note = Some("not timed: a wrong answer has no speed".into());
-        }
-        reports.push(report);
-        metrics.push(m);
-    }
-    apply_speedups(&mut reports, "baseline");
-    for (m, r) in metrics.iter_mut().zip(&reports) {
-        m.speedup = r.speedup;
-    }
-    Ok(TrainingReport {
-        report: LessonReport {
-            schema_version: SCHEMA_VERSION,
-            lesson: "ch1-basics".into(),
-            device: gpu.info.clone(),
-            provenance,
-            parameters: serde_json::json!({
-                "part": "training",
-                "hidden": cfg.dims.hidden,
-                "input": cfg.dims.input,
-                "classes": cfg.dims.classes,
-                "samples": cfg.samples,
-                "batch": cfg.step_batch,
-                "microbatch": cfg.microbatch,
-                "lr": cfg.lr,
-                "seed": cfg.seed,
-                "timing": "CUDA events around each whole training run on the lesson's stream, no blocking kernel (the runs synchronize on their own); time per run",
-            }),
-            ceilings: Vec::new(),
-            variants: reports,
-        },
-        config: cfg,
-        steps,
-        weight_change_tolerance: WEIGHT_CHANGE_TOLERANCE,
-        loss_curve_tolerance: LOSS_CURVE_TOLERANCE,
-        reference_loss_curve: reference.map(|r| r.losses),
-        goodput_method: "compute = the step's GEMMs and kernels alone (no copies, no host waits), captured as a CUDA graph and replayed back to back behind a blocking kernel, CUDA events, median per replay; goodput = compute / (run time / steps)",
-        allocation: "baseline allocates per microbatch with cuMemAlloc/cuMemFree (what cudaMalloc/cudaFree do); preallocated buffers come from the stream-ordered pool once",
-        training: metrics,
-    })
+/// The six training variants of one SGD run.
+pub struct TrainingLesson<'g> {
+    trainer: Trainer<'g>,
+    reference: Option<Reference>,
+    /// Each checked run's loss curve, by variant, for the JSON.
+    loss_curves: Vec<(&'static str, Vec<f64>)>,
 }
 
-impl TrainingReport {
-    pub fn all_passed(&self) -> bool {
-        self.report.all_passed()
+impl<'g> TrainingLesson<'g> {
+    /// The model, the data and every buffer, then the float64 reference when affordable.
+    pub fn new(gpu: &'g Gpu, cfg: TrainConfig) -> Result<TrainingLesson<'g>> {
+        let trainer = Trainer::new(gpu, cfg)?;
+        let reference = reference(&trainer).map(|r| Reference {
+            label: "float64 CPU reference".into(),
+            parts: vec![
+                (WEIGHT_CHANGE.into(), r.weight_change),
+                (LOSS_CURVE.into(), r.losses),
+            ],
+        });
+        Ok(TrainingLesson {
+            trainer,
+            reference,
+            loss_curves: Vec::new(),
+        })
+    }
+}
+
+impl Lesson for TrainingLesson<'_> {
+    fn name(&self) -> &str {
+        "ch1-basics"
     }
 
-    pub fn markdown(&self) -> String {
-        let d = &self.report.device;
-        let c = &self.config;
-        let mut out = format!(
-            "## ch1-basics training on {} (sm_{}{}, driver {}, CUDA {})\n\nMLP {}-{}-{}, {} samples, {} steps of {} (microbatch {}), lr {}\n\n",
-            d.name,
-            d.compute_capability.0,
-            d.compute_capability.1,
-            d.driver_version,
-            d.cuda_driver_version,
-            c.dims.input,
-            c.dims.hidden,
-            c.dims.classes,
-            c.samples,
-            self.steps,
-            c.step_batch,
-            c.microbatch,
-            c.lr
-        );
-        out.push_str("| variant | status | run (median) | noise | samples/s | ms/step | compute ms/step | goodput | speedup | dW err (ref) | loss err (ref) | dW err (baseline) |\n");
-        out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        let e = |v: &Option<Verification>| {
-            v.as_ref()
-                .map(|v| format!("{:.1e}", v.rel_l2_error))
-                .unwrap_or_else(|| "-".into())
+    fn parameters(&self) -> serde_json::Value {
+        let cfg = self.trainer.cfg;
+        serde_json::json!({
+            "hidden": cfg.dims.hidden,
+            "input": cfg.dims.input,
+            "classes": cfg.dims.classes,
+            "samples": cfg.samples,
+            "batch": cfg.step_batch,
+            "microbatch": cfg.microbatch,
+            "steps": cfg.steps(),
+            "lr": cfg.lr,
+            "seed": cfg.seed,
+            "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
+            "loss_curve_tolerance": LOSS_CURVE_TOLERANCE,
+            "timing": "CUDA events around each whole training run on the lesson's stream, no blocking kernel (the runs synchronize on their own); time per run",
+        })
+    }
+
+    fn variants(&self) -> Vec<VariantSpec> {
+        let cfg = self.trainer.cfg;
+        let work = Work {
+            bytes_read: (cfg.samples * (cfg.dims.input + 1) * 4) as u64,
+            bytes_written: 0,
+            flops: cfg.dims.flops(cfg.samples as u64),
         };
-        let f = |x: Option<f64>, p: &dyn Fn(f64) -> String| x.map(p).unwrap_or_else(|| "-".into());
-        for (r, m) in self.report.variants.iter().zip(&self.training) {
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                r.name,
-                if r.status == Status::Ok {
-                    "ok"
-                } else {
-                    "FAILED"
-                },
-                f(r.time_ms.as_ref().map(|s| s.median), &|v| format!(
-                    "{v:.2} ms"
-                )),
-                f(r.time_ms.as_ref().map(|s| s.rel_stddev), &|v| format!(
-                    "{:.1}%",
-                    v * 100.0
-                )),
-                f(m.samples_per_s, &|v| format!("{v:.0}")),
-                f(m.ms_per_step, &|v| format!("{v:.4}")),
-                f(m.compute_ms_per_step, &|v| format!("{v:.4}")),
-                f(m.goodput, &|v| format!("{:.1}%", v * 100.0)),
-                f(m.speedup, &|v| format!("{v:.2}x")),
-                e(&m.weights_vs_reference),
-                e(&m.losses_vs_reference),
-                e(&m.weights_vs_baseline),
-            ));
+        Variant::ALL
+            .iter()
+            .map(|v| VariantSpec::new(v.name(), v.description(), Precision::Fp32, work))
+            .collect()
+    }
+
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        self.reference.as_ref()
+    }
+
+    fn check_against_baseline(&self, _index: usize) -> bool {
+        true
+    }
+
+    fn poison(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
+        self.trainer.poison()
+    }
+
+    fn run(&mut self, _gpu: &Gpu, index: usize) -> Result<()> {
+        self.trainer.run(Variant::ALL[index])
+    }
+
+    fn output(&mut self, _gpu: &Gpu, index: usize) -> Result<Output> {
+        let out = self.trainer.result()?;
+        let trained = Trained::from_gpu(&out, &self.trainer.init, self.trainer.cfg.step_batch);
+        self.loss_curves
+            .push((Variant::ALL[index].name(), trained.losses.clone()));
+        Ok(Output::default()
+            .part(
+                WEIGHT_CHANGE,
+                trained.weight_change,
+                Some(WEIGHT_CHANGE_TOLERANCE),
+            )
+            .part(LOSS_CURVE, trained.losses, Some(LOSS_CURVE_TOLERANCE)))
+    }
+
+    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+        // The naive runs synchronize with the host: they cannot queue behind the blocking
+        // kernel.
+        BenchConfig {
+            hold: false,
+            warmup_runs: 2,
+            ..cfg
         }
-        out.push_str(&format!(
-            "\ntolerances: weight change {:.0e}, loss curve {:.0e} (relative L2)\ngoodput: {}\nallocation: {}\n",
-            self.weight_change_tolerance, self.loss_curve_tolerance, self.goodput_method, self.allocation
-        ));
-        if self.reference_loss_curve.is_none() {
-            out.push_str("note: float64 reference skipped at this size (too costly on the CPU); variants checked against the baseline\n");
+    }
+
+    fn metrics(
+        &mut self,
+        _gpu: &Gpu,
+        index: usize,
+        timed: &VariantReport,
+        meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        let cfg = self.trainer.cfg;
+        let Some(run_ms) = timed.time_ms.as_ref().map(|t| t.median) else {
+            return Ok(Vec::new());
+        };
+        let compute = self
+            .trainer
+            .compute_ms_per_step(Variant::ALL[index], meter)?;
+        let per_step = run_ms / cfg.steps() as f64;
+        Ok(vec![
+            Metric::new("samples/s", cfg.samples as f64 / (run_ms / 1e3), ""),
+            Metric::new("step", per_step, "ms"),
+            Metric::new("compute/step", compute, "ms"),
+            Metric::new("goodput", 100.0 * compute / per_step, "%"),
+        ])
+    }
+
+    fn sections(
+        &mut self,
+        _gpu: &Gpu,
+        _variants: &[VariantReport],
+        _meter: &mut Meter,
+    ) -> Result<Vec<Section>> {
+        let mut lines = vec![
+            format!(
+                "tolerances: weight change {WEIGHT_CHANGE_TOLERANCE:.0e}, loss curve {LOSS_CURVE_TOLERANCE:.0e} (relative L2)"
+            ),
+            "goodput: compute = the step's GEMMs and kernels alone (no copies, no host waits), captured as a CUDA graph and replayed back to back behind a blocking kernel, CUDA events, median per replay; goodput = compute / (run time / steps)".into(),
+            "allocation: baseline allocates per microbatch with cuMemAlloc/cuMemFree (what cudaMalloc/cudaFree do); preallocated buffers come from the stream-ordered pool once".into(),
+        ];
+        if self.reference.is_none() {
+            lines.push("note: float64 reference skipped at this size (too costly on the CPU); variants checked against the baseline".into());
         }
-        for r in &self.report.variants {
-            if let Some(m) = &r.measurement {
-                if m.clock_dropped {
-                    out.push_str(&format!(
-                        "warning: {}: SM clock dropped during the run\n",
-                        r.name
-                    ));
-                }
-            }
-        }
-        out
+        let reference_curve = self
+            .reference
+            .as_ref()
+            .and_then(|r| r.parts.iter().find(|(n, _)| n == LOSS_CURVE))
+            .map(|(_, v)| v.clone());
+        let curves: serde_json::Map<String, serde_json::Value> = self
+            .loss_curves
+            .iter()
+            .map(|(name, curve)| (name.to_string(), serde_json::json!(curve)))
+            .collect();
+        Ok(vec![Section {
+            lines,
+            data: serde_json::json!({
+                "reference_loss_curve": reference_curve,
+                "loss_curves": curves,
+            }),
+            ..Section::new("training: checks, goodput and allocation")
+        }])
     }
 }

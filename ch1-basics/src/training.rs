@@ -17,6 +17,8 @@ use crate::memory::{Allocator, DeviceBuf, Pinned};
 use crate::model::{Dataset, Dims};
 use crate::step::{Activations, Exec, LossSlot, Mlp, ModelState, StepKernels};
 
+pub use crate::train_lesson::TrainingLesson;
+
 /// The sizes of one training run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TrainConfig {
@@ -241,7 +243,6 @@ impl<'g> Trainer<'g> {
         }
         let data = Dataset::synthetic(d, cfg.samples, cfg.seed);
         let init = crate::model::initial_params(d, cfg.seed.wrapping_add(100));
-        common::cli::mark("dataset and initial weights ready");
         let slot = cfg.step_batch;
         let mut pinned_x = Pinned::new(gpu, data.features.len(), "the pinned dataset")?;
         pinned_x.as_mut_slice().copy_from_slice(&data.features);
@@ -297,9 +298,19 @@ impl<'g> Trainer<'g> {
 
     /// Poison the losses, run once, and bring the result back.
     pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
-        self.gpu.poison(&mut self.state.losses)?;
+        self.poison()?;
         self.run(v)?;
         self.gpu.sync()?;
+        self.result()
+    }
+
+    /// Fill the run's losses with NaN, so that a step that writes none cannot pass.
+    pub fn poison(&mut self) -> Result<()> {
+        self.gpu.poison(&mut self.state.losses)
+    }
+
+    /// What the last (finished) run left on the device.
+    pub fn result(&self) -> Result<RunOutput> {
         Ok(RunOutput {
             params: self.gpu.download(&self.state.params)?,
             losses: self.gpu.download(&self.state.losses)?,
@@ -593,8 +604,7 @@ impl<'g> Trainer<'g> {
     pub fn compute_ms_per_step(
         &mut self,
         v: Variant,
-        timer: &mut common::bench::Timer,
-        bench: &common::bench::BenchConfig,
+        meter: &mut common::runner::Meter,
     ) -> Result<f64> {
         let gpu = self.gpu;
         // Real data in the device slot, as a run would have it.
@@ -603,12 +613,10 @@ impl<'g> Trainer<'g> {
         self.state.reset(gpu, &self.init_dev)?;
         let pass = self.pass_batch(v);
         let graph = self.graph(CopyIn::ComputeOnly { pass })?;
-        let m = common::bench::measure(gpu, timer, bench, &mut || {
+        let bench = meter.bench;
+        let timed = meter.measure(&bench, &mut || {
             graph.launch().cuda("replaying the compute graph")
         })?;
-        let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
-        Ok(common::stats::Summary::of(&ms)
-            .ok_or_else(|| common::Error::invalid("no valid samples"))?
-            .median)
+        Ok(timed.time_ms.median)
     }
 }

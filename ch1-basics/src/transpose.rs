@@ -1,8 +1,12 @@
-//! The coalescing pair: transpose an n x n fp32 matrix. The naive kernel reads rows and writes
-//! columns, so every warp's store is scattered over 32 rows; the tiled kernels stage a tile in
-//! shared memory (padded against bank conflicts) so that both global reads and writes are
-//! coalesced. Bytes are the same (n^2 * 4 read, n^2 * 4 written); only the access pattern
-//! changes. Output is compared with the exact transpose (tolerance 0).
+//! # Coalescing
+//!
+//! Transpose a side x side fp32 matrix (8192 x 8192 by default). The naive kernel (the
+//! baseline) reads rows and writes columns, so each warp's 32 stores land in 32 different memory
+//! segments; the tiled kernels stage a tile in shared memory (padded against bank conflicts) so
+//! that both global reads and writes are coalesced. Bytes are the same (side^2 * 4 read,
+//! side^2 * 4 written); only the access pattern changes. The table also shows the tile without
+//! padding (bank conflicts) and a few tile shapes. Every output is compared with the exact
+//! transpose, tolerance 0: moving values is exact, so any difference is a bug.
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use serde_json::json;
@@ -11,7 +15,7 @@ use common::counters::Work;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::lesson::{Lesson, VariantSpec};
+use common::runner::{Lesson, Reference, VariantSpec};
 use common::verify::{normal_f32, Precision};
 use common::Result;
 
@@ -120,105 +124,130 @@ impl TransposeVariant {
     }
 }
 
+/// Every variant, baseline first, each with its kernel; the runner picks which run.
 pub struct Transpose {
-    n: u64,
+    side: u64,
     seed: u64,
     input: CudaSlice<f32>,
     output: CudaSlice<f32>,
     kernels: Vec<CudaFunction>,
-    variants: Vec<TransposeVariant>,
-    reference: Vec<f64>,
+    reference: Reference,
 }
 
 impl Transpose {
-    pub fn new(gpu: &Gpu, n: u64, seed: u64, variants: &[TransposeVariant]) -> Result<Transpose> {
-        let elems = n * n;
-        gpu.check_fits(&format!("two {n} x {n} fp32 matrices"), 2 * 4 * elems)?;
+    /// Check memory first (device and host), then make the seeded input and its exact
+    /// transpose.
+    pub fn new(gpu: &Gpu, side: u64, seed: u64) -> Result<Transpose> {
+        let elems = side * side;
+        gpu.check_fits(&format!("two {side} x {side} fp32 matrices"), 2 * 4 * elems)?;
         common::gpu::check_host_fits(
-            &format!("the {n} x {n} input and its float64 transpose"),
+            &format!("the {side} x {side} input and its float64 transpose"),
             (4 + 8 + 4) * elems,
         )?;
         let module = kernels::load(gpu, KERNELS, &[])?;
-        let kernels = variants
+        let kernels = TransposeVariant::ALL
             .iter()
             .map(|v| module.function(v.kernel()))
             .collect::<Result<Vec<_>>>()?;
         let len = elems as usize;
         let host = normal_f32(seed, len, 1.0);
-        let side = n as usize;
-        let reference = common::par::map(len, |i| {
-            let (r, c) = (i / side, i % side);
-            host[c * side + r] as f64
+        let n = side as usize;
+        let transposed = common::par::map(len, |i| {
+            let (r, c) = (i / n, i % n);
+            host[c * n + r] as f64
         });
         Ok(Transpose {
-            n,
+            side,
             seed,
             input: gpu.upload(&host, "transpose input")?,
             output: gpu.alloc(len, "transpose output")?,
             kernels,
-            variants: variants.to_vec(),
-            reference,
+            reference: Reference::single("the exact transpose", transposed),
         })
     }
 }
 
 impl Lesson for Transpose {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "ch1-basics"
     }
 
     fn parameters(&self) -> serde_json::Value {
-        json!({ "part": "transpose", "n": self.n, "seed": self.seed, "dtype": "f32" })
+        json!({ "side": self.side, "seed": self.seed, "dtype": "f32" })
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let bytes = 4 * self.n * self.n;
-        self.variants
+        let bytes = 4 * self.side * self.side;
+        let work = Work {
+            bytes_read: bytes,
+            bytes_written: bytes,
+            flops: 0,
+        };
+        TransposeVariant::ALL
             .iter()
-            .map(|v| VariantSpec {
+            .map(|v| {
                 // Moving values is exact: any difference is a bug.
-                tolerance: 0.0,
-                ..VariantSpec::new(
-                    v.name(),
-                    v.description(),
-                    Precision::Fp32,
-                    Work {
-                        bytes_read: bytes,
-                        bytes_written: bytes,
-                        flops: 0,
-                    },
-                )
+                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
+                    .with_tolerance(0.0)
             })
             .collect()
     }
 
-    fn baseline(&self) -> &'static str {
-        TransposeVariant::BASELINE.name()
-    }
-
-    fn reference(&self) -> &[f64] {
-        &self.reference
-    }
-
-    fn reference_label(&self) -> &'static str {
-        "the exact transpose"
-    }
-
-    fn poison(&mut self, gpu: &Gpu) -> Result<()> {
-        gpu.poison(&mut self.output)
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        Some(&self.reference)
     }
 
     fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let n = self.n as i32;
-        let cfg = self.variants[index].launch_config(self.n as u32);
+        let variant = TransposeVariant::ALL[index];
+        let side = self.side as i32;
+        let cfg = variant.launch_config(self.side as u32);
         let mut b = gpu.stream.launch_builder(&self.kernels[index]);
-        b.arg(&self.input).arg(&mut self.output).arg(&n);
-        // SAFETY: (const float*, float*, int n) over n x n elements of each buffer.
-        unsafe { b.launch(cfg) }.cuda(self.variants[index].kernel())?;
+        b.arg(&self.input).arg(&mut self.output).arg(&side);
+        // SAFETY: (const float*, float*, int n) over side x side elements of each buffer.
+        unsafe { b.launch(cfg) }.cuda(variant.kernel())?;
         Ok(())
     }
 
-    fn output(&mut self, gpu: &Gpu) -> Result<Vec<f32>> {
-        gpu.download(&self.output)
+    fn output_buffer(&mut self, _index: usize) -> Option<&mut CudaSlice<f32>> {
+        Some(&mut self.output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_baseline_comes_first_and_the_tiled_family_is_the_rest_but_the_unpadded_tile() {
+        assert_eq!(TransposeVariant::ALL[0], TransposeVariant::BASELINE);
+        assert!(TransposeVariant::TILED
+            .iter()
+            .all(|v| TransposeVariant::ALL.contains(v) && *v != TransposeVariant::BASELINE));
+        assert!(!TransposeVariant::TILED.contains(&TransposeVariant::Tiled32Unpadded));
+        let mut names: Vec<&str> = TransposeVariant::ALL.iter().map(|v| v.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), TransposeVariant::ALL.len());
+    }
+
+    #[test]
+    fn every_grid_covers_the_matrix() {
+        for side in [1u32, 31, 33, 1000, 8192] {
+            for v in TransposeVariant::ALL {
+                let cfg = v.launch_config(side);
+                // Each kernel's tile, columns x rows, as transpose.cu defines it.
+                let cols = match v {
+                    TransposeVariant::Tiled32x64 | TransposeVariant::Tiled64 => 64,
+                    _ => 32,
+                };
+                let rows = match v {
+                    TransposeVariant::Naive => 8,
+                    TransposeVariant::Tiled64 => 64,
+                    _ => 32,
+                };
+                assert!(cfg.grid_dim.0 * cols >= side, "{} side {side}", v.name());
+                assert!(cfg.grid_dim.1 * rows >= side, "{} side {side}", v.name());
+            }
+        }
     }
 }

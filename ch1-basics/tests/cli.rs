@@ -36,7 +36,9 @@ fn bad_sizes_are_refused_by_the_parser() {
         (vec!["--hidden", "1000000"], "too large"),
         (vec!["--samples", "1G"], "too large"),
         (vec!["--batch", "0"], "a count of 0"),
-        (vec!["--n", "100000"], "too large"),
+        (vec!["--side", "100000"], "too large"),
+        (vec!["--side", "0"], "a count of 0"),
+        (vec!["--n", "8192"], "unexpected argument"),
         (vec!["--pipeline-elements", "1000G"], "too large"),
         (vec!["--buffers", "9"], "too large"),
         (vec!["--part", "everything"], "invalid value"),
@@ -90,7 +92,8 @@ fn help_lists_the_lesson_flags() {
         "--samples",
         "--batch",
         "--microbatch",
-        "--n",
+        "--side",
+        "--pipeline-elements",
         "--chunk",
         "--buffers",
         "--json",
@@ -98,4 +101,35 @@ fn help_lists_the_lesson_flags() {
     ] {
         assert!(text.contains(flag), "missing {flag} in help");
     }
+}
+
+/// The entry point the compare calls, one variant by id per process: names and sizes are
+/// checked before any GPU is looked for.
+#[test]
+fn run_by_variant_id_refuses_bad_names_and_sizes_before_the_gpu() {
+    use ch1_basics::cli::{run, Args};
+    use clap::Parser;
+    use common::report::Startup;
+
+    let args = Args::parse_from(["ch1-basics"]);
+    let err = run(&args, &["pipeline:fast"], Startup::now()).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("unknown variant 'pipeline:fast'"), "{text}");
+    assert!(
+        text.contains("pipeline:overlapped") && text.contains("training:pinned"),
+        "{text}"
+    );
+    let args = Args::parse_from(["ch1-basics", "--pipeline-elements", "1M", "--chunk", "2M"]);
+    let err = run(&args, &["pipeline:overlapped"], Startup::now()).unwrap_err();
+    assert!(
+        err.to_string().contains("larger than --pipeline-elements"),
+        "{err}"
+    );
+    // A training variant alone checks the training sizes, not the pipeline's.
+    let args = Args::parse_from(["ch1-basics", "--samples", "1000", "--chunk", "512M"]);
+    let err = run(&args, &["training:pinned"], Startup::now()).unwrap_err();
+    assert!(
+        err.to_string().contains("does not divide the samples"),
+        "{err}"
+    );
 }

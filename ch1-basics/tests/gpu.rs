@@ -4,14 +4,25 @@ use std::process::Command;
 
 use ch1_basics::memory::{Allocator, DeviceBuf};
 use ch1_basics::model::Dims;
-use ch1_basics::pipeline::{Mode, Pipeline};
+use ch1_basics::pipeline::{Mode, Pipeline, PipelineConfig, PipelineLesson, SAME_AS_SERIAL};
 use ch1_basics::train_lesson::{reference, Trained};
 use ch1_basics::training::{TrainConfig, Trainer, Variant};
-use ch1_basics::transpose::{Transpose, TransposeVariant};
-use common::cli::CommonArgs;
+use ch1_basics::transpose::Transpose;
 use common::gpu::Gpu;
-use common::lesson::run_lesson;
 use common::report::Status;
+use common::runner::{run_lesson, RunOptions};
+use common::stop::StopRule;
+
+/// Options for a short run: the quick stopping rule, capped.
+fn quick() -> RunOptions {
+    let mut options = RunOptions::default();
+    options.bench.stop = StopRule {
+        max_time_s: 0.05,
+        min_samples: 3,
+        ..StopRule::quick()
+    };
+    options
+}
 
 fn small(hidden: usize) -> TrainConfig {
     TrainConfig {
@@ -94,23 +105,16 @@ fn graph_replays_give_the_weights_of_eager_execution() {
 fn every_transpose_is_exact_at_odd_sizes() {
     let gpu = Gpu::open(0).unwrap();
     for n in [1, 31, 33, 65, 1000] {
-        let mut lesson = Transpose::new(&gpu, n, 3, &TransposeVariant::ALL).unwrap();
-        let args = CommonArgs {
-            quick: true,
-            max_time: Some(0.05),
-            min_samples: Some(3),
-            ..CommonArgs::default()
-        };
-        let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+        let mut lesson = Transpose::new(&gpu, n, 3).unwrap();
+        let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
+        assert_eq!(report.variants.len(), 7);
         for v in &report.variants {
-            assert_eq!(
-                v.status,
-                Status::Ok,
-                "n={n} {}: {:?}",
-                v.name,
-                v.verification
-            );
-            assert_eq!(v.verification.rel_l2_error, 0.0);
+            assert_eq!(v.status, Status::Ok, "n={n} {}: {:?}", v.name, v.checks);
+            assert!(!v.checks.is_empty());
+            for c in &v.checks {
+                assert_eq!(c.rel_l2_error, 0.0, "n={n} {}: {c:?}", v.name);
+                assert_eq!(c.tolerance, 0.0);
+            }
         }
     }
 }
@@ -131,9 +135,9 @@ fn serial_and_overlapped_pipelines_agree_with_the_closed_form() {
             p.poison_output();
             p.queue(&gpu.stream, mode).unwrap();
             gpu.sync().unwrap();
-            let (err, bad) = p.check_output();
-            assert_eq!(bad, 0, "{mode:?} n={n} chunk={chunk}");
-            assert!(err < 1e-5, "{mode:?}: {err}");
+            let check = p.check_closed_form();
+            assert_eq!(check.non_finite, 0, "{mode:?} n={n} chunk={chunk}");
+            assert!(check.rel_l2_error < 1e-5, "{mode:?}: {check:?}");
             outputs.push(p.output().to_vec());
         }
         assert!(outputs[0]
@@ -141,6 +145,65 @@ fn serial_and_overlapped_pipelines_agree_with_the_closed_form() {
             .zip(&outputs[1])
             .all(|(a, b)| a.to_bits() == b.to_bits()));
     }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_pipeline_part_checks_both_modes_and_derives_the_overlap() {
+    let gpu = Gpu::open(0).unwrap();
+    let cfg = PipelineConfig {
+        elements: 1_000_003,
+        chunk: 100_000,
+        buffers: 3,
+        iterations: 64,
+        seed: 9,
+    };
+    let mut lesson = PipelineLesson::new(&gpu, cfg, true).unwrap();
+    let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
+    let serial = report.variant("serial").unwrap();
+    let overlapped = report.variant("overlapped").unwrap();
+    for v in [serial, overlapped] {
+        assert_eq!(v.status, Status::Ok, "{}: {:?}", v.name, v.checks);
+        let closed = v.checks.iter().find(|c| c.part == "output").unwrap();
+        assert!(closed.rel_l2_error < 1e-5, "{closed:?}");
+        assert!(v.time_ms.is_some());
+    }
+    // The overlapped output against the serial one, exactly.
+    let same = overlapped
+        .checks
+        .iter()
+        .find(|c| c.part == SAME_AS_SERIAL)
+        .expect("compared with the serial output");
+    assert_eq!((same.rel_l2_error, same.tolerance), (0.0, 0.0));
+    assert!(overlapped.speedup.is_some());
+    let titles: Vec<&str> = report.sections.iter().map(|s| s.title.as_str()).collect();
+    assert_eq!(titles.len(), 2, "{titles:?}");
+    let overlap = &report.sections[0].data;
+    assert_eq!(overlap["serial_and_overlapped_bitwise_equal"], true);
+    for figure in [
+        "copy_in_fraction_of_ceiling",
+        "overlapped_over_slowest",
+        "pinned_htod_ceiling_gb_per_s",
+    ] {
+        assert!(
+            overlap[figure].as_f64().unwrap() > 0.0,
+            "{figure}: {overlap}"
+        );
+    }
+    let rates = report.sections[1].data.as_array().unwrap();
+    assert_eq!(
+        rates.len(),
+        2 * 5,
+        "five sizes (the chunk is 400 kB), both directions"
+    );
+
+    // One mode alone: checked against the closed form only, and nothing derived.
+    let mut alone = PipelineLesson::new(&gpu, cfg, false).unwrap();
+    let report = run_lesson(&gpu, &mut alone, &quick().only(&["overlapped"])).unwrap();
+    let v = report.variant("overlapped").unwrap();
+    assert_eq!(v.status, Status::Ok);
+    assert_eq!(v.checks.len(), 1);
+    assert!(report.sections.is_empty());
 }
 
 #[test]

@@ -6,8 +6,8 @@
 //! - [error], [par], [files], [table]: errors, parallel host work, files, the table printer
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
-//! - [nvml], [gpu], [kernels], [blas], [nvtx], [trace]: the device, NVRTC kernels, cuBLAS,
-//!   NVTX ranges and the built-in CUPTI trace
+//! - [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: the device, page-locked host
+//!   memory, NVRTC kernels, cuBLAS, NVTX ranges and the built-in CUPTI trace
 //! - [bench]: CUDA-event timing (the timer, warmup, samples, the stopping rule applied)
 //! - [ceilings]: measured device limits, cached per device
 //! - [report]: the one report type, its markdown and JSON
@@ -30,6 +30,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod nvml;
 pub mod nvtx;
+pub mod pinned;
 pub mod trace;
 
 pub mod bench;

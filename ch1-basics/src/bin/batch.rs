@@ -1,4 +1,4 @@
-//! The batch training variant alone: batch.
+//! The batch training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_training(ch1_basics::training::Variant::Batch)
+    ch1_basics::cli::main_variant("training:batch")
 }

@@ -1,4 +1,4 @@
-//! The graphs training variant alone: graphs.
+//! The graphs training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_training(ch1_basics::training::Variant::Graphs)
+    ch1_basics::cli::main_variant("training:graphs")
 }

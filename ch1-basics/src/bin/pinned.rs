@@ -1,4 +1,4 @@
-//! The pinned training variant alone: pinned.
+//! The pinned training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_training(ch1_basics::training::Variant::Pinned)
+    ch1_basics::cli::main_variant("training:pinned")
 }

@@ -1,4 +1,4 @@
-//! The prealloc training variant alone: prealloc.
+//! The prealloc training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_training(ch1_basics::training::Variant::Prealloc)
+    ch1_basics::cli::main_variant("training:prealloc")
 }

@@ -1,27 +1,22 @@
-//! The double-buffering pair: push a large pinned host array through the GPU in chunks (copy
-//! in, compute, copy out). Serial: one stream, each chunk's three stages back to back, so at any
-//! moment two of the three engines (host-to-device copy, SMs, device-to-host copy) sit idle.
-//! Overlapped: one stream per stage, events ordering them, `buffers` device buffers in flight,
-//! so chunk k+1 is copied in while chunk k computes and chunk k-1 is copied out. The total
-//! approaches the slowest stage alone.
+//! The engine of the double-buffering pair: the chunk plan, the model of what overlap can
+//! reach, and the pass itself in each mode (serial, overlapped, or one stage alone), queued on
+//! the caller's stream. The lesson around it is in the module above.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use serde::Serialize;
 
-use common::bench::{measure, BenchConfig, Timer};
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
-use common::stats::Summary;
+use common::pinned::Pinned;
+use common::verify::{check_by, Verification};
 use common::Result;
-
-use crate::memory::Pinned;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "pipeline",
-    code: include_str!("../kernels/pipeline.cu"),
+    code: include_str!("../../kernels/pipeline.cu"),
 };
 
 /// The map's constants: x <- A x + B. |A| < 1 keeps values bounded and rounding damped.
@@ -82,6 +77,10 @@ pub fn simulate(chunks: &[Chunk], stage: (f64, f64, f64), overlapped: bool) -> f
         serial_clock
     }
 }
+
+/// Relative L2 tolerance of the output against the float64 closed form: one rounding per
+/// iteration, damped by |A| < 1, leaves ~1e-6.
+pub const TOLERANCE: f64 = 1e-5;
 
 /// x after `iterations` steps of x <- A x + B, in float64 (closed form).
 pub fn reference_value(x: f32, iterations: u32) -> f64 {
@@ -265,55 +264,22 @@ impl Pipeline {
         });
     }
 
-    /// Relative L2 error of the output against the closed form, and non-finite count.
-    pub fn check_output(&self) -> (f64, usize) {
+    /// The output against the float64 closed form of every element, computed on the fly (a
+    /// stored reference would be another 2 GiB at the default size).
+    pub fn check_closed_form(&self) -> Verification {
         let input = self.host_in.as_slice();
-        let output = self.host_out.as_slice();
         let iterations = self.iterations;
-        let parts = common::par::map(output.len().div_ceil(1 << 20), |p| {
-            let r = p << 20..((p + 1) << 20).min(output.len());
-            let (mut diff, mut norm, mut bad) = (0.0f64, 0.0f64, 0usize);
-            for i in r {
-                let want = reference_value(input[i], iterations);
-                let got = output[i] as f64;
-                if !got.is_finite() {
-                    bad += 1;
-                    continue;
-                }
-                diff += (got - want) * (got - want);
-                norm += want * want;
-            }
-            (diff, norm, bad)
-        });
-        let (diff, norm, bad) = parts
-            .iter()
-            .fold((0.0, 0.0, 0), |a, p| (a.0 + p.0, a.1 + p.1, a.2 + p.2));
-        let err = if bad > 0 {
-            f64::INFINITY
-        } else {
-            (diff / norm).sqrt()
-        };
-        (err, bad)
+        check_by(
+            self.host_out.as_slice(),
+            |i| reference_value(input[i], iterations),
+            TOLERANCE,
+            "the float64 closed form",
+        )
     }
 
     pub fn output(&self) -> &[f32] {
         self.host_out.as_slice()
     }
-}
-
-/// Time `mode` with the harness (blocking kernel on, so launches never gap).
-pub fn time_mode(
-    gpu: &Gpu,
-    timer: &mut Timer,
-    bench: &BenchConfig,
-    p: &mut Pipeline,
-    mode: Mode,
-) -> Result<Summary> {
-    let main = gpu.stream.clone();
-    let _variant = common::nvtx::range(&format!("ch1-basics:pipeline-{mode:?}").to_lowercase());
-    let m = measure(gpu, timer, bench, &mut || p.queue(&main, mode))?;
-    let ms: Vec<f64> = m.samples_s.iter().map(|s| s * 1e3).collect();
-    Summary::of(&ms).ok_or_else(|| common::Error::invalid("no valid samples"))
 }
 
 #[cfg(test)]

@@ -147,7 +147,9 @@ impl Lesson for TrainingLesson<'_> {
         };
         Variant::ALL
             .iter()
-            .map(|v| VariantSpec::new(v.name(), v.description(), Precision::Fp32, work))
+            .map(|v| {
+                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work).host_device()
+            })
             .collect()
     }
 

@@ -33,6 +33,17 @@ use crate::stats::Summary;
 use crate::trace;
 use crate::verify::{check, Precision, Verification};
 
+/// Where a variant's counted bytes move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Traffic {
+    /// Through device memory: the runner gives their rate as a share of the measured copy
+    /// bandwidth.
+    #[default]
+    DeviceMemory,
+    /// Between host and device (copies in and out): no device-memory share is given.
+    HostDevice,
+}
+
 /// What a variant is, before it runs.
 #[derive(Debug, Clone)]
 pub struct VariantSpec {
@@ -44,6 +55,7 @@ pub struct VariantSpec {
     pub work: Work,
     /// Relative L2 tolerance; the precision's default unless the lesson says otherwise.
     pub tolerance: f64,
+    pub traffic: Traffic,
 }
 
 impl VariantSpec {
@@ -60,6 +72,15 @@ impl VariantSpec {
             precision,
             work,
             tolerance: precision.tolerance(),
+            traffic: Traffic::DeviceMemory,
+        }
+    }
+
+    /// Its bytes are copies between host and device, not device-memory traffic.
+    pub fn host_device(self) -> Self {
+        VariantSpec {
+            traffic: Traffic::HostDevice,
+            ..self
         }
     }
 
@@ -603,8 +624,9 @@ pub fn run_lesson(
             (0..repeats).try_for_each(|_| lesson.run(gpu, index))
         })?;
         let throughput = spec.work.throughput(timed.time_ms.median / 1e3);
-        report.fraction_of_copy_bandwidth =
-            (spec.work.bytes() > 0).then(|| throughput.gb_per_s / copy.value);
+        report.fraction_of_copy_bandwidth = (spec.work.bytes() > 0
+            && spec.traffic == Traffic::DeviceMemory)
+            .then(|| throughput.gb_per_s / copy.value);
         report.throughput = Some(throughput);
         report.time_ms = Some(timed.time_ms);
         report.measurement = Some(timed.measurement);

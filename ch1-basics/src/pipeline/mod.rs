@@ -231,6 +231,7 @@ impl Lesson for PipelineLesson {
             .map(|((name, _), description)| {
                 VariantSpec::new(*name, description, Precision::Fp32, work)
                     .with_tolerance(TOLERANCE)
+                    .host_device()
             })
             .collect()
     }

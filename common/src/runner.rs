@@ -449,6 +449,9 @@ pub fn baseline_of(specs: &[VariantSpec], index: usize) -> usize {
         .expect("a variant is in its own group")
 }
 
+/// Output parts by name, as float64.
+type NamedParts = Vec<(String, Vec<f64>)>;
+
 /// Check a variant's output: each part against the reference's part of the same name and, when
 /// given, the baseline's; then the lesson's own checks.
 fn check_output(
@@ -505,7 +508,7 @@ pub fn run_lesson(
 
     let mut variants: Vec<VariantReport> = Vec::new();
     // Output parts of each group's baseline, for the variants checked against it.
-    let mut baselines: Vec<(usize, Vec<(String, Vec<f64>)>)> = Vec::new();
+    let mut baselines: Vec<(usize, NamedParts)> = Vec::new();
     for &index in &selected {
         let spec = &specs[index];
         let id = spec.id();

@@ -147,6 +147,21 @@ impl GemmSweep {
         seed: u64,
         time_cap_s: f64,
     ) -> Result<GemmSweep> {
+        let (free, _) = gpu.memory()?;
+        let host = common::gpu::host_available_bytes();
+        GemmSweep::planned(sizes, counts, precision, seed, time_cap_s, (free, host))
+    }
+
+    /// [GemmSweep::new] for `free` device bytes and `host` bytes available (where the system
+    /// says): the plan alone, nothing touches a GPU until a variant runs.
+    pub fn planned(
+        sizes: &[usize],
+        counts: &[usize],
+        precision: Precision,
+        seed: u64,
+        time_cap_s: f64,
+        (free, host): (u64, Option<u64>),
+    ) -> Result<GemmSweep> {
         crate::batch::math_mode(precision)?;
         let start = Instant::now();
         let mut sizes = sizes.to_vec();
@@ -155,8 +170,6 @@ impl GemmSweep {
             v.sort_unstable();
             v.dedup();
         }
-        let (free, _) = gpu.memory()?;
-        let host = common::gpu::host_available_bytes();
         let limits: Vec<Option<String>> = sizes
             .iter()
             .flat_map(|&s| counts.iter().map(move |&c| (s, c)))
@@ -259,6 +272,24 @@ impl GemmSweep {
                 })
             })
             .collect()
+    }
+
+    /// The grids, the crossover and the skipped points of a sweep that took `wall_s`.
+    pub fn sections_of(&self, points: &[Point], wall_s: f64) -> Vec<Section> {
+        let crossover = crossover(points, MATTERS_ABOVE);
+        let mut out = sections(points, &crossover);
+        out[0].lines.insert(
+            0,
+            format!(
+                "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
+                self.precision.label(),
+                self.time_cap_s
+            ),
+        );
+        if let Some(data) = out[0].data.as_object_mut() {
+            data.insert("wall_s".into(), json!(wall_s));
+        }
+        out
     }
 }
 
@@ -389,21 +420,7 @@ impl Lesson for GemmSweep {
     ) -> Result<Vec<Section>> {
         self.current = None;
         let points = self.points(variants, meter.bench);
-        let crossover = crossover(&points, MATTERS_ABOVE);
-        let mut out = sections(&points, &crossover);
-        let wall_s = self.start.elapsed().as_secs_f64();
-        out[0].lines.insert(
-            0,
-            format!(
-                "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
-                self.precision.label(),
-                self.time_cap_s
-            ),
-        );
-        if let Some(data) = out[0].data.as_object_mut() {
-            data.insert("wall_s".into(), json!(wall_s));
-        }
-        Ok(out)
+        Ok(self.sections_of(&points, self.start.elapsed().as_secs_f64()))
     }
 }
 
@@ -441,6 +458,144 @@ mod tests {
         let why = skip_reason(1024, 1024, PLENTY, Some(4 << 30)).unwrap();
         assert!(why.contains("of host memory"), "{why}");
         assert_eq!(skip_reason(1024, 1024, PLENTY, None), None);
+    }
+
+    fn plan(time_cap_s: f64) -> GemmSweep {
+        // Listed out of order and with a repeat: the grid is sorted, each point once.
+        let grid = (&[4096, 16, 16][..], &[32, 8][..]);
+        GemmSweep::planned(
+            grid.0,
+            grid.1,
+            Precision::Fp32,
+            1,
+            time_cap_s,
+            (PLENTY, None),
+        )
+        .unwrap()
+    }
+
+    /// A side as the runner reports it: checked, and timed at `ms` unless it failed.
+    fn side(spec: &VariantSpec, ms: f64, passed: bool) -> VariantReport {
+        let got = if passed { 1.0f32 } else { f32::NAN };
+        let checks = vec![check(&[got], &[1.0], spec.tolerance, "ref").named("first product")];
+        let mut v = VariantReport::checked(
+            &spec.name,
+            &spec.description,
+            spec.precision,
+            checks,
+            spec.work,
+        );
+        v.group = spec.group.clone();
+        if passed {
+            v.time_ms = common::stats::Summary::of(&[ms, ms]);
+        }
+        v
+    }
+
+    #[test]
+    fn every_point_is_a_group_with_the_loop_as_its_baseline() {
+        let sweep = plan(60.0);
+        let ids: Vec<String> = sweep.variants().iter().map(VariantSpec::id).collect();
+        assert_eq!(
+            ids,
+            [
+                "16^3 x 8:baseline",
+                "16^3 x 8:strided",
+                "16^3 x 32:baseline",
+                "16^3 x 32:strided",
+                "4096^3 x 8:baseline",
+                "4096^3 x 8:strided",
+                "4096^3 x 32:baseline",
+                "4096^3 x 32:strided",
+            ]
+        );
+        let specs = sweep.variants();
+        assert_eq!(common::runner::baseline_of(&specs, 3), 2);
+        assert_eq!(specs[3].work.flops, 32 * 2 * 16 * 16 * 16);
+        assert_eq!(specs[3].work, work(&Shape::square(16, 32), false));
+        // The loop of 32 calls is held (32 runs per sample at most); one call is held too.
+        let cfg = BenchConfig::default();
+        let (loop_side, strided) = (sweep.bench_config(2, cfg), sweep.bench_config(3, cfg));
+        assert!(loop_side.hold && strided.hold);
+        assert_eq!((loop_side.max_batch, strided.max_batch), (8, 256));
+        assert_eq!(loop_side.stop, sweep_bench(false, 1).stop);
+        // The run's cold flag carries through; a run that holds nothing holds no side.
+        let cold = BenchConfig {
+            cold: true,
+            hold: false,
+            ..cfg
+        };
+        assert!(sweep.bench_config(0, cold).cold && !sweep.bench_config(0, cold).hold);
+    }
+
+    #[test]
+    fn skips_are_decided_per_point_and_said() {
+        let mut sweep = plan(60.0);
+        assert_eq!(sweep.skip(0), None);
+        assert_eq!(sweep.skip(1), None);
+        assert_eq!(sweep.skip(4), None, "4096^3 x 8 is under the work cap");
+        let why = sweep.skip(6).unwrap();
+        assert!(why.contains("TFLOP per run, over the sweep's"), "{why}");
+        assert_eq!(sweep.skip(7), Some(why));
+        assert_eq!(sweep.capacity(16), Some(32));
+        assert_eq!(sweep.capacity(4096), Some(8));
+        // Past the time cap, every point not yet begun is skipped, both of its sides.
+        let mut capped = plan(0.0);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(capped.skip(0).as_deref(), Some(TIME_CAP));
+        assert_eq!(capped.skip(1).as_deref(), Some(TIME_CAP));
+    }
+
+    #[test]
+    fn a_side_begun_before_the_time_cap_finishes_its_point() {
+        let mut sweep = plan(0.05);
+        assert_eq!(sweep.skip(0), None);
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert_eq!(
+            sweep.skip(1),
+            None,
+            "the strided side of a begun point runs"
+        );
+        assert_eq!(sweep.skip(2).as_deref(), Some(TIME_CAP));
+    }
+
+    #[test]
+    fn points_are_built_from_the_variant_reports() {
+        let mut sweep = plan(60.0);
+        let specs = sweep.variants();
+        let mut reports = vec![
+            side(&specs[0], 0.040, true),
+            side(&specs[1], 0.004, true),
+            side(&specs[2], 0.160, true),
+            side(&specs[3], 0.002, false),
+            side(&specs[4], 8.0, true),
+            side(&specs[5], 7.9, true),
+        ];
+        for i in [6, 7] {
+            let mut skipped = side(&specs[i], 0.0, true);
+            skipped.status = Status::Skipped;
+            skipped.time_ms = None;
+            skipped.note = sweep.skip(i);
+            reports.push(skipped);
+        }
+        let points = sweep.points(&reports, BenchConfig::default());
+        assert_eq!(points.len(), 4);
+        assert_eq!((points[0].size, points[0].count), (16, 8));
+        assert!((points[0].speedup().unwrap() - 10.0).abs() < 1e-9);
+        assert!((points[0].strided.as_ref().unwrap().per_product_us(8) - 0.5).abs() < 1e-9);
+        assert!(points[1].failed(), "a side that did not verify");
+        assert_eq!(points[1].speedup(), None);
+        assert_eq!(points[1].strided.as_ref().unwrap().median_ms, f64::INFINITY);
+        assert!(points[2].one_by_one.as_ref().unwrap().held);
+        let why = points[3].skipped.as_deref().unwrap();
+        assert!(why.contains("TFLOP per run"), "{why}");
+        // The grids, the crossover and the skipped point are the report's sections.
+        let sections = sweep.sections_of(&points, 1.5);
+        let md: String = sections.iter().map(Section::markdown).collect();
+        assert!(md.contains("| 16 | 10.0x | FAILED |"), "{md}");
+        assert!(md.contains("skipped 1 point(s): 4096x32: "), "{md}");
+        assert!(md.contains("whole sweep 1.5 s"), "{md}");
+        assert_eq!(sections[0].data["wall_s"], 1.5);
     }
 
     #[test]

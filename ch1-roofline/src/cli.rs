@@ -13,7 +13,7 @@ use common::gpu::{DeviceInfo, Gpu};
 use common::report::{LessonReport, Startup, Status};
 use common::runner::run_lesson;
 
-use crate::ops::Roofline;
+use crate::lesson::Roofline;
 use crate::plot;
 use crate::report::{Point, RooflineReport, Roofs};
 

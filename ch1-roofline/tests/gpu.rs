@@ -1,6 +1,7 @@
 //! GPU tests: `cargo test -p ch1-roofline -- --ignored` on a machine with an NVIDIA GPU.
 
-use ch1_roofline::ops::{Roofline, MEASURED};
+use ch1_roofline::lesson::Roofline;
+use ch1_roofline::ops::MEASURED;
 use ch1_roofline::report::RooflineReport;
 use common::bench::Timer;
 use common::ceilings::{self, DeviceCeilings};

@@ -3,36 +3,29 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::cli::{parse_count_with_max, parse_seconds, CommonArgs};
+use common::cli::{finish, parse_count_with_max, parse_seconds, CommonArgs};
 use common::gpu::Gpu;
-use common::lesson::{finish, run_lesson};
-use common::report::LessonReport;
+use common::report::Startup;
+use common::runner::run_lesson;
 use common::verify::Precision;
 
-use crate::problem::{tolerance, Shape, MAX_DIM};
+use crate::problem::{Shape, MAX_DIM};
+use crate::sweep::GemmSweep;
 use crate::{sweep, GemmLesson};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
     about = "Many small GEMMs: one cuBLAS call per product vs one batched call",
     long_about = "Many small GEMMs: one cuBLAS call per product vs one batched call.\n\n\
-        Computes COUNT independent row-major products C_i (m x n) = A_i (m x k) B_i (k x n) \
+        Computes COUNT independent row-major products C_i (M x N) = A_i (M x K) B_i (K x N) \
         three ways (one cublasSgemm per product, one cublasSgemmBatched, one strided-batched \
         call), checks each against a float64 CPU reference, and times them."
 )]
 pub struct Args {
-    /// Rows of each A and C.
-    #[arg(long, default_value = "32", value_parser = parse_dim, conflicts_with = "sweep",
-          allow_negative_numbers = true)]
-    pub m: usize,
-    /// Columns of each B and C.
-    #[arg(long, default_value = "256", value_parser = parse_dim, conflicts_with = "sweep",
-          allow_negative_numbers = true)]
-    pub n: usize,
-    /// Inner dimension: columns of A, rows of B.
-    #[arg(long, default_value = "256", value_parser = parse_dim, conflicts_with = "sweep",
-          allow_negative_numbers = true)]
-    pub k: usize,
+    /// Each product's M x N x K: A_i is M x K, B_i is K x N, C_i is M x N.
+    #[arg(long, value_name = "MxNxK", default_value = "32x256x256", value_parser = parse_shape,
+          conflicts_with = "sweep", allow_hyphen_values = true)]
+    pub shape: [usize; 3],
     /// Number of independent products.
     #[arg(long, default_value = "40", value_parser = parse_dim, conflicts_with = "sweep",
           allow_negative_numbers = true)]
@@ -67,12 +60,23 @@ pub fn parse_dim(s: &str) -> Result<usize, String> {
     parse_count_with_max(s, MAX_DIM).map(|v| v as usize)
 }
 
+/// "MxNxK", each a [parse_dim] dimension: "32x256x256", "1Kx1Kx64".
+pub fn parse_shape(s: &str) -> Result<[usize; 3], String> {
+    let dims: Vec<&str> = s.trim().split(['x', 'X']).collect();
+    let [m, n, k] = dims[..] else {
+        return Err(format!("'{s}' is not a shape: give MxNxK, e.g. 32x256x256"));
+    };
+    let dim = |name: &str, text: &str| parse_dim(text).map_err(|e| format!("{name} of '{s}': {e}"));
+    Ok([dim("M", m)?, dim("N", n)?, dim("K", k)?])
+}
+
 impl Args {
     pub fn shape(&self) -> Shape {
+        let [m, n, k] = self.shape;
         Shape {
-            m: self.m,
-            n: self.n,
-            k: self.k,
+            m,
+            n,
+            k,
             count: self.count,
         }
     }
@@ -87,76 +91,51 @@ impl Args {
 }
 
 /// Run the named variants (all when `only` is empty), or the sweep, and report.
-pub fn run(args: &Args, only: &[&str]) -> anyhow::Result<ExitCode> {
+pub fn run(args: &Args, only: &[&str], startup: Startup) -> anyhow::Result<ExitCode> {
     let precision = args.precision();
     if args.sweep {
-        return run_sweep(args, precision);
+        return run_sweep(args, only, precision, startup);
     }
     let shape = args.shape();
     // Before the GPU: a shape that cannot be counted is wrong on any machine.
     shape.validate()?;
+    let mut startup = startup;
     let gpu = Gpu::open(args.common.device)?;
+    startup.mark("GPU opened (context, stream, NVML)");
     let mut lesson = GemmLesson::new(&gpu, shape, precision, args.seed)?;
-    let report = run_lesson(&gpu, &mut lesson, only, &args.common)?;
-    println!(
-        "{}, {} (tolerance {:.1e} relative L2 against float64)\n",
-        shape.label(),
-        precision_label(precision),
-        tolerance(precision, shape.k)
-    );
-    let code = finish(&report, &args.common)?;
-    print!("{}", per_product(&report, shape.count));
-    Ok(code)
+    startup.mark("inputs, float64 reference, cuBLAS handle, workspace and buffers ready");
+    let options = args.common.options(&startup).only(only);
+    let report = run_lesson(&gpu, &mut lesson, &options)?;
+    Ok(finish(&report, args.common.json.as_deref())?)
 }
 
-fn run_sweep(args: &Args, precision: Precision) -> anyhow::Result<ExitCode> {
-    let mut sizes = args.sweep_sizes.clone();
-    let mut counts = args.sweep_counts.clone();
-    for v in [&mut sizes, &mut counts] {
-        v.sort_unstable();
-        v.dedup();
+fn run_sweep(
+    args: &Args,
+    only: &[&str],
+    precision: Precision,
+    mut startup: Startup,
+) -> anyhow::Result<ExitCode> {
+    if !only.is_empty() {
+        anyhow::bail!("--sweep times both sides of every point: run it as `ch1-gemm --sweep`");
     }
     let gpu = Gpu::open(args.common.device)?;
-    let report = sweep::run(
+    startup.mark("GPU opened (context, stream, NVML)");
+    let mut lesson = GemmSweep::new(
         &gpu,
-        &sizes,
-        &counts,
+        &args.sweep_sizes,
+        &args.sweep_counts,
         precision,
         args.seed,
         args.sweep_time_cap,
-        &args.common,
     )?;
-    Ok(finish(&report, &args.common)?)
-}
-
-pub fn precision_label(precision: Precision) -> &'static str {
-    match precision {
-        Precision::Tf32 => "tf32 (cuBLAS TF32 tensor-op math)",
-        _ => "fp32 (cuBLAS default math, no tensor-op shortcuts)",
-    }
-}
-
-/// "strided: 0.29 us per product (16 runs per sample)" for every timed variant: the table's
-/// footer names the first variant's runs per sample only.
-pub fn per_product(report: &LessonReport, count: usize) -> String {
-    report
-        .variants
-        .iter()
-        .filter_map(|v| {
-            let ms = v.time_ms.as_ref()?.median;
-            let batch = v.measurement.as_ref()?.batch;
-            Some(format!(
-                "{}: {} per product ({batch} run(s) per sample)\n",
-                v.name,
-                common::report::format_ms(ms / count as f64)
-            ))
-        })
-        .collect()
+    let options = args.common.options(&startup);
+    let report = run_lesson(&gpu, &mut lesson, &options)?;
+    Ok(finish(&report, args.common.json.as_deref())?)
 }
 
 /// The body of every binary of this crate.
 pub fn main(only: &[&str]) -> ExitCode {
-    common::cli::main_with(|| run(&Args::parse(), only))
+    common::cli::main_with(|startup| run(&Args::parse(), only, startup))
 }
 
 #[cfg(test)]
@@ -174,15 +153,31 @@ mod tests {
     }
 
     #[test]
+    fn shapes_are_three_dimensions() {
+        assert_eq!(parse_shape("32x256x256"), Ok([32, 256, 256]));
+        assert_eq!(parse_shape(" 1Kx2X64 "), Ok([1024, 2, 64]));
+        for bad in ["32x256", "32x256x256x4", "", "32*256*256"] {
+            let err = parse_shape(bad).unwrap_err();
+            assert!(err.contains("is not a shape: give MxNxK"), "{bad}: {err}");
+        }
+        let err = parse_shape("32x0x256").unwrap_err();
+        assert!(err.starts_with("N of '32x0x256': a count of 0"), "{err}");
+        assert!(parse_shape("32x256x-5").unwrap_err().contains("negative"));
+        assert!(parse_shape("2147483648x1x1")
+            .unwrap_err()
+            .starts_with("M of '2147483648x1x1': '2147483648' is too large"));
+    }
+
+    #[test]
     fn defaults_are_the_chapter_and_fp32() {
         let args = Args::parse_from(["ch1-gemm"]);
         assert_eq!(args.shape(), Shape::CHAPTER);
         assert_eq!(args.precision(), Precision::Fp32);
         assert_eq!(args.sweep_sizes, sweep::SIZES);
         assert_eq!(args.sweep_counts, sweep::COUNTS);
-        let tf32 = Args::parse_from(["ch1-gemm", "--tf32", "--m", "3", "--count", "2"]);
+        let tf32 = Args::parse_from(["ch1-gemm", "--tf32", "--shape", "3x256x256", "--count", "2"]);
         assert_eq!(tf32.precision(), Precision::Tf32);
-        assert_eq!((tf32.m, tf32.count), (3, 2));
+        assert_eq!((tf32.shape().m, tf32.count), (3, 2));
     }
 
     #[test]

@@ -36,7 +36,8 @@ use serde_json::json;
 
 use common::bench::BenchConfig;
 use common::gpu::Gpu;
-use common::lesson::{Lesson, VariantSpec};
+use common::report::{Metric, Section, VariantReport};
+use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
 use common::verify::Precision;
 use common::Result;
 
@@ -80,10 +81,42 @@ pub fn can_hold(calls: usize) -> bool {
     calls <= MAX_HELD_CALLS
 }
 
+/// The lesson's own figure: time per product, microseconds, from a run's median.
+pub const PER_PRODUCT: &str = "per product";
+
+/// [PER_PRODUCT] of a timed variant whose runs compute `count` products.
+pub fn per_product(timed: &VariantReport, count: usize) -> Vec<Metric> {
+    timed
+        .time_ms
+        .as_ref()
+        .map(|t| Metric::new(PER_PRODUCT, t.median * 1e3 / count as f64, "us"))
+        .into_iter()
+        .collect()
+}
+
+pub fn precision_label(precision: Precision) -> &'static str {
+    match precision {
+        Precision::Tf32 => "tf32 (cuBLAS TF32 tensor-op math)",
+        _ => "fp32 (cuBLAS default math, no tensor-op shortcuts)",
+    }
+}
+
+/// What was computed, in what precision, checked how closely.
+pub fn problem_section(shape: &Shape, precision: Precision) -> Section {
+    let mut s = Section::new("problem");
+    s.lines.push(format!(
+        "{}, {} (tolerance {:.1e} relative L2 against float64)",
+        shape.label(),
+        precision_label(precision),
+        tolerance(precision, shape.k)
+    ));
+    s
+}
+
 pub struct GemmLesson {
     seed: u64,
     batch: GemmBatch,
-    reference: Vec<f64>,
+    reference: Reference,
 }
 
 impl GemmLesson {
@@ -94,10 +127,11 @@ impl GemmLesson {
         let (free, total) = gpu.memory()?;
         MemoryPlan::of(&shape)?.check(&shape, free, total, common::gpu::host_available_bytes())?;
         let (a, b) = inputs(&shape, seed);
-        let reference = reference(&shape, &a, &b, 0, shape.count);
-        common::cli::mark("inputs and float64 reference ready");
+        let reference = Reference::single(
+            "float64 CPU reference",
+            reference(&shape, &a, &b, 0, shape.count),
+        );
         let batch = GemmBatch::new(gpu, shape, &a, &b, precision)?;
-        common::cli::mark("cuBLAS handle, workspace and buffers ready");
         Ok(GemmLesson {
             seed,
             batch,
@@ -115,14 +149,14 @@ impl GemmLesson {
 }
 
 impl Lesson for GemmLesson {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "ch1-gemm"
     }
 
     fn parameters(&self) -> serde_json::Value {
         let s = self.shape();
         json!({
-            "m": s.m, "n": s.n, "k": s.k, "count": s.count,
+            "shape": s.dims(), "m": s.m, "n": s.n, "k": s.k, "count": s.count,
             "layout": "row-major A (m x k), B (k x n), C (m x n), products back to back",
             "dtype": "f32",
             "precision": self.batch.precision().label(),
@@ -140,23 +174,23 @@ impl Lesson for GemmLesson {
         let precision = self.batch.precision();
         Variant::ALL
             .iter()
-            .map(|&v| VariantSpec {
-                tolerance: tolerance(precision, s.k),
-                ..VariantSpec::new(
+            .map(|&v| {
+                VariantSpec::new(
                     v.name(),
                     v.description(),
                     precision,
                     work(&s, v == Variant::Batched),
                 )
+                .with_tolerance(tolerance(precision, s.k))
             })
             .collect()
     }
 
-    fn reference(&self) -> &[f64] {
-        &self.reference
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        Some(&self.reference)
     }
 
-    fn poison(&mut self, gpu: &Gpu) -> Result<()> {
+    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
         self.batch.poison(gpu)
     }
 
@@ -165,15 +199,36 @@ impl Lesson for GemmLesson {
         self.batch.run(gpu, Variant::ALL[index], count)
     }
 
-    fn output(&mut self, gpu: &Gpu) -> Result<Vec<f32>> {
-        self.batch.output(gpu)
+    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
+        Ok(Output::values(self.batch.output(gpu)?))
     }
 
-    fn bench_config(&self, cfg: BenchConfig) -> BenchConfig {
+    /// The baseline's `count` calls decide for all three, so the table compares runs queued
+    /// the same way.
+    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
         BenchConfig {
             hold: cfg.hold && can_hold(self.shape().count),
             ..cfg
         }
+    }
+
+    fn metrics(
+        &mut self,
+        _gpu: &Gpu,
+        _index: usize,
+        timed: &VariantReport,
+        _meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        Ok(per_product(timed, self.shape().count))
+    }
+
+    fn sections(
+        &mut self,
+        _gpu: &Gpu,
+        _variants: &[VariantReport],
+        _meter: &mut Meter,
+    ) -> Result<Vec<Section>> {
+        Ok(vec![problem_section(&self.shape(), self.batch.precision())])
     }
 }
 

@@ -63,6 +63,11 @@ impl Shape {
         2 * self.m as u64 * self.n as u64 * self.k as u64
     }
 
+    /// "32x256x256": M, N and K as `--shape` takes them.
+    pub fn dims(&self) -> String {
+        format!("{}x{}x{}", self.m, self.n, self.k)
+    }
+
     /// "40 x (32x256)x(256x256)"
     pub fn label(&self) -> String {
         format!(
@@ -74,19 +79,19 @@ impl Shape {
     /// Refuse shapes cuBLAS cannot take or whose sizes overflow, with the reason.
     pub fn validate(&self) -> Result<()> {
         for (name, v) in [
-            ("m", self.m),
-            ("n", self.n),
-            ("k", self.k),
-            ("count", self.count),
+            ("--shape: M", self.m),
+            ("--shape: N", self.n),
+            ("--shape: K", self.k),
+            ("--count", self.count),
         ] {
             if v == 0 {
                 return Err(Error::invalid(format!(
-                    "--{name} is 0: every dimension and the count must be at least 1"
+                    "{name} is 0: every dimension and the count must be at least 1"
                 )));
             }
             if v as u64 > MAX_DIM {
                 return Err(Error::invalid(format!(
-                    "--{name} {v} is too large: cuBLAS takes at most {MAX_DIM}"
+                    "{name} {v} is too large: cuBLAS takes at most {MAX_DIM}"
                 )));
             }
         }
@@ -269,7 +274,11 @@ mod tests {
             k: 0,
             ..Shape::CHAPTER
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("--k is 0"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--shape: K is 0"));
         let big = Shape {
             n: 1 << 31,
             ..Shape::CHAPTER
@@ -278,8 +287,18 @@ mod tests {
             .validate()
             .unwrap_err()
             .to_string()
-            .contains("--n 2147483648 is too large"));
+            .contains("--shape: N 2147483648 is too large"));
+        let none = Shape {
+            count: 0,
+            ..Shape::CHAPTER
+        };
+        assert!(none
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--count is 0"));
         assert!(Shape::CHAPTER.validate().is_ok());
+        assert_eq!(Shape::CHAPTER.dims(), "32x256x256");
     }
 
     #[test]

@@ -1,31 +1,31 @@
-//! The sweep's table, kept apart from the GPU: points of (size, count) with the loop's and the
-//! strided call's timings, the speedup, where batching stops mattering, and the markdown.
+//! The sweep's tables, kept apart from the GPU: points of (size, count) with the loop's and the
+//! strided call's timings (built from the runner's variant reports), the speedup, where
+//! batching stops mattering, and the grids as report sections.
 
 use serde::{Deserialize, Serialize};
+
+use common::report::Section;
+use common::table::{three_figures, Table, EMPTY};
 
 /// Batching "stops mattering" where the strided call is less than this much faster.
 pub const MATTERS_ABOVE: f64 = 1.1;
 
 /// One side of a point: how long one run (all `count` products) took, and whether it verified.
+/// The samples and checks themselves are in the side's variant report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
     /// Median milliseconds per run of all the point's products (infinite, null in JSON, when
     /// the side failed and was not timed).
-    #[serde(with = "common::verify::infinite_as_null")]
+    #[serde(with = "common::stats::infinite_as_null")]
     pub median_ms: f64,
-    #[serde(with = "common::verify::infinite_as_null")]
+    #[serde(with = "common::stats::infinite_as_null")]
     pub rel_stddev: f64,
-    pub samples: usize,
     /// Whether the launches were held behind the blocking kernel (see `can_hold`).
     pub held: bool,
     /// Worst relative L2 error of the products checked against the float64 reference.
-    #[serde(with = "common::verify::infinite_as_null")]
+    #[serde(with = "common::stats::infinite_as_null")]
     pub rel_l2_error: f64,
     pub passed: bool,
-    /// Every sample, milliseconds per run.
-    pub samples_ms: Vec<f64>,
-    /// Held samples whose blocking kernel gave up waiting (0 when all went as planned).
-    pub hold_timeouts: usize,
 }
 
 impl Timing {
@@ -143,92 +143,62 @@ fn sorted_axes(points: &[Point]) -> (Vec<usize>, Vec<usize>) {
     (axis(|p| p.size), axis(|p| p.count))
 }
 
-/// A value with three significant figures: 1234, 12.3, 0.123.
-pub fn three_figures(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 /// One size-by-count table whose cells `cell` fills; "-" where a point is missing or skipped,
 /// "FAILED" where a side did not verify.
-fn grid(points: &[Point], corner: &str, cell: impl Fn(&Point) -> Option<String>) -> String {
+fn grid(points: &[Point], cell: impl Fn(&Point) -> Option<String>) -> Table {
     let (sizes, counts) = sorted_axes(points);
-    let mut out = format!("| {corner} |");
+    let mut table = Table::new().left("size \\ count");
     for c in &counts {
-        out.push_str(&format!(" {c} |"));
+        table = table.right(c.to_string());
     }
-    out.push_str("\n|---|");
-    out.push_str(&"---:|".repeat(counts.len()));
-    out.push('\n');
     for s in &sizes {
-        out.push_str(&format!("| {s} |"));
+        let mut row = vec![s.to_string()];
         for c in &counts {
-            let text = match points.iter().find(|p| p.size == *s && p.count == *c) {
-                Some(p) if p.failed() => "FAILED".to_string(),
-                Some(p) => cell(p).unwrap_or_else(|| "-".into()),
-                None => "-".into(),
-            };
-            out.push_str(&format!(" {text} |"));
+            row.push(
+                match points.iter().find(|p| p.size == *s && p.count == *c) {
+                    Some(p) if p.failed() => "FAILED".to_string(),
+                    Some(p) => cell(p).unwrap_or_else(|| EMPTY.into()),
+                    None => EMPTY.into(),
+                },
+            );
         }
-        out.push('\n');
+        table.row(row);
     }
-    out
+    table
 }
 
-/// The three tables (speedup, loop and strided time per product), the crossover, the skips.
-pub fn markdown(points: &[Point], crossover: &Crossover) -> String {
-    let mut out = String::new();
-    out.push_str("### speedup of one strided-batched call over one call per product\n\n");
-    out.push_str(&grid(points, "size \\ count", |p| {
+/// Titles of the sweep's sections, in the order they are printed.
+pub const SPEEDUP_TITLE: &str = "speedup of one strided-batched call over one call per product";
+pub const LOOP_TITLE: &str = "one call per product: time per product (us)";
+pub const STRIDED_TITLE: &str = "one strided-batched call: time per product (us)";
+
+/// The three grids (speedup, loop and strided time per product) as sections; the speedup's
+/// carries the summary per size, the crossover and the skipped points, and keeps the points and
+/// the crossover in its data.
+pub fn sections(points: &[Point], crossover: &Crossover) -> Vec<Section> {
+    let mut speedup = Section::new(SPEEDUP_TITLE);
+    speedup.table = Some(grid(points, |p| {
         p.speedup().map(|s| format!("{}x", three_figures(s)))
     }));
-    out.push_str("\n### one call per product: time per product (us)\n\n");
-    out.push_str(&grid(points, "size \\ count", |p| {
-        let t = p.one_by_one.as_ref()?;
-        Some(format!(
-            "{}{}",
-            three_figures(t.per_product_us(p.count)),
-            if t.held { "" } else { "*" }
-        ))
-    }));
-    out.push_str("\n### one strided-batched call: time per product (us)\n\n");
-    out.push_str(&grid(points, "size \\ count", |p| {
-        let t = p.strided.as_ref()?;
-        Some(three_figures(t.per_product_us(p.count)))
-    }));
-    out.push('\n');
-    if points
-        .iter()
-        .any(|p| p.one_by_one.as_ref().is_some_and(|t| !t.held))
-    {
-        out.push_str("* launched without the blocking kernel (too many calls to queue): includes the host's launch cost\n");
-    }
     for s in &crossover.per_size {
-        out.push_str(&format!(
-            "size {}: strided is {}x..{}x faster (best at {} products)\n",
+        speedup.lines.push(format!(
+            "size {}: strided is {}x..{}x faster (best at {} products)",
             s.size,
             three_figures(s.min_speedup),
             three_figures(s.max_speedup),
             s.best_count
         ));
     }
-    match crossover.size {
-        Some(size) => out.push_str(&format!(
-            "batching stops mattering from size {size}: under {}x at every count from there on\n",
+    speedup.lines.push(match crossover.size {
+        Some(size) => format!(
+            "batching stops mattering from size {size}: under {}x at every count from there on",
             crossover.threshold
-        )),
-        None => out.push_str(&format!(
-            "batching still gains at least {}x somewhere at the largest size measured\n",
+        ),
+        None => format!(
+            "batching still gains at least {}x somewhere at the largest size measured",
             crossover.threshold
-        )),
-    }
+        ),
+    });
     let skipped: Vec<String> = points
         .iter()
         .filter_map(|p| {
@@ -238,13 +208,36 @@ pub fn markdown(points: &[Point], crossover: &Crossover) -> String {
         })
         .collect();
     if !skipped.is_empty() {
-        out.push_str(&format!(
-            "skipped {} point(s): {}\n",
+        speedup.lines.push(format!(
+            "skipped {} point(s): {}",
             skipped.len(),
             skipped.join("; ")
         ));
     }
-    out
+    speedup.data = serde_json::json!({ "crossover": crossover, "points": points });
+
+    let mut one_by_one = Section::new(LOOP_TITLE);
+    one_by_one.table = Some(grid(points, |p| {
+        let t = p.one_by_one.as_ref()?;
+        Some(format!(
+            "{}{}",
+            three_figures(t.per_product_us(p.count)),
+            if t.held { "" } else { "*" }
+        ))
+    }));
+    if points
+        .iter()
+        .any(|p| p.one_by_one.as_ref().is_some_and(|t| !t.held))
+    {
+        one_by_one.lines.push("* launched without the blocking kernel (too many calls to queue): includes the host's launch cost".into());
+    }
+
+    let mut strided = Section::new(STRIDED_TITLE);
+    strided.table = Some(grid(points, |p| {
+        let t = p.strided.as_ref()?;
+        Some(three_figures(t.per_product_us(p.count)))
+    }));
+    vec![speedup, one_by_one, strided]
 }
 
 #[cfg(test)]
@@ -255,12 +248,9 @@ mod tests {
         Timing {
             median_ms: ms,
             rel_stddev: 0.01,
-            samples: 10,
             held: true,
             rel_l2_error: 1e-7,
             passed: true,
-            samples_ms: vec![ms; 10],
-            hold_timeouts: 0,
         }
     }
 
@@ -352,7 +342,9 @@ mod tests {
             failed,
             unheld,
         ];
-        let md = markdown(&points, &crossover(&points, 1.1));
+        let c = crossover(&points, 1.1);
+        let sections = sections(&points, &c);
+        let md: String = sections.iter().map(Section::markdown).collect();
         assert!(
             md.contains("| size \\ count | 8 | 1024 |\n|---|---:|---:|\n"),
             "{md}"
@@ -368,13 +360,15 @@ mod tests {
         );
         assert!(md.contains("skipped 1 point(s): 16x1024: time cap"), "{md}");
         assert!(md.contains("batching still gains"), "{md}");
-    }
-
-    #[test]
-    fn three_significant_figures() {
-        assert_eq!(three_figures(1234.4), "1234");
-        assert_eq!(three_figures(12.345), "12.3");
-        assert_eq!(three_figures(1.2345), "1.23");
-        assert_eq!(three_figures(0.12345), "0.123");
+        // The crossover and the points are kept in the JSON too.
+        let data = &sections[0].data;
+        assert_eq!(
+            serde_json::from_value::<Crossover>(data["crossover"].clone()).unwrap(),
+            c
+        );
+        assert_eq!(
+            serde_json::from_value::<Vec<Point>>(data["points"].clone()).unwrap(),
+            points
+        );
     }
 }

@@ -29,14 +29,19 @@ fn no_gpu_is_one_line_and_exit_2() {
 #[test]
 fn bad_sizes_are_refused_by_the_parser() {
     for (args, expect) in [
-        (vec!["--m", "0"], "a count of 0"),
-        (vec!["--n", "0"], "a count of 0"),
-        (vec!["--k=-5"], "negative"),
+        (vec!["--shape", "0x256x256"], "a count of 0"),
+        (vec!["--shape", "32x0x256"], "a count of 0"),
+        (vec!["--shape=32x256x-5"], "negative"),
+        (vec!["--shape", "-32x256x256"], "negative"),
         (vec!["--count", "-1"], "negative"),
         (vec!["--count", "ten"], "not a count"),
-        (vec!["--k", "2.5"], "not a count"),
-        (vec!["--n", "3000000000"], "too large"),
-        (vec!["--sweep", "--m", "64"], "cannot be used with"),
+        (vec!["--shape", "32x256x2.5"], "not a count"),
+        (vec!["--shape", "32x3000000000x256"], "too large"),
+        (vec!["--shape", "32x256"], "not a shape: give MxNxK"),
+        (
+            vec!["--sweep", "--shape", "64x64x64"],
+            "cannot be used with",
+        ),
         (vec!["--sweep-sizes", "16"], "--sweep"),
         (vec!["--sweep", "--sweep-counts", "8,0"], "a count of 0"),
         (vec!["--sweep", "--sweep-time-cap=-1"], "non-negative"),
@@ -52,7 +57,8 @@ fn bad_sizes_are_refused_by_the_parser() {
 #[test]
 fn a_shape_whose_bytes_overflow_is_refused_before_the_gpu() {
     let max = "2147483647";
-    let (code, stderr) = run(MAIN, &["--m", max, "--n", max, "--k", max, "--count", max]);
+    let shape = format!("{max}x{max}x{max}");
+    let (code, stderr) = run(MAIN, &["--shape", &shape, "--count", max]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("overflows 64 bits"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
@@ -63,9 +69,8 @@ fn help_lists_the_flags() {
     let out = Command::new(MAIN).arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in [
-        "--m",
-        "--n",
-        "--k",
+        "--shape",
+        "MxNxK",
         "--count",
         "--tf32",
         "--sweep",

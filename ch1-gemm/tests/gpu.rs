@@ -4,13 +4,14 @@ use std::process::Command;
 
 use ch1_gemm::layout::ColumnMajorCall;
 use ch1_gemm::problem::{tolerance, Shape};
-use ch1_gemm::table::MATTERS_ABOVE;
-use ch1_gemm::{sweep, GemmLesson, Variant};
+use ch1_gemm::sweep::{point_group, GemmSweep, TIME_CAP};
+use ch1_gemm::table::{Crossover, Point, MATTERS_ABOVE, SPEEDUP_TITLE};
+use ch1_gemm::{GemmLesson, Variant, PER_PRODUCT};
 use common::blas::BlasContext as _;
-use common::cli::CommonArgs;
 use common::gpu::Gpu;
-use common::lesson::{run_lesson, Lesson};
-use common::report::{RunReport as _, Status};
+use common::report::{LessonReport, Status};
+use common::runner::{run_lesson, Lesson, RunOptions, Values};
+use common::stop::StopRule;
 use common::testing::Planted;
 use common::verify::{check, rel_l2_error, Precision};
 use cudarc::cublas::Gemm;
@@ -56,23 +57,34 @@ const SHAPES: [Shape; 7] = [
     },
 ];
 
+/// Quick runs: fewer samples, a looser noise bound.
+fn quick() -> RunOptions {
+    let mut options = RunOptions::default();
+    options.bench.stop = StopRule::quick();
+    options
+}
+
+/// The lesson's whole float64 reference.
+fn reference_of(lesson: &GemmLesson) -> Vec<f64> {
+    lesson.reference(0).unwrap().parts[0].1.clone()
+}
+
 /// Each variant's relative error at `shape`, asserting that it verifies.
 fn verify_all(gpu: &Gpu, shape: Shape, precision: Precision) -> Vec<f64> {
     let mut lesson = GemmLesson::new(gpu, shape, precision, 11).unwrap();
+    let reference = reference_of(&lesson);
     Variant::ALL
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            lesson.poison(gpu).unwrap();
+            lesson.poison(gpu, i).unwrap();
             lesson.run(gpu, i).unwrap();
             gpu.sync().unwrap();
-            let got = lesson.output(gpu).unwrap();
-            let c = check(
-                &got,
-                lesson.reference(),
-                tolerance(precision, shape.k),
-                "ref",
-            );
+            let out = lesson.output(gpu, i).unwrap();
+            let Values::F32(got) = &out.parts[0].values else {
+                panic!("an f32 output")
+            };
+            let c = check(got, &reference, tolerance(precision, shape.k), "ref");
             assert!(c.passed, "{} {precision:?} at {shape:?}: {c:?}", v.name());
             c.rel_l2_error
         })
@@ -114,7 +126,7 @@ fn a_prefix_of_the_batch_writes_only_its_products() {
         count: 5,
     };
     let mut lesson = GemmLesson::new(&gpu, shape, Precision::Fp32, 3).unwrap();
-    let reference = lesson.reference().to_vec();
+    let reference = reference_of(&lesson);
     let c = shape.c_len();
     for v in Variant::ALL {
         let batch = lesson.batch_mut();
@@ -159,15 +171,11 @@ fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
             unsafe { blas.gemm_strided_batched(cfg, a, b, c) }.blas(gpu, "planted")
         },
     );
-    let args = CommonArgs {
-        quick: true,
-        ..CommonArgs::default()
-    };
-    let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+    let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
     let planted = report.variant("unswapped").unwrap();
     assert_eq!(planted.status, Status::Failed);
-    assert_eq!(planted.verification.non_finite, 0, "written, but wrong");
-    assert!(planted.verification.rel_l2_error > 0.5);
+    assert_eq!(planted.checks[0].non_finite, 0, "written, but wrong");
+    assert!(planted.checks[0].rel_l2_error > 0.5);
     assert_eq!(planted.speedup, None);
     for name in ["baseline", "batched", "strided"] {
         assert_eq!(report.variant(name).unwrap().status, Status::Ok, "{name}");
@@ -180,11 +188,7 @@ fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
 fn the_chapter_run_is_held_and_batching_wins() {
     let gpu = Gpu::open(0).unwrap();
     let mut lesson = GemmLesson::new(&gpu, Shape::CHAPTER, Precision::Fp32, 42).unwrap();
-    let args = CommonArgs {
-        quick: true,
-        ..CommonArgs::default()
-    };
-    let report = run_lesson(&gpu, &mut lesson, &[], &args).unwrap();
+    let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
     assert!(report.all_passed());
     for v in &report.variants {
         let m = v.measurement.as_ref().unwrap();
@@ -194,6 +198,10 @@ fn the_chapter_run_is_held_and_batching_wins() {
             v.name
         );
         assert_eq!(v.precision, Precision::Fp32);
+        // The time per product is the run's median over the 40 products.
+        let per_product = v.metric(PER_PRODUCT).unwrap();
+        let median_us = v.time_ms.as_ref().unwrap().median * 1e3;
+        assert!((per_product - median_us / 40.0).abs() < 1e-9 * median_us);
     }
     for name in ["batched", "strided"] {
         let s = report.variant(name).unwrap().speedup.unwrap();
@@ -204,31 +212,60 @@ fn the_chapter_run_is_held_and_batching_wins() {
     }
 }
 
+/// The sweep's points and crossover, as its report keeps them.
+fn sweep_data(report: &LessonReport) -> (Vec<Point>, Crossover) {
+    let section = report
+        .sections
+        .iter()
+        .find(|s| s.title == SPEEDUP_TITLE)
+        .expect("the speedup section");
+    (
+        serde_json::from_value(section.data["points"].clone()).unwrap(),
+        serde_json::from_value(section.data["crossover"].clone()).unwrap(),
+    )
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_small_sweep_measures_and_verifies_every_point() {
     let gpu = Gpu::open(0).unwrap();
-    let args = CommonArgs::default();
-    let report = sweep::run(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0, &args).unwrap();
-    assert_eq!(report.points.len(), 4);
+    let options = RunOptions::default();
+    let mut sweep = GemmSweep::new(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0).unwrap();
+    let report = run_lesson(&gpu, &mut sweep, &options).unwrap();
+    let (points, crossover) = sweep_data(&report);
+    assert_eq!(points.len(), 4);
+    assert_eq!(report.variants.len(), 8, "two sides per point");
     assert!(report.all_passed());
-    for p in &report.points {
+    for p in &points {
         assert!(p.skipped.is_none(), "{p:?}");
         assert!(p.speedup().is_some(), "{p:?}");
         let one_by_one = p.one_by_one.as_ref().unwrap();
         // 300 calls are too many to hold; 8 are not.
         assert_eq!(one_by_one.held, p.count == 8);
         assert!(p.strided.as_ref().unwrap().held);
+        // The strided side's speedup is the point's, taken by the runner within its group.
+        let strided = report
+            .variant(&format!("{}:strided", point_group(p.size, p.count)))
+            .unwrap();
+        let s = strided.speedup.unwrap();
+        assert!((s - p.speedup().unwrap()).abs() < 1e-9 * s, "{p:?}");
+        assert_eq!(strided.checks.len(), 2, "products 0 and count-1");
     }
-    assert_eq!(report.crossover.threshold, MATTERS_ABOVE);
-    assert_eq!(report.crossover.per_size.len(), 2);
+    assert_eq!(crossover.threshold, MATTERS_ABOVE);
+    assert_eq!(crossover.per_size.len(), 2);
     assert!(report.markdown().contains("| 48 |"));
     // A zero time cap skips everything after the first check.
-    let capped = sweep::run(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0, &args).unwrap();
-    assert!(capped
-        .points
+    let mut capped = GemmSweep::new(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0).unwrap();
+    let capped = run_lesson(&gpu, &mut capped, &options).unwrap();
+    let (points, _) = sweep_data(&capped);
+    assert_eq!(points.len(), 2);
+    assert!(points
         .iter()
-        .all(|p| p.skipped.as_deref() == Some("time cap")));
+        .all(|p| p.skipped.as_deref() == Some(TIME_CAP)));
+    assert!(capped
+        .variants
+        .iter()
+        .all(|v| v.status == Status::Skipped && v.note.as_deref() == Some(TIME_CAP)));
 }
 
 #[test]
@@ -237,9 +274,7 @@ fn buffers_beyond_device_memory_exit_with_a_clear_message() {
     // On a GPU machine the binary travels apart from the build tree: CH1_GEMM_BIN says where.
     let bin = std::env::var("CH1_GEMM_BIN").unwrap_or(env!("CARGO_BIN_EXE_ch1-gemm").into());
     let out = Command::new(bin)
-        .args([
-            "--m", "65536", "--n", "65536", "--k", "65536", "--count", "64",
-        ])
+        .args(["--shape", "65536x65536x65536", "--count", "64"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

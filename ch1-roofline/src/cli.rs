@@ -1,21 +1,21 @@
-//! `cargo run --release -p ch1-roofline`: measure the ceilings, place the operations, draw.
-//! `--from-json FILE` re-draws a saved run with no GPU.
+//! `cargo run --release -p ch1-roofline`: measure the ceilings, run the operations through the
+//! runner, place them, draw. `--from-json FILE` re-draws a saved run with no GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use anyhow::Context;
 use clap::Parser;
 
-use common::bench::{BenchConfig, Timer};
+use common::bench::Timer;
 use common::ceilings;
 use common::cli::CommonArgs;
 use common::gpu::{DeviceInfo, Gpu};
-use common::report::{LessonReport, Provenance, Status};
-use common::stats::Summary;
+use common::report::{LessonReport, Startup, Status};
+use common::runner::run_lesson;
 
-use crate::report::{Point, RooflineReport, Roofs, ROOFLINE_SCHEMA_VERSION};
-use crate::{ops, plot, roofs_from};
+use crate::lesson::Roofline;
+use crate::plot;
+use crate::report::{Point, RooflineReport, Roofs};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "The roofline: measured ceilings, operations placed against them, and the plot")]
@@ -34,77 +34,82 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
+/// Elements the ch1-intensity run measures when no result file is there.
+pub const INTENSITY_ELEMENTS: &str = "64M";
+
 pub fn main() -> ExitCode {
-    common::cli::main_with(|| run(&Args::parse()))
+    common::cli::main_with(|startup| run(&Args::parse(), startup))
 }
 
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &Args, mut startup: Startup) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.from_json {
-        let report = RooflineReport::read_json(path)?;
-        return finish(&report, args);
+        let report = LessonReport::read_json(path)?;
+        let view = RooflineReport::from_report(&report)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        return finish(&report, &view, args);
     }
     let gpu = Gpu::open(args.common.device)?;
-    let mut timer = Timer::new(&gpu)?;
-    let ceilings = ceilings::measure_all(&gpu, &mut timer, args.common.refresh_ceilings)?;
-    let roofs = roofs_from(&ceilings).context("no memory ceiling was measured")?;
-    let cfg = BenchConfig {
-        cold: true,
-        ..args.common.bench_config()
+    startup.mark("GPU opened (context, stream, NVML)");
+    let ceilings = {
+        let mut timer = Timer::new(&gpu)?;
+        ceilings::measure_all(&gpu, &mut timer, args.common.refresh_ceilings)?
     };
+    startup.mark("ceilings ready");
     let mut notes = Vec::new();
-    // --trace covers the operations' timed regions (not the ceilings').
-    let trace = common::trace::Session::start_if(&args.common)?;
-    let mut points = ops::measure_points(&gpu, &mut timer, &cfg, &roofs, &mut notes)?;
-    if let Some(t) = trace {
-        t.finish()?;
-    }
-    match intensity_report(args, &gpu.info) {
-        Ok((report, source)) => points.extend(intensity_points(&report, &roofs, &source)),
-        Err(why) => notes.push(format!("ch1-intensity variants left out: {why}")),
-    }
-    let report = RooflineReport {
-        schema_version: ROOFLINE_SCHEMA_VERSION,
-        device: gpu.info.clone(),
-        provenance: Provenance::now(),
-        ceilings,
-        roofs,
-        points,
-        notes,
+    let other_points = match crate::roofs_from(&ceilings) {
+        Some(roofs) => intensity_report(args, &gpu.info, &mut notes)
+            .map(|(report, source)| intensity_points(&report, &roofs, &source))
+            .unwrap_or_default(),
+        None => Vec::new(),
     };
+    let mut lesson = Roofline::new(&gpu, ceilings, other_points, notes)?;
+    startup.mark("kernels compiled");
+    let report = run_lesson(&gpu, &mut lesson, &args.common.options(&startup))?;
+    let view = RooflineReport::from_report(&report).map_err(anyhow::Error::msg)?;
     if let Some(path) = &args.common.json {
         report.write_json(path)?;
         println!("wrote {}", path.display());
     }
-    finish(&report, args)
+    finish(&report, &view, args)
 }
 
-/// Print the tables, draw the plot, and fail on points above their roof or unverified.
-fn finish(report: &RooflineReport, args: &Args) -> anyhow::Result<ExitCode> {
+/// Print the report, draw the plot, and fail on points above their roof or unverified.
+fn finish(report: &LessonReport, view: &RooflineReport, args: &Args) -> anyhow::Result<ExitCode> {
     print!("{}", report.markdown());
-    let (svg, png) = plot::render(report, &args.out).map_err(anyhow::Error::msg)?;
+    let (svg, png) = plot::render(view, &args.out).map_err(anyhow::Error::msg)?;
     println!("plot: {} and {}", svg.display(), png.display());
-    let problems = report.problems();
+    let problems = view.problems();
     for p in &problems {
         eprintln!("error: {p}");
     }
-    Ok(if problems.is_empty() {
+    Ok(if problems.is_empty() && report.all_passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// The ch1-intensity result for this GPU: the given file, the committed one, or a fresh run.
-fn intensity_report(args: &Args, device: &DeviceInfo) -> Result<(LessonReport, String), String> {
+/// The ch1-intensity result for this GPU and where it came from: the given file, the committed
+/// one, or a fresh run; None (with a note saying why) when there is none to place.
+fn intensity_report(
+    args: &Args,
+    device: &DeviceInfo,
+    notes: &mut Vec<String>,
+) -> Option<(LessonReport, String)> {
     let committed = PathBuf::from("results")
         .join(device.model_slug())
         .join("ch1-intensity.json");
-    let path = match &args.intensity_json {
-        Some(p) => p.clone(),
-        None if committed.exists() => committed,
-        None => return run_intensity(args.common.device),
+    let found = match &args.intensity_json {
+        Some(p) => read_intensity(p, device),
+        None if committed.exists() => read_intensity(&committed, device).or_else(|why| {
+            notes.push(format!("{} not used: {why}", committed.display()));
+            run_intensity(args.common.device)
+        }),
+        None => run_intensity(args.common.device),
     };
-    read_intensity(&path, device)
+    found
+        .map_err(|why| notes.push(format!("ch1-intensity variants left out: {why}")))
+        .ok()
 }
 
 fn read_intensity(path: &Path, device: &DeviceInfo) -> Result<(LessonReport, String), String> {
@@ -131,7 +136,8 @@ fn run_intensity(device: usize) -> Result<(LessonReport, String), String> {
         std::process::id()
     ));
     let status = Command::new(&bin)
-        .args(["--n", "64M", "--device", &device.to_string(), "--json"])
+        .args(["--elements", INTENSITY_ELEMENTS])
+        .args(["--device", &device.to_string(), "--json"])
         .arg(&out)
         .stdout(Stdio::null())
         .status()
@@ -141,32 +147,26 @@ fn run_intensity(device: usize) -> Result<(LessonReport, String), String> {
     }
     let report = LessonReport::read_json(&out).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&out);
-    Ok((report, "measured now by ch1-intensity --n 64M (hot)".into()))
+    Ok((
+        report,
+        format!("measured now by ch1-intensity --elements {INTENSITY_ELEMENTS}"),
+    ))
 }
 
-/// Each verified, timed ch1-intensity variant as a point against the FP32 roof.
+/// Each verified, timed ch1-intensity variant as a point against the roof of its precision,
+/// in a family that says whether it was timed hot or cold.
 pub fn intensity_points(report: &LessonReport, roofs: &Roofs, source: &str) -> Vec<Point> {
-    let Some(fp32) = roofs.compute_roof("fp32") else {
-        return Vec::new();
-    };
     report
         .variants
         .iter()
         .filter(|v| v.status == Status::Ok)
         .filter_map(|v| {
-            let m = v.measurement.as_ref()?;
-            let t = Summary::of(&m.samples_s)?;
-            Some(Point::place(
-                "ch1-intensity variants (hot)",
-                &format!("intensity {}", v.name),
-                v.precision,
-                fp32,
-                roofs.memory_gbps,
-                v.work,
-                t,
-                Some(v.verification.clone()),
-                source,
-            ))
+            let cold = v.measurement.as_ref()?.cold;
+            let family = format!(
+                "ch1-intensity variants ({})",
+                if cold { "cold" } else { "hot" }
+            );
+            Point::of_variant(v, &family, &format!("intensity {}", v.name), roofs, source)
         })
         .collect()
 }

@@ -13,10 +13,13 @@
 //!   low, large ones run into their ceilings;
 //! - the five ch1-intensity variants, read from their result file.
 //!
-//! Every point is checked against a float64 reference and held to L2-flushed (cold) timing; a
-//! point above its roof beyond the noise is a counting error and fails the run.
+//! The operations are the variants of one lesson ([lesson::Roofline]) that the harness's runner
+//! checks against float64 references and times with L2 flushed (cold); the ceilings, roofs and
+//! placed points are the report's sections. A point above its roof beyond the noise is a
+//! counting error and fails the run.
 
 pub mod cli;
+pub mod lesson;
 pub mod model;
 pub mod ops;
 pub mod plot;

@@ -1,19 +1,12 @@
-//! The operations placed on the roofline, measured on the GPU with L2 flushed before every
-//! sample (so each point is held to DRAM, not to L2) and checked against float64 references.
+//! The operations placed on the roofline: what each computes, the work it does, and how its
+//! output is checked against float64 (sampled elements for the elementwise ones; the GEMMs
+//! check sampled dot products through `GemmProblem`). [crate::lesson] runs them.
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
-
-use common::bench::{measure, BenchConfig, Timer};
 use common::blas::{GemmPrecision, GemmProblem};
 use common::counters::Work;
-use common::error::CudaContext as _;
-use common::gpu::Gpu;
-use common::kernels::{self, KernelSource};
-use common::stats::Summary;
+use common::error::human_bytes;
+use common::kernels::KernelSource;
 use common::verify::{Precision, Rng, Verification};
-use common::Result;
-
-use crate::report::{Point, Roofs};
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "roofline",
@@ -26,9 +19,15 @@ pub const POLY_SIZE: u64 = 64 << 20;
 pub const POLY_DEGREES: [u32; 6] = [1, 4, 16, 64, 256, 1024];
 pub const SGEMM_SIZES: [usize; 6] = [256, 512, 1024, 2048, 4096, 8192];
 pub const BF16_SIZES: [usize; 4] = [1024, 2048, 4096, 8192];
-const SAXPY_ALPHA: f32 = 0.5;
+pub const SAXPY_ALPHA: f32 = 0.5;
 /// Entries compared against float64 per elementwise check (plus an all-finite scan).
-const CHECK_SAMPLES: usize = 1 << 20;
+pub const CHECK_SAMPLES: usize = 1 << 20;
+/// Entries of C compared against float64 dot products per GEMM.
+pub const GEMM_CHECK_SAMPLES: usize = 256;
+/// Seed of the GEMMs' inputs.
+pub const GEMM_SEED: u64 = 31;
+/// What the measured points' source column says.
+pub const MEASURED: &str = "measured (cold)";
 
 /// Coefficient j of the lesson's polynomial, exactly as the kernel computes it.
 pub fn poly_coef(j: u32) -> f32 {
@@ -69,283 +68,142 @@ pub fn sampled_check(
     v
 }
 
-struct Elementwise {
-    a: CudaSlice<f32>,
-    b: CudaSlice<f32>,
-    c: CudaSlice<f32>,
-    a_host: Vec<f32>,
-    b_host: Vec<f32>,
-    add: CudaFunction,
-    mul: CudaFunction,
-    saxpy: CudaFunction,
-    poly: Vec<(u32, CudaFunction)>,
-    sm_count: u32,
+/// What an operation computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// c = a + b
+    Add,
+    /// c = a * b
+    Mul,
+    /// y = alpha * x + y, in place
+    Saxpy,
+    /// out = P_D(x)
+    Poly(u32),
+    /// C = A * B, square, through cuBLAS
+    Gemm(GemmPrecision, usize),
 }
 
-impl Elementwise {
-    fn new(gpu: &Gpu, n: u64) -> Result<Elementwise> {
-        gpu.check_fits("three vectors for the elementwise points", 12 * n)?;
-        common::gpu::check_host_fits("the elementwise inputs", 8 * n)?;
-        let module = kernels::load(gpu, KERNELS, &[])?;
-        let a_host = common::verify::uniform_f32(21, n as usize, -0.9, 0.9);
-        let b_host = common::verify::normal_f32(22, n as usize, 1.0);
-        Ok(Elementwise {
-            a: gpu.upload(&a_host, "vector a")?,
-            b: gpu.upload(&b_host, "vector b")?,
-            c: gpu.alloc(n as usize, "vector c")?,
-            a_host,
-            b_host,
-            add: module.function("vector_add4")?,
-            mul: module.function("vector_mul4")?,
-            saxpy: module.function("saxpy4")?,
-            poly: POLY_DEGREES
-                .iter()
-                .map(|&d| Ok((d, module.function(&format!("poly_{d}"))?)))
-                .collect::<Result<_>>()?,
-            sm_count: gpu.info.sm_count,
-        })
+/// One operation on the roofline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op {
+    pub kind: Kind,
+    /// Elements of an elementwise operation (0 for a GEMM).
+    pub n: u64,
+    pub family: &'static str,
+    pub label: String,
+    /// Why it is not measured, decided before the run (vectors larger than free memory).
+    pub left_out: Option<String>,
+}
+
+impl Op {
+    pub fn precision(&self) -> Precision {
+        match self.kind {
+            Kind::Gemm(p, _) => p.precision(),
+            _ => Precision::Fp32,
+        }
     }
 
-    fn cfg(&self, n4: u64) -> LaunchConfig {
-        let blocks = n4.div_ceil(256).min(self.sm_count as u64 * 16).max(1) as u32;
-        LaunchConfig {
-            grid_dim: (blocks, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+    pub fn work(&self) -> Work {
+        let n = self.n;
+        match self.kind {
+            Kind::Add | Kind::Mul => Work::elementwise_f32(n, 2, 1, 1),
+            Kind::Saxpy => Work::elementwise_f32(n, 2, 1, 2),
+            Kind::Poly(d) => Work::elementwise_f32(n, 1, 1, 2 * d as u64),
+            Kind::Gemm(p, s) => GemmProblem::work_of(s, s, s, p),
+        }
+    }
+
+    pub fn description(&self) -> String {
+        match self.kind {
+            Kind::Add => "c = a + b, float4 loads, grid-stride".into(),
+            Kind::Mul => "c = a * b, float4 loads, grid-stride".into(),
+            Kind::Saxpy => format!("y = {SAXPY_ALPHA} x + y in place, one FMA per element"),
+            Kind::Poly(d) => format!("P_{d}(x) by Horner's rule: {d} FMAs per 8 bytes"),
+            Kind::Gemm(p, s) => format!("{s}^3 {p:?} GEMM, cuBLAS GemmEx"),
+        }
+    }
+
+    pub fn tolerance(&self) -> f64 {
+        match self.kind {
+            Kind::Gemm(p, _) => p.tolerance(),
+            _ => Precision::Fp32.tolerance(),
         }
     }
 }
 
-/// One op's timing: cold, the given stop rule.
-fn time(
-    gpu: &Gpu,
-    timer: &mut Timer,
-    cfg: &BenchConfig,
-    run: &mut dyn FnMut() -> Result<()>,
-) -> Result<Summary> {
-    let m = measure(gpu, timer, cfg, run)?;
-    Summary::of(&m.samples_s).ok_or_else(|| common::Error::invalid("no valid samples"))
+/// Three vectors of `n` floats fit when they take under half the free memory.
+pub fn vectors_fit(n: u64, free: u64) -> bool {
+    12 * n < free / 2
 }
 
-/// Measure every operation; `skip_large` leaves out sizes that do not fit (with a note).
-pub fn measure_points(
-    gpu: &Gpu,
-    timer: &mut Timer,
-    cfg: &BenchConfig,
-    roofs: &Roofs,
-    notes: &mut Vec<String>,
-) -> Result<Vec<Point>> {
-    let mut points = Vec::new();
-    let fp32 = roofs.compute_roof("fp32").expect("fp32 roof").clone();
-    let bw = roofs.memory_gbps;
-    let source = "measured (cold)";
-    let (free, _) = gpu.memory()?;
-    let max_n = VECTOR_SIZES
-        .iter()
-        .copied()
-        .filter(|n| 12 * n < free / 2)
-        .max()
-        .unwrap_or(VECTOR_SIZES[0]);
-    for n in VECTOR_SIZES.iter().filter(|&&n| n > max_n) {
-        notes.push(format!(
-            "vector sizes of {}M left out: not enough free device memory",
-            n >> 20
-        ));
-    }
-    let mut e = Elementwise::new(gpu, max_n)?;
-    let stream = gpu.stream.clone();
-
-    // c = a + b, c = a * b
-    for (family, short, is_add) in [
-        ("vector add", "add", true),
-        ("vector multiply", "mul", false),
+/// Every operation, the elementwise ones sized for `max_n` elements at most (sizes above it are
+/// left out, the single-size ones shrink to it).
+pub fn operations(max_n: u64, free: u64) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for (kind, family, short) in [
+        (Kind::Add, "vector add", "add"),
+        (Kind::Mul, "vector multiply", "mul"),
     ] {
-        for &n in VECTOR_SIZES.iter().filter(|&&n| n <= max_n) {
-            let n4 = n / 4;
-            let lc = e.cfg(n4);
-            let f = if is_add { e.add.clone() } else { e.mul.clone() };
-            let run = |e: &mut Elementwise| -> Result<()> {
-                let (a, b) = (e.a.slice(..n as usize), e.b.slice(..n as usize));
-                let mut c = e.c.slice_mut(..n as usize);
-                // SAFETY: (const float4*, const float4*, float4*, u64) over n4 vectors.
-                unsafe {
-                    stream
-                        .launch_builder(&f)
-                        .arg(&a)
-                        .arg(&b)
-                        .arg(&mut c)
-                        .arg(&n4)
-                        .launch(lc)
-                }
-                .cuda(family)?;
-                Ok(())
-            };
-            gpu.poison(&mut e.c)?;
-            run(&mut e)?;
-            let got = gpu.download(&e.c)?;
-            let (ah, bh) = (&e.a_host, &e.b_host);
-            let v = sampled_check(
-                &got[..n as usize],
-                |i| {
-                    if is_add {
-                        ah[i] as f64 + bh[i] as f64
-                    } else {
-                        ah[i] as f64 * bh[i] as f64
-                    }
-                },
-                Precision::Fp32.tolerance(),
-            );
-            let t = time(gpu, timer, cfg, &mut || run(&mut e))?;
-            points.push(Point::place(
+        for n in VECTOR_SIZES {
+            ops.push(Op {
+                kind,
+                n,
                 family,
-                &format!("{short} {}M", n >> 20),
-                Precision::Fp32,
-                &fp32,
-                bw,
-                Work::elementwise_f32(n, 2, 1, 1),
-                t,
-                Some(v),
-                source,
-            ));
+                label: format!("{short} {}M", n >> 20),
+                left_out: (n > max_n).then(|| {
+                    format!(
+                        "three vectors of {}M floats need {}, more than half the {} free",
+                        n >> 20,
+                        human_bytes(12 * n),
+                        human_bytes(free)
+                    )
+                }),
+            });
         }
     }
-
-    // y = alpha * x + y, in place: check one run from fresh inputs, then time.
-    {
-        let n = SAXPY_SIZE.min(max_n);
-        let n4 = n / 4;
-        let lc = e.cfg(n4);
-        let f = e.saxpy.clone();
-        let run = |e: &mut Elementwise| -> Result<()> {
-            let x = e.a.slice(..n as usize);
-            let mut y = e.b.slice_mut(..n as usize);
-            // SAFETY: saxpy4(float, const float4*, float4*, u64) over n4 vectors.
-            unsafe {
-                stream
-                    .launch_builder(&f)
-                    .arg(&SAXPY_ALPHA)
-                    .arg(&x)
-                    .arg(&mut y)
-                    .arg(&n4)
-                    .launch(lc)
-            }
-            .cuda("saxpy4")?;
-            Ok(())
-        };
-        run(&mut e)?;
-        let got = gpu.download(&e.b)?;
-        let (ah, bh) = (&e.a_host, &e.b_host);
-        let v = sampled_check(
-            &got[..n as usize],
-            |i| SAXPY_ALPHA as f64 * ah[i] as f64 + bh[i] as f64,
-            Precision::Fp32.tolerance(),
-        );
-        let t = time(gpu, timer, cfg, &mut || run(&mut e))?;
-        points.push(Point::place(
-            "SAXPY",
-            &format!("saxpy {}M", n >> 20),
-            Precision::Fp32,
-            &fp32,
-            bw,
-            Work::elementwise_f32(n, 2, 1, 2),
-            t,
-            Some(v),
-            source,
-        ));
+    let n = SAXPY_SIZE.min(max_n);
+    ops.push(Op {
+        kind: Kind::Saxpy,
+        n,
+        family: "SAXPY",
+        label: format!("saxpy {}M", n >> 20),
+        left_out: None,
+    });
+    let n = POLY_SIZE.min(max_n);
+    for d in POLY_DEGREES {
+        ops.push(Op {
+            kind: Kind::Poly(d),
+            n,
+            family: "polynomial (fused Horner)",
+            label: format!("poly D={d}"),
+            left_out: None,
+        });
     }
-
-    // out = P_D(x): one fused expression whose intensity walks across the ridge.
-    {
-        let n = POLY_SIZE.min(max_n);
-        let n4 = n / 4;
-        let lc = e.cfg(n4);
-        for (d, f) in e.poly.clone() {
-            let run = |e: &mut Elementwise| -> Result<()> {
-                let x = e.a.slice(..n as usize);
-                let mut out = e.c.slice_mut(..n as usize);
-                // SAFETY: poly_D(const float4*, float4*, u64) over n4 vectors.
-                unsafe {
-                    stream
-                        .launch_builder(&f)
-                        .arg(&x)
-                        .arg(&mut out)
-                        .arg(&n4)
-                        .launch(lc)
-                }
-                .cuda("poly")?;
-                Ok(())
-            };
-            gpu.poison(&mut e.c)?;
-            run(&mut e)?;
-            let got = gpu.download(&e.c)?;
-            let ah = &e.a_host;
-            let v = sampled_check(
-                &got[..n as usize],
-                |i| poly_reference(ah[i], d),
-                Precision::Fp32.tolerance(),
-            );
-            let t = time(gpu, timer, cfg, &mut || run(&mut e))?;
-            points.push(Point::place(
-                "polynomial (fused Horner)",
-                &format!("poly D={d}"),
-                Precision::Fp32,
-                &fp32,
-                bw,
-                Work::elementwise_f32(n, 1, 1, 2 * d as u64),
-                t,
-                Some(v),
-                source,
-            ));
-        }
-    }
-    drop(e);
-
-    // GEMMs through cuBLAS.
-    let blas = common::blas::handle(gpu)?;
-    let bf16 = roofs.compute_roof("bf16").expect("bf16 roof").clone();
-    for (precision, sizes, roof, family, short) in [
+    for (precision, sizes, family, short) in [
         (
             GemmPrecision::Fp32,
             &SGEMM_SIZES[..],
-            &fp32,
             "SGEMM fp32 (cuBLAS)",
             "sgemm",
         ),
         (
             GemmPrecision::Bf16,
             &BF16_SIZES[..],
-            &bf16,
             "GEMM bf16 (cuBLAS)",
             "bf16",
         ),
     ] {
         for &s in sizes {
-            let mut p = match GemmProblem::new(gpu, s, s, s, precision, 31) {
-                Ok(p) => p,
-                Err(err) if err.is_out_of_memory() => {
-                    notes.push(format!("{short} {s} left out: {err}"));
-                    continue;
-                }
-                Err(err) => return Err(err),
-            };
-            p.poison(gpu)?;
-            p.run(gpu, &blas)?;
-            let v = p.check_sampled(gpu, 256)?;
-            let t = time(gpu, timer, cfg, &mut || p.run(gpu, &blas))?;
-            points.push(Point::place(
+            ops.push(Op {
+                kind: Kind::Gemm(precision, s),
+                n: 0,
                 family,
-                &format!("{short} {s}"),
-                precision.precision(),
-                roof,
-                bw,
-                p.work(),
-                t,
-                Some(v),
-                source,
-            ));
+                label: format!("{short} {s}"),
+                left_out: None,
+            });
         }
     }
-    Ok(points)
+    ops
 }
 
 #[cfg(test)]
@@ -375,5 +233,49 @@ mod tests {
         got[12345] = 2.0;
         let wrong = sampled_check(&got, |_| 2.5, 1e-5);
         assert!(!wrong.passed);
+    }
+
+    #[test]
+    fn every_operation_once_with_its_work() {
+        let ops = operations(256 << 20, 1 << 40);
+        assert_eq!(ops.len(), 23);
+        let labels: Vec<&str> = ops.iter().map(|o| o.label.as_str()).collect();
+        let mut unique = labels.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), labels.len(), "labels name groups: {labels:?}");
+        assert!(ops.iter().all(|o| o.left_out.is_none()));
+        let by = |label: &str| ops.iter().find(|o| o.label == label).unwrap();
+        // 1 FLOP per 12 bytes, 2 per 12, 2D per 8.
+        assert_eq!(by("add 64M").work().bytes(), 12 * (64 << 20));
+        assert_eq!(by("saxpy 64M").work().flops, 2 * (64 << 20));
+        assert!((by("poly D=16").work().intensity() - 4.0).abs() < 1e-12);
+        let bf16 = by("bf16 4096");
+        assert_eq!(bf16.precision(), Precision::Bf16);
+        assert_eq!(bf16.work().bytes(), 2 * 3 * 4096 * 4096);
+        assert_eq!(by("sgemm 256").tolerance(), 1e-4);
+        assert_eq!(by("mul 16M").tolerance(), 1e-5);
+    }
+
+    #[test]
+    fn vectors_beyond_free_memory_are_left_out_and_the_rest_shrink() {
+        // 2 GiB free: three 64M vectors (768 MiB) fit under half of it, 256M ones do not.
+        let free = 2u64 << 30;
+        assert!(vectors_fit(64 << 20, free) && !vectors_fit(256 << 20, free));
+        let ops = operations(64 << 20, free);
+        let left_out: Vec<&str> = ops
+            .iter()
+            .filter(|o| o.left_out.is_some())
+            .map(|o| o.label.as_str())
+            .collect();
+        assert_eq!(left_out, ["add 256M", "mul 256M"]);
+        let why = ops[2].left_out.as_deref().unwrap();
+        assert!(
+            why.contains("3.00 GiB") && why.contains("2.00 GiB free"),
+            "{why}"
+        );
+        let small = operations(16 << 20, 1 << 30);
+        let saxpy = small.iter().find(|o| o.kind == Kind::Saxpy).unwrap();
+        assert_eq!((saxpy.n, saxpy.label.as_str()), (16 << 20, "saxpy 16M"));
     }
 }

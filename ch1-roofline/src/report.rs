@@ -1,21 +1,25 @@
-//! The roofline's result document: ceilings with how they were measured, the roofs drawn,
-//! every operation as a point, and the checks. Written as versioned JSON; `--from-json` reads
-//! it back to re-draw without a GPU.
-
-use std::path::Path;
+//! The roofline's figures: the roofs drawn from the measured ceilings, every operation placed as
+//! a point against its roof, and the sections they make in the lesson's report (ceilings, roofs
+//! and points, as tables and in `data`). [RooflineReport] is the view the plot and the checks
+//! read, built from that report, so `--from-json` re-draws a saved run with no GPU.
 
 use serde::{Deserialize, Serialize};
 
 use common::ceilings::DeviceCeilings;
 use common::counters::Work;
 use common::gpu::DeviceInfo;
-use common::report::{write_atomically, Provenance};
+use common::report::{LessonReport, Section, Status, VariantReport};
 use common::stats::Summary;
+use common::table::{cell, format_ms, percent, Table};
 use common::verify::{Precision, Verification};
 
 use crate::model::{self, Bound};
 
-pub const ROOFLINE_SCHEMA_VERSION: u32 = 1;
+/// The lesson's name in its report.
+pub const LESSON: &str = "ch1-roofline";
+pub const CEILINGS_TITLE: &str = "Ceilings (measured)";
+pub const ROOFS_TITLE: &str = "Roofs";
+pub const OPERATIONS_TITLE: &str = "Operations";
 
 /// A compute ceiling as drawn: its key (points name the roof they are held to), label and
 /// ridge point against the memory roof.
@@ -39,6 +43,16 @@ impl Roofs {
     pub fn compute_roof(&self, key: &str) -> Option<&ComputeRoof> {
         self.compute.iter().find(|r| r.key == key)
     }
+
+    /// The roof an operation computing in `precision` is held to: FP32 on CUDA cores, TF32 and
+    /// BF16 (fp16 too) on tensor cores.
+    pub fn for_precision(&self, precision: Precision) -> Option<&ComputeRoof> {
+        self.compute_roof(match precision {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 | Precision::Fp16 => "bf16",
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,7 +65,8 @@ pub struct Point {
     /// Key of the compute roof this operation is held to.
     pub roof: String,
     pub work: Work,
-    pub time_s: Summary,
+    /// Milliseconds per run.
+    pub time_ms: Summary,
     pub intensity: f64,
     pub gflops: f64,
     pub gbps: f64,
@@ -59,6 +74,7 @@ pub struct Point {
     pub fraction_of_roof: f64,
     pub bound: Bound,
     pub above_roof: bool,
+    /// The check that decides: the first that failed, else the one with the largest error.
     pub verification: Option<Verification>,
     /// "measured (cold)" or the result file it was read from.
     pub source: String,
@@ -74,11 +90,11 @@ impl Point {
         roof: &ComputeRoof,
         memory_gbps: f64,
         work: Work,
-        time_s: Summary,
+        time_ms: Summary,
         verification: Option<Verification>,
         source: &str,
     ) -> Point {
-        let t = work.throughput(time_s.median);
+        let t = work.throughput(time_ms.median / 1e3);
         let attainable = model::attainable(t.intensity, roof.gflops, memory_gbps);
         // A point that moves no FLOPs is judged by bandwidth alone.
         let (achieved, limit) = if work.flops == 0 {
@@ -98,11 +114,38 @@ impl Point {
             attainable_gflops: attainable,
             fraction_of_roof: achieved / limit,
             bound: model::bound(t.intensity, roof.gflops, memory_gbps),
-            above_roof: model::above_roof(achieved, limit, time_s.rel_stddev),
-            time_s,
+            above_roof: model::above_roof(achieved, limit, time_ms.rel_stddev),
+            time_ms,
             verification,
             source: source.to_string(),
         }
+    }
+
+    /// A verified, timed variant as a point under the roof of its precision; `family` and
+    /// `label` name it on the plot. None when it has no time or no roof to be held to.
+    pub fn of_variant(
+        v: &VariantReport,
+        family: &str,
+        label: &str,
+        roofs: &Roofs,
+        source: &str,
+    ) -> Option<Point> {
+        if v.status != Status::Ok {
+            return None;
+        }
+        let time_ms = v.time_ms.clone()?;
+        let roof = roofs.for_precision(v.precision)?;
+        Some(Point::place(
+            family,
+            label,
+            v.precision,
+            roof,
+            roofs.memory_gbps,
+            v.work,
+            time_ms,
+            deciding_check(&v.checks),
+            source,
+        ))
     }
 
     pub fn verified(&self) -> bool {
@@ -110,29 +153,174 @@ impl Point {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The check that decides a variant: the first that failed, else the one with the largest error.
+fn deciding_check(checks: &[Verification]) -> Option<Verification> {
+    checks
+        .iter()
+        .find(|c| !c.passed)
+        .or_else(|| {
+            checks
+                .iter()
+                .max_by(|a, b| a.rel_l2_error.total_cmp(&b.rel_l2_error))
+        })
+        .cloned()
+}
+
+/// The roofline lesson's own operations as points: each variant's group is the operation
+/// ("add 64M"), its name the family ("vector add").
+pub fn place_operations(variants: &[VariantReport], roofs: &Roofs, source: &str) -> Vec<Point> {
+    variants
+        .iter()
+        .filter_map(|v| Point::of_variant(v, &v.name, &v.group, roofs, source))
+        .collect()
+}
+
+/// The ceilings, the roofs and the points as the lesson's sections: tables for the reader, the
+/// same figures in `data` for [RooflineReport::from_report].
+pub fn sections(
+    ceilings: &DeviceCeilings,
+    roofs: &Roofs,
+    points: &[Point],
+    notes: &[String],
+) -> Vec<Section> {
+    let mut c = Section::new(CEILINGS_TITLE);
+    let mut table = Table::new()
+        .left("ceiling")
+        .right("measured")
+        .right("datasheet-style")
+        .left("how");
+    for (name, ceiling) in ceilings.named() {
+        table.row(vec![
+            name.to_string(),
+            format!("{:.0} {}", ceiling.value, ceiling.unit),
+            cell(ceiling.theoretical.as_ref(), |t| {
+                format!("{:.0} {} ({})", t.value, ceiling.unit, t.basis)
+            }),
+            ceiling.method.clone(),
+        ]);
+    }
+    c.table = Some(table);
+    c.data = serde_json::to_value(ceilings).expect("ceilings serialize");
+
+    let mut r = Section::new(ROOFS_TITLE);
+    let mut table = Table::new()
+        .left("compute roof")
+        .right("GFLOP/s")
+        .right("ridge point (FLOP/byte)");
+    for roof in &roofs.compute {
+        table.row(vec![
+            roof.name.clone(),
+            format!("{:.0}", roof.gflops),
+            format!("{:.2}", roof.ridge_flop_per_byte),
+        ]);
+    }
+    r.table = Some(table);
+    r.lines.push(format!(
+        "memory roof: {} = {:.0} GB/s",
+        roofs.memory_name, roofs.memory_gbps
+    ));
+    r.data = serde_json::to_value(roofs).expect("roofs serialize");
+
+    let mut o = Section::new(OPERATIONS_TITLE);
+    let mut table = Table::new()
+        .left("op")
+        .left("precision")
+        .right("FLOP/byte")
+        .right("median")
+        .right("GFLOP/s")
+        .right("GB/s")
+        .left("bound")
+        .right("% of roof")
+        .left("verified")
+        .left("source");
+    for p in points {
+        let verified = match &p.verification {
+            Some(v) if v.passed => format!("ok ({:.0e})", v.rel_l2_error),
+            Some(_) => "FAILED".to_string(),
+            None => "in source".to_string(),
+        };
+        table.row(vec![
+            p.label.clone(),
+            p.precision.label().to_string(),
+            format!("{:.3}", p.intensity),
+            format_ms(p.time_ms.median),
+            format!("{:.1}", p.gflops),
+            format!("{:.0}", p.gbps),
+            format!("{:?}", p.bound),
+            format!(
+                "{}{}",
+                percent(p.fraction_of_roof),
+                if p.above_roof { " ABOVE ROOF" } else { "" }
+            ),
+            verified,
+            p.source.clone(),
+        ]);
+    }
+    o.table = Some(table);
+    o.lines = notes.iter().map(|n| format!("note: {n}")).collect();
+    o.data = serde_json::json!({ "points": points, "notes": notes });
+    vec![c, r, o]
+}
+
+/// What the plot and the checks read: the device, the ceilings and roofs, every placed point,
+/// the notes, and the variants that failed their checks.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RooflineReport {
-    pub schema_version: u32,
     pub device: DeviceInfo,
-    pub provenance: Provenance,
     pub ceilings: DeviceCeilings,
     pub roofs: Roofs,
     pub points: Vec<Point>,
-    /// Notes on what was left out and why (e.g. no ch1-intensity results for this GPU).
+    /// What was left out and why (e.g. no ch1-intensity results for this GPU).
     pub notes: Vec<String>,
+    /// Ids of the variants whose output did not verify.
+    pub failed: Vec<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// Missing, unreadable, not JSON, another schema version or not a roofline result.
-    #[error("{0}")]
-    Read(String),
-    #[error("{path}: could not write: {message}")]
-    Write { path: String, message: String },
+#[derive(Deserialize)]
+struct OperationsData {
+    points: Vec<Point>,
+    #[serde(default)]
+    notes: Vec<String>,
 }
 
 impl RooflineReport {
-    /// Points over their roof (counting errors) or failing verification.
+    /// The view of a roofline lesson's report; the error says why it is not one.
+    pub fn from_report(report: &LessonReport) -> Result<RooflineReport, String> {
+        if report.lesson != LESSON {
+            return Err(format!(
+                "not a roofline result (it is a {} report)",
+                report.lesson
+            ));
+        }
+        fn data<T: serde::de::DeserializeOwned>(
+            report: &LessonReport,
+            title: &str,
+        ) -> Result<T, String> {
+            let s = report
+                .sections
+                .iter()
+                .find(|s| s.title == title)
+                .ok_or_else(|| format!("not a roofline result: no '{title}' section"))?;
+            serde_json::from_value(s.data.clone())
+                .map_err(|e| format!("not a roofline result: the '{title}' section: {e}"))
+        }
+        let operations: OperationsData = data(report, OPERATIONS_TITLE)?;
+        Ok(RooflineReport {
+            device: report.device.clone(),
+            ceilings: data(report, CEILINGS_TITLE)?,
+            roofs: data(report, ROOFS_TITLE)?,
+            points: operations.points,
+            notes: operations.notes,
+            failed: report
+                .variants
+                .iter()
+                .filter(|v| v.status == Status::Failed)
+                .map(VariantReport::id)
+                .collect(),
+        })
+    }
+
+    /// Points over their roof (counting errors) and anything that failed verification.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
         for p in &self.points {
@@ -147,81 +335,84 @@ impl RooflineReport {
                 out.push(format!("{}: FAILED verification", p.label));
             }
         }
+        for id in &self.failed {
+            out.push(format!("{id}: FAILED verification"));
+        }
         out
     }
+}
 
-    pub fn read_json(path: &Path) -> Result<RooflineReport, ReportError> {
-        common::report::read_versioned(
-            path,
-            ROOFLINE_SCHEMA_VERSION,
-            "a roofline result",
-            "re-run the roofline to regenerate it",
-        )
-        .map_err(|e| ReportError::Read(e.to_string()))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::verify::check;
+
+    fn roofs() -> Roofs {
+        let roof = |key: &str, gflops: f64| ComputeRoof {
+            key: key.into(),
+            name: key.into(),
+            gflops,
+            ridge_flop_per_byte: gflops / 3000.0,
+        };
+        Roofs {
+            memory_name: "DRAM copy bandwidth".into(),
+            memory_gbps: 3000.0,
+            compute: vec![roof("fp32", 60_000.0), roof("bf16", 600_000.0)],
+        }
     }
 
-    pub fn write_json(&self, path: &Path) -> Result<(), ReportError> {
-        let json = serde_json::to_vec_pretty(self).expect("report serializes");
-        write_atomically(path, &json).map_err(|e| ReportError::Write {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
-    }
-
-    /// The tables: ceilings, roofs with ridge points, and every point.
-    pub fn markdown(&self) -> String {
-        let d = &self.device;
-        let mut out = format!(
-            "## ch1-roofline on {} (sm_{}{}, {} SMs, driver {}, CUDA {})\n\n### Ceilings (measured)\n\n| ceiling | measured | datasheet-style | how |\n|---|---:|---:|---|\n",
-            d.name, d.compute_capability.0, d.compute_capability.1, d.sm_count, d.driver_version, d.cuda_driver_version
+    fn variant(ms: f64, checks: Vec<Verification>, precision: Precision) -> VariantReport {
+        let mut v = VariantReport::checked(
+            "vector add",
+            "c = a + b",
+            precision,
+            checks,
+            Work::elementwise_f32(1 << 20, 2, 1, 1),
         );
-        for (name, c) in self.ceilings.named() {
-            let theory = c
-                .theoretical
-                .as_ref()
-                .map(|t| format!("{:.0} {} ({})", t.value, c.unit, t.basis))
-                .unwrap_or_else(|| "-".into());
-            out.push_str(&format!(
-                "| {name} | {:.0} {} | {theory} | {} |\n",
-                c.value, c.unit, c.method
-            ));
+        v.group = "add 1M".into();
+        if v.status == Status::Ok {
+            v.time_ms = Summary::of(&[ms, ms]);
         }
-        out.push_str(&format!(
-            "\nmemory roof: {} = {:.0} GB/s\n\n| compute roof | GFLOP/s | ridge point (FLOP/byte) |\n|---|---:|---:|\n",
-            self.roofs.memory_name, self.roofs.memory_gbps
-        ));
-        for r in &self.roofs.compute {
-            out.push_str(&format!(
-                "| {} | {:.0} | {:.2} |\n",
-                r.name, r.gflops, r.ridge_flop_per_byte
-            ));
-        }
-        out.push_str("\n### Operations\n\n| op | precision | FLOP/byte | median | GFLOP/s | GB/s | bound | % of roof | verified | source |\n|---|---|---:|---:|---:|---:|---|---:|---|---|\n");
-        for p in &self.points {
-            let verified = match &p.verification {
-                Some(v) if v.passed => format!("ok ({:.0e})", v.rel_l2_error),
-                Some(_) => "FAILED".to_string(),
-                None => "in source".to_string(),
-            };
-            out.push_str(&format!(
-                "| {} | {} | {:.3} | {} | {:.1} | {:.0} | {:?} | {:.1}%{} | {} | {} |\n",
-                p.label,
-                p.precision.label(),
-                p.intensity,
-                common::report::format_ms(p.time_s.median * 1e3),
-                p.gflops,
-                p.gbps,
-                p.bound,
-                100.0 * p.fraction_of_roof,
-                if p.above_roof { " ABOVE ROOF" } else { "" },
-                verified,
-                p.source
-            ));
-        }
-        for n in &self.notes {
-            out.push_str(&format!("\nnote: {n}"));
-        }
-        out.push('\n');
-        out
+        v
+    }
+
+    #[test]
+    fn variants_are_placed_under_the_roof_of_their_precision() {
+        let ok = check(&[1.0f32], &[1.0], 1e-5, "ref");
+        // 12 MiB in 5 us: 2517 GB/s, 84% of the 3000 GB/s slope.
+        let v = variant(0.005, vec![ok.clone()], Precision::Fp32);
+        let p = &place_operations(&[v], &roofs(), "measured")[0];
+        assert_eq!(
+            (p.family.as_str(), p.label.as_str()),
+            ("vector add", "add 1M")
+        );
+        assert_eq!(p.roof, "fp32");
+        assert!((p.gbps - 2516.6).abs() < 0.1, "{}", p.gbps);
+        assert!((p.fraction_of_roof - p.gbps / 3000.0).abs() < 1e-9);
+        assert_eq!(p.bound, Bound::Memory);
+        assert!(!p.above_roof && p.verified());
+        let bf16 = variant(0.005, vec![ok.clone()], Precision::Bf16);
+        assert_eq!(place_operations(&[bf16], &roofs(), "m")[0].roof, "bf16");
+        // A roof that was not measured, or a variant that failed, places nothing.
+        let tf32 = variant(0.005, vec![ok], Precision::Tf32);
+        let failed = variant(
+            0.005,
+            vec![check(&[2.0f32], &[1.0], 1e-5, "ref")],
+            Precision::Fp32,
+        );
+        assert!(place_operations(&[tf32, failed], &roofs(), "m").is_empty());
+    }
+
+    #[test]
+    fn the_deciding_check_is_the_failure_or_the_worst() {
+        let good = check(&[1.0f32], &[1.0], 1e-5, "a");
+        let worse = check(&[1.000001f32], &[1.0], 1e-5, "b");
+        let bad = check(&[f32::NAN], &[1.0], 1e-5, "c").named("last product");
+        assert_eq!(
+            deciding_check(&[good.clone(), worse.clone()]),
+            Some(worse.clone())
+        );
+        assert_eq!(deciding_check(&[good, bad.clone(), worse]), Some(bad));
+        assert_eq!(deciding_check(&[]), None);
     }
 }

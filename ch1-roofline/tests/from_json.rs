@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ch1_roofline::report::{Point, RooflineReport, ROOFLINE_SCHEMA_VERSION};
+use ch1_roofline::report::{place_operations, sections, LESSON};
 use ch1_roofline::roofs_from;
 use common::ceilings::{Ceiling, DeviceCeilings};
 use common::counters::Work;
 use common::gpu::DeviceInfo;
-use common::report::Provenance;
+use common::report::{LessonReport, Provenance, VariantReport, SCHEMA_VERSION};
 use common::stats::Summary;
-use common::verify::Precision;
+use common::verify::{check, Precision};
 
 const BIN: &str = env!("CARGO_BIN_EXE_ch1-roofline");
 
@@ -45,58 +45,69 @@ fn ceiling(value: f64, unit: &str) -> Ceiling {
     }
 }
 
-/// A report shaped like a real run: the roofs, and points on both sides of the ridge.
-pub fn fixture() -> RooflineReport {
+fn ceilings() -> DeviceCeilings {
     let mut c = DeviceCeilings::empty(&device());
     c.copy_bandwidth = Some(ceiling(3000.0, "GB/s"));
     c.read_bandwidth = Some(ceiling(3100.0, "GB/s"));
     c.fp32_fma = Some(ceiling(60_000.0, "GFLOP/s"));
     c.gemm_tf32 = Some(ceiling(350_000.0, "GFLOP/s"));
     c.gemm_bf16 = Some(ceiling(650_000.0, "GFLOP/s"));
-    let roofs = roofs_from(&c).unwrap();
-    let fp32 = roofs.compute_roof("fp32").unwrap().clone();
-    let bf16 = roofs.compute_roof("bf16").unwrap().clone();
-    let mut points = Vec::new();
-    let mut add = |family: &str, label: &str, roof, work: Work, seconds: f64| {
-        points.push(Point::place(
-            family,
-            label,
-            Precision::Fp32,
-            roof,
-            3100.0,
-            work,
-            Summary::of(&[seconds, seconds * 1.001]).unwrap(),
-            None,
-            "fixture",
-        ));
-    };
+    c
+}
+
+/// An operation as the runner reports it: verified, timed at `seconds` per run (0.1% noise).
+fn variant(
+    family: &str,
+    label: &str,
+    precision: Precision,
+    work: Work,
+    seconds: f64,
+) -> VariantReport {
+    let ok = check(
+        &[1.0f32],
+        &[1.0],
+        1e-5,
+        "float64 reference at sampled elements",
+    );
+    let mut v = VariantReport::checked(family, "fixture", precision, vec![ok], work);
+    v.group = label.into();
+    let ms = seconds * 1e3;
+    v.time_ms = Summary::of(&[ms, ms * 1.001]);
+    v.throughput = Some(work.throughput(seconds));
+    v
+}
+
+/// Operations on both sides of the ridge, as a real run reports them.
+fn fixture_variants() -> Vec<VariantReport> {
+    let mut out = Vec::new();
     for n in [16u64 << 20, 64 << 20, 256 << 20] {
         let w = Work::elementwise_f32(n, 2, 1, 1);
-        add(
+        let t = w.bytes() as f64 / 2.9e12;
+        out.push(variant(
             "vector add",
             &format!("add {}M", n >> 20),
-            &fp32,
+            Precision::Fp32,
             w,
-            w.bytes() as f64 / 2.9e12,
-        );
-        add(
+            t,
+        ));
+        out.push(variant(
             "vector multiply",
             &format!("mul {}M", n >> 20),
-            &fp32,
+            Precision::Fp32,
             w,
-            w.bytes() as f64 / 2.9e12,
-        );
+            t,
+        ));
     }
     for d in [1u64, 4, 16, 64, 256, 1024] {
         let w = Work::elementwise_f32(64 << 20, 1, 1, 2 * d);
         let t = (w.bytes() as f64 / 2.9e12).max(w.flops as f64 / 55e12);
-        add(
+        out.push(variant(
             "polynomial (fused Horner)",
             &format!("poly D={d}"),
-            &fp32,
+            Precision::Fp32,
             w,
             t,
-        );
+        ));
     }
     for s in [1024u64, 4096, 8192] {
         let w = Work {
@@ -104,23 +115,38 @@ pub fn fixture() -> RooflineReport {
             bytes_written: 2 * s * s,
             flops: 2 * s * s * s,
         };
-        add(
+        out.push(variant(
             "GEMM bf16 (cuBLAS)",
             &format!("bf16 {s}"),
-            &bf16,
+            Precision::Bf16,
             w,
             w.flops as f64 / 500e12,
-        );
+        ));
     }
-    RooflineReport {
-        schema_version: ROOFLINE_SCHEMA_VERSION,
+    out
+}
+
+/// The roofline's report of `variants`: placed and written into sections by the lesson's own
+/// code.
+fn report_of(variants: Vec<VariantReport>) -> LessonReport {
+    let c = ceilings();
+    let roofs = roofs_from(&c).unwrap();
+    let points = place_operations(&variants, &roofs, "fixture");
+    LessonReport {
+        schema_version: SCHEMA_VERSION,
+        lesson: LESSON.into(),
         device: device(),
         provenance: Provenance::now(),
-        ceilings: c,
-        roofs,
-        points,
-        notes: vec!["fixture for tests".into()],
+        parameters: serde_json::json!({ "fixture": true }),
+        ceilings: Vec::new(),
+        variants,
+        sections: sections(&c, &roofs, &points, &["fixture for tests".into()]),
     }
+}
+
+/// A report shaped like a real run: the roofs, and points on both sides of the ridge.
+pub fn fixture() -> LessonReport {
+    report_of(fixture_variants())
 }
 
 fn temp(name: &str) -> PathBuf {
@@ -185,22 +211,13 @@ fn from_json_draws_svg_and_png_without_a_gpu() {
 fn a_point_above_its_roof_fails_the_run() {
     let dir = temp("above");
     let json = dir.join("roofline.json");
-    let mut r = fixture();
-    let roof = r.roofs.compute_roof("fp32").unwrap().clone();
+    let mut variants = fixture_variants();
     let w = Work::elementwise_f32(64 << 20, 2, 1, 1);
     // 20% faster than the memory roof allows: bytes were under-counted.
-    r.points.push(Point::place(
-        "vector add",
-        "miscounted",
-        Precision::Fp32,
-        &roof,
-        3100.0,
-        w,
-        Summary::of(&[w.bytes() as f64 / 3.72e12]).unwrap(),
-        None,
-        "fixture",
-    ));
-    r.write_json(&json).unwrap();
+    let mut miscounted = variant("vector add", "miscounted", Precision::Fp32, w, 1.0);
+    miscounted.time_ms = Summary::of(&[w.bytes() as f64 / 3.72e12 * 1e3]);
+    variants.push(miscounted);
+    report_of(variants).write_json(&json).unwrap();
     let (code, _, stderr) = run(&[
         "--from-json",
         json.to_str().unwrap(),
@@ -242,7 +259,7 @@ fn bad_from_json_files_are_clear_errors() {
 
     let old = dir.join("old.json");
     let mut v = serde_json::to_value(fixture()).unwrap();
-    v["schema_version"] = serde_json::json!(ROOFLINE_SCHEMA_VERSION + 7);
+    v["schema_version"] = serde_json::json!(SCHEMA_VERSION + 7);
     std::fs::write(&old, v.to_string()).unwrap();
     let (code, _, stderr) = run(&[
         "--from-json",
@@ -256,12 +273,11 @@ fn bad_from_json_files_are_clear_errors() {
         "{stderr}"
     );
 
+    // Another lesson's report of the same schema.
     let lesson = dir.join("lesson.json");
-    std::fs::write(
-        &lesson,
-        r#"{"schema_version": 1, "lesson": "ch1-intensity"}"#,
-    )
-    .unwrap();
+    let mut other = fixture();
+    other.lesson = "ch1-intensity".into();
+    other.write_json(&lesson).unwrap();
     let (code, _, stderr) = run(&[
         "--from-json",
         lesson.to_str().unwrap(),
@@ -270,6 +286,24 @@ fn bad_from_json_files_are_clear_errors() {
     ]);
     assert_eq!(code, 1);
     assert!(stderr.contains("not a roofline result"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+
+    // A roofline report without its points.
+    let partial = dir.join("partial.json");
+    let mut r = fixture();
+    r.sections.retain(|s| s.title != "Operations");
+    r.write_json(&partial).unwrap();
+    let (code, _, stderr) = run(&[
+        "--from-json",
+        partial.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("not a roofline result: no 'Operations' section"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 

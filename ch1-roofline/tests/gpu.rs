@@ -1,9 +1,13 @@
 //! GPU tests: `cargo test -p ch1-roofline -- --ignored` on a machine with an NVIDIA GPU.
 
-use ch1_roofline::{ops, roofs_from};
-use common::bench::{BenchConfig, Timer};
+use ch1_roofline::lesson::Roofline;
+use ch1_roofline::ops::MEASURED;
+use ch1_roofline::report::RooflineReport;
+use common::bench::Timer;
 use common::ceilings::{self, DeviceCeilings};
 use common::gpu::Gpu;
+use common::report::Status;
+use common::runner::{run_lesson, RunOptions};
 use common::stop::StopRule;
 
 fn values(c: &DeviceCeilings) -> Vec<(&'static str, f64)> {
@@ -18,7 +22,9 @@ fn ceilings_are_positive_verified_and_stable_across_two_runs() {
     let first = ceilings::measure_all(&gpu, &mut timer, true).unwrap();
     let second = ceilings::measure_all(&gpu, &mut timer, true).unwrap();
     let (a, b) = (values(&first), values(&second));
-    assert_eq!(a.len(), 9, "every ceiling measured: {a:?}");
+    // Copy, read, write; FP32 FMA, SGEMM, TF32, BF16; pinned and pageable host-to-device,
+    // pinned device-to-host.
+    assert_eq!(a.len(), 10, "every ceiling measured: {a:?}");
     for ((name, x), (_, y)) in a.iter().zip(&b) {
         assert!(*x > 0.0 && *y > 0.0, "{name}: {x} {y}");
         let spread = (x - y).abs() / x.max(*y);
@@ -47,22 +53,36 @@ fn ceilings_are_positive_verified_and_stable_across_two_runs() {
 #[ignore = "needs an NVIDIA GPU"]
 fn every_operation_verifies_and_sits_under_its_roof() {
     let gpu = Gpu::open(0).unwrap();
-    let mut timer = Timer::new(&gpu).unwrap();
-    let c = ceilings::measure_all(&gpu, &mut timer, false).unwrap();
-    let roofs = roofs_from(&c).unwrap();
-    let cfg = BenchConfig {
-        cold: true,
-        stop: StopRule::quick(),
-        ..BenchConfig::default()
+    let c = {
+        let mut timer = Timer::new(&gpu).unwrap();
+        ceilings::measure_all(&gpu, &mut timer, false).unwrap()
     };
-    let mut notes = Vec::new();
-    let points = ops::measure_points(&gpu, &mut timer, &cfg, &roofs, &mut notes).unwrap();
+    let mut lesson = Roofline::new(&gpu, c, Vec::new(), Vec::new()).unwrap();
+    let mut options = RunOptions::default();
+    options.bench.stop = StopRule::quick();
+    let report = run_lesson(&gpu, &mut lesson, &options).unwrap();
+    let view = RooflineReport::from_report(&report).unwrap();
+    let notes: Vec<String> = report
+        .variants
+        .iter()
+        .filter_map(|v| v.note.clone())
+        .collect();
     assert!(
-        points.len() >= 20,
+        view.points.len() >= 20,
         "{} points, notes {notes:?}",
-        points.len()
+        view.points.len()
     );
-    for p in &points {
+    for v in &report.variants {
+        assert_ne!(v.status, Status::Failed, "{}: {:?}", v.id(), v.checks);
+        let cold = v.measurement.as_ref().map(|m| m.cold);
+        assert!(
+            cold != Some(false),
+            "{}: every operation is timed cold",
+            v.id()
+        );
+    }
+    for p in &view.points {
+        assert_eq!(p.source, MEASURED);
         assert!(p.verified(), "{}: {:?}", p.label, p.verification);
         assert!(
             !p.above_roof,
@@ -71,4 +91,5 @@ fn every_operation_verifies_and_sits_under_its_roof() {
             100.0 * p.fraction_of_roof
         );
     }
+    assert!(view.problems().is_empty(), "{:?}", view.problems());
 }

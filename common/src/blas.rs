@@ -133,9 +133,10 @@ impl GemmProblem {
         precision: GemmPrecision,
         seed: u64,
     ) -> Result<Self> {
-        let e = precision.element_bytes();
-        let elements = (m * k + k * n + m * n) as u64;
-        gpu.check_fits(&format!("a {m}x{n}x{k} GEMM"), elements * e)?;
+        gpu.check_fits(
+            &format!("a {m}x{n}x{k} GEMM"),
+            Self::device_bytes(m, n, k, precision),
+        )?;
         crate::gpu::check_host_fits(
             &format!("a {m}x{n}x{k} GEMM's inputs"),
             (m * k + k * n) as u64 * 8,
@@ -171,14 +172,30 @@ impl GemmProblem {
         })
     }
 
-    /// FLOPs 2mnk; bytes: A and B read once, C written once (beta = 0).
-    pub fn work(&self) -> crate::counters::Work {
-        let e = self.precision.element_bytes();
+    /// Device bytes of A, B and C, known before anything is allocated.
+    pub fn device_bytes(m: usize, n: usize, k: usize, precision: GemmPrecision) -> u64 {
+        (m * k + k * n + m * n) as u64 * precision.element_bytes()
+    }
+
+    /// The work of a GEMM of these sizes, known before it is set up: FLOPs 2mnk; bytes: A and
+    /// B read once, C written once (beta = 0).
+    pub fn work_of(
+        m: usize,
+        n: usize,
+        k: usize,
+        precision: GemmPrecision,
+    ) -> crate::counters::Work {
+        let e = precision.element_bytes();
         crate::counters::Work {
-            bytes_read: (self.m * self.k + self.k * self.n) as u64 * e,
-            bytes_written: (self.m * self.n) as u64 * e,
-            flops: 2 * (self.m * self.n * self.k) as u64,
+            bytes_read: (m * k + k * n) as u64 * e,
+            bytes_written: (m * n) as u64 * e,
+            flops: 2 * (m * n * k) as u64,
         }
+    }
+
+    /// [GemmProblem::work_of] this problem.
+    pub fn work(&self) -> crate::counters::Work {
+        Self::work_of(self.m, self.n, self.k, self.precision)
     }
 
     /// Queue one GEMM on the handle's stream.
@@ -317,6 +334,17 @@ mod tests {
         assert_eq!(bf16_to_f32(bf16_bits(-2.5)), -2.5);
         let x = 1.234_567f32;
         assert!((bf16_to_f32(bf16_bits(x)) - x).abs() / x < 1.0 / 256.0);
+    }
+
+    #[test]
+    fn gemm_work_and_bytes_before_set_up() {
+        let w = GemmProblem::work_of(4, 3, 2, GemmPrecision::Bf16);
+        assert_eq!((w.bytes_read, w.bytes_written, w.flops), (28, 24, 48));
+        let w = GemmProblem::work_of(8192, 8192, 8192, GemmPrecision::Fp32);
+        assert_eq!(w.flops, 2 << 39);
+        assert_eq!(w.bytes(), 3 * 4 * 8192 * 8192);
+        assert_eq!(GemmProblem::device_bytes(4, 3, 2, GemmPrecision::Bf16), 52);
+        assert_eq!(GemmProblem::device_bytes(4, 3, 2, GemmPrecision::Tf32), 104);
     }
 
     #[test]

@@ -246,7 +246,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     print!("{}", report.markdown());
     if let Some(path) = &args.common.json {
-        common::report::write_json_file(path, &report, "the comparison")?;
+        common::files::write_json_file(path, &report, "the comparison")?;
         println!("wrote {}", path.display());
     }
     if args.update_expectations {

@@ -48,7 +48,7 @@ impl Expectations {
         if !path.exists() {
             return Err(ExpectationsError::Missing(p));
         }
-        let e: Expectations = common::report::read_versioned(
+        let e: Expectations = common::files::read_versioned(
             path,
             EXPECTATIONS_SCHEMA_VERSION,
             "an expectations file",
@@ -70,7 +70,7 @@ impl Expectations {
 
     pub fn write(&self, path: &Path) -> Result<(), ExpectationsError> {
         let json = serde_json::to_vec_pretty(self).expect("expectations serialize");
-        common::report::write_atomically(path, &json).map_err(|e| ExpectationsError::Write {
+        common::files::write_atomically(path, &json).map_err(|e| ExpectationsError::Write {
             path: path.display().to_string(),
             message: e.to_string(),
         })

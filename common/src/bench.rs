@@ -73,6 +73,9 @@ pub struct Measurement {
     /// Runs per sample (1 in cold mode).
     pub batch: usize,
     pub cold: bool,
+    /// Whether each sample's runs were queued behind the blocking kernel (not when the runs
+    /// synchronize with the host, or the host's work is what is measured).
+    pub held: bool,
     pub warmup_runs: usize,
     pub stop_reason: StopReason,
     /// Wall time spent in the timed loop.
@@ -89,11 +92,19 @@ pub struct Measurement {
 
 impl Measurement {
     pub fn mode_label(&self) -> String {
-        if self.cold {
-            "cold (L2 flushed by reading 2x its size before each sample)".to_string()
-        } else {
-            "hot (L2 warm, runs queued back-to-back behind a blocking kernel)".to_string()
+        match (self.cold, self.held) {
+            (false, true) => "hot (L2 warm, runs queued back-to-back behind a blocking kernel)",
+            (false, false) => {
+                "hot (L2 warm, runs issued as the host goes: no blocking kernel, the host's own work is timed too)"
+            }
+            (true, true) => {
+                "cold (L2 flushed by reading 2x its size before each sample, each run queued behind a blocking kernel)"
+            }
+            (true, false) => {
+                "cold (L2 flushed by reading 2x its size before each sample, runs issued as the host goes)"
+            }
         }
+        .to_string()
     }
 }
 
@@ -378,6 +389,7 @@ pub fn measure(
         samples_s: samples,
         batch,
         cold: cfg.cold,
+        held: cfg.hold,
         warmup_runs,
         stop_reason,
         wall_s,

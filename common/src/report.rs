@@ -373,23 +373,21 @@ impl LessonReport {
                 c.name, c.value, c.unit, c.method
             ));
         }
-        let measured: Vec<&VariantReport> = self
-            .variants
-            .iter()
-            .filter(|v| v.measurement.is_some())
-            .collect();
-        if let Some(m) = measured.first().and_then(|v| v.measurement.as_ref()) {
-            let batches: Vec<String> = measured
-                .iter()
-                .map(|v| {
-                    let m = v.measurement.as_ref().expect("filtered");
-                    format!("{} {}", v.id(), m.batch)
-                })
-                .collect();
+        // One line per timing mode, with each variant's runs per sample.
+        let mut modes: Vec<(String, Vec<String>)> = Vec::new();
+        for v in &self.variants {
+            if let Some(m) = &v.measurement {
+                let entry = format!("{} {}", v.id(), m.batch);
+                match modes.iter_mut().find(|(label, _)| *label == m.mode_label()) {
+                    Some((_, ids)) => ids.push(entry),
+                    None => modes.push((m.mode_label(), vec![entry])),
+                }
+            }
+        }
+        for (label, ids) in &modes {
             out.push_str(&format!(
-                "timing: CUDA events, {}; runs per sample: {}\n",
-                m.mode_label(),
-                batches.join(", ")
+                "timing: CUDA events, {label}; runs per sample: {}\n",
+                ids.join(", ")
             ));
         }
         for v in &self.variants {

@@ -41,6 +41,7 @@ fn variant(name: &str, ms: &[f64], passed: bool) -> VariantReport {
             samples_s: ms.iter().map(|m| m / 1e3).collect(),
             batch: 4,
             cold: false,
+            held: true,
             warmup_runs: 3,
             stop_reason: StopReason::Converged,
             wall_s: 0.3,

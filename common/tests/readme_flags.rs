@@ -1,0 +1,46 @@
+//! The README's table of the flags every lesson binary shares is the flag set of `CommonArgs`,
+//! which every lesson binary (and compare) flattens into its own: a flag added, renamed or
+//! dropped on one side and not the other fails here.
+
+use clap::{Args, Command};
+
+fn readme_flags() -> Vec<String> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the workspace README");
+    let start = readme
+        .find("## Flags every lesson binary and `compare` share")
+        .expect("the shared flags section");
+    let table: String = readme[start..]
+        .lines()
+        .skip(1)
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').nth(1).unwrap_or_default().to_string() + "\n")
+        .collect();
+    let mut flags: Vec<String> = table
+        .split('`')
+        .filter_map(|t| t.strip_prefix("--"))
+        .map(|t| t.split_whitespace().next().unwrap_or_default().to_string())
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+fn common_args_flags() -> Vec<String> {
+    let cmd = common::cli::CommonArgs::augment_args(Command::new("lesson"));
+    let mut flags: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
+    flags.sort();
+    flags
+}
+
+#[test]
+fn the_readme_lists_exactly_the_shared_flags() {
+    let readme = readme_flags();
+    assert!(readme.len() >= 8, "read the table: {readme:?}");
+    assert_eq!(readme, common_args_flags());
+}

@@ -12,7 +12,6 @@ use common::report::Startup;
 use common::runner::{run_lesson, select, Parts, VariantSpec};
 use common::verify::Precision;
 
-use crate::model::Dims;
 use crate::pipeline::{PipelineConfig, PipelineLesson};
 use crate::training::{TrainConfig, TrainingLesson, Variant};
 use crate::transpose::{Transpose, TransposeVariant, MAX_SIDE};
@@ -83,20 +82,15 @@ pub struct Args {
 
 impl Args {
     pub fn train_config(&self) -> anyhow::Result<TrainConfig> {
-        let lr = self
-            .lr
-            .unwrap_or(0.05 * (256.0 / self.hidden as f32).min(1.0));
+        let hidden = self.hidden as usize;
         let cfg = TrainConfig {
-            dims: Dims::mlp(self.hidden as usize),
+            hidden,
             samples: self.samples as usize,
             step_batch: self.batch as usize,
             microbatch: self.microbatch as usize,
-            lr,
+            lr: self.lr.unwrap_or(TrainConfig::default_lr(hidden)),
             seed: self.seed,
         };
-        if !(lr.is_finite() && lr > 0.0) {
-            anyhow::bail!("--lr must be a positive number, got {lr}");
-        }
         cfg.validate().map_err(anyhow::Error::msg)?;
         Ok(cfg)
     }

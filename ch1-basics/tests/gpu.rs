@@ -2,11 +2,7 @@
 
 use std::process::Command;
 
-use ch1_basics::memory::{Allocator, DeviceBuf};
-use ch1_basics::model::Dims;
 use ch1_basics::pipeline::{Mode, Pipeline, PipelineConfig, PipelineLesson, SAME_AS_SERIAL};
-use ch1_basics::train_lesson::{reference, Trained};
-use ch1_basics::training::{TrainConfig, Trainer, Variant};
 use ch1_basics::transpose::Transpose;
 use common::gpu::Gpu;
 use common::report::Status;
@@ -22,82 +18,6 @@ fn quick() -> RunOptions {
         ..StopRule::quick()
     };
     options
-}
-
-fn small(hidden: usize) -> TrainConfig {
-    TrainConfig {
-        dims: Dims::mlp(hidden),
-        samples: 2048,
-        step_batch: 256,
-        microbatch: 32,
-        lr: 0.05,
-        seed: 5,
-    }
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
-    let gpu = Gpu::open(0).unwrap();
-    for hidden in [256, 100] {
-        let cfg = small(hidden);
-        let mut t = Trainer::new(&gpu, cfg).unwrap();
-        let r = reference(&t).expect("a small run has a reference");
-        let base = Trained::from_gpu(
-            &t.run_checked(Variant::Baseline).unwrap(),
-            &t.init,
-            cfg.step_batch,
-        );
-        assert!(
-            r.losses[cfg.steps() - 1] < r.losses[0],
-            "the reference learns"
-        );
-        for v in Variant::ALL {
-            let got = Trained::from_gpu(&t.run_checked(v).unwrap(), &t.init, cfg.step_batch);
-            for (against, other) in [("reference", &r), ("baseline", &base)] {
-                let (w, l) = got.check(other, against);
-                println!(
-                    "hidden {hidden} {}: vs {against}: dW {:.2e}, losses {:.2e}",
-                    v.name(),
-                    w.rel_l2_error,
-                    l.rel_l2_error
-                );
-                assert!(
-                    w.passed && l.passed,
-                    "{} vs {against}: {w:?} {l:?}",
-                    v.name()
-                );
-            }
-        }
-    }
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn graph_replays_give_the_weights_of_eager_execution() {
-    let gpu = Gpu::open(0).unwrap();
-    let cfg = small(256);
-    let mut t = Trainer::new(&gpu, cfg).unwrap();
-    // Same microbatches, same operations, same order: eager (prealloc) and replayed (graphs).
-    let eager = t.run_checked(Variant::Prealloc).unwrap();
-    let graphs = t.run_checked(Variant::Graphs).unwrap();
-    let eager_batch = t.run_checked(Variant::Batch).unwrap();
-    let optimized = t.run_checked(Variant::Optimized).unwrap();
-    let close = |a: &[f32], b: &[f32]| {
-        let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-        let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-        (d / n).sqrt()
-    };
-    let e1 = close(&graphs.params, &eager.params);
-    let e2 = close(&optimized.params, &eager_batch.params);
-    println!("graphs vs eager: {e1:.2e}; optimized vs batch: {e2:.2e}");
-    assert!(e1 < 1e-6, "{e1}");
-    assert!(e2 < 1e-6, "{e2}");
-    assert_eq!(graphs.losses.len(), eager.losses.len());
-    assert!(graphs.losses.iter().all(|l| l.is_finite()));
-    // A second run of the same graphs starts again from the initial weights.
-    let again = t.run_checked(Variant::Optimized).unwrap();
-    assert_eq!(again.params, optimized.params);
 }
 
 #[test]
@@ -204,42 +124,6 @@ fn the_pipeline_part_checks_both_modes_and_derives_the_overlap() {
     assert_eq!(v.status, Status::Ok);
     assert_eq!(v.checks.len(), 1);
     assert!(report.sections.is_empty());
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn absurd_sizes_are_clear_out_of_memory_errors_and_the_context_survives() {
-    let gpu = Gpu::open(0).unwrap();
-    let (free, _) = gpu.memory().unwrap();
-    let err = match DeviceBuf::<f32>::new(
-        &gpu,
-        Allocator::Driver,
-        (free / 4 + (1 << 30)) as usize,
-        "too much",
-    ) {
-        Err(e) => e,
-        Ok(_) => panic!("allocating more than is free succeeded"),
-    };
-    assert!(err.is_out_of_memory(), "{err}");
-    assert!(err
-        .to_string()
-        .contains("out of device memory: too much needs"));
-    let huge = TrainConfig {
-        dims: Dims::mlp(1 << 20),
-        samples: 1 << 16,
-        step_batch: 1 << 16,
-        microbatch: 1 << 16,
-        lr: 0.05,
-        seed: 1,
-    };
-    let err = match Trainer::new(&gpu, huge) {
-        Err(e) => e,
-        Ok(_) => panic!("an absurd model fit"),
-    };
-    assert!(err.is_out_of_memory(), "{err}");
-    // The context is still usable.
-    let small = gpu.upload(&[1.0f32, 2.0], "small").unwrap();
-    assert_eq!(gpu.download(&small).unwrap(), vec![1.0, 2.0]);
 }
 
 #[test]

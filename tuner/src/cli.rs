@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{self, OptimizerKind, Overrides, Switch};
-use crate::model::Preset;
+use crate::preset::Preset;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tuner",
     version,
-    about = "Training tools on the ch1-basics step: sweep the settings that decide throughput."
+    about = "Training tools on the shared MLP step: sweep the settings that decide throughput."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -119,11 +119,11 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
 }
 
 fn parse_width(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, crate::model::MAX_WIDTH as u64).map(|v| v as usize)
+    common::cli::parse_count_with_max(s, mlp::arch::MAX_WIDTH as u64).map(|v| v as usize)
 }
 
 fn parse_depth(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, crate::model::MAX_DEPTH as u64).map(|v| v as usize)
+    common::cli::parse_count_with_max(s, mlp::arch::MAX_DEPTH as u64).map(|v| v as usize)
 }
 
 fn parse_steps(s: &str) -> Result<usize, String> {

@@ -11,6 +11,7 @@ use serde::Serialize;
 use common::error::CudaContext as _;
 use common::gpu::{DeviceInfo, Gpu};
 use common::report::Provenance;
+use common::table::{cell, Table};
 use common::Result;
 
 use crate::config::{Settings, MAX_BATCH};
@@ -257,6 +258,52 @@ fn single_amp(s: &Settings) -> Result<bool> {
     }
 }
 
+/// One column per batch size: where its memory goes, the estimate, what real steps used.
+fn batch_table(r: &MemoryReport) -> Table {
+    let mut t = Table::new().left("batch");
+    for c in &r.batches {
+        t = t.right(c.estimate.batch.to_string());
+    }
+    let mut add = |name: &str, value: &dyn Fn(&BatchCheck) -> String| {
+        let mut row = vec![name.to_string()];
+        row.extend(r.batches.iter().map(value));
+        t.row(row);
+    };
+    add("inputs (2 slots)", &|c| mb(c.estimate.batch_memory.inputs));
+    add("activations saved for backward", &|c| {
+        mb(c.estimate.batch_memory.saved_activations)
+    });
+    add("transient: activation gradients, losses, bias sums", &|c| {
+        mb(c.estimate.batch_memory.transient)
+    });
+    add("bf16 activation copies", &|c| {
+        mb(c.estimate.batch_memory.amp_copies)
+    });
+    add("cuBLAS workspace", &|c| mb(c.estimate.workspace));
+    add("model", &|c| mb(c.estimate.model.total()));
+    add("**estimated total**", &|c| {
+        format!(
+            "{} ({:.2}% of the device)",
+            mb(c.estimate.total),
+            100.0 * c.share_of_device
+        )
+    });
+    add(
+        &format!("measured peak in use ({MEASURED_STEPS} real steps)"),
+        &|c| match c.measured {
+            Some(p) => mb(p.used),
+            None => "out of memory".into(),
+        },
+    );
+    add("estimate error", &|c| {
+        cell(c.estimate_error, |e| format!("{:+.3}%", 100.0 * e))
+    });
+    add("measured peak taken from the device", &|c| {
+        cell(c.measured.and_then(|p| p.reserved), mb)
+    });
+    t
+}
+
 pub fn render_memory(r: &MemoryReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -294,7 +341,7 @@ pub fn render_memory(r: &MemoryReport) -> String {
             "fp32"
         }
     );
-    let _ = writeln!(o, "| part | bytes |\n|---|---:|");
+    let mut parts = Table::new().left("part").right("bytes");
     for (name, v) in [
         ("parameters", m.parameters),
         ("gradients", m.gradients),
@@ -302,67 +349,15 @@ pub fn render_memory(r: &MemoryReport) -> String {
         ("bf16 weight copy", m.amp_weights),
         ("model total", m.total()),
     ] {
-        let _ = writeln!(o, "| {name} | {} |", mb(v));
+        parts.row(vec![name.into(), mb(v)]);
     }
-    let _ = write!(o, "\n| batch |");
-    for c in &r.batches {
-        let _ = write!(o, " {} |", c.estimate.batch);
-    }
-    let _ = write!(o, "\n|---|");
-    for _ in &r.batches {
-        let _ = write!(o, "---:|");
-    }
-    let row = |o: &mut String, name: &str, cell: &dyn Fn(&BatchCheck) -> String| {
-        let _ = write!(o, "\n| {name} |");
-        for c in &r.batches {
-            let _ = write!(o, " {} |", cell(c));
-        }
-    };
-    row(&mut o, "inputs (2 slots)", &|c| {
-        mb(c.estimate.batch_memory.inputs)
-    });
-    row(&mut o, "activations saved for backward", &|c| {
-        mb(c.estimate.batch_memory.saved_activations)
-    });
-    row(
-        &mut o,
-        "transient: activation gradients, losses, bias sums",
-        &|c| mb(c.estimate.batch_memory.transient),
-    );
-    row(&mut o, "bf16 activation copies", &|c| {
-        mb(c.estimate.batch_memory.amp_copies)
-    });
-    row(&mut o, "cuBLAS workspace", &|c| mb(c.estimate.workspace));
-    row(&mut o, "model", &|c| mb(c.estimate.model.total()));
-    row(&mut o, "**estimated total**", &|c| {
-        format!(
-            "{} ({:.2}% of the device)",
-            mb(c.estimate.total),
-            100.0 * c.share_of_device
-        )
-    });
-    row(
-        &mut o,
-        &format!("measured peak in use ({MEASURED_STEPS} real steps)"),
-        &|c| match c.measured {
-            Some(p) => mb(p.used),
-            None => "out of memory".into(),
-        },
-    );
-    row(&mut o, "estimate error", &|c| match c.estimate_error {
-        Some(e) => format!("{:+.3}%", 100.0 * e),
-        None => "-".into(),
-    });
-    row(&mut o, "measured peak taken from the device", &|c| match c
-        .measured
-        .and_then(|p| p.reserved)
-    {
-        Some(v) => mb(v),
-        None => "-".into(),
-    });
+    o.push_str(&parts.markdown());
+    o.push('\n');
+    o.push_str(&batch_table(r).markdown());
+    o.push('\n');
     let _ = writeln!(
         o,
-        "\n\nsetting up (kernels, cuBLAS handle) took {} outside the pool",
+        "setting up (kernels, cuBLAS handle) took {} outside the pool",
         mb(r.setup_bytes)
     );
     let _ = writeln!(
@@ -489,7 +484,7 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
     let target = o
         .effective_batch
         .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-    let adam = matches!(settings.optimizer, crate::model::Optimizer::AdamW { .. });
+    let adam = matches!(settings.optimizer, mlp::Optimizer::AdamW { .. });
     let accumulation = target.map(|t| search::accumulation(t, tiers.recommended.max(1), adam));
     // With a target effective batch, the split that keeps it; without one, the recommended.
     let (batch_to_write, accum_steps) = match &accumulation {

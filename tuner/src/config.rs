@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use toml_edit::{DocumentMut, Item, Value};
 
-use crate::model::{Arch, Optimizer, Preset};
+use mlp::{Arch, Optimizer};
+
+use crate::preset::Preset;
 
 /// On, off, or both (a sweep axis).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -443,7 +445,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Overrides, String> {
                 _ => return Err(format!("'{full}' must be a value, not a table")),
             };
             let k = Key { name: full, value };
-            let width = crate::model::MAX_WIDTH as u64;
+            let width = mlp::arch::MAX_WIDTH as u64;
             match (section, name) {
                 ("model", "preset") => {
                     let s = k.string()?;
@@ -453,7 +455,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Overrides, String> {
                 }
                 ("model", "input") => o.input = Some(k.count(1, width)?),
                 ("model", "hidden") => o.hidden = Some(k.count(1, width)?),
-                ("model", "depth") => o.depth = Some(k.count(1, crate::model::MAX_DEPTH as u64)?),
+                ("model", "depth") => o.depth = Some(k.count(1, mlp::arch::MAX_DEPTH as u64)?),
                 ("model", "classes") => o.classes = Some(k.count(2, width)?),
                 ("data", "file") => o.data = Some(base.join(k.string()?)),
                 ("data", "labels") => o.labels = Some(base.join(k.string()?)),

@@ -1,4 +1,4 @@
-//! # tuner: training tools on the ch1-basics step
+//! # tuner: training tools on the shared MLP step
 //!
 //! Before a long training run, people sweep the settings that decide throughput: batch size,
 //! loader workers, mixed precision, pinned memory. A typical "GPU benchmark" script times each
@@ -6,10 +6,12 @@
 //! allocating) steps, ignores where the step's time goes, and crashes at the first
 //! out-of-memory. `tuner sweep` does the same sweep measured right:
 //!
-//! - the workload is a real training step: ch1-basics's MLP, generalized ([model], [step]),
-//!   verified against a float64 reference before anything is timed;
+//! - the workload is a real training step: the `mlp` crate's MLP at the depth and width of a
+//!   [preset] or the user's choice, the same step ch1-basics trains, verified against a float64
+//!   reference before anything is timed;
 //! - each trial times every step's phases (data, forward, backward, optimizer) with CUDA events
-//!   on the training stream after warmup, and reports medians with spread ([trial]);
+//!   on the training stream after warmup (common's phase timer), and reports medians with
+//!   spread ([trial]);
 //! - the GPU's busy fraction is measured, not guessed: the step's device time with no host gaps
 //!   over the loop's step time;
 //! - peak memory is the memory pool's high watermark; out-of-memory is an answer (the trial's
@@ -28,11 +30,10 @@ pub mod config;
 pub mod data;
 pub mod loader;
 pub mod memory;
-pub mod model;
 pub mod monitor;
 pub mod plot;
+pub mod preset;
 pub mod search;
-pub mod step;
 pub mod sweep;
 pub mod trial;
 pub mod writeback;

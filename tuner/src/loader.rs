@@ -10,25 +10,21 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use cudarc::driver::PinnedHostSlice;
-
-use common::error::{human_bytes, CudaContext as _, Error};
+use common::error::Error;
 use common::gpu::Gpu;
+use common::pinned::Pinned;
 use common::Result;
 
 /// Host memory a batch is prepared in: a plain vector, or page-locked memory whose copies to the
 /// device are one asynchronous DMA.
 pub enum HostBuf<T> {
     Pageable(Vec<T>),
-    Pinned {
-        _alloc: PinnedHostSlice<T>,
-        ptr: *mut T,
-        len: usize,
-    },
+    Pinned(Pinned<T>),
 }
 
-// SAFETY: the pinned variant is plain host memory owned by this value; the raw pointer is only
-// a cached view of it, and access goes through &self / &mut self.
+// SAFETY: the pinned variant is plain host memory owned by this value (its raw pointer is only
+// a view of it), and access goes through &self / &mut self; the loader hands each buffer to one
+// thread at a time.
 unsafe impl<T: Send> Send for HostBuf<T> {}
 
 impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + Default> HostBuf<T> {
@@ -38,45 +34,26 @@ impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Clone + D
 
     /// Page-locked and cacheable (not write-combined), so the CPU may read what it wrote.
     pub fn pinned(gpu: &Gpu, len: usize, what: &str) -> Result<HostBuf<T>> {
-        let bytes = (len.max(1) * std::mem::size_of::<T>()) as u64;
-        common::gpu::check_host_fits(what, bytes)?;
-        // SAFETY: contents are written before they are read.
-        let mut alloc =
-            unsafe { gpu.ctx.alloc_pinned_with_flags::<T>(len.max(1), 0) }.map_err(|e| {
-                Error::invalid(format!(
-                    "could not page-lock {} of host memory for {what}: {e}",
-                    human_bytes(bytes)
-                ))
-            })?;
-        let ptr = alloc.as_mut_ptr().cuda("mapping pinned memory")?;
-        Ok(HostBuf::Pinned {
-            _alloc: alloc,
-            ptr,
-            len,
-        })
+        Ok(HostBuf::Pinned(Pinned::new(gpu, len, what)?))
     }
 }
 
-impl<T> HostBuf<T> {
+impl<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits> HostBuf<T> {
     pub fn is_pinned(&self) -> bool {
-        matches!(self, HostBuf::Pinned { .. })
+        matches!(self, HostBuf::Pinned(_))
     }
 
     pub fn as_slice(&self) -> &[T] {
         match self {
             HostBuf::Pageable(v) => v,
-            // SAFETY: ptr/len come from one live allocation.
-            HostBuf::Pinned { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            HostBuf::Pinned(p) => p.as_slice(),
         }
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         match self {
             HostBuf::Pageable(v) => v,
-            // SAFETY: ptr/len come from one live allocation, borrowed mutably.
-            HostBuf::Pinned { ptr, len, .. } => unsafe {
-                std::slice::from_raw_parts_mut(*ptr, *len)
-            },
+            HostBuf::Pinned(p) => p.as_mut_slice(),
         }
     }
 }

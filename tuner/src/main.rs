@@ -5,18 +5,19 @@ use clap::Parser;
 use tuner::cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    common::cli::main_with(|| {
+    common::cli::main_with(|mut startup| {
         let cli = Cli::parse();
         match cli.command {
             Command::Sweep(args) => {
                 let settings = args.settings.settings().map_err(common::Error::invalid)?;
                 let gpu = common::Gpu::open(settings.device)?;
+                startup.mark("GPU opened (context, stream, NVML)");
                 let out = tuner::sweep::Output {
                     json: args.json.clone(),
                     plot: args.plot.clone(),
                     progress: !args.quiet,
                 };
-                let (report, verified) = tuner::sweep::run(&gpu, settings, &out)?;
+                let (report, verified) = tuner::sweep::run(&gpu, settings, &out, startup)?;
                 print!("{}", tuner::sweep::render_text(&report));
                 if !verified {
                     eprintln!(
@@ -90,7 +91,7 @@ fn write_json<T: serde::Serialize>(
     value: &T,
 ) -> anyhow::Result<()> {
     if let Some(path) = path {
-        common::report::write_json_file(path, value, "the result")?;
+        common::files::write_json_file(path, value, "the result")?;
     }
     Ok(())
 }

@@ -1,13 +1,13 @@
 //! Where device memory goes, from the model definition alone: the model (parameters,
 //! gradients, optimizer state, the bf16 weight copy under AMP) and one batch (inputs, activations
 //! saved for backward, transient activation gradients and losses, bf16 copies under AMP), plus
-//! the cuBLAS workspace. The sizes are the ones the step allocates ([crate::step]), so the
-//! estimate can be held to the measured peak of the memory pool.
+//! the cuBLAS workspace. The sizes are the ones the `mlp` crate's step allocates and the trial's
+//! own input slots and losses, so the estimate can be held to the measured peak of the memory
+//! pool.
 
 use serde::Serialize;
 
-use crate::model::{Arch, Optimizer};
-use crate::step::BLAS_WORKSPACE_BYTES;
+use mlp::{bias_scratch_len, gradient_buffers, Arch, Optimizer, BLAS_WORKSPACE_BYTES};
 
 /// The model's share, independent of the batch (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -33,8 +33,8 @@ pub struct BatchMemory {
     pub inputs: u64,
     /// Every hidden layer's output, kept for backward, and the logits.
     pub saved_activations: u64,
-    /// The two ping-pong activation-gradient buffers, the per-sample losses and, above 64K
-    /// samples, the bias gradient's partial sums per chunk.
+    /// The activation-gradient buffers (two, ping-pong; one for a single hidden layer), the
+    /// per-sample losses and, above 64K samples, the bias gradient's partial sums per chunk.
     pub transient: u64,
     /// AMP: bf16 copies of the input, the hidden activations and the current gradient.
     pub amp_copies: u64,
@@ -67,20 +67,21 @@ pub fn model_memory(arch: &Arch, optimizer: &Optimizer, amp: bool) -> ModelMemor
 
 pub fn batch_memory(arch: &Arch, amp: bool, batch: usize) -> BatchMemory {
     let b = batch as u64;
-    let (i, h, c, w, d) = (
+    let (i, h, c, w, d, g) = (
         arch.input as u64,
         arch.hidden as u64,
         arch.classes as u64,
         arch.max_width() as u64,
         arch.depth as u64,
+        gradient_buffers(arch) as u64,
     );
     BatchMemory {
         // Two slots of f32 features and i32 labels.
         inputs: 2 * b * (4 * i + 4),
         saved_activations: 4 * b * (d * h + c),
-        // Two gradient buffers, this batch's losses and the first step's kept losses; the
+        // The gradient buffers, this batch's losses and the first step's kept losses; the
         // 4 bytes are the loss kernel's slot counter; the bias partial sums.
-        transient: 4 * b * (2 * w + 2) + 4 + 4 * crate::step::bias_scratch_len(arch, batch) as u64,
+        transient: 4 * b * (g * w + 2) + 4 + 4 * bias_scratch_len(arch, batch) as u64,
         amp_copies: if amp { 2 * b * (i + d * h + w) } else { 0 },
     }
 }
@@ -198,7 +199,7 @@ pub fn margin_for(total_bytes: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Preset;
+    use crate::preset::Preset;
 
     fn sgd() -> Optimizer {
         Optimizer::Sgd {
@@ -234,6 +235,20 @@ mod tests {
             weight_decay: 0.0,
         };
         assert_eq!(model_memory(&arch, &momentum, false).optimizer_state, 140);
+    }
+
+    #[test]
+    fn one_hidden_layer_needs_one_gradient_buffer() {
+        let arch = Arch {
+            input: 4,
+            hidden: 3,
+            depth: 1,
+            classes: 2,
+        };
+        assert_eq!(
+            batch_memory(&arch, false, 10).transient,
+            4 * 10 * (3 + 2) + 4
+        );
     }
 
     #[test]

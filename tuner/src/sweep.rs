@@ -10,7 +10,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use common::gpu::{DeviceInfo, Gpu};
-use common::report::Provenance;
+use common::report::{Provenance, Startup};
+use common::table::{cell, Table};
 use common::Result;
 
 use crate::analysis::{self, Best, Diagnosis, TrialKey, TrialResult, TrialStatus};
@@ -141,12 +142,18 @@ pub fn load_data(s: &Settings) -> Result<Dataset> {
     }
 }
 
-/// Run the sweep and write what was asked for.
-pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, bool)> {
+/// Run the sweep and write what was asked for; `startup` is the process's start-up clock (the
+/// report's phases and total wall time count from it).
+pub fn run(
+    gpu: &Gpu,
+    settings: Settings,
+    out: &Output,
+    mut startup: Startup,
+) -> Result<(SweepReport, bool)> {
     let data = Arc::new(load_data(&settings)?);
-    common::cli::mark("data ready");
+    startup.mark("data ready");
     let mut session = Session::new(gpu, settings.clone(), data)?;
-    common::cli::mark("kernels, cuBLAS and timer ready");
+    startup.mark("kernels, cuBLAS and timer ready");
 
     // Verify the step before timing it.
     let mut checks = Vec::new();
@@ -196,7 +203,8 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
         }
         if skipped_after_oom(&trials, key) {
             let est =
-                crate::step::device_bytes(&settings.arch, &settings.optimizer, key.amp, key.batch);
+                crate::memory::estimate(&settings.arch, &settings.optimizer, key.amp, key.batch)
+                    .total;
             trials.push(TrialResult::empty(
                 *key,
                 TrialStatus::Skipped,
@@ -212,7 +220,7 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
         eprintln!();
     }
     let trials_wall_s = started.elapsed().as_secs_f64();
-    let total_wall_s = common::cli::process_start().elapsed().as_secs_f64();
+    let total_wall_s = startup.elapsed_s();
     let device_memory = gpu.info.total_memory_bytes;
     let best = analysis::best(&trials, device_memory);
     let diagnosis = analysis::diagnose(&trials, device_memory, &best);
@@ -221,7 +229,7 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
         device: gpu.info.clone(),
         provenance: {
             let mut p = Provenance::now();
-            p.startup_phases = common::cli::marks();
+            p.startup_phases = startup.phases().to_vec();
             p
         },
         model_parameters: settings.arch.param_count(),
@@ -237,7 +245,7 @@ pub fn run(gpu: &Gpu, settings: Settings, out: &Output) -> Result<(SweepReport, 
         total_wall_s,
     };
     if let Some(path) = &out.json {
-        common::report::write_json_file(path, &report, "the sweep")?;
+        common::files::write_json_file(path, &report, "the sweep")?;
     }
     if let Some(stem) = &out.plot {
         let title = format!(
@@ -292,14 +300,60 @@ pub fn model_label(s: &Settings) -> String {
 }
 
 fn ms(s: &Option<common::stats::Summary>) -> String {
-    s.as_ref()
-        .map(|s| format!("{:.3}", s.median))
-        .unwrap_or_else(|| "-".into())
+    cell(s.as_ref(), |s| format!("{:.3}", s.median))
 }
 
 fn pct(v: Option<f64>) -> String {
-    v.map(|v| format!("{:.0}", 100.0 * v))
-        .unwrap_or_else(|| "-".into())
+    cell(v, |v| format!("{:.0}", 100.0 * v))
+}
+
+fn on_off(v: bool) -> String {
+    if v { "on" } else { "off" }.into()
+}
+
+/// One row per trial: the phases, throughput, busy share, memory and status.
+pub fn trial_table(trials: &[TrialResult]) -> Table {
+    let mut t = Table::new()
+        .right("batch")
+        .right("workers")
+        .left("AMP")
+        .left("pin")
+        .right("data ms")
+        .right("fwd ms")
+        .right("bwd ms")
+        .right("opt ms")
+        .right("total ms")
+        .right("samples/s")
+        .right("GPU busy %")
+        .right("NVML %")
+        .right("memory GB")
+        .left("status");
+    for r in trials {
+        t.row(vec![
+            r.key.batch.to_string(),
+            r.key.workers.to_string(),
+            on_off(r.key.amp),
+            on_off(r.key.pin),
+            ms(&r.data_ms),
+            ms(&r.forward_ms),
+            ms(&r.backward_ms),
+            ms(&r.optimizer_ms),
+            ms(&r.total_ms),
+            cell(r.samples_per_s, |v| format!("{v:.0}")),
+            pct(r.busy_fraction),
+            cell(r.nvml_util_pct, |v| format!("{v:.0}")),
+            cell(r.peak_bytes.filter(|_| r.status == TrialStatus::Ok), |b| {
+                format!("{:.3}", b as f64 / 1e9)
+            }),
+            match r.status {
+                TrialStatus::Ok => "OK",
+                TrialStatus::Oom => "OOM",
+                TrialStatus::Skipped => "skipped",
+            }
+            .into(),
+        ]);
+    }
+    t
 }
 
 /// The summary table (markdown) and the conclusions, as printed on stdout.
@@ -331,38 +385,8 @@ pub fn render_text(r: &SweepReport) -> String {
             if c.passed { "OK" } else { "FAILED" }
         ));
     }
-    o.push_str("\n| batch | workers | AMP | pin | data ms | fwd ms | bwd ms | opt ms | total ms | samples/s | GPU busy % | NVML % | memory GB | status |\n");
-    o.push_str("|---:|---:|:---:|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|\n");
-    for t in &r.trials {
-        o.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            t.key.batch,
-            t.key.workers,
-            if t.key.amp { "on" } else { "off" },
-            if t.key.pin { "on" } else { "off" },
-            ms(&t.data_ms),
-            ms(&t.forward_ms),
-            ms(&t.backward_ms),
-            ms(&t.optimizer_ms),
-            ms(&t.total_ms),
-            t.samples_per_s
-                .map(|v| format!("{v:.0}"))
-                .unwrap_or_else(|| "-".into()),
-            pct(t.busy_fraction),
-            t.nvml_util_pct
-                .map(|v| format!("{v:.0}"))
-                .unwrap_or_else(|| "-".into()),
-            t.peak_bytes
-                .filter(|_| t.status == TrialStatus::Ok)
-                .map(|b| format!("{:.3}", b as f64 / 1e9))
-                .unwrap_or_else(|| "-".into()),
-            match t.status {
-                TrialStatus::Ok => "OK",
-                TrialStatus::Oom => "OOM",
-                TrialStatus::Skipped => "skipped",
-            }
-        ));
-    }
+    o.push('\n');
+    o.push_str(&trial_table(&r.trials).markdown());
     o.push('\n');
     let pick = |name: &str, p: &Option<analysis::Pick>| match p {
         Some(p) => format!(
@@ -410,6 +434,26 @@ mod tests {
         assert_eq!(p[1].batch, 8);
         assert!(p[2].amp);
         assert_eq!(p[4].workers, 4);
+    }
+
+    #[test]
+    fn the_trial_table_has_a_row_per_trial() {
+        let key = TrialKey {
+            batch: 64,
+            workers: 4,
+            amp: true,
+            pin: false,
+        };
+        let text = trial_table(&[TrialResult::empty(key, TrialStatus::Oom, 0, None)]).markdown();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("| batch | workers | AMP | pin | data ms |"),
+            "{text}"
+        );
+        assert_eq!(
+            lines[2],
+            "| 64 | 4 | on | off | - | - | - | - | - | - | - | - | - | OOM |"
+        );
     }
 
     #[test]

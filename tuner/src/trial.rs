@@ -5,11 +5,12 @@
 //! loader and queues its copy on a second stream into the other device slot (after step k-1,
 //! which read that slot, is done). Step k's phases on the GPU timeline:
 //! data = end of step k-1 -> its batch is on the device (the GPU waiting for the host's batch
-//! and the copy), then forward, backward, optimizer. The four add up to the step exactly.
+//! and the copy), then forward, backward, optimizer: common's [PhaseTimer], so the four add up
+//! to the step exactly.
 //!
-//! Busy fraction: the same forward + backward + optimizer queued back-to-back behind a blocking
-//! kernel (no host gaps at all) gives the device time of a step; over the loop's median step,
-//! that is the share of the step the GPU was working.
+//! Busy fraction: the same forward + backward + optimizer queued back-to-back behind common's
+//! blocking kernel ([Timer]; no host gaps at all) gives the device time of a step; over the
+//! loop's median step, that is the share of the step the GPU was working.
 //!
 //! Out of memory is an answer: every buffer is allocated before the loop, so a failed
 //! allocation (driver or cuBLAS) ends the trial as OOM; its buffers are dropped, the stream
@@ -18,21 +19,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{self, CUevent_flags};
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::sys;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
+use common::bench::{PhaseTimer, Timer};
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::stats::Summary;
 use common::verify::rel_l2_error;
 use common::Result;
+use mlp::Allocator;
+use mlp::{Activations, Exec, Init, Input, LossSlot, Losses, Mlp, Model};
 
 use crate::analysis::{TrialKey, TrialResult, TrialStatus};
 use crate::config::Settings;
 use crate::data::{Dataset, Sampler};
 use crate::loader::{buffer_count, BatchSource, HostBatch, HostBuf, Loader, Ready};
+use crate::memory;
 use crate::monitor::{Pool, UtilSampler};
-use crate::step::{self, Blas, ModelState, Step, StepBuffers, StepKernels};
 
 /// One step's gradient against the float64 reference.
 #[derive(Debug, Clone, Copy)]
@@ -57,13 +61,58 @@ pub struct Peak {
     pub reserved: Option<u64>,
 }
 
-/// Everything that lives across trials: device, kernels, cuBLAS, timer, data, monitors.
+/// The phases of a step, in the order their ends are recorded.
+const DATA: usize = 0;
+const FORWARD: usize = 1;
+const BACKWARD: usize = 2;
+const OPTIMIZER: usize = 3;
+const PHASES: usize = 4;
+
+/// A model at the initial weights with the buffers of one batch: the device side of a trial.
+struct Batch {
+    model: Model,
+    act: Activations,
+    /// The batch's per-sample losses (their slot counter stays at 0).
+    losses: Losses,
+}
+
+impl Batch {
+    fn input(&self, gpu: &Gpu, x: &CudaSlice<f32>, y: &CudaSlice<i32>, batch: usize) -> Input {
+        Input::new(gpu, &self.model.arch, x, y, batch)
+    }
+
+    /// Forward, backward and the optimizer's update of one step.
+    fn step(&mut self, mlp: &Mlp, ex: &Exec, input: Input, lr: f32) -> Result<()> {
+        self.forward(mlp, ex, input)?;
+        mlp.backward(ex, &mut self.model, &mut self.act, input, false)?;
+        mlp.update(ex, &mut self.model, lr, None)
+    }
+
+    fn forward(&mut self, mlp: &Mlp, ex: &Exec, input: Input) -> Result<()> {
+        let slot = LossSlot::whole_step(input.samples);
+        mlp.forward_loss(
+            ex,
+            &self.model,
+            &mut self.act,
+            input,
+            &mut self.losses,
+            slot,
+        )
+    }
+
+    /// Mean of the last step's per-sample losses.
+    fn mean_loss(&self, gpu: &Gpu, batch: usize) -> Result<f64> {
+        let losses = gpu.download(&self.losses.values)?;
+        Ok(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64)
+    }
+}
+
+/// Everything that lives across trials: device, kernels and cuBLAS, timer, data, monitors.
 pub struct Session<'g> {
     pub gpu: &'g Gpu,
     pub settings: Settings,
-    pub kernels: StepKernels,
-    pub blas: Blas,
-    timer: common::bench::Timer,
+    pub mlp: Mlp,
+    timer: Timer,
     copy: Arc<CudaStream>,
     pub pool: Option<Pool>,
     util: UtilSampler,
@@ -73,18 +122,16 @@ pub struct Session<'g> {
 
 impl<'g> Session<'g> {
     pub fn new(gpu: &'g Gpu, settings: Settings, data: Arc<Dataset>) -> Result<Session<'g>> {
-        let kernels = StepKernels::load(gpu)?;
-        let blas = Blas::new(gpu)?;
-        let timer = common::bench::Timer::new(gpu)?;
+        let mlp = Mlp::new(gpu)?;
+        let timer = Timer::new(gpu)?;
         let copy = gpu.ctx.new_stream().cuda("creating the copy stream")?;
         let pool = Pool::of(gpu)?;
         let util = UtilSampler::start(gpu.info.uuid.clone(), Duration::from_millis(10));
-        let init = crate::model::initial_params(&settings.arch, settings.seed.wrapping_add(100));
+        let init = mlp::initial_params(&settings.arch, settings.seed.wrapping_add(100), Init::HE);
         Ok(Session {
             gpu,
             settings,
-            kernels,
-            blas,
+            mlp,
             timer,
             copy,
             pool,
@@ -94,12 +141,14 @@ impl<'g> Session<'g> {
         })
     }
 
-    fn step(&self) -> Step<'_> {
-        Step {
-            gpu: self.gpu,
-            blas: &self.blas.handle,
-            kernels: &self.kernels,
-        }
+    /// The model at the initial weights and the buffers of a batch of `batch`.
+    fn batch(&self, amp: bool, batch: usize) -> Result<Batch> {
+        let s = &self.settings;
+        Ok(Batch {
+            model: Model::new(self.gpu, s.arch, s.optimizer, amp, &self.init)?,
+            act: Activations::new(self.gpu, &s.arch, amp, batch, Allocator::Pool)?,
+            losses: Losses::new(self.gpu, batch)?,
+        })
     }
 
     /// Free what a trial left, wait for the device, give cached pool memory back.
@@ -117,7 +166,7 @@ impl<'g> Session<'g> {
     /// Run one trial. Out of memory is a result (status OOM); other errors end the sweep.
     pub fn run(&mut self, key: TrialKey) -> Result<TrialResult> {
         let s = &self.settings;
-        let estimated = step::device_bytes(&s.arch, &s.optimizer, key.amp, key.batch);
+        let estimated = memory::estimate(&s.arch, &s.optimizer, key.amp, key.batch).total;
         Ok(match self.recovering(|s| s.try_run(key, estimated))? {
             Ok(r) => r,
             Err(oom) => TrialResult::empty(key, TrialStatus::Oom, estimated, Some(oom.to_string())),
@@ -154,8 +203,7 @@ impl<'g> Session<'g> {
         let gpu = self.gpu;
         let s = self.settings.clone();
         let (arch, batch) = (s.arch, key.batch);
-        let mut model = ModelState::new(gpu, arch, s.optimizer, key.amp, &self.init)?;
-        let mut bufs = StepBuffers::new(gpu, &arch, key.amp, batch)?;
+        let mut b = self.batch(key.amp, batch)?;
         let mut x_dev: Vec<CudaSlice<f32>> = (0..2)
             .map(|_| gpu.alloc::<f32>(batch * arch.input, "an input slot"))
             .collect::<Result<_>>()?;
@@ -187,21 +235,17 @@ impl<'g> Session<'g> {
         let mut loader = Loader::start(source, key.workers, host);
 
         let total = s.warmup_steps + s.steps;
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let ev = |t| gpu.ctx.new_event(t).cuda("creating an event");
-        // marks[0] = before step 0; then per step: data ready, forward, backward, optimizer.
-        let mut marks: Vec<CudaEvent> = Vec::with_capacity(1 + 4 * total);
-        for _ in 0..1 + 4 * total {
-            marks.push(ev(timing)?);
-        }
-        let copied = [ev(None)?, ev(None)?];
-        let slot_free = [ev(None)?, ev(None)?];
+        let phases = PhaseTimer::new(gpu, total, PHASES)?;
+        let ev = || gpu.ctx.new_event(None).cuda("creating an event");
+        let copied = [ev()?, ev()?];
+        let slot_free = [ev()?, ev()?];
         let mut in_flight: [Option<Ready>; 2] = [None, None];
         let compute = gpu.stream.clone();
+        let ex = Exec::queued(gpu);
 
         let started = Instant::now();
         let mut measured_from = started;
-        marks[0].record(&compute).cuda("recording an event")?;
+        phases.start(&compute)?;
         let copy_stream = self.copy.clone();
         let enqueue = |k: usize,
                        loader: &mut Loader,
@@ -240,35 +284,22 @@ impl<'g> Session<'g> {
                 measured_from = Instant::now();
             }
             let slot = k % 2;
-            let x = x_dev[slot].device_ptr(&compute).0;
-            let y = y_dev[slot].device_ptr(&compute).0;
+            let input = b.input(gpu, &x_dev[slot], &y_dev[slot], batch);
             compute.wait(&copied[slot]).cuda("waiting for the batch")?;
-            marks[1 + 4 * k]
-                .record(&compute)
-                .cuda("recording an event")?;
-            let st = Step {
-                gpu,
-                blas: &self.blas.handle,
-                kernels: &self.kernels,
-            };
-            st.forward(&model, &mut bufs, x, y, batch)?;
-            marks[2 + 4 * k]
-                .record(&compute)
-                .cuda("recording an event")?;
-            st.backward(&mut model, &mut bufs, x, batch)?;
-            marks[3 + 4 * k]
-                .record(&compute)
-                .cuda("recording an event")?;
-            st.update(&mut model, s.lr)?;
-            marks[4 + 4 * k]
-                .record(&compute)
-                .cuda("recording an event")?;
+            phases.end_of(k, DATA, &compute)?;
+            b.forward(&self.mlp, &ex, input)?;
+            phases.end_of(k, FORWARD, &compute)?;
+            self.mlp
+                .backward(&ex, &mut b.model, &mut b.act, input, false)?;
+            phases.end_of(k, BACKWARD, &compute)?;
+            self.mlp.update(&ex, &mut b.model, s.lr, None)?;
+            phases.end_of(k, OPTIMIZER, &compute)?;
             slot_free[slot]
                 .record(&compute)
                 .cuda("recording an event")?;
             if k == 0 {
                 compute
-                    .memcpy_dtod(&bufs.losses, &mut first_losses)
+                    .memcpy_dtod(&b.losses.values, &mut first_losses)
                     .cuda("keeping the first losses")?;
             }
             if k + 1 < total {
@@ -281,40 +312,22 @@ impl<'g> Session<'g> {
             Some(p) => Some(p.used_high()?),
             None => None,
         };
-        let elapsed = |a: usize, b: usize| -> Result<f64> {
-            Ok(marks[a]
-                .elapsed_ms(&marks[b])
-                .cuda("reading an event time")? as f64)
-        };
-        let (mut data, mut fwd, mut bwd, mut opt, mut tot) =
-            (vec![], vec![], vec![], vec![], vec![]);
-        for k in s.warmup_steps..total {
-            let base = 4 * k;
-            data.push(elapsed(base, base + 1)?);
-            fwd.push(elapsed(base + 1, base + 2)?);
-            bwd.push(elapsed(base + 2, base + 3)?);
-            opt.push(elapsed(base + 3, base + 4)?);
-            tot.push(elapsed(base, base + 4)?);
-        }
+        let ms = phases.phase_ms(s.warmup_steps)?;
+        let (data, fwd, bwd, opt) = (&ms[DATA], &ms[FORWARD], &ms[BACKWARD], &ms[OPTIMIZER]);
+        let tot: Vec<f64> = (0..data.len())
+            .map(|i| data[i] + fwd[i] + bwd[i] + opt[i])
+            .collect();
         let mean_loss = |v: Vec<f32>| v.iter().map(|&l| l as f64).sum::<f64>() / v.len() as f64;
         let first_loss = mean_loss(gpu.download(&first_losses)?);
-        let last_loss = mean_loss(gpu.download(&bufs.losses)?);
+        let last_loss = b.mean_loss(gpu, batch)?;
 
         // The step's device time with no host gaps: the same work queued behind a hold.
         let reps = 5;
-        let x = x_dev[0].device_ptr(&compute).0;
-        let y = y_dev[0].device_ptr(&compute).0;
+        let input = b.input(gpu, &x_dev[0], &y_dev[0], batch);
         let mut compute_only = Vec::new();
         for _ in 0..3 {
             let (secs, _) = self.timer.sample(reps, false, true, &mut || {
-                let st = Step {
-                    gpu,
-                    blas: &self.blas.handle,
-                    kernels: &self.kernels,
-                };
-                st.forward(&model, &mut bufs, x, y, batch)?;
-                st.backward(&mut model, &mut bufs, x, batch)?;
-                st.update(&mut model, s.lr)
+                b.step(&self.mlp, &ex, input, s.lr)
             })?;
             compute_only.push(secs * 1e3 / reps as f64);
         }
@@ -329,7 +342,7 @@ impl<'g> Session<'g> {
         let median = |v: &Option<Summary>| v.as_ref().map(|s| s.median);
         let step_ms = median(&total_ms);
         let compute_only_ms = Summary::of(&compute_only).map(|s| s.median);
-        let phases: Vec<f64> = (0..tot.len())
+        let compute_share: Vec<f64> = (0..tot.len())
             .map(|i| (fwd[i] + bwd[i] + opt[i]) / tot[i])
             .collect();
         let mut r = TrialResult::empty(key, TrialStatus::Ok, estimated, None);
@@ -339,15 +352,15 @@ impl<'g> Session<'g> {
             _ => None,
         };
         r.compute_only_ms = compute_only_ms;
-        r.compute_phase_fraction = Summary::of(&phases).map(|s| s.median);
-        r.data_fraction = match (median(&Summary::of(&data)), step_ms) {
+        r.compute_phase_fraction = Summary::of(&compute_share).map(|s| s.median);
+        r.data_fraction = match (median(&Summary::of(data)), step_ms) {
             (Some(d), Some(t)) if t > 0.0 => Some(d / t),
             _ => None,
         };
-        r.data_ms = Summary::of(&data);
-        r.forward_ms = Summary::of(&fwd);
-        r.backward_ms = Summary::of(&bwd);
-        r.optimizer_ms = Summary::of(&opt);
+        r.data_ms = Summary::of(data);
+        r.forward_ms = Summary::of(fwd);
+        r.backward_ms = Summary::of(bwd);
+        r.optimizer_ms = Summary::of(opt);
         r.total_ms = total_ms;
         r.nvml_util_pct = self.util.mean_between(measured_from, finished);
         r.peak_bytes = peak.or(Some(estimated));
@@ -368,8 +381,7 @@ impl<'g> Session<'g> {
         let gpu = self.gpu;
         let s = self.settings.clone();
         let arch = s.arch;
-        let mut model = ModelState::new(gpu, arch, s.optimizer, amp, &self.init)?;
-        let mut bufs = StepBuffers::new(gpu, &arch, amp, batch)?;
+        let mut b = self.batch(amp, batch)?;
         let x: Vec<CudaSlice<f32>> = (0..2)
             .map(|_| gpu.alloc_zeros::<f32>(batch * arch.input, "an input slot"))
             .collect::<Result<_>>()?;
@@ -377,15 +389,10 @@ impl<'g> Session<'g> {
             .map(|_| gpu.alloc_zeros::<i32>(batch, "a label slot"))
             .collect::<Result<_>>()?;
         let _first_losses = gpu.alloc::<f32>(batch, "the first step's losses")?;
+        let ex = Exec::queued(gpu);
         for k in 0..steps {
-            let (xp, yp) = (
-                x[k % 2].device_ptr(&gpu.stream).0,
-                y[k % 2].device_ptr(&gpu.stream).0,
-            );
-            let st = self.step();
-            st.forward(&model, &mut bufs, xp, yp, batch)?;
-            st.backward(&mut model, &mut bufs, xp, batch)?;
-            st.update(&mut model, s.lr)?;
+            let input = b.input(gpu, &x[k % 2], &y[k % 2], batch);
+            b.step(&self.mlp, &ex, input, s.lr)?;
         }
         gpu.sync()?;
         Ok(match &self.pool {
@@ -394,19 +401,18 @@ impl<'g> Session<'g> {
                 reserved: Some(p.reserved_high()?),
             },
             None => Peak {
-                used: crate::step::device_bytes(&arch, &s.optimizer, amp, batch),
+                used: memory::estimate(&arch, &s.optimizer, amp, batch).total,
                 reserved: None,
             },
         })
     }
 
-    /// A model at the initial weights, step buffers for `batch`, the session's sampler and its
+    /// A model at the initial weights, the buffers of `batch`, the session's sampler and its
     /// host batch: what the loss curve and the float64 check start from.
     fn fresh_run(&self, amp: bool, batch: usize) -> Result<FreshRun> {
         let s = &self.settings;
         Ok(FreshRun {
-            model: ModelState::new(self.gpu, s.arch, s.optimizer, amp, &self.init)?,
-            bufs: StepBuffers::new(self.gpu, &s.arch, amp, batch)?,
+            batch: self.batch(amp, batch)?,
             sampler: Sampler::new(self.data.clone(), batch, s.seed, Duration::ZERO),
             features: vec![0f32; batch * s.arch.input],
             labels: vec![0i32; batch],
@@ -416,19 +422,15 @@ impl<'g> Session<'g> {
     /// Train `steps` steps of `batch` on the calling thread and return each step's mean loss
     /// (synchronizing every step): for the AMP-vs-fp32 comparison.
     pub fn loss_curve(&self, amp: bool, batch: usize, steps: usize) -> Result<Vec<f64>> {
+        let gpu = self.gpu;
         let mut run = self.fresh_run(amp, batch)?;
+        let ex = Exec::queued(gpu);
         let mut curve = Vec::with_capacity(steps);
         for k in 0..steps {
-            let (x, y) = run.upload(self.gpu, k)?;
-            let (xp, yp) = (
-                x.device_ptr(&self.gpu.stream).0,
-                y.device_ptr(&self.gpu.stream).0,
-            );
-            let st = self.step();
-            st.forward(&run.model, &mut run.bufs, xp, yp, batch)?;
-            st.backward(&mut run.model, &mut run.bufs, xp, batch)?;
-            st.update(&mut run.model, self.settings.lr)?;
-            curve.push(run.mean_loss(self.gpu, batch)?);
+            let (x, y) = run.upload(gpu, k)?;
+            let input = run.batch.input(gpu, &x, &y, batch);
+            run.batch.step(&self.mlp, &ex, input, self.settings.lr)?;
+            curve.push(run.batch.mean_loss(gpu, batch)?);
         }
         Ok(curve)
     }
@@ -439,13 +441,15 @@ impl<'g> Session<'g> {
         let arch = self.settings.arch;
         let mut run = self.fresh_run(amp, batch)?;
         let (x, y) = run.upload(gpu, 0)?;
-        let (xp, yp) = (x.device_ptr(&gpu.stream).0, y.device_ptr(&gpu.stream).0);
-        gpu.poison(&mut run.model.grads)?;
-        let st = self.step();
-        st.forward(&run.model, &mut run.bufs, xp, yp, batch)?;
-        st.backward(&mut run.model, &mut run.bufs, xp, batch)?;
-        let grads = gpu.download(&run.model.grads)?;
-        let loss = run.mean_loss(gpu, batch)?;
+        let input = run.batch.input(gpu, &x, &y, batch);
+        let ex = Exec::queued(gpu);
+        let b = &mut run.batch;
+        gpu.poison(&mut b.model.grads)?;
+        b.forward(&self.mlp, &ex, input)?;
+        self.mlp
+            .backward(&ex, &mut b.model, &mut b.act, input, false)?;
+        let grads = gpu.download(&b.model.grads)?;
+        let loss = b.mean_loss(gpu, batch)?;
         // The reference sees what the GPU saw: bf16-rounded inputs and weights under AMP.
         let round = |v: f32| {
             if amp {
@@ -456,8 +460,9 @@ impl<'g> Session<'g> {
         };
         let params: Vec<f64> = self.init.iter().map(|&p| round(p) as f64).collect();
         let xr: Vec<f32> = run.features.iter().map(|&v| round(v)).collect();
-        let (ref_loss, ref_grad) =
-            crate::model::loss_and_gradient(&arch, &params, &xr, &run.labels);
+        let (ref_losses, ref_grad) =
+            mlp::reference::loss_and_gradient(&arch, &params, &xr, &run.labels, 1.0 / batch as f64);
+        let ref_loss = ref_losses.iter().sum::<f64>() / batch as f64;
         let (bias, bias_ref): (Vec<f32>, Vec<f64>) = arch
             .layers()
             .into_iter()
@@ -474,8 +479,7 @@ impl<'g> Session<'g> {
 
 /// One run from the initial weights on the calling thread ([Session::fresh_run]).
 struct FreshRun {
-    model: ModelState,
-    bufs: StepBuffers,
+    batch: Batch,
     sampler: Sampler,
     features: Vec<f32>,
     labels: Vec<i32>,
@@ -489,12 +493,6 @@ impl FreshRun {
             gpu.upload(&self.features, "a batch")?,
             gpu.upload(&self.labels, "labels")?,
         ))
-    }
-
-    /// Mean of the last step's per-sample losses.
-    fn mean_loss(&self, gpu: &Gpu, batch: usize) -> Result<f64> {
-        let losses = gpu.download(&self.bufs.losses)?;
-        Ok(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64)
     }
 }
 

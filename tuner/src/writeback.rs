@@ -69,7 +69,7 @@ pub fn write_config(path: &Path, batch: usize, accumulation: usize) -> Result<Pa
     let backup = PathBuf::from(backup);
     std::fs::write(&backup, &text)
         .map_err(|e| format!("{}: cannot save the backup: {e}", backup.display()))?;
-    common::report::write_atomically(path, updated.as_bytes())
+    common::files::write_atomically(path, updated.as_bytes())
         .map_err(|e| format!("{}: cannot write the config: {e}", path.display()))?;
     Ok(backup)
 }
@@ -127,7 +127,7 @@ pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
         }
     };
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
-    common::report::write_atomically(path, updated.as_bytes())
+    common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
 }
 

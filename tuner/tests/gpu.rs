@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tuner::analysis::TrialStatus;
 use tuner::config::{Overrides, Switch};
-use tuner::model::Preset;
+use tuner::preset::Preset;
 use tuner::sweep::{self, Output};
 use tuner::trial::Session;
 
@@ -55,7 +55,7 @@ fn the_step_matches_the_float64_reference() {
 fn the_chunked_bias_gradient_matches_the_float64_reference() {
     let gpu = gpu();
     let batch = 100_000;
-    assert_eq!(tuner::step::bias_chunks(batch), 4);
+    assert_eq!(mlp::bias_chunks(batch), 4);
     let s = session(
         &gpu,
         Overrides {
@@ -137,7 +137,8 @@ fn a_sweep_that_runs_out_of_memory_recovers_and_goes_on() {
         plot: None,
         progress: false,
     };
-    let (report, verified) = sweep::run(&gpu, settings, &out).unwrap();
+    let (report, verified) =
+        sweep::run(&gpu, settings, &out, common::report::Startup::now()).unwrap();
     print!("{}", sweep::render_text(&report));
     assert!(verified);
     let status: Vec<TrialStatus> = report.trials.iter().map(|t| t.status).collect();

@@ -32,22 +32,11 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Normal features; labels from a fixed random linear teacher, so the loss can fall.
+    /// The `mlp` crate's synthetic set: normal features, labels from a fixed random linear
+    /// teacher, so the loss can fall.
     pub fn synthetic(input: usize, classes: usize, samples: usize, seed: u64) -> Dataset {
-        let features = common::verify::normal_f32(seed, samples * input, 1.0);
-        let mut rng = Rng::new(seed ^ 0x7eac_4e55);
-        let teacher: Vec<f64> = (0..classes * input).map(|_| rng.normal()).collect();
-        let labels = common::par::map(samples, |s| {
-            let x = &features[s * input..(s + 1) * input];
-            let score = |c: usize| -> f64 {
-                let w = &teacher[c * input..(c + 1) * input];
-                w.iter().zip(x).map(|(w, &x)| w * x as f64).sum()
-            };
-            (0..classes)
-                .max_by(|&a, &b| score(a).total_cmp(&score(b)))
-                .unwrap_or(0) as i32
-        });
-        Dataset::new(input, features, labels)
+        let s = mlp::Samples::synthetic(input, classes, samples, seed);
+        Dataset::new(input, s.features, s.labels)
     }
 
     fn new(input: usize, features: Vec<f32>, labels: Vec<i32>) -> Dataset {

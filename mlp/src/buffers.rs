@@ -1,13 +1,11 @@
-//! Device memory the lessons need beyond the harness's: device buffers from either allocator
-//! (so the baseline can allocate the way naive code does). Page-locked host buffers are
-//! `common::pinned::Pinned`.
+//! Device buffers from either allocator, so that a naive loop can allocate the way
+//! `cudaMalloc` does (the baseline's lesson) while everything else draws from the stream-ordered
+//! pool.
 
 use std::ops::{Deref, DerefMut};
 
 use cudarc::driver::sys;
 use cudarc::driver::{CudaSlice, DeviceRepr};
-
-pub use common::pinned::Pinned;
 
 use common::error::{CudaContext as _, Error};
 use common::gpu::Gpu;
@@ -30,6 +28,7 @@ pub struct DeviceBuf<T> {
 }
 
 impl<T: DeviceRepr> DeviceBuf<T> {
+    /// `len` elements from `allocator` (contents undefined until written).
     pub fn new(gpu: &Gpu, allocator: Allocator, len: usize, what: &str) -> Result<DeviceBuf<T>> {
         let slice =
             match allocator {
@@ -56,6 +55,12 @@ impl<T: DeviceRepr> DeviceBuf<T> {
             slice: std::mem::ManuallyDrop::new(slice),
             allocator,
         })
+    }
+}
+
+impl<T> DeviceBuf<T> {
+    pub fn allocator(&self) -> Allocator {
+        self.allocator
     }
 }
 

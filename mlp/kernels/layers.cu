@@ -1,12 +1,22 @@
-// The element-wise and reduction kernels of one MLP training step. The GEMMs are cuBLAS's.
+// The element-wise and reduction kernels of one MLP training step; the GEMMs are cuBLAS's.
 //
 // Layout: activations are sample-major (sample b's features contiguous), i.e. a column-major
 // features x batch matrix for cuBLAS; element (f, b) of a layer with F features is at f + b * F.
+// Under mixed precision bf16 is carried as its 16 bits (unsigned short) and rounded to nearest
+// even by hand, so no header is needed.
 
 typedef long long i64;
+typedef unsigned short bf16_bits;
 
 __device__ __forceinline__ i64 global_id() {
     return (i64)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ bf16_bits to_bf16(float x) {
+    unsigned int u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_bits)((u >> 16) | 0x0040u);  // NaN stays NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_bits)(u >> 16);
 }
 
 // Forward of Linear(...) -> ReLU, after the GEMM: z = max(z + bias[f], 0), in place.
@@ -80,11 +90,70 @@ extern "C" __global__ void sum_over_batch(const float* __restrict__ grad, int fe
     }
 }
 
-// Plain SGD over the flat parameter vector: p -= lr * g. Thread 0 also advances the step
-// counter that softmax_xent reads (stream order puts it after this step's losses).
-extern "C" __global__ void sgd_step(float* __restrict__ params, const float* __restrict__ grads,
-                                    i64 count, float lr, int* __restrict__ step) {
+// Bias gradient of a large batch in two passes, both in a fixed order (the result does not
+// depend on timing). sum_over_batch gives each block 32 features and the whole batch, which
+// leaves one block walking 32M rows when a layer has 16 features; here grid.y splits the batch
+// into chunks of `rows` samples, each block writes its chunk's partial sums to
+// partial[chunk * features + f], and sum_chunks adds the chunks in order.
+extern "C" __global__ void sum_over_batch_chunks(const float* __restrict__ grad, int features,
+                                                 int batch, int rows,
+                                                 float* __restrict__ partial) {
+    __shared__ float part[SUM_ROWS][32];
+    int f = blockIdx.x * 32 + threadIdx.x;
+    i64 begin = (i64)blockIdx.y * rows;
+    i64 end = min((i64)batch, begin + rows);
+    float s = 0.0f;
+    if (f < features) {
+#pragma unroll 4
+        for (i64 b = begin + threadIdx.y; b < end; b += SUM_ROWS) s += grad[b * features + f];
+    }
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && f < features) {
+        float total = 0.0f;
+        for (int r = 0; r < SUM_ROWS; r++) total += part[r][threadIdx.x];
+        partial[(i64)blockIdx.y * features + f] = total;
+    }
+}
+
+extern "C" __global__ void sum_chunks(const float* __restrict__ partial, int features, int chunks,
+                                      float* __restrict__ out, int accumulate) {
+    i64 f = global_id();
+    if (f >= features) return;
+    float total = 0.0f;
+    for (int c = 0; c < chunks; c++) total += partial[(i64)c * features + f];
+    out[f] = accumulate ? out[f] + total : total;
+}
+
+// dst = bf16(src), element-wise: the input batch and the logits' gradient under AMP.
+extern "C" __global__ void cast_to_bf16(const float* __restrict__ src, bf16_bits* __restrict__ dst,
+                                        i64 count) {
     i64 i = global_id();
-    if (i < count) params[i] -= lr * grads[i];
-    if (i == 0) *step += 1;
+    if (i < count) dst[i] = to_bf16(src[i]);
+}
+
+// Forward of Linear -> ReLU after the GEMM under AMP: z = max(z + bias[f], 0) in fp32 (kept for
+// the ReLU mask) and its bf16 copy, the next GEMM's input.
+extern "C" __global__ void add_bias_relu_bf16(float* __restrict__ z, const float* __restrict__ bias,
+                                              int features, i64 count,
+                                              bf16_bits* __restrict__ z16) {
+    i64 i = global_id();
+    if (i < count) {
+        float v = fmaxf(z[i] + bias[i % features], 0.0f);
+        z[i] = v;
+        z16[i] = to_bf16(v);
+    }
+}
+
+// Backward of ReLU under AMP: the gradient passes where the activation was positive (fp32, for
+// the bias gradient) and its bf16 copy feeds the two backward GEMMs.
+extern "C" __global__ void relu_backward_bf16(float* __restrict__ grad,
+                                              const float* __restrict__ activation, i64 count,
+                                              bf16_bits* __restrict__ grad16) {
+    i64 i = global_id();
+    if (i < count) {
+        float g = activation[i] > 0.0f ? grad[i] : 0.0f;
+        grad[i] = g;
+        grad16[i] = to_bf16(g);
+    }
 }

@@ -1,0 +1,296 @@
+//! The training variants as a lesson of the runner: each run's weight change and loss curve are
+//! checked against the float64 reference of the same training (when affordable) and against the
+//! baseline's run; whole runs are timed (runs that synchronize with the host, so not held
+//! behind the blocking kernel; the counted bytes are host-to-device copies); and each variant
+//! gets its samples/s, time per step, the step's compute time alone and goodput.
+
+use serde_json::json;
+
+use common::bench::BenchConfig;
+use common::counters::Work;
+use common::gpu::Gpu;
+use common::report::{Metric, Section, VariantReport};
+use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::table::{cell, Table};
+use common::verify::Precision;
+use common::Result;
+use mlp::reference::{loss_curve, train_sgd};
+
+use super::engine::{Engine, RunOutput};
+use super::{TrainConfig, Variant};
+
+/// Relative L2 tolerance on the weight change (final - initial weights). The change is about
+/// 1e-2 of the weights it is added to, so fp32 rounding of the weights alone is ~1e-5 of it;
+/// summation order (8 x 32 accumulated vs 256 at once, cuBLAS vs the CPU) adds to that over the
+/// run's steps. A dropped microbatch or a wrong sign moves it by >10%.
+pub const WEIGHT_CHANGE_TOLERANCE: f64 = 5e-4;
+/// Relative L2 tolerance on the loss curve (per-step mean losses, ~2.3 falling).
+pub const LOSS_CURVE_TOLERANCE: f64 = 2e-5;
+/// Above this many float64 FLOPs the CPU reference is skipped (variants are then checked
+/// against the baseline only).
+pub const REFERENCE_FLOP_LIMIT: u64 = 200_000_000_000;
+
+const WEIGHT_CHANGE: &str = "weight change";
+const LOSS_CURVE: &str = "loss curve";
+const REFERENCE_LABEL: &str = "float64 CPU reference";
+
+const GOODPUT_METHOD: &str = "compute = the step's GEMMs and kernels alone (no copies, no host waits), captured as a CUDA graph and replayed back to back behind a blocking kernel, CUDA events, median per replay; goodput = compute / (run time / steps)";
+const ALLOCATION: &str = "baseline, pinned and batch allocate per pass with cuMemAlloc/cuMemFree (what cudaMalloc/cudaFree do); preallocated buffers come from the stream-ordered pool once";
+
+/// A run's weight change (final - initial) and loss curve, in float64.
+fn trained(run: &RunOutput, init: &[f32], samples_per_step: usize) -> (Vec<f64>, Vec<f64>) {
+    let change = run
+        .params
+        .iter()
+        .zip(init)
+        .map(|(&p, &i)| p as f64 - i as f64)
+        .collect();
+    (change, loss_curve(&run.losses, samples_per_step))
+}
+
+/// The six training variants of one configuration, run by the runner.
+pub struct TrainingLesson<'g> {
+    engine: Engine<'g>,
+    reference: Option<Reference>,
+    /// Each variant's loss curve from its checked run.
+    curves: Vec<Option<Vec<f64>>>,
+}
+
+impl<'g> TrainingLesson<'g> {
+    /// Build the engine (dataset, weights, buffers, kernels) and train the float64 reference
+    /// when it is affordable.
+    pub fn new(gpu: &'g Gpu, cfg: TrainConfig) -> Result<TrainingLesson<'g>> {
+        let engine = Engine::new(gpu, cfg)?;
+        let arch = cfg.arch();
+        let reference = (arch.flops(cfg.samples as u64) <= REFERENCE_FLOP_LIMIT).then(|| {
+            let data = &engine.data.samples;
+            let run = train_sgd(
+                &arch,
+                &engine.init,
+                &data.features,
+                &data.labels,
+                cfg.step_batch,
+                cfg.lr as f64,
+            );
+            let change = run
+                .params
+                .iter()
+                .zip(&engine.init)
+                .map(|(&p, &i)| p - i as f64)
+                .collect();
+            Reference {
+                label: REFERENCE_LABEL.into(),
+                parts: vec![
+                    (WEIGHT_CHANGE.into(), change),
+                    (LOSS_CURVE.into(), run.losses),
+                ],
+            }
+        });
+        Ok(TrainingLesson {
+            engine,
+            reference,
+            curves: vec![None; Variant::ALL.len()],
+        })
+    }
+
+    pub fn config(&self) -> TrainConfig {
+        self.engine.cfg
+    }
+
+    /// The float64 reference's loss curve, when the reference was affordable.
+    pub fn reference_loss_curve(&self) -> Option<&[f64]> {
+        let r = self.reference.as_ref()?;
+        r.parts
+            .iter()
+            .find(|(name, _)| name == LOSS_CURVE)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Run `v` once from the initial weights and bring its parameters and losses back.
+    pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
+        self.engine.run_checked(v)
+    }
+
+    /// The check table: every variant's errors against the reference and the baseline.
+    fn check_table(variants: &[VariantReport]) -> Table {
+        let mut t = Table::new()
+            .left("variant")
+            .right("weight change vs reference")
+            .right("loss curve vs reference")
+            .right("weight change vs baseline")
+            .right("loss curve vs baseline");
+        for v in variants {
+            let error = |part: &str, against: &str| {
+                cell(
+                    v.checks
+                        .iter()
+                        .find(|c| c.part == part && c.against == against),
+                    |c| format!("{:.1e}", c.rel_l2_error),
+                )
+            };
+            t.row(vec![
+                v.name.clone(),
+                error(WEIGHT_CHANGE, REFERENCE_LABEL),
+                error(LOSS_CURVE, REFERENCE_LABEL),
+                error(WEIGHT_CHANGE, "the baseline"),
+                error(LOSS_CURVE, "the baseline"),
+            ]);
+        }
+        t
+    }
+}
+
+impl Lesson for TrainingLesson<'_> {
+    fn name(&self) -> &str {
+        "ch1-basics"
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        let c = self.engine.cfg;
+        let arch = c.arch();
+        json!({
+            "hidden": c.hidden,
+            "input": arch.input,
+            "classes": arch.classes,
+            "samples": c.samples,
+            "batch": c.step_batch,
+            "microbatch": c.microbatch,
+            "steps": c.steps(),
+            "lr": c.lr,
+            "seed": c.seed,
+            "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
+            "loss_curve_tolerance": LOSS_CURVE_TOLERANCE,
+            "timing": "CUDA events around each whole training run on the lesson's stream, no blocking kernel (the runs synchronize on their own); time per run",
+        })
+    }
+
+    fn variants(&self) -> Vec<VariantSpec> {
+        let c = self.engine.cfg;
+        let arch = c.arch();
+        let work = Work {
+            bytes_read: (c.samples * (arch.input + 1) * 4) as u64,
+            bytes_written: 0,
+            flops: arch.flops(c.samples as u64),
+        };
+        Variant::ALL
+            .iter()
+            .map(|v| {
+                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
+                    .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
+                    .host_device()
+            })
+            .collect()
+    }
+
+    fn reference(&self, _index: usize) -> Option<&Reference> {
+        self.reference.as_ref()
+    }
+
+    fn check_against_baseline(&self, _index: usize) -> bool {
+        true
+    }
+
+    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+        gpu.poison(&mut self.engine.train.losses.values)
+    }
+
+    fn run(&mut self, _gpu: &Gpu, index: usize) -> Result<()> {
+        self.engine.reset()?;
+        Variant::ALL[index].run(&mut self.engine)
+    }
+
+    fn output(&mut self, _gpu: &Gpu, index: usize) -> Result<Output> {
+        let run = self.engine.download()?;
+        let (change, curve) = trained(&run, &self.engine.init, self.engine.cfg.step_batch);
+        self.curves[index] = Some(curve.clone());
+        Ok(Output::default()
+            .part(WEIGHT_CHANGE, change, Some(WEIGHT_CHANGE_TOLERANCE))
+            .part(LOSS_CURVE, curve, Some(LOSS_CURVE_TOLERANCE)))
+    }
+
+    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+        // The naive runs synchronize with the host: a held stream would never drain.
+        BenchConfig {
+            hold: false,
+            warmup_runs: 2,
+            ..cfg
+        }
+    }
+
+    fn metrics(
+        &mut self,
+        _gpu: &Gpu,
+        index: usize,
+        timed: &VariantReport,
+        meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        let c = self.engine.cfg;
+        let Some(run_ms) = timed.time_ms.as_ref().map(|s| s.median) else {
+            return Ok(Vec::new());
+        };
+        let pass = Variant::ALL[index].pass_batch(&c);
+        self.engine.prepare_compute_only(pass)?;
+        let bench = meter.bench;
+        let engine = &self.engine;
+        let compute = meter
+            .measure(&bench, &mut || engine.replay_compute_only(pass))?
+            .time_ms
+            .median;
+        let per_step = run_ms / c.steps() as f64;
+        Ok(vec![
+            Metric::new("samples/s", c.samples as f64 / (run_ms / 1e3), ""),
+            Metric::new("step", per_step, "ms"),
+            Metric::new("compute/step", compute, "ms"),
+            Metric::new("goodput", 100.0 * compute / per_step, "%"),
+        ])
+    }
+
+    fn sections(
+        &mut self,
+        _gpu: &Gpu,
+        variants: &[VariantReport],
+        _meter: &mut Meter,
+    ) -> Result<Vec<Section>> {
+        let c = self.engine.cfg;
+        let arch = c.arch();
+        let mut section = Section::new("training: checks, goodput and allocation");
+        section.table = Some(Self::check_table(variants));
+        section.lines = vec![
+            format!(
+                "MLP {}-{}-{}, {} samples, {} steps of {} (microbatch {}), lr {}",
+                arch.input,
+                arch.hidden,
+                arch.classes,
+                c.samples,
+                c.steps(),
+                c.step_batch,
+                c.microbatch,
+                c.lr
+            ),
+            format!(
+                "tolerances: weight change {WEIGHT_CHANGE_TOLERANCE:.0e}, loss curve {LOSS_CURVE_TOLERANCE:.0e} (relative L2)"
+            ),
+            format!("goodput: {GOODPUT_METHOD}"),
+            format!("allocation: {ALLOCATION}"),
+        ];
+        if self.reference.is_none() {
+            section.lines.push("note: float64 reference skipped at this size (too costly on the CPU); variants checked against the baseline".into());
+        }
+        let curves: serde_json::Map<String, serde_json::Value> = Variant::ALL
+            .iter()
+            .zip(&self.curves)
+            .filter_map(|(v, curve)| Some((v.name().to_string(), json!(curve.as_ref()?))))
+            .collect();
+        section.data = json!({
+            "config": c,
+            "steps": c.steps(),
+            "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
+            "loss_curve_tolerance": LOSS_CURVE_TOLERANCE,
+            "goodput_method": GOODPUT_METHOD,
+            "allocation": ALLOCATION,
+            "reference_loss_curve": self.reference_loss_curve(),
+            "loss_curves": curves,
+        });
+        Ok(vec![section])
+    }
+}

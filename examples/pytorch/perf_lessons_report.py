@@ -65,6 +65,9 @@ class Reporter:
     def step(self, samples, step_s=None, peak_memory_bytes=None, **phases):
         """One optimizer step: `samples` consumed, its time `step_s` (default: since the last
         call), optional phase times in seconds and the framework's peak memory in bytes."""
+        unknown = set(phases) - set(_PHASES)
+        if unknown:
+            raise TypeError("unknown phase(s) %s; use %s" % (sorted(unknown), ", ".join(_PHASES)))
         now = time.perf_counter()
         if step_s is None:
             step_s = now - self._last
@@ -72,9 +75,6 @@ class Reporter:
         self._steps += 1
         if self._file is None:
             return
-        unknown = set(phases) - set(_PHASES)
-        if unknown:
-            raise TypeError("unknown phase(s) %s; use %s" % (sorted(unknown), ", ".join(_PHASES)))
         line = {"step": self._steps, "samples": int(samples), "step_s": float(step_s)}
         for name in _PHASES:
             value = phases.get(name)

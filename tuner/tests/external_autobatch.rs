@@ -49,7 +49,11 @@ fn the_answer_is_the_fake_s_limit_at_the_granularity() {
         for (r, &(batch, fitted)) in search.trials.iter().zip(&found.trials) {
             assert_eq!(r.params.batch_size, batch);
             assert_eq!(fitted, batch <= 100);
-            let status = if batch <= 100 { Status::Ok } else { Status::Oom };
+            let status = if batch <= 100 {
+                Status::Ok
+            } else {
+                Status::Oom
+            };
             assert_eq!(r.status, status, "batch {batch}: {:?}", r.stderr_tail);
         }
         assert_eq!(shown, search.trials.len());
@@ -99,13 +103,17 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
         |_| {},
     )
     .unwrap_err();
-    let Stopped::Trial(r) = &e else {
-        panic!("{e}")
-    };
+    let Stopped::Trial(r) = &e else { panic!("{e}") };
     assert_eq!((r.status, r.params.batch_size), (Status::Failed, 8));
     let message = e.to_string();
-    assert!(message.contains("batch 8 failed (exit status 1)"), "{message}");
-    assert!(message.contains("ValueError: the dataset has no split"), "{message}");
+    assert!(
+        message.contains("batch 8 failed (exit status 1)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ValueError: the dataset has no split"),
+        "{message}"
+    );
     assert!(message.contains("says nothing about memory"), "{message}");
 
     let pids = dir.str("pids");
@@ -121,6 +129,10 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
         |_| {},
     )
     .unwrap_err();
-    assert!(e.to_string().contains("batch 8 hung (ran past the time limit of 2 s)"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("batch 8 hung (ran past the time limit of 2 s)"),
+        "{e}"
+    );
     assert_eq!(ResultsFile::read(results.path()).unwrap().0.len(), 2);
 }

@@ -92,11 +92,13 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
         .iter()
         .flat_map(|(d, s)| s.iter().map(move |x| (d, *x)))
         .collect();
-    let overlapping = all.iter().any(|(d1, a)| {
-        all.iter()
-            .any(|(d2, b)| d1 != d2 && a.0 < b.1 && b.0 < a.1)
-    });
-    assert!(overlapping, "no two trials ran at the same time: {by_device:?}");
+    let overlapping = all
+        .iter()
+        .any(|(d1, a)| all.iter().any(|(d2, b)| d1 != d2 && a.0 < b.1 && b.0 < a.1));
+    assert!(
+        overlapping,
+        "no two trials ran at the same time: {by_device:?}"
+    );
 
     let (back, bad) = ResultsFile::read(&dir.path("results.jsonl")).unwrap();
     assert_eq!(bad, 0);

@@ -29,7 +29,10 @@ fn placeholders_and_environment_reach_the_program() {
     let device = Device::stand_in("GPU 5", "5");
     let r = trial(&prog, &p, 7, &device, &dir.path("trial"), &limits(60));
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
-    assert_eq!((r.index, r.device.as_str(), r.cuda_visible.as_str()), (7, "GPU 5", "5"));
+    assert_eq!(
+        (r.index, r.device.as_str(), r.cuda_visible.as_str()),
+        (7, "GPU 5", "5")
+    );
     assert!(r.command.contains(&"24".to_string()) && r.command.contains(&"on".to_string()));
 
     let entries = log_entries(&dir.path("log.jsonl"));
@@ -64,7 +67,13 @@ fn placeholders_and_environment_reach_the_program() {
     // A process group of its own (env execs python, so the program leads it).
     assert_eq!(e["pid"], e["pgid"]);
     let ours = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let our_group = ours.rsplit_once(')').unwrap().1.split_whitespace().nth(2).unwrap();
+    let our_group = ours
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap();
     assert_ne!(e["pgid"].to_string(), our_group);
 
     // What came back through the report: 6 steps, 2 dropped as warmup, 48 samples per 10 ms.
@@ -91,7 +100,14 @@ fn the_time_limit_kills_a_hang_and_its_children() {
     let pids = dir.str("pids");
     let prog = program(&[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)]);
     let device = Device::stand_in("GPU 0", "0");
-    let r = trial(&prog, &params(8), 0, &device, &dir.path("trial"), &limits(3));
+    let r = trial(
+        &prog,
+        &params(8),
+        0,
+        &device,
+        &dir.path("trial"),
+        &limits(3),
+    );
     assert_eq!(r.status, Status::Hang, "{r:?}");
     assert!(r.reason.contains("time limit of 3 s"), "{}", r.reason);
     assert!(r.wall_s >= 3.0 && r.wall_s < 20.0, "{}", r.wall_s);
@@ -129,11 +145,25 @@ fn out_of_memory_is_told_apart_from_a_crash() {
     assert!(!r.reached_steps);
     assert!(r.stderr_tail.last().unwrap().contains("CUDA out of memory"));
     // Below the limit the same program is fine.
-    let r = trial(&oom, &params(16), 1, &device, &dir.path("fits"), &limits(60));
+    let r = trial(
+        &oom,
+        &params(16),
+        1,
+        &device,
+        &dir.path("fits"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
 
     let fail = program(&[("FAKE_MODE", "fail")]);
-    let r = trial(&fail, &params(8), 2, &device, &dir.path("fail"), &limits(60));
+    let r = trial(
+        &fail,
+        &params(8),
+        2,
+        &device,
+        &dir.path("fail"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Failed);
     assert!(r.oom.is_none());
     assert_eq!(r.reason, "exit status 1");
@@ -146,14 +176,28 @@ fn out_of_memory_is_told_apart_from_a_crash() {
 
     // A crash on the way out, after every step was reported.
     let crash = program(&[("FAKE_MODE", "crash_at_exit")]);
-    let r = trial(&crash, &params(8), 3, &device, &dir.path("crash"), &limits(60));
+    let r = trial(
+        &crash,
+        &params(8),
+        3,
+        &device,
+        &dir.path("crash"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Failed);
     assert!(r.reason.contains("signal 6"), "{}", r.reason);
     assert!(r.reached_steps);
     assert!(r.measured.samples_per_s.is_some());
 
     let missing = Program::new(vec!["/nonexistent/train".into()]).unwrap();
-    let r = trial(&missing, &params(8), 4, &device, &dir.path("missing"), &limits(60));
+    let r = trial(
+        &missing,
+        &params(8),
+        4,
+        &device,
+        &dir.path("missing"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Failed);
     assert!(r.reason.contains("could not start"), "{}", r.reason);
 }
@@ -185,7 +229,14 @@ fn garbage_in_the_report_is_counted_and_the_steps_kept() {
     let dir = Scratch::new("garbage");
     let prog = program(&[("FAKE_MODE", "garbage")]);
     let device = Device::stand_in("GPU 0", "0");
-    let r = trial(&prog, &params(8), 0, &device, &dir.path("trial"), &limits(60));
+    let r = trial(
+        &prog,
+        &params(8),
+        0,
+        &device,
+        &dir.path("trial"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
     assert_eq!(r.report.bad_lines, 2);
     assert!(r.report.truncated_last_line);

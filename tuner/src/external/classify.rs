@@ -120,11 +120,7 @@ pub fn find_oom(text: &str) -> Option<OomMessage> {
         let lower = line.to_lowercase();
         SIGNATURES
             .iter()
-            .find(|s| {
-                s.needles
-                    .iter()
-                    .all(|n| lower.contains(&n.to_lowercase()))
-            })
+            .find(|s| s.needles.iter().all(|n| lower.contains(&n.to_lowercase())))
             .map(|s| OomMessage {
                 stack: s.stack.to_string(),
                 line: line.trim().chars().take(400).collect(),
@@ -157,7 +153,10 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str) -> Classified {
     match (oom, exit) {
         (Some(m), Exit::TimedOut) => Classified {
             status: Status::Oom,
-            reason: format!("out of memory ({}), then hung until the time limit", m.stack),
+            reason: format!(
+                "out of memory ({}), then hung until the time limit",
+                m.stack
+            ),
             oom: Some(m),
         },
         (Some(m), _) => Classified {
@@ -291,7 +290,10 @@ mod tests {
         // Killed by a signal after the message: still the message's answer.
         assert_eq!(classify(Exit::Signal(6), &oom, "").status, Status::Oom);
         // A hang with no message is a hang; after an out-of-memory it is the out-of-memory.
-        assert_eq!(classify(Exit::TimedOut, "step 3\n", "").status, Status::Hang);
+        assert_eq!(
+            classify(Exit::TimedOut, "step 3\n", "").status,
+            Status::Hang
+        );
         let c = classify(Exit::TimedOut, &oom, "");
         assert_eq!(c.status, Status::Oom);
         assert!(c.reason.contains("then hung"));
@@ -311,6 +313,9 @@ mod tests {
         .iter()
         .map(|s| serde_json::to_string(s).unwrap())
         .collect();
-        assert_eq!(s, ["\"OK\"", "\"OOM\"", "\"HANG\"", "\"FAILED\"", "\"SKIPPED\""]);
+        assert_eq!(
+            s,
+            ["\"OK\"", "\"OOM\"", "\"HANG\"", "\"FAILED\"", "\"SKIPPED\""]
+        );
     }
 }

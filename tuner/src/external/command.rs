@@ -169,10 +169,8 @@ impl Program {
                 let after = &rest[open + 1..];
                 let Some(close) = after.find('}') else { break };
                 let word = &after[..close];
-                let looks_like_one = !word.is_empty()
-                    && word
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_');
+                let looks_like_one =
+                    !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if looks_like_one
                     && !Placeholder::ALL.iter().any(|p| p.name() == word)
                     && !out.iter().any(|w: &String| w == word)
@@ -322,9 +320,15 @@ mod tests {
     #[test]
     fn unknown_placeholders_are_found_and_other_braces_left_alone() {
         let prog = Program::new(
-            ["prog", "--b={batch}", "{\"json\": 1}", "{batch_size}", "{epoch}/{batch}"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "prog",
+                "--b={batch}",
+                "{\"json\": 1}",
+                "{batch_size}",
+                "{epoch}/{batch}",
+            ]
+            .map(String::from)
+            .to_vec(),
         )
         .unwrap();
         assert_eq!(prog.unknown_placeholders(), vec!["batch", "epoch"]);
@@ -361,6 +365,9 @@ mod tests {
             Program::display(&argv),
             r"python3 'a b.py' --x={batch_size} 'it'\''s'"
         );
-        assert_eq!(params().describe(), "batch 96, workers 4, amp on, accumulation 2");
+        assert_eq!(
+            params().describe(),
+            "batch 96, workers 4, amp on, accumulation 2"
+        );
     }
 }

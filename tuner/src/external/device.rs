@@ -97,10 +97,12 @@ pub fn visible_gpus(
             })
             .collect()),
         Some(_) => Err("NVML sees no GPU: check `nvidia-smi`".into()),
-        None => Err("no GPU found: NVML (libnvidia-ml.so.1) could not be loaded and \
+        None => Err(
+            "no GPU found: NVML (libnvidia-ml.so.1) could not be loaded and \
              CUDA_VISIBLE_DEVICES is not set; install the NVIDIA driver, or set \
              CUDA_VISIBLE_DEVICES to the GPUs to use"
-            .into()),
+                .into(),
+        ),
     }
 }
 
@@ -176,8 +178,12 @@ mod tests {
 
     #[test]
     fn the_tuner_s_own_visible_list_comes_first() {
-        let v = visible_gpus(Some("4, GPU-abc,MIG-def,"), None, Some(vec!["GPU-x".into()]))
-            .unwrap();
+        let v = visible_gpus(
+            Some("4, GPU-abc,MIG-def,"),
+            None,
+            Some(vec!["GPU-x".into()]),
+        )
+        .unwrap();
         assert_eq!(
             v,
             vec![
@@ -209,7 +215,10 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].cuda_visible, "GPU-b");
         let e = visible_gpus(None, None, None).unwrap_err();
-        assert!(e.contains("no GPU found") && e.contains("CUDA_VISIBLE_DEVICES"), "{e}");
+        assert!(
+            e.contains("no GPU found") && e.contains("CUDA_VISIBLE_DEVICES"),
+            "{e}"
+        );
         assert!(visible_gpus(None, None, Some(vec![])).is_err());
     }
 
@@ -223,11 +232,16 @@ mod tests {
         assert!(all[2].pci_bus_order && all[2].probe.is_none());
         let two = select_devices(Some("2,0"), &visible, None, None).unwrap();
         assert_eq!(
-            two.iter().map(|d| d.cuda_visible.as_str()).collect::<Vec<_>>(),
+            two.iter()
+                .map(|d| d.cuda_visible.as_str())
+                .collect::<Vec<_>>(),
             ["7", "3"]
         );
         let e = select_devices(Some("3"), &visible, None, None).unwrap_err();
-        assert!(e.contains("GPU 3 is not visible") && e.contains("3 GPU(s)"), "{e}");
+        assert!(
+            e.contains("GPU 3 is not visible") && e.contains("3 GPU(s)"),
+            "{e}"
+        );
         assert!(select_devices(Some("0,0"), &visible, None, None)
             .unwrap_err()
             .contains("twice"));

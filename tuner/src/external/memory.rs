@@ -176,6 +176,7 @@ impl Watch {
                     .then(|| "some of the trial's processes were listed without memory".into()),
             };
         }
+        let listed_nothing = !self.unaccounted && !self.only_strangers;
         let why = if self.unaccounted {
             "NVML lists the trial's processes without their memory (no per-process accounting \
              here, as in some virtual machines)"
@@ -183,9 +184,22 @@ impl Watch {
             "NVML lists no process of the trial (process ids of another namespace, as in a \
              container)"
         } else {
-            "NVML listed no compute process while the trial ran"
+            "NVML listed no compute process (no per-process accounting here)"
         };
         match (self.device_peak, before) {
+            // Nothing listed and nothing risen: a trial too short for the sampling period, or
+            // one that never used the GPU. A zero would read as a measurement.
+            (Some(peak), Some(before)) if listed_nothing && peak <= before => MemoryReading {
+                source: MemorySource::None,
+                peak_bytes: None,
+                device_before_bytes: Some(before),
+                samples: self.samples,
+                note: Some(
+                    "NVML saw no compute process of the trial and no rise in the device's \
+                     memory in use (a trial shorter than the sampling period, or no GPU use)"
+                        .into(),
+                ),
+            },
             (Some(peak), Some(before)) => MemoryReading {
                 source: MemorySource::NvmlDeviceDelta,
                 peak_bytes: Some(peak.saturating_sub(before)),
@@ -309,8 +323,16 @@ mod tests {
     fn per_process_accounting_sums_the_trial_s_processes() {
         let ours = |pid: u32| pid == 100 || pid == 101;
         let mut w = Watch::default();
-        w.add(Some(&[(100, Some(2 * GIB)), (7, Some(30 * GIB))]), Some(40 * GIB), &ours);
-        w.add(Some(&[(100, Some(3 * GIB)), (101, Some(GIB)), (7, Some(30 * GIB))]), Some(41 * GIB), &ours);
+        w.add(
+            Some(&[(100, Some(2 * GIB)), (7, Some(30 * GIB))]),
+            Some(40 * GIB),
+            &ours,
+        );
+        w.add(
+            Some(&[(100, Some(3 * GIB)), (101, Some(GIB)), (7, Some(30 * GIB))]),
+            Some(41 * GIB),
+            &ours,
+        );
         w.add(Some(&[(7, Some(30 * GIB))]), Some(37 * GIB), &ours);
         let r = w.reading(Some(35 * GIB));
         assert_eq!(r.source, MemorySource::NvmlProcess);
@@ -336,6 +358,21 @@ mod tests {
         assert_eq!(r.source, MemorySource::NvmlDeviceDelta);
         assert_eq!(r.peak_bytes, Some(5 * GIB));
         assert!(r.note.unwrap().contains("namespace"));
+        // Nothing listed at all (some virtual GPUs): the device's rise, if there was one.
+        let mut w = Watch::default();
+        w.add(Some(&[]), Some(3 * GIB), &ours);
+        w.add(Some(&[]), Some(5 * GIB), &ours);
+        let r = w.reading(Some(3 * GIB));
+        assert_eq!(
+            (r.source, r.peak_bytes),
+            (MemorySource::NvmlDeviceDelta, Some(2 * GIB))
+        );
+        assert!(r.note.unwrap().contains("no compute process"));
+        let mut w = Watch::default();
+        w.add(Some(&[]), Some(3 * GIB), &ours);
+        let r = w.reading(Some(3 * GIB));
+        assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
+        assert!(r.note.unwrap().contains("shorter than the sampling period"));
         // No NVML readings at all.
         let mut w = Watch::default();
         w.add(None, None, &ours);

@@ -177,7 +177,9 @@ fn whole(o: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
             }
             match v.as_f64() {
                 Some(x) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => Ok(Some(x as u64)),
-                _ => Err(format!("'{key}' must be a whole number of 0 or more, found {v}")),
+                _ => Err(format!(
+                    "'{key}' must be a whole number of 0 or more, found {v}"
+                )),
             }
         }
     }
@@ -380,7 +382,11 @@ mod tests {
         assert!((m.data_ms.unwrap().median - 10.0).abs() < 1e-9);
         assert!((m.forward_ms.unwrap().median - 50.0).abs() < 1e-9);
         assert!(m.backward_ms.is_none(), "not reported");
-        assert_eq!(m.framework_peak_bytes, Some(5_000_000), "warmup peaks count");
+        assert_eq!(
+            m.framework_peak_bytes,
+            Some(5_000_000),
+            "warmup peaks count"
+        );
         assert_eq!(m.program_samples_per_s, Some(990.0));
         assert!((m.program_difference.unwrap() - (1000.0 / 990.0 - 1.0)).abs() < 1e-12);
     }

@@ -292,9 +292,17 @@ mod tests {
         let statuses: Vec<Status> = done.iter().map(|r| r.status).collect();
         use Status::*;
         assert_eq!(statuses, [Ok, Ok, Ok, Oom, Ok, Skipped, Oom, Skipped]);
-        assert!(done[5].reason.contains("batch 16 of the same setting"), "{}", done[5].reason);
+        assert!(
+            done[5].reason.contains("batch 16 of the same setting"),
+            "{}",
+            done[5].reason
+        );
         assert_eq!(lines.len(), 8);
-        assert!(lines[0].starts_with("[1/8] GPU 0 batch 8, workers 0, amp off: OK"), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with("[1/8] GPU 0 batch 8, workers 0, amp off: OK"),
+            "{}",
+            lines[0]
+        );
         assert!(lines[7].ends_with("0 running, 0 left"), "{}", lines[7]);
         let (back, bad) = ResultsFile::read(file.path()).unwrap();
         assert_eq!((back.len(), bad), (8, 0));
@@ -338,7 +346,11 @@ mod tests {
             (0..9).collect::<Vec<_>>()
         );
         assert_eq!(*most_at_once.lock().unwrap(), 3);
-        assert!(start.elapsed() < Duration::from_millis(9 * 150), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(9 * 150),
+            "{:?}",
+            start.elapsed()
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -348,7 +360,15 @@ mod tests {
         let mut file = ResultsFile::create(&dir.join("r.jsonl")).unwrap();
         let run = |i: usize, p: &Params, d: &Device| result(i, *p, Status::Ok, d);
         let none = |_: &Params, _: &[TrialResult]| None;
-        assert!(run_queue(&[params(1, 0)], &[], run, none, &mut file, |_: &Progress| {}).is_err());
+        assert!(run_queue(
+            &[params(1, 0)],
+            &[],
+            run,
+            none,
+            &mut file,
+            |_: &Progress| {}
+        )
+        .is_err());
         let d = [Device::stand_in("GPU 0", "0")];
         assert!(run_queue(&[], &d, run, none, &mut file, |_: &Progress| {})
             .unwrap()

@@ -104,7 +104,9 @@ impl TrialResult {
             },
             Status::Oom => format!(
                 "OOM ({})",
-                self.oom.as_ref().map_or("out of memory", |m| m.stack.as_str())
+                self.oom
+                    .as_ref()
+                    .map_or("out of memory", |m| m.stack.as_str())
             ),
             Status::Hang => format!("HANG: {}", self.reason),
             Status::Failed => format!("FAILED: {}", self.reason),
@@ -155,7 +157,8 @@ pub fn trial(
     let report = report_path(&folder);
     let _ = std::fs::remove_file(&report);
     let (stdout, stderr) = (folder.join("stdout.log"), folder.join("stderr.log"));
-    let files = std::fs::File::create(&stdout).and_then(|o| Ok((o, std::fs::File::create(&stderr)?)));
+    let files =
+        std::fs::File::create(&stdout).and_then(|o| Ok((o, std::fs::File::create(&stderr)?)));
     let (out_file, err_file) = match files {
         Ok(f) => f,
         Err(e) => return failed(result, format!("cannot create the trial's logs: {e}")),

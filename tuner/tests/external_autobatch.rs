@@ -63,6 +63,30 @@ fn the_answer_is_the_fake_s_limit_at_the_granularity() {
 }
 
 #[test]
+fn a_program_that_ignores_its_steps_is_stopped_after_them() {
+    let dir = Scratch::new("ignores");
+    let prog = program(&[("FAKE_OOM_ABOVE", "50"), ("FAKE_MODE", "hang_after_steps")]);
+    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+    let search = find_batch(
+        &prog,
+        &params(8),
+        &Device::stand_in("GPU 0", "0"),
+        &dir.0,
+        // Were the trials waited for, every fitting batch would be a hang.
+        &Limits::new(Duration::from_secs(30)),
+        bounds(Granularity::Multiple(8)),
+        &mut results,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(search.found.unwrap().maximum, 48);
+    assert!(search
+        .trials
+        .iter()
+        .all(|r| r.wall_s < 25.0 && matches!(r.status, Status::Ok | Status::Oom)));
+}
+
+#[test]
 fn a_crash_after_every_step_still_fits() {
     let dir = Scratch::new("crash");
     let prog = program(&[("FAKE_OOM_ABOVE", "40"), ("FAKE_MODE", "crash_at_exit")]);

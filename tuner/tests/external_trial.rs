@@ -244,3 +244,25 @@ fn garbage_in_the_report_is_counted_and_the_steps_kept() {
     assert_eq!(r.measured.reported_steps, 3);
     assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
 }
+
+#[test]
+fn a_program_that_goes_on_after_its_steps_can_be_stopped_there() {
+    let dir = Scratch::new("after");
+    let prog = program(&[("FAKE_MODE", "hang_after_steps")]);
+    let device = Device::stand_in("GPU 0", "0");
+    // Waited for, it is a hang, though every step was reported and measured.
+    let r = trial(&prog, &params(8), 0, &device, &dir.path("wait"), &limits(2));
+    assert_eq!(r.status, Status::Hang);
+    assert!(r.reached_steps);
+    assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
+    // Stopped once its steps are in, it is OK, long before the time limit.
+    let stop = Limits {
+        stop_after_steps: true,
+        ..limits(60)
+    };
+    let r = trial(&prog, &params(8), 1, &device, &dir.path("stop"), &stop);
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(r.reason, "stopped after its last step");
+    assert!(r.wall_s < 30.0, "{}", r.wall_s);
+    assert_eq!(r.measured.reported_steps, 3);
+}

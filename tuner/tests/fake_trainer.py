@@ -9,6 +9,8 @@ misbehaves on request through its environment:
             hang     start a child process, write both pids to FAKE_PID_FILE, sleep forever
             fail     raise an ordinary exception (exit 1, a traceback on stderr)
             crash_at_exit  report every step, then abort (SIGABRT)
+            hang_after_steps  report every step, then go on forever (a script that
+                     ignores --steps)
             silent   run the steps without reporting anything
             garbage  report, with stray text and a cut-off last line in the report
   FAKE_STEP_S=S      seconds per step (default 0.01)
@@ -116,6 +118,8 @@ def main():
     report.close()
     if mode == "crash_at_exit":
         os.abort()
+    if mode == "hang_after_steps":
+        time.sleep(600)
     return 0
 
 

@@ -4,7 +4,7 @@
 //! each trial runs the user's command as a fresh process on one GPU and learns what happened
 //! from three things only: its exit status, its output, and a small report file.
 //!
-//! ## A trial ([trial])
+//! ## A trial ([trial()])
 //!
 //! The command's arguments may hold placeholders, replaced by the trial's values; the same
 //! values are always in the environment too, so a program may read either:
@@ -52,7 +52,7 @@
 //! whole process over the steps it was told to run (start-up included, and said so), and GPU
 //! memory from NVML.
 //!
-//! ## What a trial ended as ([classify])
+//! ## What a trial ended as ([classify()])
 //!
 //! OK (exit 0), OOM (non-zero exit with an out-of-memory message of one of the common stacks:
 //! PyTorch, XLA, TensorFlow, cuBLAS, cuDNN, the CUDA runtime or driver), HANG (killed at the
@@ -70,7 +70,8 @@
 //!
 //! Trials come from one queue, one at a time per GPU, as many at once as there are devices;
 //! each result is appended to a JSON-lines file as it comes, so an interrupted run loses
-//! nothing. The autobatch oracle answers "does batch B fit?" with a trial and plugs into
+//! nothing. The autobatch oracle answers "does batch B fit?" with a trial (stopped as soon as
+//! it has reported every step it was told to run: the answer is known then) and plugs into
 //! [crate::search::find].
 
 pub mod classify;

@@ -84,7 +84,8 @@ pub struct Bounds {
 
 /// Find the largest batch of `program` that fits on `device`, the other settings as in `base`.
 /// Each trial keeps its files in `run_dir/trial-NNN-bB`, is written to `results` as it ends,
-/// and is shown to `on_trial`.
+/// and is shown to `on_trial`. A trial is stopped as soon as it has reported all its steps
+/// (the answer is known then; winding down would only cost time).
 #[allow(clippy::too_many_arguments)]
 pub fn find_batch(
     program: &Program,
@@ -96,6 +97,10 @@ pub fn find_batch(
     results: &mut ResultsFile,
     mut on_trial: impl FnMut(&TrialResult),
 ) -> Result<BatchSearch, Stopped> {
+    let limits = Limits {
+        stop_after_steps: true,
+        ..*limits
+    };
     let mut trials: Vec<TrialResult> = Vec::new();
     let found = search::find(bounds.start, bounds.granularity, bounds.cap, |batch| {
         let params = Params {
@@ -104,7 +109,7 @@ pub fn find_batch(
         };
         let index = trials.len();
         let folder = run_dir.join(format!("trial-{index:03}-b{batch}"));
-        let r = trial(program, &params, index, device, &folder, limits);
+        let r = trial(program, &params, index, device, &folder, &limits);
         results.write(&r).map_err(Stopped::Results)?;
         on_trial(&r);
         let answer = fits(&r);

@@ -36,6 +36,9 @@ pub enum Exit {
     Signal(i32),
     /// It ran past the time limit and its group was killed.
     TimedOut,
+    /// It had done all that was asked (the `enough` check of [run_in_group]) and its group was
+    /// killed without waiting for it to wind down.
+    Stopped,
 }
 
 impl Exit {
@@ -47,8 +50,9 @@ impl Exit {
         }
     }
 
+    /// Exit 0, or stopped once it had done all that was asked.
     pub fn success(self) -> bool {
-        self == Exit::Code(0)
+        matches!(self, Exit::Code(0) | Exit::Stopped)
     }
 
     /// `exit status 1`, `killed by signal 9`, `timed out`.
@@ -61,6 +65,7 @@ impl Exit {
             Exit::Signal(11) => "killed by signal 11 (SIGSEGV: a crash)".into(),
             Exit::Signal(s) => format!("killed by signal {s}"),
             Exit::TimedOut => "ran past the time limit".into(),
+            Exit::Stopped => "stopped after its last step".into(),
         }
     }
 }
@@ -75,12 +80,15 @@ pub struct Finished {
 
 /// Spawn `cmd` as the leader of a new process group and wait at most `limit`. `started` is
 /// called with the child's pid (the group's id) as soon as it runs, e.g. to start sampling
-/// its memory. Past the limit the group is killed with SIGKILL; after a normal exit, whatever
-/// the program left behind in its group is killed too.
+/// its memory; `enough` is asked while it runs (every 50 ms at most) whether it has done all
+/// that was asked, and if so the group is killed at once. Past the limit the group is killed
+/// with SIGKILL; after a normal exit, whatever the program left behind in its group is killed
+/// too.
 pub fn run_in_group(
     mut cmd: Command,
     limit: Duration,
     started: impl FnOnce(u32),
+    enough: impl FnMut() -> bool,
 ) -> std::io::Result<Finished> {
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
@@ -97,7 +105,7 @@ pub fn run_in_group(
     let mut child = cmd.spawn()?;
     let pid = child.id();
     started(pid);
-    let exit = wait_with_limit(&mut child, start, limit)?;
+    let exit = wait_with_limit(&mut child, start, limit, enough)?;
     // The leader is gone; its group may not be (orphaned workers). Harmless when empty.
     kill_group(pid);
     Ok(Finished {
@@ -107,17 +115,29 @@ pub fn run_in_group(
     })
 }
 
-fn wait_with_limit(child: &mut Child, start: Instant, limit: Duration) -> std::io::Result<Exit> {
+fn wait_with_limit(
+    child: &mut Child,
+    start: Instant,
+    limit: Duration,
+    mut enough: impl FnMut() -> bool,
+) -> std::io::Result<Exit> {
     let mut pause = Duration::from_millis(2);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Exit::of(status));
         }
         let elapsed = start.elapsed();
-        if elapsed >= limit {
+        let stop = if elapsed >= limit {
+            Some(Exit::TimedOut)
+        } else if enough() {
+            Some(Exit::Stopped)
+        } else {
+            None
+        };
+        if let Some(exit) = stop {
             kill_group(child.id());
             child.wait()?;
-            return Ok(Exit::TimedOut);
+            return Ok(exit);
         }
         std::thread::sleep(pause.min(limit - elapsed));
         pause = (pause * 2).min(Duration::from_millis(50));
@@ -187,11 +207,17 @@ mod tests {
 
     #[test]
     fn exit_codes_and_signals_are_told_apart() {
-        let f = run_in_group(sh("exit 3"), Duration::from_secs(20), |_| {}).unwrap();
+        let f = run_in_group(sh("exit 3"), Duration::from_secs(20), |_| {}, || false).unwrap();
         assert_eq!(f.exit, Exit::Code(3));
-        let f = run_in_group(sh("exit 0"), Duration::from_secs(20), |_| {}).unwrap();
+        let f = run_in_group(sh("exit 0"), Duration::from_secs(20), |_| {}, || false).unwrap();
         assert!(f.exit.success());
-        let f = run_in_group(sh("kill -SEGV $$"), Duration::from_secs(20), |_| {}).unwrap();
+        let f = run_in_group(
+            sh("kill -SEGV $$"),
+            Duration::from_secs(20),
+            |_| {},
+            || false,
+        )
+        .unwrap();
         assert_eq!(f.exit, Exit::Signal(11));
         assert!(f.exit.describe().contains("crash"));
     }
@@ -199,10 +225,31 @@ mod tests {
     #[test]
     fn the_time_limit_kills_the_group() {
         let mut pid = 0;
-        let f = run_in_group(sh("sleep 30"), Duration::from_millis(300), |p| pid = p).unwrap();
+        let f = run_in_group(
+            sh("sleep 30"),
+            Duration::from_millis(300),
+            |p| pid = p,
+            || false,
+        )
+        .unwrap();
         assert_eq!(f.exit, Exit::TimedOut);
         assert!(f.wall < Duration::from_secs(10), "{:?}", f.wall);
         assert!(pid > 0 && pid == f.pid);
+    }
+
+    #[test]
+    fn enough_stops_the_group_early() {
+        let start = Instant::now();
+        let f = run_in_group(
+            sh("sleep 30"),
+            Duration::from_secs(60),
+            |_| {},
+            || start.elapsed() > Duration::from_millis(200),
+        )
+        .unwrap();
+        assert_eq!(f.exit, Exit::Stopped);
+        assert!(f.exit.success());
+        assert!(f.wall < Duration::from_secs(10), "{:?}", f.wall);
     }
 
     #[test]

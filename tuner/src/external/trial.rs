@@ -23,6 +23,10 @@ pub struct Limits {
     pub memory_period: Duration,
     /// Lines of stderr kept in a result that is not OK.
     pub tail_lines: usize,
+    /// Stop the program as soon as it has reported every step it was told to run (warmup
+    /// included), without waiting for it to wind down (or to go on training, for a program
+    /// that ignores `{steps}`): what the batch finder needs, and all it needs.
+    pub stop_after_steps: bool,
 }
 
 impl Limits {
@@ -31,6 +35,7 @@ impl Limits {
             time_limit,
             memory_period: Duration::from_millis(100),
             tail_lines: 20,
+            stop_after_steps: false,
         }
     }
 }
@@ -115,6 +120,32 @@ impl TrialResult {
     }
 }
 
+/// Whether a running program has reported all its steps: re-read only when the report grew.
+struct StepWatch<'a> {
+    path: &'a Path,
+    wanted: usize,
+    seen_len: u64,
+}
+
+impl<'a> StepWatch<'a> {
+    fn new(path: &'a Path, wanted: usize) -> StepWatch<'a> {
+        StepWatch {
+            path,
+            wanted,
+            seen_len: 0,
+        }
+    }
+
+    fn all_reported(&mut self) -> bool {
+        let len = std::fs::metadata(self.path).map(|m| m.len()).unwrap_or(0);
+        if len == self.seen_len {
+            return false;
+        }
+        self.seen_len = len;
+        ReportFile::read(self.path).steps.len() >= self.wanted
+    }
+}
+
 /// The report file, stdout and stderr of a trial, in its folder.
 pub fn report_path(folder: &Path) -> PathBuf {
     folder.join("report.jsonl")
@@ -181,12 +212,18 @@ pub fn trial(
 
     let before = device.probe.as_ref().and_then(|p| p.device_used());
     let mut sampler = None;
-    let finished = run_in_group(cmd, limits.time_limit, |pid| {
-        sampler = device
-            .probe
-            .clone()
-            .map(|p| Sampler::start(p, pid, limits.memory_period, before));
-    });
+    let mut watch = StepWatch::new(&report, params.total_steps());
+    let finished = run_in_group(
+        cmd,
+        limits.time_limit,
+        |pid| {
+            sampler = device
+                .probe
+                .clone()
+                .map(|p| Sampler::start(p, pid, limits.memory_period, before));
+        },
+        || limits.stop_after_steps && watch.all_reported(),
+    );
     if let Some(s) = sampler {
         result.memory = s.finish();
     }

@@ -33,6 +33,29 @@ impl Params {
         self.batch_size * self.accumulation.max(1)
     }
 
+    /// The sweep's trials from the tuner's settings: every AMP setting x worker count x batch
+    /// size, batches ascending within each setting (so a skip rule such as
+    /// [super::queue::larger_batch_after_oom] can spare the batches above an out-of-memory).
+    /// The settings' `pin` has no placeholder: a program chooses pinning itself.
+    pub fn grid(s: &crate::config::Settings) -> Vec<Params> {
+        let mut out = Vec::new();
+        for &amp in &s.amp {
+            for &workers in &s.workers {
+                for &batch_size in &s.batch_sizes {
+                    out.push(Params {
+                        batch_size,
+                        workers,
+                        amp,
+                        accumulation: s.accumulation_steps,
+                        steps: s.steps,
+                        warmup_steps: s.warmup_steps,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     /// `batch 256, workers 4, amp on, accumulation 2`: for progress lines and messages.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -356,6 +379,38 @@ mod tests {
             .unwrap()
             .check_runnable()
             .is_ok());
+    }
+
+    #[test]
+    fn the_grid_is_every_setting_with_batches_ascending() {
+        let s = crate::config::Overrides {
+            batch_sizes: Some(vec![64, 16, 32]),
+            workers: Some(vec![4, 0]),
+            amp: Some(crate::config::Switch::Both),
+            accumulation_steps: Some(2),
+            steps: Some(7),
+            warmup_steps: Some(1),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let g = Params::grid(&s);
+        assert_eq!(g.len(), 12);
+        let keys: Vec<(bool, usize, usize)> =
+            g.iter().map(|p| (p.amp, p.workers, p.batch_size)).collect();
+        assert_eq!(
+            &keys[..4],
+            &[
+                (false, 0, 16),
+                (false, 0, 32),
+                (false, 0, 64),
+                (false, 4, 16)
+            ]
+        );
+        assert_eq!(keys[11], (true, 4, 64));
+        assert!(g
+            .iter()
+            .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));
     }
 
     #[test]

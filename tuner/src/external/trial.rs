@@ -1,6 +1,7 @@
 //! One trial: the user's command with one set of values, on one GPU, in a fresh process, with
 //! a time limit; what it reported, how it ended, and the memory it used.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -151,6 +152,31 @@ pub fn report_path(folder: &Path) -> PathBuf {
     folder.join("report.jsonl")
 }
 
+/// What a trial's process finds in its environment besides what it inherits (the module page
+/// of [super] says why each is there).
+pub fn trial_environment(
+    params: &Params,
+    index: usize,
+    device: &Device,
+    report: &Path,
+) -> Vec<(&'static str, OsString)> {
+    let mut env: Vec<(&'static str, OsString)> = Program::env_for(params)
+        .into_iter()
+        .map(|(k, v)| (k, v.into()))
+        .collect();
+    env.extend([
+        (REPORT_ENV, report.as_os_str().to_owned()),
+        (TRIAL_ENV, index.to_string().into()),
+        ("CUDA_VISIBLE_DEVICES", device.cuda_visible.clone().into()),
+        ("NCCL_NVLS_ENABLE", "0".into()),
+        ("PYTHONUNBUFFERED", "1".into()),
+    ]);
+    if device.pci_bus_order {
+        env.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into()));
+    }
+    env
+}
+
 /// Run trial `index` of `program` with `params` on `device`, keeping its files in `folder`
 /// (created; an old report there is removed). Never fails: a program that cannot start is a
 /// FAILED result saying why.
@@ -197,18 +223,10 @@ pub fn trial(
 
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
-        .envs(Program::env_for(params))
-        .env(REPORT_ENV, &report)
-        .env(TRIAL_ENV, index.to_string())
-        .env("CUDA_VISIBLE_DEVICES", &device.cuda_visible)
-        .env("NCCL_NVLS_ENABLE", "0")
-        .env("PYTHONUNBUFFERED", "1")
+        .envs(trial_environment(params, index, device, &report))
         .stdin(Stdio::null())
         .stdout(out_file)
         .stderr(err_file);
-    if device.pci_bus_order {
-        cmd.env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-    }
 
     let before = device.probe.as_ref().and_then(|p| p.device_used());
     let mut sampler = None;

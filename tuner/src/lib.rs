@@ -28,6 +28,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod data;
+pub mod external;
 pub mod loader;
 pub mod memory;
 pub mod monitor;

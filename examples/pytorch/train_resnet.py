@@ -1,0 +1,178 @@
+"""Train torchvision's ResNet-18 on synthetic 224-pixel images: a real training program for the
+tuner's external mode (the model, the data loader and its worker processes are PyTorch's own).
+
+    python3 train_resnet.py --batch-size 128 --workers 8 --amp on --steps 30 --warmup 5
+
+The images are seeded random tensors made in the data loader's workers, one per sample, so the
+loader does real work per sample (as decoding would) and `--workers` and `--pin-memory` matter,
+without a dataset on disk.
+
+How the step is timed (every step ends with a synchronize, as `loss.item()` in a training loop
+would, so step times are contiguous and add up to the loop's wall time):
+  - step: the host clock from the end of one synchronized step to the end of the next;
+  - data: the host's wait for the loader (host clock) plus the host-to-device copies (CUDA
+    events on the training stream);
+  - forward, backward, optimizer: CUDA events on the training stream around each phase; with
+    accumulation, forward and backward are summed over the micro-batches.
+The peak memory is `torch.cuda.max_memory_allocated()` (what PyTorch's allocator handed out;
+the process holds more: its cached blocks and the CUDA context). At the end the script prints,
+and reports, its own samples/s over the steps after warmup.
+
+Every step is reported through perf_lessons_report.py (a no-op outside the tuner).
+"""
+
+import argparse
+import sys
+import time
+
+from perf_lessons_report import Reporter
+
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, got %s" % text)
+    return value
+
+
+def non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more, got %s" % text)
+    return value
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-size", type=positive, default=64, help="samples per micro-batch")
+    p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
+    p.add_argument("--amp", choices=["on", "off"], default="off", help="bf16 autocast")
+    p.add_argument("--pin-memory", choices=["on", "off"], default="on",
+                   help="page-locked batches (faster, asynchronous host-to-device copies)")
+    p.add_argument("--accumulation", type=positive, default=1,
+                   help="micro-batches per optimizer step (gradient accumulation)")
+    p.add_argument("--steps", type=positive, default=30, help="measured optimizer steps")
+    p.add_argument("--warmup", type=non_negative, default=5,
+                   help="optimizer steps run before measuring (cuDNN autotuning, allocator)")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=non_negative, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # PyTorch is imported after the arguments are read: a bad flag is answered at once.
+    import torch
+    import torchvision
+    from torch.utils.data import DataLoader, Dataset
+
+    if not torch.cuda.is_available():
+        sys.exit("train_resnet.py: PyTorch sees no CUDA GPU (check CUDA_VISIBLE_DEVICES)")
+
+    class SyntheticImages(Dataset):
+        """Seeded random images and labels, made on demand: sample i is the same in every run."""
+
+        def __init__(self, length, classes, size, seed):
+            self.length, self.classes, self.size, self.seed = length, classes, size, seed
+
+        def __len__(self):
+            return self.length
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+            image = torch.randn(3, self.size, self.size, generator=g)
+            label = int(torch.randint(self.classes, (1,), generator=g))
+            return image, label
+
+    device = torch.device("cuda")
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.benchmark = True
+    classes = 1000
+    model = torchvision.models.resnet18(num_classes=classes).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    amp = args.amp == "on"
+
+    total_steps = args.warmup + args.steps
+    samples_per_step = args.batch_size * args.accumulation
+    dataset = SyntheticImages(samples_per_step * total_steps, classes, 224, args.seed)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=False,
+        num_workers=args.workers,
+        pin_memory=args.pin_memory == "on",
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
+    batches = iter(loader)
+
+    def event():
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def seconds(pairs):
+        return sum(a.elapsed_time(b) for a, b in pairs) / 1e3
+
+    report = Reporter()
+    model.train()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.synchronize()
+    last_end = time.perf_counter()
+    measured_start = last_end if args.warmup == 0 else None
+    loss_value = float("nan")
+    for step in range(total_steps):
+        wait_s = 0.0
+        copies, forwards, backwards = [], [], []
+        optimizer.zero_grad(set_to_none=True)
+        for _ in range(args.accumulation):
+            t0 = time.perf_counter()
+            images, labels = next(batches)
+            wait_s += time.perf_counter() - t0
+            e0 = event()
+            images = images.to(device, non_blocking=True)
+            labels = labels.to(device, non_blocking=True)
+            e1 = event()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                loss = loss_fn(model(images), labels) / args.accumulation
+            e2 = event()
+            loss.backward()
+            e3 = event()
+            copies.append((e0, e1))
+            forwards.append((e1, e2))
+            backwards.append((e2, e3))
+        o0 = event()
+        optimizer.step()
+        o1 = event()
+        o1.synchronize()
+        end = time.perf_counter()
+        step_s, last_end = end - last_end, end
+        if step + 1 == args.warmup:
+            measured_start = end
+        loss_value = loss.item() * args.accumulation
+        report.step(
+            samples=samples_per_step,
+            step_s=step_s,
+            data_s=wait_s + seconds(copies),
+            forward_s=seconds(forwards),
+            backward_s=seconds(backwards),
+            optimizer_s=seconds([(o0, o1)]),
+            peak_memory_bytes=torch.cuda.max_memory_allocated(),
+        )
+
+    samples_per_s = samples_per_step * args.steps / (last_end - measured_start)
+    peak = torch.cuda.max_memory_allocated()
+    report.end(samples_per_s=samples_per_s, peak_memory_bytes=peak)
+    report.close()
+    print(
+        "resnet18 batch %d x accumulation %d, workers %d, amp %s, pin_memory %s: "
+        "%.1f samples/s over %d steps after %d warmup, peak %.2f GB allocated, last loss %.3f"
+        % (args.batch_size, args.accumulation, args.workers, args.amp, args.pin_memory,
+           samples_per_s, args.steps, args.warmup, peak / 1e9, loss_value)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+//! The user's command and one trial's values: placeholders in the arguments, the same values in
+//! the environment.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// One trial's settings: what the tuner varies and how long the program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Params {
+    /// Samples per micro-batch.
+    pub batch_size: usize,
+    /// Data-loader worker processes.
+    pub workers: usize,
+    /// bf16 autocast on or off.
+    pub amp: bool,
+    /// Micro-batches per optimizer step.
+    pub accumulation: usize,
+    /// Measured optimizer steps.
+    pub steps: usize,
+    /// Optimizer steps run (and reported) before measuring.
+    pub warmup_steps: usize,
+}
+
+impl Params {
+    /// Every step the program is told to run, warmup included.
+    pub fn total_steps(&self) -> usize {
+        self.warmup_steps + self.steps
+    }
+
+    /// Samples one optimizer step consumes.
+    pub fn samples_per_step(&self) -> usize {
+        self.batch_size * self.accumulation.max(1)
+    }
+
+    /// The sweep's trials from the tuner's settings: every AMP setting x worker count x batch
+    /// size, batches ascending within each setting (so a skip rule such as
+    /// [super::queue::larger_batch_after_oom] can spare the batches above an out-of-memory).
+    /// The settings' `pin` has no placeholder: a program chooses pinning itself.
+    pub fn grid(s: &crate::config::Settings) -> Vec<Params> {
+        let mut out = Vec::new();
+        for &amp in &s.amp {
+            for &workers in &s.workers {
+                for &batch_size in &s.batch_sizes {
+                    out.push(Params {
+                        batch_size,
+                        workers,
+                        amp,
+                        accumulation: s.accumulation_steps,
+                        steps: s.steps,
+                        warmup_steps: s.warmup_steps,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// `batch 256, workers 4, amp on, accumulation 2`: for progress lines and messages.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "batch {}, workers {}, amp {}",
+            self.batch_size,
+            self.workers,
+            on_off(self.amp)
+        );
+        if self.accumulation > 1 {
+            s.push_str(&format!(", accumulation {}", self.accumulation));
+        }
+        s
+    }
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// A value the tuner puts into the command line and the environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placeholder {
+    BatchSize,
+    Workers,
+    Amp,
+    Accumulation,
+    Steps,
+    WarmupSteps,
+}
+
+/// The environment variable naming the report file.
+pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
+/// The environment variable holding the trial's number.
+pub const TRIAL_ENV: &str = "PERF_LESSONS_TRIAL";
+
+impl Placeholder {
+    pub const ALL: [Placeholder; 6] = [
+        Placeholder::BatchSize,
+        Placeholder::Workers,
+        Placeholder::Amp,
+        Placeholder::Accumulation,
+        Placeholder::Steps,
+        Placeholder::WarmupSteps,
+    ];
+
+    /// The name between braces in an argument.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placeholder::BatchSize => "batch_size",
+            Placeholder::Workers => "workers",
+            Placeholder::Amp => "amp",
+            Placeholder::Accumulation => "accumulation",
+            Placeholder::Steps => "steps",
+            Placeholder::WarmupSteps => "warmup",
+        }
+    }
+
+    /// The environment variable holding the same value.
+    pub fn env(self) -> &'static str {
+        match self {
+            Placeholder::BatchSize => "PERF_LESSONS_BATCH_SIZE",
+            Placeholder::Workers => "PERF_LESSONS_WORKERS",
+            Placeholder::Amp => "PERF_LESSONS_AMP",
+            Placeholder::Accumulation => "PERF_LESSONS_ACCUMULATION",
+            Placeholder::Steps => "PERF_LESSONS_STEPS",
+            Placeholder::WarmupSteps => "PERF_LESSONS_WARMUP_STEPS",
+        }
+    }
+
+    pub fn value(self, p: &Params) -> String {
+        match self {
+            Placeholder::BatchSize => p.batch_size.to_string(),
+            Placeholder::Workers => p.workers.to_string(),
+            Placeholder::Amp => on_off(p.amp).to_string(),
+            Placeholder::Accumulation => p.accumulation.to_string(),
+            Placeholder::Steps => p.steps.to_string(),
+            Placeholder::WarmupSteps => p.warmup_steps.to_string(),
+        }
+    }
+
+    fn token(self) -> String {
+        format!("{{{}}}", self.name())
+    }
+}
+
+/// The user's command: a program and its arguments, placeholders not yet replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Program {
+    pub argv: Vec<String>,
+}
+
+impl Program {
+    /// The words after `--`. An empty command is an error.
+    pub fn new(argv: Vec<String>) -> Result<Program, String> {
+        match argv.first() {
+            None => Err("no command given: put the training command after --, e.g. \
+                 `tuner autobatch -- python3 train.py --batch-size {batch_size}`"
+                .into()),
+            Some(p) if p.trim().is_empty() => Err("the command's program is empty".into()),
+            Some(_) => Ok(Program { argv }),
+        }
+    }
+
+    /// The command line of one trial.
+    pub fn argv_for(&self, p: &Params) -> Vec<String> {
+        self.argv.iter().map(|a| substitute(a, p)).collect()
+    }
+
+    /// The environment every trial gets for these values (placeholders' variables).
+    pub fn env_for(p: &Params) -> Vec<(&'static str, String)> {
+        Placeholder::ALL
+            .iter()
+            .map(|ph| (ph.env(), ph.value(p)))
+            .collect()
+    }
+
+    /// Whether any argument holds this placeholder (else the program must read the variable).
+    pub fn uses(&self, ph: Placeholder) -> bool {
+        let token = ph.token();
+        self.argv.iter().any(|a| a.contains(&token))
+    }
+
+    /// Words in braces that look like placeholders but are none of ours (`{batch}` for
+    /// `{batch_size}`): worth a warning, since they reach the program as they are.
+    pub fn unknown_placeholders(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for a in &self.argv {
+            let mut rest = a.as_str();
+            while let Some(open) = rest.find('{') {
+                let after = &rest[open + 1..];
+                let Some(close) = after.find('}') else { break };
+                let word = &after[..close];
+                let looks_like_one =
+                    !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if looks_like_one
+                    && !Placeholder::ALL.iter().any(|p| p.name() == word)
+                    && !out.iter().any(|w: &String| w == word)
+                {
+                    out.push(word.to_string());
+                }
+                rest = &after[close + 1..];
+            }
+        }
+        out
+    }
+
+    /// Fail before any trial when the program cannot be found or run.
+    pub fn check_runnable(&self) -> Result<PathBuf, String> {
+        let program = &self.argv[0];
+        let path = Path::new(program);
+        if program.contains('/') {
+            return if is_executable(path) {
+                Ok(path.to_path_buf())
+            } else {
+                Err(format!(
+                    "'{program}' is not an executable file: check the command after --"
+                ))
+            };
+        }
+        let search = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&search)
+            .map(|dir| dir.join(program))
+            .find(|candidate| is_executable(candidate))
+            .ok_or_else(|| {
+                format!("'{program}' is not on PATH: check the command after -- (or give its path)")
+            })
+    }
+
+    /// The command as one shell-like line (for messages; quoting only where needed).
+    pub fn display(argv: &[String]) -> String {
+        argv.iter()
+            .map(|a| {
+                if !a.is_empty()
+                    && a.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c))
+                {
+                    a.clone()
+                } else {
+                    format!("'{}'", a.replace('\'', r"'\''"))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn substitute(arg: &str, p: &Params) -> String {
+    let mut out = arg.to_string();
+    for ph in Placeholder::ALL {
+        let token = ph.token();
+        if out.contains(&token) {
+            out = out.replace(&token, &ph.value(p));
+        }
+    }
+    out
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Params {
+        Params {
+            batch_size: 96,
+            workers: 4,
+            amp: true,
+            accumulation: 2,
+            steps: 20,
+            warmup_steps: 3,
+        }
+    }
+
+    #[test]
+    fn placeholders_are_replaced_inside_arguments() {
+        let prog = Program::new(
+            [
+                "python3",
+                "train.py",
+                "--batch-size={batch_size}",
+                "--workers",
+                "{workers}",
+                "--amp",
+                "{amp}",
+                "--accumulation",
+                "{accumulation}",
+                "--steps",
+                "{steps}",
+                "--warmup",
+                "{warmup}",
+                "--out",
+                "run-{batch_size}-{amp}.log",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .unwrap();
+        let argv = prog.argv_for(&params());
+        assert_eq!(
+            argv,
+            [
+                "python3",
+                "train.py",
+                "--batch-size=96",
+                "--workers",
+                "4",
+                "--amp",
+                "on",
+                "--accumulation",
+                "2",
+                "--steps",
+                "20",
+                "--warmup",
+                "3",
+                "--out",
+                "run-96-on.log"
+            ]
+        );
+        assert!(prog.uses(Placeholder::BatchSize) && prog.uses(Placeholder::WarmupSteps));
+    }
+
+    #[test]
+    fn the_environment_carries_every_value() {
+        let env = Program::env_for(&params());
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PERF_LESSONS_BATCH_SIZE"), Some("96"));
+        assert_eq!(get("PERF_LESSONS_WORKERS"), Some("4"));
+        assert_eq!(get("PERF_LESSONS_AMP"), Some("on"));
+        assert_eq!(get("PERF_LESSONS_ACCUMULATION"), Some("2"));
+        assert_eq!(get("PERF_LESSONS_STEPS"), Some("20"));
+        assert_eq!(get("PERF_LESSONS_WARMUP_STEPS"), Some("3"));
+        assert_eq!(env.len(), Placeholder::ALL.len());
+    }
+
+    #[test]
+    fn unknown_placeholders_are_found_and_other_braces_left_alone() {
+        let prog = Program::new(
+            [
+                "prog",
+                "--b={batch}",
+                "{\"json\": 1}",
+                "{batch_size}",
+                "{epoch}/{batch}",
+            ]
+            .map(String::from)
+            .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(prog.unknown_placeholders(), vec!["batch", "epoch"]);
+        let argv = prog.argv_for(&params());
+        assert_eq!(argv[2], "{\"json\": 1}");
+        assert_eq!(argv[3], "96");
+        assert!(!prog.uses(Placeholder::Workers));
+    }
+
+    #[test]
+    fn empty_and_missing_programs_are_refused() {
+        assert!(Program::new(vec![]).unwrap_err().contains("after --"));
+        assert!(Program::new(vec![" ".into()]).is_err());
+        let e = Program::new(vec!["no-such-program-here".into()])
+            .unwrap()
+            .check_runnable()
+            .unwrap_err();
+        assert!(e.contains("not on PATH"), "{e}");
+        let e = Program::new(vec!["/nonexistent/train".into()])
+            .unwrap()
+            .check_runnable()
+            .unwrap_err();
+        assert!(e.contains("not an executable"), "{e}");
+        assert!(Program::new(vec!["sh".into()])
+            .unwrap()
+            .check_runnable()
+            .is_ok());
+    }
+
+    #[test]
+    fn the_grid_is_every_setting_with_batches_ascending() {
+        let s = crate::config::Overrides {
+            batch_sizes: Some(vec![64, 16, 32]),
+            workers: Some(vec![4, 0]),
+            amp: Some(crate::config::Switch::Both),
+            accumulation_steps: Some(2),
+            steps: Some(7),
+            warmup_steps: Some(1),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let g = Params::grid(&s);
+        assert_eq!(g.len(), 12);
+        let keys: Vec<(bool, usize, usize)> =
+            g.iter().map(|p| (p.amp, p.workers, p.batch_size)).collect();
+        assert_eq!(
+            &keys[..4],
+            &[
+                (false, 0, 16),
+                (false, 0, 32),
+                (false, 0, 64),
+                (false, 4, 16)
+            ]
+        );
+        assert_eq!(keys[11], (true, 4, 64));
+        assert!(g
+            .iter()
+            .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));
+    }
+
+    #[test]
+    fn display_quotes_only_what_needs_it() {
+        let argv = ["python3", "a b.py", "--x={batch_size}", "it's"].map(String::from);
+        assert_eq!(
+            Program::display(&argv),
+            r"python3 'a b.py' --x={batch_size} 'it'\''s'"
+        );
+        assert_eq!(
+            params().describe(),
+            "batch 96, workers 4, amp on, accumulation 2"
+        );
+    }
+}

@@ -1,0 +1,423 @@
+//! A trial's GPU memory, read from outside the program: NVML's per-process accounting summed
+//! over the trial's processes, sampled on a thread while it runs. Inside some virtual machines
+//! NVML lists processes without their memory, and in a container it may list them under the
+//! host's process ids; then the device's memory in use above what it was before the trial
+//! stands in (one trial per GPU at a time makes that exact enough), and the reading says so.
+//! Sampling misses peaks shorter than its period; the framework's own peak, where the program
+//! reports one, is kept beside this reading.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What NVML says about one GPU.
+pub trait MemoryProbe: Send + Sync {
+    /// Compute processes on the device with the bytes each uses, where accounted; None when
+    /// the query itself failed.
+    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
+    /// Bytes in use on the whole device.
+    fn device_used(&self) -> Option<u64>;
+}
+
+/// Which GPU NVML means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvmlKey {
+    Uuid(String),
+    /// NVML's index (PCI bus order).
+    Index(u32),
+}
+
+/// NVML's view of one GPU.
+pub struct NvmlProbe {
+    nvml: Arc<nvml_wrapper::Nvml>,
+    key: NvmlKey,
+}
+
+impl NvmlProbe {
+    pub fn new(nvml: Arc<nvml_wrapper::Nvml>, key: NvmlKey) -> NvmlProbe {
+        NvmlProbe { nvml, key }
+    }
+
+    fn device(&self) -> Option<nvml_wrapper::Device<'_>> {
+        match &self.key {
+            NvmlKey::Uuid(u) => self.nvml.device_by_uuid(u.as_str()).ok(),
+            NvmlKey::Index(i) => self.nvml.device_by_index(*i).ok(),
+        }
+    }
+}
+
+impl MemoryProbe for NvmlProbe {
+    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let list = self.device()?.running_compute_processes().ok()?;
+        Some(
+            list.into_iter()
+                .map(|p| {
+                    let used = match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    };
+                    (p.pid, used)
+                })
+                .collect(),
+        )
+    }
+
+    fn device_used(&self) -> Option<u64> {
+        self.device()?.memory_info().ok().map(|m| m.used)
+    }
+}
+
+/// NVML, where the driver has it (drivers often ship only the versioned soname).
+pub fn open_nvml() -> Option<Arc<nvml_wrapper::Nvml>> {
+    nvml_wrapper::Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .or_else(|_| nvml_wrapper::Nvml::init())
+        .ok()
+        .map(Arc::new)
+}
+
+/// Where a trial's memory figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemorySource {
+    /// NVML's per-process accounting, summed over the trial's processes.
+    NvmlProcess,
+    /// The device's memory in use above its level before the trial.
+    NvmlDeviceDelta,
+    /// No NVML reading for this device.
+    None,
+}
+
+/// A trial's peak GPU memory as seen from outside.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryReading {
+    pub source: MemorySource,
+    pub peak_bytes: Option<u64>,
+    /// The device's memory in use just before the trial started.
+    pub device_before_bytes: Option<u64>,
+    pub samples: usize,
+    /// Why the per-process figure was not used, where it was not.
+    pub note: Option<String>,
+}
+
+impl MemoryReading {
+    pub fn unmeasured(note: &str) -> MemoryReading {
+        MemoryReading {
+            source: MemorySource::None,
+            peak_bytes: None,
+            device_before_bytes: None,
+            samples: 0,
+            note: Some(note.to_string()),
+        }
+    }
+}
+
+/// What the samples so far say.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Watch {
+    pub samples: usize,
+    /// Highest sum over the trial's processes of their accounted memory.
+    pub group_peak: Option<u64>,
+    /// A process of the trial was listed without its memory.
+    pub unaccounted: bool,
+    /// NVML listed processes, none of them the trial's.
+    pub only_strangers: bool,
+    pub device_peak: Option<u64>,
+}
+
+impl Watch {
+    /// One sample: NVML's process list (None if the query failed) and the device's use.
+    pub fn add(
+        &mut self,
+        processes: Option<&[(u32, Option<u64>)]>,
+        device_used: Option<u64>,
+        is_trials: &dyn Fn(u32) -> bool,
+    ) {
+        self.samples += 1;
+        if let Some(list) = processes {
+            let ours: Vec<Option<u64>> = list
+                .iter()
+                .filter(|(pid, _)| is_trials(*pid))
+                .map(|(_, used)| *used)
+                .collect();
+            if ours.is_empty() && !list.is_empty() && self.group_peak.is_none() {
+                self.only_strangers = true;
+            }
+            if ours.iter().any(Option::is_none) {
+                self.unaccounted = true;
+            }
+            let accounted: Vec<u64> = ours.into_iter().flatten().collect();
+            if !accounted.is_empty() {
+                let sum = accounted.iter().sum::<u64>();
+                self.group_peak = Some(self.group_peak.map_or(sum, |p| p.max(sum)));
+            }
+        }
+        if let Some(used) = device_used {
+            self.device_peak = Some(self.device_peak.map_or(used, |p| p.max(used)));
+        }
+    }
+
+    /// The reading: per-process where NVML accounted the trial's processes, else the device's
+    /// rise over `before`.
+    pub fn reading(&self, before: Option<u64>) -> MemoryReading {
+        if let Some(peak) = self.group_peak {
+            return MemoryReading {
+                source: MemorySource::NvmlProcess,
+                peak_bytes: Some(peak),
+                device_before_bytes: before,
+                samples: self.samples,
+                note: self
+                    .unaccounted
+                    .then(|| "some of the trial's processes were listed without memory".into()),
+            };
+        }
+        let listed_nothing = !self.unaccounted && !self.only_strangers;
+        let why = if self.unaccounted {
+            "NVML lists the trial's processes without their memory (no per-process accounting \
+             here, as in some virtual machines)"
+        } else if self.only_strangers {
+            "NVML lists no process of the trial (process ids of another namespace, as in a \
+             container)"
+        } else {
+            "NVML listed no compute process (no per-process accounting here)"
+        };
+        match (self.device_peak, before) {
+            // Nothing listed and nothing risen: a trial too short for the sampling period, or
+            // one that never used the GPU. A zero would read as a measurement.
+            (Some(peak), Some(before)) if listed_nothing && peak <= before => MemoryReading {
+                source: MemorySource::None,
+                peak_bytes: None,
+                device_before_bytes: Some(before),
+                samples: self.samples,
+                note: Some(
+                    "NVML saw no compute process of the trial and no rise in the device's \
+                     memory in use (a trial shorter than the sampling period, or no GPU use)"
+                        .into(),
+                ),
+            },
+            (Some(peak), Some(before)) => MemoryReading {
+                source: MemorySource::NvmlDeviceDelta,
+                peak_bytes: Some(peak.saturating_sub(before)),
+                device_before_bytes: Some(before),
+                samples: self.samples,
+                note: Some(format!(
+                    "{why}: the device's memory in use above its level before the trial"
+                )),
+            },
+            _ => MemoryReading {
+                source: MemorySource::None,
+                peak_bytes: None,
+                device_before_bytes: before,
+                samples: self.samples,
+                note: Some("NVML gave no memory reading for this device".into()),
+            },
+        }
+    }
+}
+
+/// Samples a probe every `period` on a thread of its own until finished.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Watch>>,
+    before: Option<u64>,
+}
+
+impl Sampler {
+    /// Start sampling the processes of group `pgid` (and their descendants). `before` is the
+    /// device's use read just before the trial started.
+    pub fn start(
+        probe: Arc<dyn MemoryProbe>,
+        pgid: u32,
+        period: Duration,
+        before: Option<u64>,
+    ) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("trial-memory".into())
+            .spawn(move || {
+                let mut watch = Watch::default();
+                let is_trials = |pid: u32| belongs_to(pid, pgid);
+                loop {
+                    // One last sample after the stop, so a short trial is sampled at least once.
+                    let stopping = flag.load(Ordering::Relaxed);
+                    let list = probe.processes();
+                    watch.add(list.as_deref(), probe.device_used(), &is_trials);
+                    if stopping {
+                        return watch;
+                    }
+                    std::thread::park_timeout(period);
+                }
+            })
+            .ok();
+        Sampler {
+            stop,
+            thread,
+            before,
+        }
+    }
+
+    /// Stop and read. Call right after the trial's leader exited, before its group is gone
+    /// from NVML's list for long.
+    pub fn finish(mut self) -> MemoryReading {
+        self.stop.store(true, Ordering::Relaxed);
+        let Some(thread) = self.thread.take() else {
+            return MemoryReading::unmeasured("the memory sampler could not start");
+        };
+        thread.thread().unpark();
+        match thread.join() {
+            Ok(watch) => watch.reading(self.before),
+            Err(_) => MemoryReading::unmeasured("the memory sampler failed"),
+        }
+    }
+}
+
+/// Whether `pid` is in process group `pgid` or descends from its leader (a child that moved
+/// to a group of its own still counts).
+pub fn belongs_to(pid: u32, pgid: u32) -> bool {
+    let mut current = pid;
+    for _ in 0..64 {
+        let Some((parent, group)) = stat_of(current) else {
+            return false;
+        };
+        if group == pgid || current == pgid {
+            return true;
+        }
+        if parent <= 1 {
+            return false;
+        }
+        current = parent;
+    }
+    false
+}
+
+/// (parent pid, process group) from /proc/PID/stat.
+fn stat_of(pid: u32) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses, so read after the
+/// last ')'.
+pub fn parse_stat(text: &str) -> Option<(u32, u32)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let _state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some((ppid, pgrp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn per_process_accounting_sums_the_trial_s_processes() {
+        let ours = |pid: u32| pid == 100 || pid == 101;
+        let mut w = Watch::default();
+        w.add(
+            Some(&[(100, Some(2 * GIB)), (7, Some(30 * GIB))]),
+            Some(40 * GIB),
+            &ours,
+        );
+        w.add(
+            Some(&[(100, Some(3 * GIB)), (101, Some(GIB)), (7, Some(30 * GIB))]),
+            Some(41 * GIB),
+            &ours,
+        );
+        w.add(Some(&[(7, Some(30 * GIB))]), Some(37 * GIB), &ours);
+        let r = w.reading(Some(35 * GIB));
+        assert_eq!(r.source, MemorySource::NvmlProcess);
+        assert_eq!(r.peak_bytes, Some(4 * GIB), "3 + 1 at the second sample");
+        assert_eq!(r.samples, 3);
+        assert!(r.note.is_none());
+    }
+
+    #[test]
+    fn without_accounting_the_device_delta_stands_in_and_says_why() {
+        let ours = |pid: u32| pid == 100;
+        let mut w = Watch::default();
+        w.add(Some(&[(100, None)]), Some(10 * GIB), &ours);
+        w.add(Some(&[(100, None)]), Some(14 * GIB), &ours);
+        let r = w.reading(Some(GIB));
+        assert_eq!(r.source, MemorySource::NvmlDeviceDelta);
+        assert_eq!(r.peak_bytes, Some(13 * GIB));
+        assert!(r.note.unwrap().contains("virtual machines"));
+        // Another PID namespace: processes listed, none of ours.
+        let mut w = Watch::default();
+        w.add(Some(&[(999_999, Some(5 * GIB))]), Some(6 * GIB), &ours);
+        let r = w.reading(Some(GIB));
+        assert_eq!(r.source, MemorySource::NvmlDeviceDelta);
+        assert_eq!(r.peak_bytes, Some(5 * GIB));
+        assert!(r.note.unwrap().contains("namespace"));
+        // Nothing listed at all (some virtual GPUs): the device's rise, if there was one.
+        let mut w = Watch::default();
+        w.add(Some(&[]), Some(3 * GIB), &ours);
+        w.add(Some(&[]), Some(5 * GIB), &ours);
+        let r = w.reading(Some(3 * GIB));
+        assert_eq!(
+            (r.source, r.peak_bytes),
+            (MemorySource::NvmlDeviceDelta, Some(2 * GIB))
+        );
+        assert!(r.note.unwrap().contains("no compute process"));
+        let mut w = Watch::default();
+        w.add(Some(&[]), Some(3 * GIB), &ours);
+        let r = w.reading(Some(3 * GIB));
+        assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
+        assert!(r.note.unwrap().contains("shorter than the sampling period"));
+        // No NVML readings at all.
+        let mut w = Watch::default();
+        w.add(None, None, &ours);
+        let r = w.reading(None);
+        assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
+    }
+
+    struct Scripted(std::sync::Mutex<Vec<u64>>);
+
+    impl MemoryProbe for Scripted {
+        fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
+            let pid = std::process::id();
+            let mut v = self.0.lock().unwrap();
+            let used = if v.len() > 1 { v.remove(0) } else { v[0] };
+            Some(vec![(pid, Some(used))])
+        }
+        fn device_used(&self) -> Option<u64> {
+            None
+        }
+    }
+
+    #[test]
+    fn the_sampler_thread_samples_until_finished() {
+        // This process stands in for the trial: its group is whatever ours is.
+        let me = std::process::id();
+        let (_, group) = stat_of(me).expect("/proc is readable");
+        let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
+        let s = Sampler::start(probe, group, Duration::from_millis(5), Some(0));
+        std::thread::sleep(Duration::from_millis(100));
+        let r = s.finish();
+        assert_eq!(r.source, MemorySource::NvmlProcess);
+        assert_eq!(r.peak_bytes, Some(9));
+        assert!(r.samples >= 3, "{}", r.samples);
+    }
+
+    #[test]
+    fn proc_stat_is_read_after_the_command_name() {
+        assert_eq!(
+            parse_stat("4242 (python3 (worker) x) S 4200 4100 4100 0 -1 4194560"),
+            Some((4200, 4100))
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        let me = std::process::id();
+        assert!(belongs_to(me, stat_of(me).unwrap().1));
+        assert!(!belongs_to(me, u32::MAX - 1));
+        assert!(!belongs_to(u32::MAX - 1, 1), "a pid that does not exist");
+    }
+}

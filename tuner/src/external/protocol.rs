@@ -1,0 +1,416 @@
+//! The report file a program writes (one JSON object per line, see the module page of
+//! [super]) and what the tuner makes of it. Reading never fails: a line that is not a valid
+//! report (a killed program's half-written last line, stray text) is counted, the first few
+//! are kept with the reason, and the rest of the file is used.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use common::stats::Summary;
+
+/// One optimizer step as the program reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub samples: u64,
+    /// Seconds: `step_s`, or `end_s - start_s`.
+    pub step_s: f64,
+    pub data_s: Option<f64>,
+    pub forward_s: Option<f64>,
+    pub backward_s: Option<f64>,
+    pub optimizer_s: Option<f64>,
+    /// Peak device memory the framework saw (bytes).
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// The program's closing line, `"kind": "end"`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndRecord {
+    /// The program's own count of samples per second.
+    pub samples_per_s: Option<f64>,
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// A line that was not used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BadLine {
+    /// 1-based.
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Everything read from a report file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportFile {
+    pub steps: Vec<StepRecord>,
+    pub end: Option<EndRecord>,
+    /// Non-empty lines in the file.
+    pub lines: usize,
+    /// Lines that were not valid reports.
+    pub bad_lines: usize,
+    /// The first few of them.
+    pub first_bad: Vec<BadLine>,
+    /// The last line had no newline and was not valid: a write cut short by a kill.
+    pub truncated_last_line: bool,
+    /// Lines of a kind this version does not know (ignored, not bad).
+    pub unknown_kinds: usize,
+}
+
+const KEEP_BAD: usize = 5;
+
+impl ReportFile {
+    /// Read `path`; a missing file is a program that reported nothing.
+    pub fn read(path: &Path) -> ReportFile {
+        match std::fs::read(path) {
+            Ok(bytes) => ReportFile::parse(&String::from_utf8_lossy(&bytes)),
+            Err(_) => ReportFile::default(),
+        }
+    }
+
+    pub fn parse(text: &str) -> ReportFile {
+        let mut r = ReportFile::default();
+        let ends_cleanly = text.is_empty() || text.ends_with('\n');
+        let numbered: Vec<(usize, &str)> = text
+            .split('\n')
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .collect();
+        let last_index = numbered.last().map(|(i, _)| *i);
+        for (i, line) in &numbered {
+            r.lines += 1;
+            match parse_line(line) {
+                Ok(Line::Step(s)) => r.steps.push(s),
+                Ok(Line::End(e)) => r.end = Some(e),
+                Ok(Line::Unknown) => r.unknown_kinds += 1,
+                Err(reason) => {
+                    r.bad_lines += 1;
+                    if !ends_cleanly && Some(*i) == last_index {
+                        r.truncated_last_line = true;
+                    }
+                    if r.first_bad.len() < KEEP_BAD {
+                        r.first_bad.push(BadLine {
+                            line: i + 1,
+                            reason,
+                        });
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+enum Line {
+    Step(StepRecord),
+    End(EndRecord),
+    Unknown,
+}
+
+fn parse_line(line: &str) -> Result<Line, String> {
+    let value: Value = serde_json::from_str(line.trim()).map_err(|e| {
+        let shown: String = line.trim().chars().take(60).collect();
+        format!("not JSON ({e}): {shown}")
+    })?;
+    let Value::Object(o) = value else {
+        return Err("not a JSON object".into());
+    };
+    let kind = match o.get("kind") {
+        None => "step",
+        Some(Value::String(k)) => k.as_str(),
+        Some(_) => return Err("'kind' must be a string".into()),
+    };
+    match kind {
+        "step" => step(&o).map(Line::Step),
+        "end" => Ok(Line::End(EndRecord {
+            samples_per_s: seconds_like(&o, "samples_per_s")?,
+            peak_memory_bytes: whole(&o, "peak_memory_bytes")?,
+        })),
+        _ => Ok(Line::Unknown),
+    }
+}
+
+fn step(o: &Map<String, Value>) -> Result<StepRecord, String> {
+    let samples = whole(o, "samples")?.ok_or("a step needs 'samples'")?;
+    let step_s = match (
+        seconds_like(o, "step_s")?,
+        seconds_like(o, "start_s")?,
+        seconds_like(o, "end_s")?,
+    ) {
+        (Some(s), _, _) => s,
+        (None, Some(a), Some(b)) if b >= a => b - a,
+        (None, Some(_), Some(_)) => return Err("'end_s' is before 'start_s'".into()),
+        _ => return Err("a step needs 'step_s' or 'start_s' and 'end_s'".into()),
+    };
+    if step_s <= 0.0 {
+        return Err(format!("a step of {step_s} s"));
+    }
+    Ok(StepRecord {
+        samples,
+        step_s,
+        data_s: seconds_like(o, "data_s")?,
+        forward_s: seconds_like(o, "forward_s")?,
+        backward_s: seconds_like(o, "backward_s")?,
+        optimizer_s: seconds_like(o, "optimizer_s")?,
+        peak_memory_bytes: whole(o, "peak_memory_bytes")?,
+    })
+}
+
+/// A non-negative finite number, or absent (null counts as absent).
+fn seconds_like(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
+            _ => Err(format!("'{key}' must be a non-negative number, found {v}")),
+        },
+    }
+}
+
+/// A non-negative whole number (256 or 256.0), or absent.
+fn whole(o: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => {
+            if let Some(n) = v.as_u64() {
+                return Ok(Some(n));
+            }
+            match v.as_f64() {
+                Some(x) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => Ok(Some(x as u64)),
+                _ => Err(format!(
+                    "'{key}' must be a whole number of 0 or more, found {v}"
+                )),
+            }
+        }
+    }
+}
+
+/// Where a trial's samples/s came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThroughputSource {
+    /// The reported steps after warmup: their samples over their summed step times.
+    Protocol,
+    /// Nothing reported: samples of every step the program was told to run over the wall
+    /// time of the whole process, start-up included (so an underestimate).
+    WallClock,
+    /// Nothing to go on (no steps after warmup, or a trial that did not finish).
+    None,
+}
+
+/// A trial's throughput and time split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    pub source: ThroughputSource,
+    pub samples_per_s: Option<f64>,
+    /// Steps reported in all, and how many of them were dropped as warmup.
+    pub reported_steps: usize,
+    pub warmup_steps: usize,
+    /// Per-step times of the measured steps (milliseconds).
+    pub step_ms: Option<Summary>,
+    pub data_ms: Option<Summary>,
+    pub forward_ms: Option<Summary>,
+    pub backward_ms: Option<Summary>,
+    pub optimizer_ms: Option<Summary>,
+    /// Highest peak the framework reported (any line, warmup included).
+    pub framework_peak_bytes: Option<u64>,
+    /// The program's own samples/s (its end line).
+    pub program_samples_per_s: Option<f64>,
+    /// ours / the program's - 1 (0.01 = we count 1% more).
+    pub program_difference: Option<f64>,
+}
+
+impl Measured {
+    /// Summarize `report`, dropping the first `warmup` steps. Without any reported step,
+    /// `wall` (samples the program was told to run, seconds the process took) gives the
+    /// wall-clock estimate.
+    pub fn from_report(report: &ReportFile, warmup: usize, wall: Option<(u64, f64)>) -> Measured {
+        let measured = report.steps.get(warmup..).unwrap_or(&[]);
+        let ms = |f: &dyn Fn(&StepRecord) -> Option<f64>| -> Option<Summary> {
+            let v: Vec<f64> = measured.iter().filter_map(f).map(|s| s * 1e3).collect();
+            // A phase some steps lack is not summarized from the others: it would mislead.
+            if v.len() == measured.len() {
+                Summary::of(&v)
+            } else {
+                None
+            }
+        };
+        let (source, samples_per_s) = if !measured.is_empty() {
+            let samples: u64 = measured.iter().map(|s| s.samples).sum();
+            let seconds: f64 = measured.iter().map(|s| s.step_s).sum();
+            (ThroughputSource::Protocol, Some(samples as f64 / seconds))
+        } else if report.steps.is_empty() {
+            match wall {
+                Some((samples, secs)) if samples > 0 && secs > 0.0 => {
+                    (ThroughputSource::WallClock, Some(samples as f64 / secs))
+                }
+                _ => (ThroughputSource::None, None),
+            }
+        } else {
+            // It reported, but only warmup steps: no honest figure.
+            (ThroughputSource::None, None)
+        };
+        let framework_peak_bytes = report
+            .steps
+            .iter()
+            .filter_map(|s| s.peak_memory_bytes)
+            .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
+            .max();
+        let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
+        let program_difference = match (samples_per_s, program_samples_per_s) {
+            (Some(ours), Some(theirs)) if theirs > 0.0 && source == ThroughputSource::Protocol => {
+                Some(ours / theirs - 1.0)
+            }
+            _ => None,
+        };
+        Measured {
+            source,
+            samples_per_s,
+            reported_steps: report.steps.len(),
+            warmup_steps: warmup.min(report.steps.len()),
+            step_ms: if measured.is_empty() {
+                None
+            } else {
+                ms(&|s| Some(s.step_s))
+            },
+            data_ms: ms(&|s| s.data_s),
+            forward_ms: ms(&|s| s.forward_s),
+            backward_ms: ms(&|s| s.backward_s),
+            optimizer_ms: ms(&|s| s.optimizer_s),
+            framework_peak_bytes,
+            program_samples_per_s,
+            program_difference,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_in_every_accepted_shape() {
+        let r = ReportFile::parse(concat!(
+            "{\"samples\": 256, \"step_s\": 0.5}\n",
+            "{\"kind\": \"step\", \"samples\": 256.0, \"start_s\": 10.0, \"end_s\": 10.25, \"data_s\": 0.01, \"peak_memory_bytes\": 1000}\n",
+            "\n",
+            "{\"samples\": 128, \"step_s\": 0.125, \"forward_s\": null, \"extra\": [1, 2]}\n",
+            "{\"kind\": \"end\", \"samples_per_s\": 700.5, \"peak_memory_bytes\": 2000}\n",
+        ));
+        assert_eq!(r.steps.len(), 3);
+        assert_eq!(r.lines, 4);
+        assert_eq!(r.bad_lines, 0);
+        assert_eq!(r.steps[1].samples, 256);
+        assert_eq!(r.steps[1].step_s, 0.25);
+        assert_eq!(r.steps[1].data_s, Some(0.01));
+        assert_eq!(r.steps[2].forward_s, None);
+        assert_eq!(r.end.as_ref().unwrap().samples_per_s, Some(700.5));
+        assert!(!r.truncated_last_line);
+    }
+
+    #[test]
+    fn garbage_and_a_truncated_last_line_are_counted_not_fatal() {
+        let r = ReportFile::parse(concat!(
+            "{\"samples\": 8, \"step_s\": 0.1}\n",
+            "Epoch 1: loss 2.3\n",
+            "[1, 2]\n",
+            "{\"samples\": -8, \"step_s\": 0.1}\n",
+            "{\"samples\": 8}\n",
+            "{\"samples\": 8, \"step_s\": \"fast\"}\n",
+            "{\"samples\": 8, \"start_s\": 5, \"end_s\": 4}\n",
+            "{\"kind\": \"epoch\", \"n\": 1}\n",
+            "{\"samples\": 8, \"step_s\": 0.1}\n",
+            "{\"samples\": 8, \"ste",
+        ));
+        assert_eq!(r.steps.len(), 2);
+        assert_eq!(r.unknown_kinds, 1);
+        assert_eq!(r.bad_lines, 7);
+        assert!(r.truncated_last_line);
+        assert_eq!(r.first_bad.len(), 5);
+        assert_eq!(r.first_bad[0].line, 2);
+        assert!(r.first_bad[0].reason.contains("not JSON"));
+        assert!(r.first_bad[1].reason.contains("not a JSON object"));
+        assert!(r.first_bad[2].reason.contains("'samples'"));
+        assert!(r.first_bad[3].reason.contains("step_s"));
+        assert!(r.first_bad[4].reason.contains("'step_s'"));
+        // A bad line in the middle of a file that ends cleanly is not a truncation.
+        let r = ReportFile::parse("{\"samples\": 8, \"ste\n{\"samples\": 8, \"step_s\": 1}\n");
+        assert!(!r.truncated_last_line && r.bad_lines == 1 && r.steps.len() == 1);
+        // Not UTF-8, empty, missing: never a panic.
+        let r = ReportFile::parse(&String::from_utf8_lossy(&[0xff, 0xfe, b'\n']));
+        assert_eq!(r.bad_lines, 1);
+        assert_eq!(ReportFile::parse(""), ReportFile::default());
+        assert_eq!(
+            ReportFile::read(Path::new("/nonexistent/report.jsonl")),
+            ReportFile::default()
+        );
+    }
+
+    fn steps(times: &[f64], samples: u64) -> ReportFile {
+        ReportFile {
+            steps: times
+                .iter()
+                .map(|&t| StepRecord {
+                    samples,
+                    step_s: t,
+                    data_s: Some(t / 10.0),
+                    forward_s: Some(t / 2.0),
+                    backward_s: None,
+                    optimizer_s: None,
+                    peak_memory_bytes: Some((t * 1e6) as u64),
+                })
+                .collect(),
+            ..ReportFile::default()
+        }
+    }
+
+    #[test]
+    fn throughput_comes_from_the_steps_after_warmup() {
+        // Two slow warmup steps, then four of 0.1 s with 100 samples each: 1000 samples/s.
+        let mut r = steps(&[5.0, 1.0, 0.1, 0.1, 0.1, 0.1], 100);
+        r.end = Some(EndRecord {
+            samples_per_s: Some(990.0),
+            peak_memory_bytes: None,
+        });
+        let m = Measured::from_report(&r, 2, Some((600, 100.0)));
+        assert_eq!(m.source, ThroughputSource::Protocol);
+        assert!((m.samples_per_s.unwrap() - 1000.0).abs() < 1e-9);
+        assert_eq!((m.reported_steps, m.warmup_steps), (6, 2));
+        let step = m.step_ms.unwrap();
+        assert_eq!(step.samples, 4);
+        assert!((step.median - 100.0).abs() < 1e-9);
+        assert!((m.data_ms.unwrap().median - 10.0).abs() < 1e-9);
+        assert!((m.forward_ms.unwrap().median - 50.0).abs() < 1e-9);
+        assert!(m.backward_ms.is_none(), "not reported");
+        assert_eq!(
+            m.framework_peak_bytes,
+            Some(5_000_000),
+            "warmup peaks count"
+        );
+        assert_eq!(m.program_samples_per_s, Some(990.0));
+        assert!((m.program_difference.unwrap() - (1000.0 / 990.0 - 1.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn without_reports_the_wall_clock_is_used_and_said() {
+        let m = Measured::from_report(&ReportFile::default(), 2, Some((6400, 8.0)));
+        assert_eq!(m.source, ThroughputSource::WallClock);
+        assert_eq!(m.samples_per_s, Some(800.0));
+        assert!(m.step_ms.is_none() && m.program_difference.is_none());
+        let m = Measured::from_report(&ReportFile::default(), 2, None);
+        assert_eq!((m.source, m.samples_per_s), (ThroughputSource::None, None));
+        // Reported, but only warmup: no figure rather than a wrong one.
+        let m = Measured::from_report(&steps(&[1.0, 1.0], 10), 5, Some((100, 1.0)));
+        assert_eq!((m.source, m.samples_per_s), (ThroughputSource::None, None));
+        assert_eq!(m.warmup_steps, 2);
+    }
+
+    #[test]
+    fn a_phase_some_steps_lack_is_not_summarized() {
+        let mut r = steps(&[0.1, 0.1, 0.1], 10);
+        r.steps[1].data_s = None;
+        let m = Measured::from_report(&r, 0, None);
+        assert!(m.data_ms.is_none());
+        assert!(m.forward_ms.is_some());
+    }
+}

@@ -1,0 +1,145 @@
+//! The PyTorch example beside the tuner, checked without PyTorch or a GPU: its config reads as
+//! a tuner config, its scripts compile, the one-file reporter writes the protocol the tuner
+//! reads (and nothing outside the tuner), and the training script answers bad flags at once.
+
+mod fake;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use fake::Scratch;
+use tuner::external::protocol::ReportFile;
+
+fn examples() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/pytorch"))
+}
+
+fn python(args: &[&str]) -> Command {
+    let mut c = Command::new("python3");
+    c.args(args).current_dir(examples());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PERF_LESSONS_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+#[test]
+fn the_example_config_is_a_tuner_config() {
+    let overrides = tuner::config::load(&examples().join("train_resnet.toml")).unwrap();
+    let s = overrides.resolve().unwrap();
+    assert_eq!(s.workers, vec![0, 4, 8]);
+    assert_eq!(s.batch_sizes, vec![32, 64, 128, 256]);
+    assert_eq!(s.amp, vec![false, true]);
+    assert_eq!((s.steps, s.warmup_steps), (30, 5));
+    assert_eq!((s.batch_size, s.accumulation_steps), (Some(128), 1));
+}
+
+#[test]
+fn the_example_scripts_compile() {
+    let dir = Scratch::new("compile");
+    for script in ["perf_lessons_report.py", "train_resnet.py"] {
+        let out = python(&[
+            "-c",
+            "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)",
+            script,
+            &dir.str("out.pyc"),
+        ])
+        .output()
+        .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+const USE_THE_REPORTER: &str = r#"
+import time
+from perf_lessons_report import Reporter, setting
+r = Reporter()
+print("enabled" if r.enabled else "disabled")
+time.sleep(0.02)
+r.step(samples=32)
+r.step(samples=32, step_s=0.5, forward_s=0.1, data_s=float("nan"), peak_memory_bytes=123)
+try:
+    r.step(samples=1, fwd_s=1.0)
+except TypeError as e:
+    print("refused:", e)
+r.end(samples_per_s=64.0)
+r.close()
+print(setting("BATCH_SIZE", 7), setting("AMP", False), setting("WORKERS", 3))
+"#;
+
+#[test]
+fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
+    let dir = Scratch::new("reporter");
+    let report = dir.path("report.jsonl");
+    let out = python(&["-c", USE_THE_REPORTER])
+        .env("PERF_LESSONS_REPORT", &report)
+        .env("PERF_LESSONS_BATCH_SIZE", "48")
+        .env("PERF_LESSONS_AMP", "on")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("enabled\n"), "{stdout}");
+    assert!(
+        stdout.contains("refused: unknown phase(s) ['fwd_s']"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("48 True 3\n"), "{stdout}");
+
+    let r = ReportFile::read(&report);
+    assert_eq!((r.lines, r.bad_lines), (3, 0));
+    assert_eq!(r.steps.len(), 2, "the refused step wrote nothing");
+    assert!(
+        r.steps[0].step_s >= 0.02,
+        "time since the Reporter was made"
+    );
+    assert_eq!(r.steps[1].step_s, 0.5);
+    assert_eq!(r.steps[1].forward_s, Some(0.1));
+    assert_eq!(r.steps[1].data_s, None, "a NaN phase is left out");
+    assert_eq!(r.steps[1].peak_memory_bytes, Some(123));
+    assert_eq!(r.end.unwrap().samples_per_s, Some(64.0));
+
+    // Outside the tuner: every call does nothing, no file appears.
+    let out = python(&["-c", USE_THE_REPORTER])
+        .current_dir(&dir.0)
+        .env("PYTHONPATH", examples())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("disabled\n"));
+    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the report of the first run: {left:?}");
+}
+
+#[test]
+fn the_training_script_answers_bad_flags_without_pytorch() {
+    for (flag, value, says) in [
+        ("--batch-size", "0", "must be at least 1"),
+        ("--workers", "-1", "must be 0 or more"),
+        ("--amp", "maybe", "invalid choice"),
+        ("--steps", "x", "invalid positive value"),
+    ] {
+        let out = python(&["train_resnet.py", flag, value]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!err.contains("Traceback"), "{err}");
+    }
+    let out = python(&["train_resnet.py", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--accumulation"));
+}

@@ -1,0 +1,168 @@
+//! GPU checks of the external mode, on a machine with an NVIDIA GPU and PyTorch (torchvision
+//! for the second): `cargo test -p tuner --test external_gpu -- --ignored --nocapture`, from
+//! the repository root. They print what they measured.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tuner::external::protocol::ThroughputSource;
+use tuner::external::{
+    trial, visible_devices, Device, Limits, MemorySource, Params, Program, Status,
+};
+
+const GIB: u64 = 1 << 30;
+
+/// examples/pytorch, where this test was built or below the current folder (a copy of the
+/// repository on another machine).
+fn examples() -> PathBuf {
+    let built = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/pytorch"));
+    if built.join("train_resnet.py").exists() {
+        return built;
+    }
+    let here = std::env::current_dir().unwrap().join("examples/pytorch");
+    assert!(
+        here.join("train_resnet.py").exists(),
+        "run from the repository root (examples/pytorch/train_resnet.py not found)"
+    );
+    here
+}
+
+fn first_gpu() -> Device {
+    let mut devices = visible_devices(Some("0")).expect("a visible GPU");
+    devices.remove(0)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("tuner-external-gpu-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+const HOLD_4_GIB: &str = "import time, torch\n\
+x = torch.empty(4 << 30, dtype=torch.uint8, device='cuda')\n\
+x.fill_(1)\n\
+torch.cuda.synchronize()\n\
+time.sleep(2.0)\n";
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn nvml_reads_the_memory_a_trial_holds() {
+    let device = first_gpu();
+    assert!(device.probe.is_some(), "NVML did not open: {device:?}");
+    let prog = Program::new(vec!["python3".into(), "-c".into(), HOLD_4_GIB.into()]).unwrap();
+    let p = Params {
+        batch_size: 1,
+        workers: 0,
+        amp: false,
+        accumulation: 1,
+        steps: 1,
+        warmup_steps: 0,
+    };
+    let dir = scratch("nvml");
+    let r = trial(
+        &prog,
+        &p,
+        0,
+        &device,
+        &dir,
+        &Limits::new(Duration::from_secs(120)),
+    );
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    let m = &r.memory;
+    println!(
+        "{} ({}): memory source {:?}, peak {:.3} GiB, device before {:?} bytes, {} samples, note {:?}",
+        device.label,
+        device.cuda_visible,
+        m.source,
+        m.peak_bytes.unwrap_or(0) as f64 / GIB as f64,
+        m.device_before_bytes,
+        m.samples,
+        m.note
+    );
+    assert_ne!(m.source, MemorySource::None, "{m:?}");
+    let peak = m.peak_bytes.unwrap();
+    // 4 GiB of tensor plus the CUDA context (a few hundred MB), and nothing like twice that.
+    assert!((4 * GIB..6 * GIB).contains(&peak), "{peak}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
+    let device = first_gpu();
+    let script = examples().join("train_resnet.py");
+    let mut argv = vec!["python3".to_string(), script.to_str().unwrap().to_string()];
+    argv.extend(
+        [
+            "--batch-size",
+            "{batch_size}",
+            "--workers",
+            "{workers}",
+            "--amp",
+            "{amp}",
+            "--accumulation",
+            "{accumulation}",
+            "--steps",
+            "{steps}",
+            "--warmup",
+            "{warmup}",
+        ]
+        .map(String::from),
+    );
+    let prog = Program::new(argv).unwrap();
+    let limits = Limits::new(Duration::from_secs(600));
+    let dir = scratch("resnet");
+
+    let p = Params {
+        batch_size: 64,
+        workers: 4,
+        amp: true,
+        accumulation: 2,
+        steps: 10,
+        warmup_steps: 3,
+    };
+    let r = trial(&prog, &p, 0, &device, &dir.join("fits"), &limits);
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    let m = &r.measured;
+    println!(
+        "resnet18 {}: {:.1} samples/s (the program's own {:.1}, {:+.2}%), step {:.2} ms, data {:.2} ms, forward {:.2} ms, backward {:.2} ms, optimizer {:.2} ms, framework peak {:.2} GB, NVML {:?} {:.2} GB, wall {:.1} s",
+        p.describe(),
+        m.samples_per_s.unwrap(),
+        m.program_samples_per_s.unwrap_or(f64::NAN),
+        m.program_difference.unwrap_or(f64::NAN) * 100.0,
+        m.step_ms.as_ref().unwrap().median,
+        m.data_ms.as_ref().unwrap().median,
+        m.forward_ms.as_ref().unwrap().median,
+        m.backward_ms.as_ref().unwrap().median,
+        m.optimizer_ms.as_ref().unwrap().median,
+        m.framework_peak_bytes.unwrap_or(0) as f64 / 1e9,
+        r.memory.source,
+        r.memory.peak_bytes.unwrap_or(0) as f64 / 1e9,
+        r.wall_s,
+    );
+    assert_eq!(m.source, ThroughputSource::Protocol);
+    assert_eq!((m.reported_steps, m.warmup_steps), (13, 3));
+    assert_eq!(r.report.bad_lines, 0);
+    assert!(m.program_difference.unwrap().abs() < 0.03);
+    let framework = m.framework_peak_bytes.expect("the script reports its peak");
+    assert!(framework > 0);
+    // From outside, the process holds at least what its allocator handed out.
+    assert!(r.memory.peak_bytes.unwrap() >= framework, "{:?}", r.memory);
+
+    // Far past any GPU's memory (ResNet-18 needs tens of MB per 224-pixel sample in fp32).
+    // One worker: a batch this size is about 10 GB of host memory.
+    let huge = Params {
+        batch_size: 16384,
+        workers: 1,
+        amp: false,
+        accumulation: 1,
+        steps: 1,
+        warmup_steps: 0,
+    };
+    let r = trial(&prog, &huge, 1, &device, &dir.join("oom"), &limits);
+    println!("batch 16384: {} after {:.1} s", r.verdict(), r.wall_s);
+    assert_eq!(r.status, Status::Oom, "{:?}", r.stderr_tail);
+    assert_eq!(r.oom.as_ref().unwrap().stack, "PyTorch");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,134 @@
+//! The queue of trials over several (stand-in) GPUs, against the fake training program: one
+//! trial per device at a time, trials on different devices at once, none lost, every result in
+//! the results file as soon as it is known.
+
+mod fake;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fake::{log_entries, params, program, Scratch};
+use tuner::external::{
+    larger_batch_after_oom, run_queue, trial, Device, Limits, Params, Progress, ResultsFile,
+    Status, TrialResult,
+};
+
+#[test]
+fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
+    let dir = Scratch::new("queue");
+    let log = dir.str("log.jsonl");
+    let prog = program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.1")]);
+    let jobs: Vec<Params> = (1..=9)
+        .map(|i| Params {
+            steps: 3,
+            warmup_steps: 0,
+            ..params(8 * i)
+        })
+        .collect();
+    let devices: Vec<Device> = (0..3)
+        .map(|i| Device::stand_in(&format!("GPU {i}"), &(10 + i).to_string()))
+        .collect();
+    let limits = Limits::new(Duration::from_secs(60));
+    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+    let results_path = results.path().to_path_buf();
+    let mut seen = Vec::new();
+    let done = run_queue(
+        &jobs,
+        &devices,
+        |i, p, d| trial(&prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
+        |_: &Params, _: &[TrialResult]| None,
+        &mut results,
+        |pr: &Progress| {
+            // Written as it comes: the file already holds every finished trial.
+            let (written, bad) = ResultsFile::read(&results_path).unwrap();
+            assert_eq!((written.len(), bad), (pr.done, 0));
+            assert_eq!(pr.done + pr.running + pr.left, pr.total);
+            seen.push(pr.line());
+        },
+    )
+    .unwrap();
+
+    assert_eq!(done.len(), 9);
+    assert_eq!(
+        done.iter().map(|r| r.index).collect::<Vec<_>>(),
+        (0..9).collect::<Vec<_>>()
+    );
+    assert!(
+        done.iter().all(|r| r.status == Status::Ok),
+        "{:?}",
+        done.iter().map(|r| &r.stderr_tail).collect::<Vec<_>>()
+    );
+    assert_eq!(seen.len(), 9);
+    assert!(seen.last().unwrap().contains("[9/9]"), "{seen:?}");
+
+    // Each trial ran where its result says, with that GPU alone visible.
+    let entries = log_entries(&dir.path("log.jsonl"));
+    assert_eq!(entries.len(), 9);
+    let mut by_device: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
+    for e in &entries {
+        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let r = &done[index];
+        assert_eq!(e["cuda_visible_devices"], r.cuda_visible.as_str());
+        assert_eq!(e["args"]["batch_size"], r.params.batch_size);
+        by_device
+            .entry(r.device.clone())
+            .or_default()
+            .push((e["start"].as_f64().unwrap(), e["end"].as_f64().unwrap()));
+    }
+    assert_eq!(by_device.len(), 3, "every device took trials");
+    // Never two at once on one device...
+    for (device, spans) in &mut by_device {
+        spans.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{device}: {w:?} overlap");
+        }
+    }
+    // ...and some at once on different devices.
+    let all: Vec<(&String, (f64, f64))> = by_device
+        .iter()
+        .flat_map(|(d, s)| s.iter().map(move |x| (d, *x)))
+        .collect();
+    let overlapping = all
+        .iter()
+        .any(|(d1, a)| all.iter().any(|(d2, b)| d1 != d2 && a.0 < b.1 && b.0 < a.1));
+    assert!(
+        overlapping,
+        "no two trials ran at the same time: {by_device:?}"
+    );
+
+    let (back, bad) = ResultsFile::read(&dir.path("results.jsonl")).unwrap();
+    assert_eq!(bad, 0);
+    let mut indices: Vec<usize> = back.iter().map(|r| r.index).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, (0..9).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_sweep_skips_larger_batches_of_a_setting_that_ran_out_of_memory() {
+    let dir = Scratch::new("skip");
+    let prog = program(&[("FAKE_OOM_ABOVE", "20")]);
+    let jobs: Vec<Params> = [8, 16, 32, 64].map(params).to_vec();
+    let devices = [Device::stand_in("GPU 0", "0")];
+    let limits = Limits::new(Duration::from_secs(60));
+    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+    let done = run_queue(
+        &jobs,
+        &devices,
+        |i, p, d| trial(&prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
+        larger_batch_after_oom,
+        &mut results,
+        |_: &Progress| {},
+    )
+    .unwrap();
+    let statuses: Vec<Status> = done.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [Status::Ok, Status::Ok, Status::Oom, Status::Skipped]
+    );
+    assert!(done[3].reason.contains("batch 32"), "{}", done[3].reason);
+    assert_eq!(ResultsFile::read(results.path()).unwrap().0.len(), 4);
+}

@@ -1,0 +1,268 @@
+//! One trial of the user's command, driven against the fake training program: what reaches the
+//! program, what comes back through the report file, and how each way of ending is told apart.
+
+mod fake;
+
+use std::time::Duration;
+
+use fake::{eventually, gone, log_entries, params, program, Scratch};
+use tuner::external::protocol::ThroughputSource;
+use tuner::external::{trial, Device, Limits, MemorySource, Params, Program, Status};
+
+fn limits(seconds: u64) -> Limits {
+    Limits::new(Duration::from_secs(seconds))
+}
+
+#[test]
+fn placeholders_and_environment_reach_the_program() {
+    let dir = Scratch::new("env");
+    let log = dir.str("log.jsonl");
+    let prog = program(&[("FAKE_LOG", &log)]);
+    let p = Params {
+        batch_size: 24,
+        workers: 3,
+        amp: true,
+        accumulation: 2,
+        steps: 4,
+        warmup_steps: 2,
+    };
+    let device = Device::stand_in("GPU 5", "5");
+    let r = trial(&prog, &p, 7, &device, &dir.path("trial"), &limits(60));
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(
+        (r.index, r.device.as_str(), r.cuda_visible.as_str()),
+        (7, "GPU 5", "5")
+    );
+    assert!(r.command.contains(&"24".to_string()) && r.command.contains(&"on".to_string()));
+
+    let entries = log_entries(&dir.path("log.jsonl"));
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    // The placeholders, as the program's flags saw them.
+    assert_eq!(e["args"]["batch_size"], 24);
+    assert_eq!(e["args"]["workers"], 3);
+    assert_eq!(e["args"]["amp"], "on");
+    assert_eq!(e["args"]["accumulation"], 2);
+    assert_eq!(e["args"]["steps"], 4);
+    assert_eq!(e["args"]["warmup"], 2);
+    // The same values in the environment, and the trial's place.
+    let env = &e["env"];
+    for (k, v) in [
+        ("PERF_LESSONS_BATCH_SIZE", "24"),
+        ("PERF_LESSONS_WORKERS", "3"),
+        ("PERF_LESSONS_AMP", "on"),
+        ("PERF_LESSONS_ACCUMULATION", "2"),
+        ("PERF_LESSONS_STEPS", "4"),
+        ("PERF_LESSONS_WARMUP_STEPS", "2"),
+        ("PERF_LESSONS_TRIAL", "7"),
+    ] {
+        assert_eq!(env[k], v, "{k}");
+    }
+    assert!(env["PERF_LESSONS_REPORT"]
+        .as_str()
+        .unwrap()
+        .ends_with("report.jsonl"));
+    assert_eq!(e["cuda_visible_devices"], "5");
+    assert_eq!(e["nccl_nvls_enable"], "0");
+    // A process group of its own (env execs python, so the program leads it).
+    assert_eq!(e["pid"], e["pgid"]);
+    let ours = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let our_group = ours
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(2)
+        .unwrap();
+    assert_ne!(e["pgid"].to_string(), our_group);
+
+    // What came back through the report: 6 steps, 2 dropped as warmup, 48 samples per 10 ms.
+    let m = &r.measured;
+    assert_eq!(m.source, ThroughputSource::Protocol);
+    assert_eq!((m.reported_steps, m.warmup_steps), (6, 2));
+    assert!((m.samples_per_s.unwrap() - 4800.0).abs() < 1e-6, "{m:?}");
+    assert!((m.step_ms.as_ref().unwrap().median - 10.0).abs() < 1e-9);
+    assert!((m.forward_ms.as_ref().unwrap().median - 3.0).abs() < 1e-9);
+    assert!((m.backward_ms.as_ref().unwrap().median - 5.0).abs() < 1e-9);
+    assert_eq!(m.framework_peak_bytes, Some(24_000_000));
+    assert!(m.program_difference.unwrap().abs() < 1e-9);
+    assert!(r.reached_steps);
+    assert_eq!(r.report.bad_lines, 0);
+    // A stand-in device has no NVML: the reading says so rather than inventing one.
+    assert_eq!(r.memory.source, MemorySource::None);
+    assert!(r.memory.peak_bytes.is_none());
+    assert!(r.stderr_tail.is_empty());
+}
+
+#[test]
+fn the_time_limit_kills_a_hang_and_its_children() {
+    let dir = Scratch::new("hang");
+    let pids = dir.str("pids");
+    let prog = program(&[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)]);
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(
+        &prog,
+        &params(8),
+        0,
+        &device,
+        &dir.path("trial"),
+        &limits(3),
+    );
+    assert_eq!(r.status, Status::Hang, "{r:?}");
+    assert!(r.reason.contains("time limit of 3 s"), "{}", r.reason);
+    assert!(r.wall_s >= 3.0 && r.wall_s < 20.0, "{}", r.wall_s);
+    assert!(
+        r.stderr_tail
+            .iter()
+            .any(|l| l.contains("waiting for a collective")),
+        "{:?}",
+        r.stderr_tail
+    );
+    let text = std::fs::read_to_string(&pids).expect("the fake started its child");
+    let both: Vec<u32> = text
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert_eq!(both.len(), 2);
+    for pid in both {
+        assert!(
+            eventually(Duration::from_secs(5), || gone(pid)),
+            "process {pid} outlived its trial"
+        );
+    }
+}
+
+#[test]
+fn out_of_memory_is_told_apart_from_a_crash() {
+    let dir = Scratch::new("endings");
+    let device = Device::stand_in("GPU 0", "0");
+
+    let oom = program(&[("FAKE_OOM_ABOVE", "16")]);
+    let r = trial(&oom, &params(32), 0, &device, &dir.path("oom"), &limits(60));
+    assert_eq!(r.status, Status::Oom, "{r:?}");
+    assert_eq!(r.oom.as_ref().unwrap().stack, "PyTorch");
+    assert!(r.reason.contains("exit status 1"), "{}", r.reason);
+    assert!(!r.reached_steps);
+    assert!(r.stderr_tail.last().unwrap().contains("CUDA out of memory"));
+    // Below the limit the same program is fine.
+    let r = trial(
+        &oom,
+        &params(16),
+        1,
+        &device,
+        &dir.path("fits"),
+        &limits(60),
+    );
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+
+    let fail = program(&[("FAKE_MODE", "fail")]);
+    let r = trial(
+        &fail,
+        &params(8),
+        2,
+        &device,
+        &dir.path("fail"),
+        &limits(60),
+    );
+    assert_eq!(r.status, Status::Failed);
+    assert!(r.oom.is_none());
+    assert_eq!(r.reason, "exit status 1");
+    assert!(
+        r.stderr_tail.last().unwrap().contains("ValueError"),
+        "{:?}",
+        r.stderr_tail
+    );
+    assert!(r.measured.samples_per_s.is_none());
+
+    // A crash on the way out, after every step was reported.
+    let crash = program(&[("FAKE_MODE", "crash_at_exit")]);
+    let r = trial(
+        &crash,
+        &params(8),
+        3,
+        &device,
+        &dir.path("crash"),
+        &limits(60),
+    );
+    assert_eq!(r.status, Status::Failed);
+    assert!(r.reason.contains("signal 6"), "{}", r.reason);
+    assert!(r.reached_steps);
+    assert!(r.measured.samples_per_s.is_some());
+
+    let missing = Program::new(vec!["/nonexistent/train".into()]).unwrap();
+    let r = trial(
+        &missing,
+        &params(8),
+        4,
+        &device,
+        &dir.path("missing"),
+        &limits(60),
+    );
+    assert_eq!(r.status, Status::Failed);
+    assert!(r.reason.contains("could not start"), "{}", r.reason);
+}
+
+#[test]
+fn a_silent_program_is_measured_by_the_wall_clock() {
+    let dir = Scratch::new("silent");
+    let prog = program(&[("FAKE_MODE", "silent"), ("FAKE_STEP_S", "0.05")]);
+    let p = Params {
+        steps: 4,
+        warmup_steps: 1,
+        ..params(10)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(&prog, &p, 0, &device, &dir.path("trial"), &limits(60));
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(r.report.lines, 0);
+    let m = &r.measured;
+    assert_eq!(m.source, ThroughputSource::WallClock);
+    // 50 samples over the whole process: start-up makes it slower than 10 per 50 ms.
+    let rate = m.samples_per_s.unwrap();
+    assert!((rate - 50.0 / r.wall_s).abs() < 1e-9);
+    assert!(rate > 0.0 && rate < 200.0, "{rate}");
+    assert!(m.step_ms.is_none());
+}
+
+#[test]
+fn garbage_in_the_report_is_counted_and_the_steps_kept() {
+    let dir = Scratch::new("garbage");
+    let prog = program(&[("FAKE_MODE", "garbage")]);
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(
+        &prog,
+        &params(8),
+        0,
+        &device,
+        &dir.path("trial"),
+        &limits(60),
+    );
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(r.report.bad_lines, 2);
+    assert!(r.report.truncated_last_line);
+    assert_eq!(r.report.first_bad.len(), 2);
+    assert_eq!(r.measured.reported_steps, 3);
+    assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
+}
+
+#[test]
+fn a_program_that_goes_on_after_its_steps_can_be_stopped_there() {
+    let dir = Scratch::new("after");
+    let prog = program(&[("FAKE_MODE", "hang_after_steps")]);
+    let device = Device::stand_in("GPU 0", "0");
+    // Waited for, it is a hang, though every step was reported and measured.
+    let r = trial(&prog, &params(8), 0, &device, &dir.path("wait"), &limits(2));
+    assert_eq!(r.status, Status::Hang);
+    assert!(r.reached_steps);
+    assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
+    // Stopped once its steps are in, it is OK, long before the time limit.
+    let stop = Limits {
+        stop_after_steps: true,
+        ..limits(60)
+    };
+    let r = trial(&prog, &params(8), 1, &device, &dir.path("stop"), &stop);
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(r.reason, "stopped after its last step");
+    assert!(r.wall_s < 30.0, "{}", r.wall_s);
+    assert_eq!(r.measured.reported_steps, 3);
+}

@@ -1,0 +1,115 @@
+//! The fake training program (tests/fake_trainer.py) as a command for the external mode, and
+//! scratch folders for its trials.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tuner::external::{Params, Program};
+
+pub fn script() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_trainer.py").to_string()
+}
+
+/// `env VARS... python3 fake_trainer.py --batch-size {batch_size} ...`: the fake's behaviour is
+/// set through `env`, so tests running side by side do not share settings.
+pub fn program(vars: &[(&str, &str)]) -> Program {
+    let mut argv = vec!["env".to_string()];
+    argv.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.extend(
+        [
+            "python3",
+            &script(),
+            "--batch-size",
+            "{batch_size}",
+            "--workers",
+            "{workers}",
+            "--amp",
+            "{amp}",
+            "--accumulation",
+            "{accumulation}",
+            "--steps",
+            "{steps}",
+            "--warmup",
+            "{warmup}",
+        ]
+        .map(String::from),
+    );
+    Program::new(argv).unwrap()
+}
+
+pub fn params(batch: usize) -> Params {
+    Params {
+        batch_size: batch,
+        workers: 0,
+        amp: false,
+        accumulation: 1,
+        steps: 2,
+        warmup_steps: 1,
+    }
+}
+
+/// A fresh folder, removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tuner-external-{}-{name}-{}",
+            std::process::id(),
+            COUNT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    pub fn str(&self, name: &str) -> String {
+        self.path(name).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The JSON lines the fake appended to its FAKE_LOG.
+pub fn log_entries(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("the fake writes whole JSON lines"))
+        .collect()
+}
+
+/// Whether a process is gone (or a zombie nobody has reaped yet: it runs nothing).
+pub fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// Wait up to `limit` for `cond`.
+pub fn eventually(limit: Duration, cond: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}

@@ -1,0 +1,127 @@
+"""A stand-in training program for the tuner's external-mode tests (no GPU, no PyTorch).
+
+It takes the flags a real script would (--batch-size, --workers, --amp, --accumulation,
+--steps, --warmup), reports every step through examples/pytorch/perf_lessons_report.py, and
+misbehaves on request through its environment:
+
+  FAKE_OOM_ABOVE=N   batches above N run out of memory: PyTorch's message, exit 1
+  FAKE_MODE=ok       (default) run the steps and exit 0
+            hang     start a child process, write both pids to FAKE_PID_FILE, sleep forever
+            fail     raise an ordinary exception (exit 1, a traceback on stderr)
+            crash_at_exit  report every step, then abort (SIGABRT)
+            hang_after_steps  report every step, then go on forever (a script that
+                     ignores --steps)
+            silent   run the steps without reporting anything
+            garbage  report, with stray text and a cut-off last line in the report
+  FAKE_STEP_S=S      seconds per step (default 0.01)
+  FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, times)
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "pytorch"))
+from perf_lessons_report import Reporter, setting  # noqa: E402
+
+PYTORCH_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.19 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process "
+    "has 78.06 GiB memory in use. Of the allocated memory 76.50 GiB is allocated by PyTorch, and "
+    "1.02 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large "
+    "try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+    "documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+
+
+def log(entry):
+    path = os.environ.get("FAKE_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", type=int, default=setting("BATCH_SIZE", 32))
+    p.add_argument("--workers", type=int, default=setting("WORKERS", 0))
+    p.add_argument("--amp", choices=["on", "off"], default="on" if setting("AMP", False) else "off")
+    p.add_argument("--accumulation", type=int, default=setting("ACCUMULATION", 1))
+    p.add_argument("--steps", type=int, default=setting("STEPS", 5))
+    p.add_argument("--warmup", type=int, default=setting("WARMUP_STEPS", 1))
+    args = p.parse_args()
+
+    mode = os.environ.get("FAKE_MODE", "ok")
+    step_s = float(os.environ.get("FAKE_STEP_S", "0.01"))
+    start = time.time()
+    entry = {
+        "args": vars(args),
+        "env": {k: v for k, v in os.environ.items() if k.startswith("PERF_LESSONS_")},
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "start": start,
+    }
+
+    if mode == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        Path(os.environ["FAKE_PID_FILE"]).write_text("%d %d\n" % (os.getpid(), child.pid))
+        print("waiting for a collective that never comes", file=sys.stderr, flush=True)
+        time.sleep(600)
+        return 0
+    if mode == "fail":
+        print("loading the dataset", flush=True)
+        raise ValueError("the dataset has no split called 'trian'")
+
+    oom_above = os.environ.get("FAKE_OOM_ABOVE")
+    if oom_above is not None and args.batch_size > int(oom_above):
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print('  File "train.py", line 120, in <module>', file=sys.stderr)
+        print("    loss.backward()", file=sys.stderr)
+        print(PYTORCH_OOM, file=sys.stderr, flush=True)
+        entry["end"] = time.time()
+        entry["outcome"] = "oom"
+        log(entry)
+        return 1
+
+    report = Reporter() if mode != "silent" else Reporter(path="")
+    samples = args.batch_size * args.accumulation
+    measured_start = None
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            measured_start = time.perf_counter()
+        time.sleep(step_s)
+        report.step(
+            samples=samples,
+            step_s=step_s,
+            data_s=step_s * 0.1,
+            forward_s=step_s * 0.3,
+            backward_s=step_s * 0.5,
+            optimizer_s=step_s * 0.1,
+            peak_memory_bytes=args.batch_size * 1_000_000,
+        )
+    if measured_start is not None and args.steps > 0:
+        report.end(samples_per_s=samples / step_s)
+    if mode == "garbage" and report.enabled:
+        with open(os.environ["PERF_LESSONS_REPORT"], "a", encoding="utf-8") as f:
+            f.write("epoch 1 done, loss 0.42\n")
+            f.write('{"samples": %d, "step' % samples)
+    entry["end"] = time.time()
+    entry["outcome"] = "ok"
+    log(entry)
+    report.close()
+    if mode == "crash_at_exit":
+        os.abort()
+    if mode == "hang_after_steps":
+        time.sleep(600)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 //! The lesson's command line: the shared flags, the sizes of each part, and which part to run.
 //! The three parts run as one lesson (one report, one JSON shape); a part is built only when
-//! some of its variants are selected.
+//! some of its variants are selected, and only while it runs.
 
 use std::process::ExitCode;
 
@@ -9,7 +9,7 @@ use common::cli::{finish, parse_count_with_max, parse_elements, CommonArgs};
 use common::counters::Work;
 use common::gpu::Gpu;
 use common::report::Startup;
-use common::runner::{run_lesson, select, Parts, VariantSpec};
+use common::runner::{run_parts, select, Lesson, LessonPart, VariantSpec};
 use common::verify::Precision;
 
 use crate::pipeline::{PipelineConfig, PipelineLesson};
@@ -186,26 +186,31 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
 
     let gpu = Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
-    let mut lesson = Parts::new("ch1-basics");
+    // Each part is built when its turn comes and dropped after it ran (see `run_parts`).
+    let mut parts: Vec<LessonPart> = Vec::new();
     if let Some(cfg) = training {
-        lesson = lesson.with(TRAINING, Box::new(TrainingLesson::new(&gpu, cfg)?));
-        startup.mark("training: model, data and float64 reference ready");
+        parts.push(LessonPart::new(TRAINING, move |gpu| {
+            Ok(Box::new(TrainingLesson::new(gpu, cfg)?) as Box<dyn Lesson>)
+        }));
     }
     if picked(TRANSPOSE).is_some() {
-        lesson = lesson.with(
-            TRANSPOSE,
-            Box::new(Transpose::new(&gpu, args.side, args.seed)?),
-        );
-        startup.mark("transpose: kernels, input and exact transpose ready");
+        parts.push(LessonPart::new(TRANSPOSE, |gpu| {
+            Ok(Box::new(Transpose::new(gpu, args.side, args.seed)?) as Box<dyn Lesson>)
+        }));
     }
     if let Some((cfg, whole)) = pipeline {
-        let part = PipelineLesson::new(&gpu, cfg, whole)?
-            .refreshing_ceilings(args.common.refresh_ceilings);
-        lesson = lesson.with(PIPELINE, Box::new(part));
-        startup.mark("pipeline: kernel and pinned buffers ready");
+        let refresh = args.common.refresh_ceilings;
+        parts.push(LessonPart::new(PIPELINE, move |gpu| {
+            let part = PipelineLesson::new(gpu, cfg, whole)?.refreshing_ceilings(refresh);
+            Ok(Box::new(part) as Box<dyn Lesson>)
+        }));
     }
-    let options = args.common.options(&startup).only(only);
-    let report = run_lesson(&gpu, &mut lesson, &options)?;
+    let mut options = args.common.options(&startup);
+    options.only = chosen
+        .iter()
+        .flat_map(|(group, names)| names.iter().map(move |n| format!("{group}:{n}")))
+        .collect();
+    let report = run_parts(&gpu, "ch1-basics", parts, &options)?;
     Ok(finish(&report, args.common.json.as_deref())?)
 }
 

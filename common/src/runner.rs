@@ -349,113 +349,6 @@ pub trait Lesson {
     }
 }
 
-/// A lesson made of parts, each a lesson of its own run as one group ("training",
-/// "transpose", "pipeline"): one run, one report, speedups within each part.
-pub struct Parts<'a> {
-    name: String,
-    parts: Vec<(String, Box<dyn Lesson + 'a>)>,
-    /// (part, index within the part) of every variant, in order.
-    index: Vec<(usize, usize)>,
-}
-
-impl<'a> Parts<'a> {
-    pub fn new(name: impl Into<String>) -> Parts<'a> {
-        Parts {
-            name: name.into(),
-            parts: Vec::new(),
-            index: Vec::new(),
-        }
-    }
-
-    /// Add a part; its variants join the group `group`.
-    pub fn with(mut self, group: impl Into<String>, lesson: Box<dyn Lesson + 'a>) -> Parts<'a> {
-        let part = self.parts.len();
-        self.index
-            .extend((0..lesson.variants().len()).map(|i| (part, i)));
-        self.parts.push((group.into(), lesson));
-        self
-    }
-
-    fn part(&self, index: usize) -> (usize, usize) {
-        self.index[index]
-    }
-}
-
-impl Lesson for Parts<'_> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn parameters(&self) -> serde_json::Value {
-        serde_json::Value::Object(
-            self.parts
-                .iter()
-                .map(|(group, l)| (group.clone(), l.parameters()))
-                .collect(),
-        )
-    }
-    fn variants(&self) -> Vec<VariantSpec> {
-        self.parts
-            .iter()
-            .flat_map(|(group, l)| l.variants().into_iter().map(|v| v.in_group(group.clone())))
-            .collect()
-    }
-    fn reference(&self, index: usize) -> Option<&Reference> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.reference(i)
-    }
-    fn check_against_baseline(&self, index: usize) -> bool {
-        let (p, i) = self.part(index);
-        self.parts[p].1.check_against_baseline(i)
-    }
-    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.poison(gpu, i)
-    }
-    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.run(gpu, i)
-    }
-    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.output(gpu, i)
-    }
-    fn bench_config(&self, index: usize, cfg: BenchConfig) -> BenchConfig {
-        let (p, i) = self.part(index);
-        self.parts[p].1.bench_config(i, cfg)
-    }
-    fn skip(&mut self, index: usize) -> Option<String> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.skip(i)
-    }
-    fn metrics(
-        &mut self,
-        gpu: &Gpu,
-        index: usize,
-        timed: &VariantReport,
-        meter: &mut Meter,
-    ) -> Result<Vec<Metric>> {
-        let (p, i) = self.part(index);
-        self.parts[p].1.metrics(gpu, i, timed, meter)
-    }
-    fn sections(
-        &mut self,
-        gpu: &Gpu,
-        variants: &[VariantReport],
-        meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
-        let mut out = Vec::new();
-        for (group, lesson) in &mut self.parts {
-            let mine: Vec<VariantReport> = variants
-                .iter()
-                .filter(|v| v.group == *group)
-                .cloned()
-                .collect();
-            out.extend(lesson.sections(gpu, &mine, meter)?);
-        }
-        Ok(out)
-    }
-}
-
 /// Which variants to run: all of them, or those named by id or by a name no other variant has
 /// (unknown or ambiguous names are an error that lists the ids).
 pub fn select(specs: &[VariantSpec], only: &[String]) -> Result<Vec<usize>> {
@@ -651,6 +544,110 @@ pub fn run_lesson(
     })
 }
 
+/// One part of a lesson run by [run_parts]: its group and how to build it on the GPU.
+pub struct LessonPart<'a> {
+    pub group: String,
+    pub build: Box<dyn FnOnce(&'a Gpu) -> Result<Box<dyn Lesson + 'a>> + 'a>,
+}
+
+impl<'a> LessonPart<'a> {
+    pub fn new(
+        group: impl Into<String>,
+        build: impl FnOnce(&'a Gpu) -> Result<Box<dyn Lesson + 'a>> + 'a,
+    ) -> LessonPart<'a> {
+        LessonPart {
+            group: group.into(),
+            build: Box::new(build),
+        }
+    }
+}
+
+/// For each part (by group), the variants `only` names in it, without the group: `None` when
+/// `only` names some variants but none of this part (the part is not run), all of them (an
+/// empty list) when `only` is empty.
+pub fn only_per_part(groups: &[&str], only: &[String]) -> Result<Vec<Option<Vec<String>>>> {
+    let mut out: Vec<Option<Vec<String>>> =
+        vec![if only.is_empty() { Some(vec![]) } else { None }; groups.len()];
+    for id in only {
+        let (group, name) = id.split_once(':').ok_or_else(|| {
+            Error::invalid(format!(
+                "'{id}': name a variant of this lesson as part:variant"
+            ))
+        })?;
+        let part = groups.iter().position(|g| *g == group).ok_or_else(|| {
+            Error::invalid(format!(
+                "'{id}': no part '{group}' (the parts are {})",
+                groups.join(", ")
+            ))
+        })?;
+        out[part]
+            .get_or_insert_with(Vec::new)
+            .push(name.to_string());
+    }
+    Ok(out)
+}
+
+/// Run a lesson made of parts (ch1-basics: training, transpose, pipeline) into one report with
+/// one group per part. Each part is built when its turn comes and dropped once it has run, so
+/// no part's buffers sit beside another's while it is measured (a memory-bound kernel's time
+/// can depend on where its buffers land). `options.only` names variants as "part:variant";
+/// parts with none named are not built. One trace covers every part.
+pub fn run_parts<'a>(
+    gpu: &'a Gpu,
+    name: &str,
+    parts: Vec<LessonPart<'a>>,
+    options: &RunOptions,
+) -> Result<LessonReport> {
+    let groups: Vec<&str> = parts.iter().map(|p| p.group.as_str()).collect();
+    let only = only_per_part(&groups, &options.only)?;
+    let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+    let trace = trace::Session::start_if(options.trace.as_deref())?;
+    let mut startup = options.startup.clone();
+    let mut merged: Option<LessonReport> = None;
+    let mut parameters = serde_json::Map::new();
+    for ((part, only), group) in parts.into_iter().zip(only).zip(groups) {
+        let Some(only) = only else { continue };
+        let mut lesson = (part.build)(gpu)?;
+        if let Some(s) = startup.as_mut() {
+            s.mark(&format!("{group} ready"));
+        }
+        let part_options = RunOptions {
+            only,
+            plant_slowdown: options
+                .plant_slowdown
+                .as_ref()
+                .and_then(|id| id.strip_prefix(&format!("{group}:")).map(str::to_string)),
+            startup: startup.clone(),
+            ..options.clone()
+        };
+        let mut report = run_lesson(gpu, lesson.as_mut(), &part_options)?;
+        drop(lesson);
+        for v in &mut report.variants {
+            v.group = group.clone();
+        }
+        parameters.insert(group.clone(), report.parameters.take());
+        match merged.as_mut() {
+            None => merged = Some(report),
+            Some(m) => {
+                m.variants.append(&mut report.variants);
+                m.sections.append(&mut report.sections);
+                for c in report.ceilings {
+                    if !m.ceilings.iter().any(|x| x.name == c.name) {
+                        m.ceilings.push(c);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(t) = trace {
+        t.finish()?;
+    }
+    let mut report = merged.ok_or_else(|| Error::invalid("no part of the lesson was selected"))?;
+    report.lesson = name.to_string();
+    report.parameters = serde_json::Value::Object(parameters);
+    Ok(report)
+}
+
 /// The NVTX range of one variant: "ch1-intensity:fused". Not "/": ncu's `--nvtx-include`
 /// reads "a/b" as range b nested in range a.
 pub fn range_name(lesson: &str, variant: &str) -> String {
@@ -794,61 +791,31 @@ mod tests {
         assert_eq!(baseline_of(&specs, 1), 1);
     }
 
-    /// A lesson that needs no GPU for what the test asks of it.
-    struct Fake(&'static [&'static str]);
-
-    impl Lesson for Fake {
-        fn name(&self) -> &str {
-            "fake"
-        }
-        fn parameters(&self) -> serde_json::Value {
-            serde_json::json!({ "variants": self.0.len() })
-        }
-        fn variants(&self) -> Vec<VariantSpec> {
-            self.0.iter().map(|n| spec(n)).collect()
-        }
-        fn reference(&self, _index: usize) -> Option<&Reference> {
-            None
-        }
-        fn check_against_baseline(&self, index: usize) -> bool {
-            index == 1
-        }
-        fn poison(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
-            unreachable!()
-        }
-        fn run(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
-            unreachable!()
-        }
-        fn output(&mut self, _gpu: &Gpu, _index: usize) -> Result<Output> {
-            unreachable!()
-        }
-        fn skip(&mut self, index: usize) -> Option<String> {
-            Some(format!("{} {index}", self.0[index]))
-        }
-    }
-
     #[test]
-    fn parts_run_as_groups_of_one_lesson() {
-        let mut parts = Parts::new("ch1-test")
-            .with("training", Box::new(Fake(&["baseline", "pinned"])))
-            .with("transpose", Box::new(Fake(&["naive", "tiled"])));
-        let ids: Vec<String> = parts.variants().iter().map(|v| v.id()).collect();
+    fn variants_of_parts_are_named_by_group() {
+        let groups = ["training", "transpose"];
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            ids,
-            [
-                "training:baseline",
-                "training:pinned",
-                "transpose:naive",
-                "transpose:tiled"
-            ]
+            only_per_part(&groups, &[]).unwrap(),
+            vec![Some(vec![]), Some(vec![])],
+            "everything: every part, all its variants"
         );
-        assert_eq!(baseline_of(&parts.variants(), 3), 2);
-        // Each call goes to the part's own index.
-        assert_eq!(parts.skip(3).as_deref(), Some("tiled 1"));
-        assert!(parts.check_against_baseline(1) && parts.check_against_baseline(3));
-        assert!(!parts.check_against_baseline(2));
-        assert_eq!(parts.parameters()["transpose"]["variants"], 2);
-        assert_eq!(parts.name(), "ch1-test");
+        assert_eq!(
+            only_per_part(&groups, &ids(&["transpose:naive", "transpose:tiled"])).unwrap(),
+            vec![None, Some(ids(&["naive", "tiled"]))],
+            "a part with nothing named is not built"
+        );
+        let err = only_per_part(&groups, &ids(&["pipeline:serial"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'pipeline:serial'") && err.contains("training, transpose"),
+            "{err}"
+        );
+        let err = only_per_part(&groups, &ids(&["naive"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("part:variant"), "{err}");
     }
 
     #[test]

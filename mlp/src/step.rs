@@ -171,30 +171,55 @@ fn gemm(
 ) -> Result<()> {
     let op = |t: bool| if t { Op::CUBLAS_OP_T } else { Op::CUBLAS_OP_N };
     let alpha = 1.0f32;
-    // SAFETY: the callers size every operand for these shapes and leading dimensions; all
-    // buffers are live on the handle's stream.
-    unsafe {
-        cudarc::cublas::result::gemm_ex(
-            *blas.handle(),
-            op(ta),
-            op(tb),
-            m as i32,
-            n as i32,
-            k as i32,
-            (&alpha) as *const f32 as *const c_void,
-            a.ptr as *const c_void,
-            a.dtype,
-            a.ld as i32,
-            b.ptr as *const c_void,
-            b.dtype,
-            b.ld as i32,
-            (&beta) as *const f32 as *const c_void,
-            c as *mut c_void,
-            Dt::CUDA_R_32F,
-            ldc as i32,
-            Compute::CUBLAS_COMPUTE_32F,
-            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-        )
+    let fp32 = a.dtype == Dt::CUDA_R_32F && b.dtype == Dt::CUDA_R_32F;
+    // SAFETY (both calls): the callers size every operand for these shapes and leading
+    // dimensions; all buffers are live on the handle's stream.
+    if fp32 {
+        // Plain SGEMM: the same math as GemmEx with fp32 compute, through the entry point with
+        // the least host work per call (it matters to a loop that waits after every GEMM).
+        unsafe {
+            cudarc::cublas::sys::cublasSgemm_v2(
+                *blas.handle(),
+                op(ta),
+                op(tb),
+                m as i32,
+                n as i32,
+                k as i32,
+                &alpha,
+                a.ptr as *const f32,
+                a.ld as i32,
+                b.ptr as *const f32,
+                b.ld as i32,
+                &beta,
+                c as *mut f32,
+                ldc as i32,
+            )
+            .result()
+        }
+    } else {
+        unsafe {
+            cudarc::cublas::result::gemm_ex(
+                *blas.handle(),
+                op(ta),
+                op(tb),
+                m as i32,
+                n as i32,
+                k as i32,
+                (&alpha) as *const f32 as *const c_void,
+                a.ptr as *const c_void,
+                a.dtype,
+                a.ld as i32,
+                b.ptr as *const c_void,
+                b.dtype,
+                b.ld as i32,
+                (&beta) as *const f32 as *const c_void,
+                c as *mut c_void,
+                Dt::CUDA_R_32F,
+                ldc as i32,
+                Compute::CUBLAS_COMPUTE_32F,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
     }
     .blas(gpu, &format!("a {m}x{n}x{k} GEMM"))
 }

@@ -41,15 +41,15 @@ fn at_the_chapter_size_buckets_beat_eager_and_a_graph_per_shape() {
     let mut lesson = GraphShapes::new(&gpu, distinct_lengths(64, 16384, 42), 42).unwrap();
     let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
     assert!(report.all_passed());
-    let speedup = |id: &str| report.variant(id).unwrap().speedup.unwrap();
-    assert!(
-        speedup("bucketed") > speedup("eager"),
-        "bucketed {} vs eager {}",
-        speedup("bucketed"),
-        speedup("eager")
-    );
-    assert!(
-        speedup("eager") > 1.0,
-        "a capture per request costs more than its launches"
-    );
+    let median = |id: &str| report.variant(id).unwrap().time_ms.as_ref().unwrap().median;
+    // On an H100 bucketed ran 2.9x faster than both; a graph per shape gained nothing over
+    // eager launches (4.16 vs 4.15 ms): each capture pays the launches it records.
+    for other in ["per-shape", "eager"] {
+        assert!(
+            median(other) > 1.5 * median("bucketed"),
+            "{other} {} ms vs bucketed {} ms",
+            median(other),
+            median("bucketed")
+        );
+    }
 }

@@ -5,20 +5,6 @@
 // Under mixed precision bf16 is carried as its 16 bits (unsigned short) and rounded to nearest
 // even by hand, so no header is needed.
 
-typedef long long i64;
-typedef unsigned short bf16_bits;
-
-__device__ __forceinline__ i64 global_id() {
-    return (i64)blockIdx.x * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ bf16_bits to_bf16(float x) {
-    unsigned int u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_bits)((u >> 16) | 0x0040u);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16_bits)(u >> 16);
-}
-
 // Forward of Linear(...) -> ReLU, after the GEMM: z = max(z + bias[f], 0), in place.
 extern "C" __global__ void add_bias_relu(float* __restrict__ z, const float* __restrict__ bias,
                                          int features, i64 count) {

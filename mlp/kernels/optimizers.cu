@@ -4,20 +4,6 @@
 // (the loss kernel reads it to place each step's losses): thread 0 advances it, and stream order
 // puts that after this step's losses were written.
 
-typedef long long i64;
-typedef unsigned short bf16_bits;
-
-__device__ __forceinline__ i64 global_id() {
-    return (i64)blockIdx.x * blockDim.x + threadIdx.x;
-}
-
-__device__ __forceinline__ bf16_bits to_bf16(float x) {
-    unsigned int u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_bits)((u >> 16) | 0x0040u);  // NaN stays NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16_bits)(u >> 16);
-}
-
 // SGD with optional momentum (PyTorch's form: v = mu v + g; p -= lr v) and L2 weight decay
 // added to the gradient. velocity == 0 means plain SGD: p -= lr * g.
 extern "C" __global__ void sgd_update(float* __restrict__ params, const float* __restrict__ grads,

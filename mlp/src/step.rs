@@ -33,13 +33,19 @@ use crate::optimizer::Optimizer;
 /// The element-wise and reduction kernels of the step.
 pub const LAYER_KERNELS: KernelSource = KernelSource {
     name: "mlp-layers",
-    code: include_str!("../kernels/layers.cu"),
+    code: concat!(
+        include_str!("../kernels/common.cuh"),
+        include_str!("../kernels/layers.cu")
+    ),
 };
 
 /// The optimizers' kernels.
 pub const OPTIMIZER_KERNELS: KernelSource = KernelSource {
     name: "mlp-optimizers",
-    code: include_str!("../kernels/optimizers.cu"),
+    code: concat!(
+        include_str!("../kernels/common.cuh"),
+        include_str!("../kernels/optimizers.cu")
+    ),
 };
 
 /// cuBLAS's recommended workspace on Hopper, set explicitly and taken from the pool, so that

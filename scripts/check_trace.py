@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks of the built-in trace after a GPU session (see profiling-gpu.sh):
+"""Checks of the built-in trace after a GPU session:
 1. each trace file is valid trace-event JSON (every event complete or metadata, times numeric);
 2. trace durations agree with the harness's CUDA-event timings: per run, the lesson kernels'
    summed time against the event mean; single-kernel variants also median against median;

@@ -78,7 +78,7 @@ pub struct Finished {
     pub pid: u32,
 }
 
-/// Spawn `cmd` as the leader of a new process group and wait at most `limit`. `started` is
+/// Spawn `cmd` in a new process group of its own and wait at most `limit`. `started` is
 /// called with the child's pid (the group's id) as soon as it runs, e.g. to start sampling
 /// its memory; `enough` is asked while it runs (every 50 ms at most) whether it has done all
 /// that was asked, and if so the group is killed at once. Past the limit the group is killed

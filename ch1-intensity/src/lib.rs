@@ -301,12 +301,7 @@ impl Intensity {
 
 /// Blocks of THREADS covering `threads` threads (at least one block).
 pub fn grid(threads: u64) -> LaunchConfig {
-    let blocks = threads.div_ceil(THREADS as u64).max(1);
-    LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    common::kernels::grid_1d(threads, THREADS)
 }
 
 impl Lesson for Intensity {

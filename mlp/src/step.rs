@@ -119,11 +119,7 @@ impl Blas {
 }
 
 fn grid(count: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: ((count as u64).div_ceil(THREADS as u64).max(1) as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    common::kernels::grid_1d(count as u64, THREADS)
 }
 
 /// A raw device pointer for GEMMs and nullable kernel arguments (event tracking is off, so the

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream};
 
 use common::error::CudaContext as _;
@@ -232,18 +231,9 @@ impl Graphs {
         if self.0.contains_key(&key) {
             return Ok(());
         }
-        let stream = &gpu.stream;
         // Capture queues nothing; make sure no earlier work is pending either.
         gpu.sync()?;
-        stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .cuda("beginning stream capture")?;
-        let queued = queue();
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-        queued?;
-        let graph = graph
-            .cuda("ending stream capture")?
-            .ok_or_else(|| common::Error::invalid("stream capture produced no graph"))?;
+        let graph = gpu.capture(queue)?;
         graph.upload().cuda("uploading the step graph")?;
         self.0.insert(key, graph);
         Ok(())

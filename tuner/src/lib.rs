@@ -34,6 +34,8 @@ pub mod memory;
 pub mod monitor;
 pub mod plot;
 pub mod preset;
+pub mod program;
+pub mod recommend;
 pub mod search;
 pub mod sweep;
 pub mod trial;

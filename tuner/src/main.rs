@@ -78,18 +78,15 @@ fn main() -> ExitCode {
                             .into())
                         }
                     };
+                    let settings = ProgramSettings::from(&settings, time_limit);
+                    settings.one_workers()?;
                     let Some(run) =
                         start(program, &args.program, &args.json, !args.quiet, "memory")?
                     else {
                         return Ok(ExitCode::from(2));
                     };
-                    let report = program::memory(
-                        &run,
-                        ProgramSettings::from(&settings, time_limit),
-                        &batches,
-                        granularity,
-                        args.margin,
-                    )?;
+                    let report =
+                        program::memory(&run, settings, &batches, granularity, args.margin)?;
                     print!("{}", program::render_memory(&report));
                     write_json(&args.json, &report)?;
                     return Ok(ExitCode::SUCCESS);
@@ -139,16 +136,14 @@ fn main() -> ExitCode {
                 tuner::commands::check_autobatch_options(&options).map_err(Error::invalid)?;
                 if let Some(program) = program_of(&args.program)? {
                     let (settings, time_limit) = program_settings(&args.settings, &args.program)?;
+                    let settings = ProgramSettings::from(&settings, time_limit);
+                    settings.check_single()?;
                     let Some(run) =
                         start(program, &args.program, &args.json, !args.quiet, "autobatch")?
                     else {
                         return Ok(ExitCode::from(2));
                     };
-                    let report = program::autobatch(
-                        &run,
-                        ProgramSettings::from(&settings, time_limit),
-                        &options,
-                    )?;
+                    let report = program::autobatch(&run, settings, &options)?;
                     print!("{}", program::render_autobatch(&report));
                     write_json(&args.json, &report)?;
                     return Ok(if report.check.trained && report.next_fails {
@@ -191,7 +186,7 @@ fn program_of(p: &ProgramArgs) -> anyhow::Result<Option<Program>> {
         let flags = p.program_only_flags();
         if !flags.is_empty() {
             return Err(Error::invalid(format!(
-                "{} are for a program's trials: put its command after --",
+                "{}: only for a program's trials: put its command after --",
                 flags.join(", ")
             ))
             .into());

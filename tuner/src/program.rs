@@ -69,7 +69,7 @@ pub fn refuse_mlp_settings(o: &Overrides) -> std::result::Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "{} set the tuner's own MLP, not a program: remove them, or drop the command after -- to tune the MLP (a program's GPUs are --devices)",
+        "{}: the tuner's own MLP's settings, not a program's: remove them, or drop the command after -- to tune the MLP (a program's GPUs are --devices)",
         given.join(", ")
     ))
 }
@@ -115,7 +115,13 @@ impl ProgramSettings {
         }
     }
 
-    fn one_workers(&self) -> Result<usize> {
+    /// What `autobatch` needs: one precision and one worker count.
+    pub fn check_single(&self) -> Result<()> {
+        self.one_workers()?;
+        self.one_amp().map(|_| ())
+    }
+
+    pub fn one_workers(&self) -> Result<usize> {
         match self.workers.as_slice() {
             [w] => Ok(*w),
             _ => Err(Error::invalid("choose one worker count here: --workers N")),
@@ -233,14 +239,15 @@ impl Run {
         }
     }
 
-    fn announce(&self, what: &str, trials: usize) {
+    fn announce(&self, what: &str, trials: Option<usize>) {
         let gpus: Vec<String> = self
             .devices
             .iter()
             .map(|d| format!("{} ({})", d.label, d.cuda_visible))
             .collect();
         self.say(&format!(
-            "{what}: {trials} trial(s) of `{}` on {}; results as they come: {}",
+            "{what}: {}trials of `{}` on {}; results as they come: {}",
+            trials.map(|n| format!("{n} ")).unwrap_or_default(),
             Program::display(&self.program.argv),
             gpus.join(", "),
             self.results_path.display()
@@ -274,8 +281,17 @@ impl Run {
     }
 
     /// Remove the temporary folder when nothing in it is worth reading; say where it is
-    /// otherwise.
-    pub fn finish(&self, trials: &[external::TrialResult]) -> Option<String> {
+    /// otherwise. Returns that note and the trials' JSON lines where they are kept.
+    pub fn finish(&self, trials: &[external::TrialResult]) -> (Option<String>, Option<PathBuf>) {
+        let note = self.tidy(trials);
+        let kept = self
+            .results_path
+            .exists()
+            .then(|| self.results_path.clone());
+        (note, kept)
+    }
+
+    fn tidy(&self, trials: &[external::TrialResult]) -> Option<String> {
         let clean = trials
             .iter()
             .all(|r| matches!(r.status, Status::Ok | Status::Oom | Status::Skipped));
@@ -305,6 +321,20 @@ impl Run {
             })
             .unwrap_or_else(|| "unknown GPU".into())
     }
+}
+
+/// The margin by the smallest GPU's memory class: NVML's figure, else what the programs
+/// reported (the small class's 20% when neither says).
+fn default_margin(devices: &[DeviceSummary], runs: &[external::TrialResult]) -> f64 {
+    let total = devices
+        .iter()
+        .filter_map(|d| d.total_bytes)
+        .chain(
+            runs.iter()
+                .filter_map(|r| r.measured.device.as_ref()?.total_bytes),
+        )
+        .min();
+    recommend::margin_for(total.unwrap_or(0))
 }
 
 fn status_of(s: Status) -> TrialStatus {
@@ -390,7 +420,8 @@ pub struct ProgramSweepReport {
     pub best: Best,
     pub diagnosis: Vec<Diagnosis>,
     pub throughput_check: Option<ThroughputCheck>,
-    pub trials_file: PathBuf,
+    /// The trials' JSON lines, where kept (beside the JSON, or in a kept trials' folder).
+    pub trials_file: Option<PathBuf>,
     pub wall_s: f64,
     #[serde(skip)]
     pub kept: Option<String>,
@@ -413,21 +444,14 @@ pub fn sweep(
         }
     }
     let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("sweep", jobs.len());
+    run.announce("sweep", Some(jobs.len()));
     let runs = run.queue(&jobs, &mut results)?;
     let rows: Vec<analysis::TrialResult> = runs.iter().map(row).collect();
     let devices: Vec<DeviceSummary> = run.devices.iter().map(DeviceSummary::of).collect();
-    let margin = margin.unwrap_or_else(|| {
-        recommend::margin_for(
-            devices
-                .iter()
-                .filter_map(|d| d.total_bytes)
-                .min()
-                .unwrap_or(0),
-        )
-    });
+    let margin = margin.unwrap_or_else(|| default_margin(&devices, &runs));
     let best = analysis::best(&rows, margin);
     let diagnosis = analysis::diagnose(&rows, &best);
+    let (kept, trials_file) = run.finish(&runs);
     let report = ProgramSweepReport {
         schema: "tuner-sweep-program/1",
         command: run.program.argv.clone(),
@@ -438,9 +462,9 @@ pub fn sweep(
         trials: rows,
         best,
         diagnosis,
-        trials_file: run.results_path.clone(),
+        trials_file,
         wall_s: run.elapsed_s(),
-        kept: run.finish(&runs),
+        kept,
         runs,
     };
     if let Some(stem) = plot {
@@ -452,6 +476,13 @@ pub fn sweep(
         crate::plot::render(&report.trials, &title, stem).map_err(Error::invalid)?;
     }
     Ok(report)
+}
+
+/// `; each trial's result: PATH`, where the results were kept.
+fn kept_at(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!("; each trial's result: {}", p.display()))
+        .unwrap_or_default()
 }
 
 fn gb(b: u64) -> String {
@@ -507,10 +538,10 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
     }
     let _ = writeln!(
         o,
-        "\nsweep: {} trials in {:.1} s; each trial's result: {}",
+        "\nsweep: {} trials in {:.1} s{}",
         r.trials.len(),
         r.wall_s,
-        r.trials_file.display()
+        kept_at(&r.trials_file)
     );
     if let Some(k) = &r.kept {
         let _ = writeln!(o, "{k}");
@@ -546,7 +577,7 @@ pub struct ProgramMemoryReport {
     pub amp_advice: Option<String>,
     pub configured_batch: Option<usize>,
     pub batch_status: Option<BatchStatus>,
-    pub trials_file: PathBuf,
+    pub trials_file: Option<PathBuf>,
     pub wall_s: f64,
     #[serde(skip)]
     pub kept: Option<String>,
@@ -613,18 +644,10 @@ pub fn memory(
         }
     }
     let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("memory", jobs.len());
+    run.announce("memory", Some(jobs.len()));
     let runs = run.queue(&jobs, &mut results)?;
     let devices: Vec<DeviceSummary> = run.devices.iter().map(DeviceSummary::of).collect();
-    let margin = margin.unwrap_or_else(|| {
-        recommend::margin_for(
-            devices
-                .iter()
-                .filter_map(|d| d.total_bytes)
-                .min()
-                .unwrap_or(0),
-        )
-    });
+    let margin = margin.unwrap_or_else(|| default_margin(&devices, &runs));
     let mut precisions = Vec::new();
     for &amp in &settings.amp {
         let of_amp: Vec<&external::TrialResult> =
@@ -659,6 +682,7 @@ pub fn memory(
         (Some(c), Some(p)) => Some(recommend::status(c, &p.tiers)),
         _ => None,
     };
+    let (kept, trials_file) = run.finish(&runs);
     Ok(ProgramMemoryReport {
         schema: "tuner-memory-program/1",
         command: run.program.argv.clone(),
@@ -672,9 +696,9 @@ pub fn memory(
         amp_advice,
         configured_batch: configured,
         batch_status,
-        trials_file: run.results_path.clone(),
+        trials_file,
         wall_s: run.elapsed_s(),
-        kept: run.finish(&runs),
+        kept,
         runs,
     })
 }
@@ -704,7 +728,11 @@ fn memory_table(runs: &[external::TrialResult]) -> Table {
             crate::sweep::on_off(r.params.amp),
             fits,
             cell(r.memory.peak_bytes, gb),
-            format!("{:?}", r.memory.source),
+            match r.memory.source {
+                external::MemorySource::NvmlProcess => "its processes".into(),
+                external::MemorySource::NvmlDeviceDelta => "the device's rise".into(),
+                external::MemorySource::None => "-".into(),
+            },
             cell(r.measured.framework_peak_bytes, gb),
             cell(r.measured.device.as_ref().and_then(|d| d.free_bytes), gb),
             cell(peak.zip(limit), |(p, l)| {
@@ -785,7 +813,13 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
     if let (Some(c), Some(s)) = (r.configured_batch, r.batch_status) {
         let _ = writeln!(o, "configured batch {c}: {s:?}");
     }
-    let _ = writeln!(o, "\neach trial's result: {}", r.trials_file.display());
+    let _ = writeln!(
+        o,
+        "\nmemory: {} trials in {:.1} s{}",
+        r.runs.len(),
+        r.wall_s,
+        kept_at(&r.trials_file)
+    );
     if let Some(k) = &r.kept {
         let _ = writeln!(o, "{k}");
     }
@@ -825,7 +859,7 @@ pub struct ProgramAutobatchReport {
     pub backup: Option<PathBuf>,
     pub team_entry: TeamEntryReport,
     pub team_file: Option<PathBuf>,
-    pub trials_file: PathBuf,
+    pub trials_file: Option<PathBuf>,
     #[serde(skip)]
     pub kept: Option<String>,
 }
@@ -857,7 +891,7 @@ pub fn autobatch(
         warmup_steps: FINDER_WARMUP,
     };
     let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("autobatch", 0);
+    run.announce("autobatch", None);
     let started = Instant::now();
     let mut shown = 0;
     let search = find_batch(
@@ -888,10 +922,7 @@ pub fn autobatch(
             ));
         },
     )
-    .map_err(|stopped| {
-        let _ = run.finish(&[]);
-        Error::invalid(stopped.to_string())
-    })?;
+    .map_err(|stopped| Error::invalid(stopped.to_string()))?;
     let found = search.found.map_err(Error::invalid)?;
     let search_wall_s = started.elapsed().as_secs_f64();
     let mut trials = search.trials;
@@ -911,18 +942,9 @@ pub fn autobatch(
     let fitting: Vec<&external::TrialResult> = trials.iter().collect();
     let (points, limit) = memory_points(&fitting);
     let line = Line::through(&points);
-    let margin = o.margin.unwrap_or_else(|| {
-        recommend::margin_for(
-            DeviceSummary::of(device)
-                .total_bytes
-                .or_else(|| {
-                    trials
-                        .iter()
-                        .find_map(|r| r.measured.device.as_ref()?.total_bytes)
-                })
-                .unwrap_or(0),
-        )
-    });
+    let margin = o
+        .margin
+        .unwrap_or_else(|| default_margin(&[DeviceSummary::of(device)], &trials));
     let tiers = program_tiers(found.maximum, o.granularity, margin, line, limit);
     let target = o
         .effective_batch
@@ -963,6 +985,7 @@ pub fn autobatch(
         commands::write_answer(o, batch, accumulation_steps, &entry).map_err(Error::invalid)?;
     let mut all = trials.clone();
     all.push(check_trial.clone());
+    let (kept, trials_file) = run.finish(&all);
     Ok(ProgramAutobatchReport {
         schema: "tuner-autobatch-program/1",
         command: run.program.argv.clone(),
@@ -996,8 +1019,8 @@ pub fn autobatch(
         backup: written.backup,
         team_entry: TeamEntryReport::from(&entry),
         team_file: written.team,
-        trials_file: run.results_path.clone(),
-        kept: run.finish(&all),
+        trials_file,
+        kept,
     })
 }
 
@@ -1095,11 +1118,11 @@ pub fn render_autobatch(r: &ProgramAutobatchReport) -> String {
     );
     let _ = writeln!(
         o,
-        "\nwall time: search {:.1} s, the split's check {:.1} s, whole command {:.1} s; each trial's result: {}",
+        "\nwall time: search {:.1} s, the split's check {:.1} s, whole command {:.1} s{}",
         r.search_wall_s,
         r.check_wall_s,
         r.total_wall_s,
-        r.trials_file.display()
+        kept_at(&r.trials_file)
     );
     if let Some(k) = &r.kept {
         let _ = writeln!(o, "{k}");

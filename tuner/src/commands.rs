@@ -241,7 +241,7 @@ pub fn memory_report(
     );
     let configured = settings.batch_size.unwrap_or(batches[0]);
     Ok(MemoryReport {
-        schema: "tuner-memory/2",
+        schema: "tuner-memory/3",
         device: gpu.info.clone(),
         provenance: Provenance::now(),
         gpus,
@@ -774,7 +774,7 @@ mod tests {
         let (a, b) = (est(256), est(1 << 20));
         let tiers = recommend::tiers(4096, Granularity::Pow2, 0.05, PeakModel::Proportional);
         let r = MemoryReport {
-            schema: "tuner-memory/2",
+            schema: "tuner-memory/3",
             device: common::testing::h200_info(),
             provenance: Provenance::now(),
             gpus: vec![],

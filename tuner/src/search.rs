@@ -233,12 +233,9 @@ pub fn find<E>(
                 return Ok(s.found());
             }
         }
-        match how {
-            Move::Jump(_) => {
-                reach_jumps += 1;
-                jumped = true;
-            }
-            _ => {}
+        if let Move::Jump(_) = how {
+            reach_jumps += 1;
+            jumped = true;
         }
         if s.try_batch(next, how)? && how == Move::Cap {
             return Ok(s.found());
@@ -255,8 +252,8 @@ pub fn find<E>(
         // A failed prediction of the line (not the first, proportional, guess): the answer is
         // most likely just below it.
         let (last, fitted) = s.last;
-        let overshot = !fitted && matches!(last, Move::Jump(n) if n >= 2) || last == Move::Down;
-        let (how, k) = if overshot && !fitted && k_bad > k_lo + next_step(down, k_bad) {
+        let overshot = !fitted && (matches!(last, Move::Jump(n) if n >= 2) || last == Move::Down);
+        let (how, k) = if overshot && k_bad > k_lo + next_step(down, k_bad) {
             down = next_step(down, k_bad);
             (Move::Down, k_bad - down)
         } else {

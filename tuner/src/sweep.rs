@@ -233,7 +233,7 @@ pub fn run(
     let best = analysis::best(&trials, margin);
     let diagnosis = analysis::diagnose(&trials, &best);
     let report = SweepReport {
-        schema: "tuner-sweep/1",
+        schema: "tuner-sweep/2",
         device: gpu.info.clone(),
         provenance: {
             let mut p = Provenance::now();
@@ -277,6 +277,19 @@ pub fn replot(from: &std::path::Path, stem: &std::path::Path) -> std::result::Re
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", from.display()))?;
     let trials: Vec<TrialResult> = serde_json::from_value(doc["trials"].clone())
         .map_err(|e| format!("{}: not a tuner sweep result ({e})", from.display()))?;
+    if let Some(argv) = doc["command"].as_array() {
+        // A sweep of a program.
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or("?").to_string())
+            .collect();
+        let title = format!(
+            "tuner sweep of {} on {}",
+            crate::external::Program::display(&argv),
+            doc["devices"][0]["name"].as_str().unwrap_or("GPU")
+        );
+        return crate::plot::render(&trials, &title, stem).map(|_| ());
+    }
     let settings = &doc["settings"];
     let arch = &settings["arch"];
     let preset = settings["preset"]

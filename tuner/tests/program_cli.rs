@@ -181,6 +181,17 @@ fn placeholders_and_environment_reach_the_program() {
     assert_eq!(lines(&work.join("out.trials.jsonl")).len(), 1);
     assert_eq!(listing(&work), ["out.json", "out.trials.jsonl", "run.toml"]);
     assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+    // `tuner plot` redraws a program's sweep from its JSON.
+    let mut plot = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    plot.args(["plot", "--from", "out.json", "--out", "again"]);
+    let p = run(plot, "5", &work, &tmp);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(work.join("again.png").exists() && work.join("again.svg").exists());
+    let svg = std::fs::read_to_string(work.join("again.svg")).unwrap();
+    assert!(
+        svg.contains("tuner sweep of env"),
+        "the program's command in the title"
+    );
 }
 
 #[test]

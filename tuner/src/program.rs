@@ -406,9 +406,10 @@ pub fn throughput_check(rows: &[analysis::TrialResult]) -> Option<ThroughputChec
     })
 }
 
+/// What a queue of a program's trials leaves: the part of the sweep's and memory's reports they
+/// share.
 #[derive(Debug, Serialize)]
-pub struct ProgramSweepReport {
-    pub schema: &'static str,
+pub struct Ran {
     pub command: Vec<String>,
     pub devices: Vec<DeviceSummary>,
     pub provenance: Provenance,
@@ -417,14 +418,71 @@ pub struct ProgramSweepReport {
     pub trials: Vec<analysis::TrialResult>,
     /// Each trial as it ran: command line, exit, report, memory reading, stderr's last lines.
     pub runs: Vec<external::TrialResult>,
-    pub best: Best,
-    pub diagnosis: Vec<Diagnosis>,
-    pub throughput_check: Option<ThroughputCheck>,
+    /// The rule's margin.
+    pub margin: f64,
     /// The trials' JSON lines, where kept (beside the JSON, or in a kept trials' folder).
     pub trials_file: Option<PathBuf>,
     pub wall_s: f64,
     #[serde(skip)]
     pub kept: Option<String>,
+}
+
+impl Ran {
+    /// `sweep: 12 trials in 80.1 s; each trial's result: ...` and where a kept folder is.
+    fn footer(&self, what: &str) -> String {
+        let mut o = format!(
+            "\n{what}: {} trials in {:.1} s{}\n",
+            self.runs.len(),
+            self.wall_s,
+            kept_at(&self.trials_file)
+        );
+        if let Some(k) = &self.kept {
+            o.push_str(k);
+            o.push('\n');
+        }
+        o
+    }
+}
+
+impl Run {
+    /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
+    /// larger batches), each result written as it ends.
+    fn run_jobs(
+        &self,
+        what: &str,
+        jobs: &[Params],
+        settings: ProgramSettings,
+        margin: Option<f64>,
+    ) -> Result<Ran> {
+        let mut results = ResultsFile::create(&self.results_path)?;
+        self.announce(what, Some(jobs.len()));
+        let runs = self.queue(jobs, &mut results)?;
+        let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
+        let margin = margin.unwrap_or_else(|| default_margin(&devices, &runs));
+        let (kept, trials_file) = self.finish(&runs);
+        Ok(Ran {
+            command: self.program.argv.clone(),
+            devices,
+            provenance: Provenance::now(),
+            settings,
+            trials: runs.iter().map(row).collect(),
+            runs,
+            margin,
+            trials_file,
+            wall_s: self.elapsed_s(),
+            kept,
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProgramSweepReport {
+    pub schema: &'static str,
+    #[serde(flatten)]
+    pub ran: Ran,
+    pub best: Best,
+    pub diagnosis: Vec<Diagnosis>,
+    pub throughput_check: Option<ThroughputCheck>,
 }
 
 /// `tuner sweep -- COMMAND`: every AMP setting x worker count x batch size, batches ascending,
@@ -443,37 +501,23 @@ pub fn sweep(
             }
         }
     }
-    let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("sweep", Some(jobs.len()));
-    let runs = run.queue(&jobs, &mut results)?;
-    let rows: Vec<analysis::TrialResult> = runs.iter().map(row).collect();
-    let devices: Vec<DeviceSummary> = run.devices.iter().map(DeviceSummary::of).collect();
-    let margin = margin.unwrap_or_else(|| default_margin(&devices, &runs));
-    let best = analysis::best(&rows, margin);
-    let diagnosis = analysis::diagnose(&rows, &best);
-    let (kept, trials_file) = run.finish(&runs);
+    let ran = run.run_jobs("sweep", &jobs, settings, margin)?;
+    let best = analysis::best(&ran.trials, ran.margin);
+    let diagnosis = analysis::diagnose(&ran.trials, &best);
     let report = ProgramSweepReport {
         schema: "tuner-sweep-program/1",
-        command: run.program.argv.clone(),
-        devices,
-        provenance: Provenance::now(),
-        settings,
-        throughput_check: throughput_check(&rows),
-        trials: rows,
+        throughput_check: throughput_check(&ran.trials),
         best,
         diagnosis,
-        trials_file,
-        wall_s: run.elapsed_s(),
-        kept,
-        runs,
+        ran,
     };
     if let Some(stem) = plot {
         let title = format!(
             "tuner sweep of {} on {}",
-            Program::display(&report.command),
-            run.gpu_name(&run.devices[0], &report.runs)
+            Program::display(&report.ran.command),
+            run.gpu_name(&run.devices[0], &report.ran.runs)
         );
-        crate::plot::render(&report.trials, &title, stem).map_err(Error::invalid)?;
+        crate::plot::render(&report.ran.trials, &title, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
@@ -494,15 +538,15 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
     let _ = writeln!(
         o,
         "## tuner sweep: `{}` on {} GPU(s)\n",
-        Program::display(&r.command),
-        r.devices.len()
+        Program::display(&r.ran.command),
+        r.ran.devices.len()
     );
     let _ = writeln!(
         o,
         "each trial a fresh process: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; memory: NVML's reading of its processes, else its own peak.\n",
-        r.settings.steps, r.settings.warmup_steps, r.settings.accumulation_steps, r.settings.time_limit_s
+        r.ran.settings.steps, r.ran.settings.warmup_steps, r.ran.settings.accumulation_steps, r.ran.settings.time_limit_s
     );
-    o.push_str(&crate::sweep::trial_table(&r.trials).markdown());
+    o.push_str(&crate::sweep::trial_table(&r.ran.trials).markdown());
     o.push('\n');
     o.push_str(&crate::sweep::render_conclusions(&r.best, &r.diagnosis));
     match &r.throughput_check {
@@ -523,6 +567,7 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
         }
     }
     for run in r
+        .ran
         .runs
         .iter()
         .filter(|t| matches!(t.status, Status::Hang | Status::Failed))
@@ -536,16 +581,7 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
             run.stderr_tail.last().map_or("(nothing)", String::as_str)
         );
     }
-    let _ = writeln!(
-        o,
-        "\nsweep: {} trials in {:.1} s{}",
-        r.trials.len(),
-        r.wall_s,
-        kept_at(&r.trials_file)
-    );
-    if let Some(k) = &r.kept {
-        let _ = writeln!(o, "{k}");
-    }
+    o.push_str(&r.ran.footer("sweep"));
     o
 }
 
@@ -564,23 +600,14 @@ pub struct PrecisionMemory {
 #[derive(Debug, Serialize)]
 pub struct ProgramMemoryReport {
     pub schema: &'static str,
-    pub command: Vec<String>,
-    pub devices: Vec<DeviceSummary>,
-    pub provenance: Provenance,
-    pub settings: ProgramSettings,
-    pub trials: Vec<analysis::TrialResult>,
-    pub runs: Vec<external::TrialResult>,
+    #[serde(flatten)]
+    pub ran: Ran,
     pub precisions: Vec<PrecisionMemory>,
-    pub margin: f64,
     pub granularity: Granularity,
     /// Only with both precisions measured at one batch.
     pub amp_advice: Option<String>,
     pub configured_batch: Option<usize>,
     pub batch_status: Option<BatchStatus>,
-    pub trials_file: Option<PathBuf>,
-    pub wall_s: f64,
-    #[serde(skip)]
-    pub kept: Option<String>,
 }
 
 /// The (batch, peak) points and the smallest limit of a set of trials that fit.
@@ -643,15 +670,13 @@ pub fn memory(
             jobs.push(settings.params(b, workers, amp));
         }
     }
-    let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("memory", Some(jobs.len()));
-    let runs = run.queue(&jobs, &mut results)?;
-    let devices: Vec<DeviceSummary> = run.devices.iter().map(DeviceSummary::of).collect();
-    let margin = margin.unwrap_or_else(|| default_margin(&devices, &runs));
+    let amps = settings.amp.clone();
+    let configured = settings.batch_size;
+    let ran = run.run_jobs("memory", &jobs, settings, margin)?;
     let mut precisions = Vec::new();
-    for &amp in &settings.amp {
+    for amp in amps {
         let of_amp: Vec<&external::TrialResult> =
-            runs.iter().filter(|r| r.params.amp == amp).collect();
+            ran.runs.iter().filter(|r| r.params.amp == amp).collect();
         let (points, limit) = memory_points(&of_amp);
         let fitting = |r: &&&external::TrialResult| external::fits(r).unwrap_or(false);
         let largest_fitting = of_amp
@@ -668,38 +693,26 @@ pub fn memory(
         let line = Line::through(&points);
         precisions.push(PrecisionMemory {
             amp,
-            tiers: program_tiers(largest_fitting, granularity, margin, line, limit),
+            tiers: program_tiers(largest_fitting, granularity, ran.margin, line, limit),
             line,
             limit_bytes: limit,
             largest_fitting,
             first_failing,
         });
     }
-    let rows: Vec<analysis::TrialResult> = runs.iter().map(row).collect();
-    let amp_advice = analysis::amp_memory(&rows).map(|_| analysis::amp_advice(&rows));
-    let configured = settings.batch_size;
+    let amp_advice = analysis::amp_memory(&ran.trials).map(|_| analysis::amp_advice(&ran.trials));
     let batch_status = match (configured, precisions.first()) {
         (Some(c), Some(p)) => Some(recommend::status(c, &p.tiers)),
         _ => None,
     };
-    let (kept, trials_file) = run.finish(&runs);
     Ok(ProgramMemoryReport {
         schema: "tuner-memory-program/1",
-        command: run.program.argv.clone(),
-        devices,
-        provenance: Provenance::now(),
-        settings,
-        trials: rows,
+        ran,
         precisions,
-        margin,
         granularity,
         amp_advice,
         configured_batch: configured,
         batch_status,
-        trials_file,
-        wall_s: run.elapsed_s(),
-        kept,
-        runs,
     })
 }
 
@@ -768,10 +781,10 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
     let _ = writeln!(
         o,
         "## tuner memory: `{}` on {} GPU(s)\n",
-        Program::display(&r.command),
-        r.devices.len()
+        Program::display(&r.ran.command),
+        r.ran.devices.len()
     );
-    for d in &r.devices {
+    for d in &r.ran.devices {
         let _ = writeln!(
             o,
             "- {} (CUDA_VISIBLE_DEVICES={}): {}, {}",
@@ -784,7 +797,7 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
         );
     }
     o.push('\n');
-    o.push_str(&memory_table(&r.runs).markdown());
+    o.push_str(&memory_table(&r.ran.runs).markdown());
     o.push('\n');
     for p in &r.precisions {
         let _ = writeln!(
@@ -804,7 +817,7 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
             o,
             "  largest listed batch that fits {} ({bound}); {}",
             p.largest_fitting,
-            recommend::describe(&p.tiers, r.margin)
+            recommend::describe(&p.tiers, r.ran.margin)
         );
     }
     if let Some(a) = &r.amp_advice {
@@ -813,16 +826,7 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
     if let (Some(c), Some(s)) = (r.configured_batch, r.batch_status) {
         let _ = writeln!(o, "configured batch {c}: {s:?}");
     }
-    let _ = writeln!(
-        o,
-        "\nmemory: {} trials in {:.1} s{}",
-        r.runs.len(),
-        r.wall_s,
-        kept_at(&r.trials_file)
-    );
-    if let Some(k) = &r.kept {
-        let _ = writeln!(o, "{k}");
-    }
+    o.push_str(&r.ran.footer("memory"));
     o
 }
 

@@ -2,6 +2,8 @@
 //! for the ResNet example): `cargo test -p tuner --test external_gpu -- --ignored --nocapture`,
 //! from the repository root. They print what they measured.
 
+mod fake;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -93,23 +95,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     let device = first_gpu();
     let script = examples().join("train_resnet.py");
     let mut argv = vec!["python3".to_string(), script.to_str().unwrap().to_string()];
-    argv.extend(
-        [
-            "--batch-size",
-            "{batch_size}",
-            "--workers",
-            "{workers}",
-            "--amp",
-            "{amp}",
-            "--accumulation",
-            "{accumulation}",
-            "--steps",
-            "{steps}",
-            "--warmup",
-            "{warmup}",
-        ]
-        .map(String::from),
-    );
+    argv.extend(fake::PLACEHOLDER_FLAGS.map(String::from));
     let prog = Program::new(argv).unwrap();
     let limits = Limits::new(Duration::from_secs(600));
     let dir = scratch("resnet");
@@ -194,20 +180,7 @@ fn the_finder_s_answer_on_the_resnet_example_is_exact() {
         .arg(&json)
         .args(["--", "python3"])
         .arg(&script)
-        .args([
-            "--batch-size",
-            "{batch_size}",
-            "--workers",
-            "{workers}",
-            "--amp",
-            "{amp}",
-            "--accumulation",
-            "{accumulation}",
-            "--steps",
-            "{steps}",
-            "--warmup",
-            "{warmup}",
-        ])
+        .args(fake::PLACEHOLDER_FLAGS)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -26,24 +26,7 @@ fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: &Pat
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
     cmd.args(args);
     cmd.arg("--");
-    cmd.arg("env");
-    cmd.args(vars.iter().map(|(k, v)| format!("{k}={v}")));
-    cmd.args([
-        "python3",
-        &script(),
-        "--batch-size",
-        "{batch_size}",
-        "--workers",
-        "{workers}",
-        "--amp",
-        "{amp}",
-        "--accumulation",
-        "{accumulation}",
-        "--steps",
-        "{steps}",
-        "--warmup",
-        "{warmup}",
-    ]);
+    cmd.args(fake::argv(vars));
     run(cmd, gpus, cwd, tmp)
 }
 

@@ -911,4 +911,49 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
     }
+
+    #[test]
+    fn test_only_leaves_the_config_and_the_team_file_alone() {
+        let dir = std::env::temp_dir().join(format!("tuner-test-only-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (config, team) = (dir.join("run.toml"), dir.join("team.toml"));
+        std::fs::write(&config, "[training]\nbatch_size = 64\n").unwrap();
+        let entry = TeamEntry {
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            model: "small preset, MLP 256 -> 3 x 16 -> 10, sgd".into(),
+            batch_size: 512,
+            accumulation_steps: 2,
+            precision: "fp32".into(),
+        };
+        let o = AutobatchOptions {
+            config: Some(config.clone()),
+            team: Some(team.clone()),
+            ..opts()
+        };
+        let w = write_answer(&o, 512, 2, &entry).unwrap();
+        assert!(w.config.is_none() && w.backup.is_none() && w.team.is_none());
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            "[training]\nbatch_size = 64\n"
+        );
+        assert!(!team.exists() && !dir.join("run.toml.bak").exists());
+        // Without --test-only both are written.
+        let w = write_answer(
+            &AutobatchOptions {
+                test_only: false,
+                ..o
+            },
+            512,
+            2,
+            &entry,
+        )
+        .unwrap();
+        assert_eq!(w.team.as_deref(), Some(team.as_path()));
+        assert!(std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("batch_size = 512"));
+        let entries = writeback::read_team_text(&std::fs::read_to_string(&team).unwrap()).unwrap();
+        assert_eq!(entries, vec![entry]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

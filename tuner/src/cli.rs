@@ -135,7 +135,8 @@ pub struct MemoryArgs {
 pub struct AutobatchArgs {
     #[command(flatten)]
     pub settings: SettingsArgs,
-    /// First batch tried; the search doubles it until the first out-of-memory.
+    /// First batch tried; from there the search doubles until the first out-of-memory, or aims
+    /// at the limit by the peak memory the trials report.
     #[arg(long, default_value = "8", value_parser = parse_batch)]
     pub start: usize,
     /// Granularity of the answer (default 8).

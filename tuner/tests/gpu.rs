@@ -57,14 +57,14 @@ fn the_accumulated_step_matches_the_float64_reference_and_its_memory() {
     let mut s = session(
         &gpu,
         Overrides {
-            preset: Some(Preset::Medium),
+            preset: Some(Preset::Small),
             samples: Some(1024),
             ..Default::default()
         },
     );
     for amp in [false, true] {
         let c = s.check_gradient(amp, 64, 4).unwrap();
-        let tol = sweep::gradient_tolerance(amp, Preset::Medium.arch().depth + 1);
+        let tol = sweep::gradient_tolerance(amp, Preset::Small.arch().depth + 1);
         println!(
             "amp={amp}, 4 x 64 accumulated: gradient rel. L2 {:.3e}, biases {:.3e} (tolerance {tol:e}), loss error {:.2e}",
             c.rel_l2, c.bias_rel_l2, c.loss_error

@@ -21,6 +21,12 @@ step's time in seconds, `step_s`. Without `step_s`, the time since the previous 
 work. Optional: `data_s`, `forward_s`, `backward_s`, `optimizer_s` (seconds) and
 `peak_memory_bytes` (e.g. `torch.cuda.max_memory_allocated()`).
 
+Optional, once the framework holds the GPU and before the model is built:
+`report.device(name=..., total_bytes=..., free_bytes=...)` (in PyTorch
+`torch.cuda.get_device_name()` and `torch.cuda.mem_get_info()`). With it and a
+`peak_memory_bytes` per step, the batch finder fits memory against the batch and aims at the
+limit instead of doubling its way there.
+
 The tuner also puts the trial's settings in the environment (PERF_LESSONS_BATCH_SIZE,
 PERF_LESSONS_WORKERS, PERF_LESSONS_AMP = on/off, PERF_LESSONS_ACCUMULATION, PERF_LESSONS_STEPS,
 PERF_LESSONS_WARMUP_STEPS); `setting("BATCH_SIZE", 64)` reads one with a default.
@@ -82,6 +88,20 @@ class Reporter:
                 line[name] = float(value)
         if peak_memory_bytes is not None:
             line["peak_memory_bytes"] = int(peak_memory_bytes)
+        self._write(line)
+
+    def device(self, name=None, total_bytes=None, free_bytes=None):
+        """The GPU as the framework sees it: its name, its memory and what is free for the
+        training (call it before building the model)."""
+        if self._file is None:
+            return
+        line = {"kind": "device"}
+        if name is not None:
+            line["name"] = str(name)
+        if total_bytes is not None:
+            line["total_bytes"] = int(total_bytes)
+        if free_bytes is not None:
+            line["free_bytes"] = int(free_bytes)
         self._write(line)
 
     def end(self, samples_per_s=None, peak_memory_bytes=None):

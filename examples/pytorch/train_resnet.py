@@ -14,11 +14,16 @@ would, so step times are contiguous and add up to the loop's wall time):
     events on the training stream);
   - forward, backward, optimizer: CUDA events on the training stream around each phase; with
     accumulation, forward and backward are summed over the micro-batches.
-The peak memory is `torch.cuda.max_memory_allocated()` (what PyTorch's allocator handed out;
-the process holds more: its cached blocks and the CUDA context). At the end the script prints,
-and reports, its own samples/s over the steps after warmup.
+The peak memory reported is `torch.cuda.max_memory_reserved()`: what PyTorch's caching
+allocator took from the device, cached blocks included, which is what runs out. Before the
+model is built the script reports the GPU's name and the memory free once the CUDA context
+exists (`torch.cuda.mem_get_info()`): against those two the tuner's batch finder fits memory to
+the batch and aims at the limit. At the end the script prints, and reports, its own samples/s
+over the steps after warmup.
 
-Every step is reported through perf_lessons_report.py (a no-op outside the tuner).
+Every step is reported through perf_lessons_report.py (a no-op outside the tuner). The model,
+the data and the optimizer are made by the functions below, which
+lightning_batch_finder.py uses too, so both train the same thing.
 """
 
 import argparse
@@ -59,52 +64,78 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+CLASSES = 1000
+IMAGE_SIZE = 224
+
+
+def synthetic_images(length, seed):
+    """A dataset of `length` seeded random 224-pixel images and labels, made on demand in the
+    loader's workers: sample i is the same in every run."""
+    import torch
+    from torch.utils.data import Dataset
+
+    class SyntheticImages(Dataset):
+        def __len__(self):
+            return length
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(seed * 1_000_003 + i)
+            image = torch.randn(3, IMAGE_SIZE, IMAGE_SIZE, generator=g)
+            label = int(torch.randint(CLASSES, (1,), generator=g))
+            return image, label
+
+    return SyntheticImages()
+
+
+def data_loader(dataset, batch_size, workers, pin_memory):
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=pin_memory,
+        drop_last=True,
+        persistent_workers=workers > 0,
+    )
+
+
+def resnet18():
+    import torchvision
+
+    return torchvision.models.resnet18(num_classes=CLASSES)
+
+
+def sgd(parameters, lr):
+    import torch
+
+    return torch.optim.SGD(parameters, lr=lr, momentum=0.9, weight_decay=1e-4)
+
+
 def main(argv=None):
     args = parse_args(argv)
     # PyTorch is imported after the arguments are read: a bad flag is answered at once.
     import torch
-    import torchvision
-    from torch.utils.data import DataLoader, Dataset
 
     if not torch.cuda.is_available():
         sys.exit("train_resnet.py: PyTorch sees no CUDA GPU (check CUDA_VISIBLE_DEVICES)")
 
-    class SyntheticImages(Dataset):
-        """Seeded random images and labels, made on demand: sample i is the same in every run."""
-
-        def __init__(self, length, classes, size, seed):
-            self.length, self.classes, self.size, self.seed = length, classes, size, seed
-
-        def __len__(self):
-            return self.length
-
-        def __getitem__(self, i):
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-            image = torch.randn(3, self.size, self.size, generator=g)
-            label = int(torch.randint(self.classes, (1,), generator=g))
-            return image, label
-
+    report = Reporter()
     device = torch.device("cuda")
+    free, total = torch.cuda.mem_get_info()
+    report.device(name=torch.cuda.get_device_name(), total_bytes=total, free_bytes=free)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True
-    classes = 1000
-    model = torchvision.models.resnet18(num_classes=classes).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    model = resnet18().to(device)
+    optimizer = sgd(model.parameters(), args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
     amp = args.amp == "on"
 
     total_steps = args.warmup + args.steps
     samples_per_step = args.batch_size * args.accumulation
-    dataset = SyntheticImages(samples_per_step * total_steps, classes, 224, args.seed)
-    loader = DataLoader(
-        dataset,
-        batch_size=args.batch_size,
-        shuffle=False,
-        num_workers=args.workers,
-        pin_memory=args.pin_memory == "on",
-        drop_last=True,
-        persistent_workers=args.workers > 0,
-    )
+    dataset = synthetic_images(samples_per_step * total_steps, args.seed)
+    loader = data_loader(dataset, args.batch_size, args.workers, args.pin_memory == "on")
     batches = iter(loader)
 
     def event():
@@ -115,7 +146,6 @@ def main(argv=None):
     def seconds(pairs):
         return sum(a.elapsed_time(b) for a, b in pairs) / 1e3
 
-    report = Reporter()
     model.train()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.synchronize()
@@ -158,18 +188,20 @@ def main(argv=None):
             forward_s=seconds(forwards),
             backward_s=seconds(backwards),
             optimizer_s=seconds([(o0, o1)]),
-            peak_memory_bytes=torch.cuda.max_memory_allocated(),
+            peak_memory_bytes=torch.cuda.max_memory_reserved(),
         )
 
     samples_per_s = samples_per_step * args.steps / (last_end - measured_start)
-    peak = torch.cuda.max_memory_allocated()
-    report.end(samples_per_s=samples_per_s, peak_memory_bytes=peak)
+    reserved = torch.cuda.max_memory_reserved()
+    report.end(samples_per_s=samples_per_s, peak_memory_bytes=reserved)
     report.close()
     print(
         "resnet18 batch %d x accumulation %d, workers %d, amp %s, pin_memory %s: "
-        "%.1f samples/s over %d steps after %d warmup, peak %.2f GB allocated, last loss %.3f"
+        "%.1f samples/s over %d steps after %d warmup, peak %.2f GB reserved (%.2f GB "
+        "allocated) of %.2f GB free at the start, last loss %.3f"
         % (args.batch_size, args.accumulation, args.workers, args.amp, args.pin_memory,
-           samples_per_s, args.steps, args.warmup, peak / 1e9, loss_value)
+           samples_per_s, args.steps, args.warmup, reserved / 1e9,
+           torch.cuda.max_memory_allocated() / 1e9, free / 1e9, loss_value)
     )
     return 0
 

@@ -1,6 +1,7 @@
 //! What a sweep concludes from its trials, as plain functions over measured results (so the
-//! rules are tested on constructed results): the best configurations, the recommendation, and
-//! the diagnosis in words.
+//! rules are tested on constructed results): the best configurations, the recommendation (by
+//! the one rule of [crate::recommend]), and the diagnosis in words. The tuner's own MLP and a
+//! user's program give the same rows, so both modes conclude the same way.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,18 +13,27 @@ pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
     pub amp: bool,
-    pub pin: bool,
+    /// Page-locked batches; None for a program, which chooses pinning itself.
+    pub pin: Option<bool>,
 }
 
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        format!(
-            "workers {}, {}, {}",
+        let mut s = format!(
+            "workers {}, {}",
             self.workers,
-            if self.amp { "AMP bf16" } else { "fp32" },
-            if self.pin { "pinned" } else { "pageable" }
-        )
+            if self.amp { "AMP bf16" } else { "fp32" }
+        );
+        if let Some(pin) = self.pin {
+            s.push_str(if pin { ", pinned" } else { ", pageable" });
+        }
+        s
+    }
+
+    /// The same configuration (all but the batch).
+    pub fn same_setting(&self, other: &TrialKey) -> bool {
+        (self.workers, self.amp, self.pin) == (other.workers, other.amp, other.pin)
     }
 }
 
@@ -35,6 +45,23 @@ pub enum TrialStatus {
     Oom,
     /// Not run: a smaller batch of the same configuration ran out of memory.
     Skipped,
+    /// A program ran past the time limit and was killed.
+    Hang,
+    /// A program ended otherwise (a crash, an exception, a bad argument).
+    Failed,
+}
+
+impl TrialStatus {
+    /// As the tables print it.
+    pub fn label(self) -> &'static str {
+        match self {
+            TrialStatus::Ok => "OK",
+            TrialStatus::Oom => "OOM",
+            TrialStatus::Skipped => "skipped",
+            TrialStatus::Hang => "HANG",
+            TrialStatus::Failed => "FAILED",
+        }
+    }
 }
 
 /// A trial's measurements (times in milliseconds per step).
@@ -61,8 +88,23 @@ pub struct TrialResult {
     pub data_fraction: Option<f64>,
     /// Mean NVML utilization sampled during the trial (percent), where NVML is present.
     pub nvml_util_pct: Option<f64>,
-    /// High watermark of the memory pool during the trial (bytes).
+    /// Peak device memory of the trial (bytes): the memory pool's high watermark for the
+    /// tuner's own MLP; for a program, NVML's reading of its processes, else the peak it
+    /// reported.
     pub peak_bytes: Option<u64>,
+    /// The memory the trial could have (bytes), the limit of the rule for "recommended": free
+    /// after the tuner's set-up, or the GPU's memory less other processes' for a program.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// A program's own peak as it reported it (PyTorch's allocator, for the example).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework_peak_bytes: Option<u64>,
+    /// A program's own samples/s: ours / theirs - 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_difference: Option<f64>,
+    /// Where a program's trial ran (`GPU 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
     /// What the buffers were computed to need before allocating (bytes).
     pub estimated_bytes: u64,
     pub first_loss: Option<f64>,
@@ -92,6 +134,10 @@ impl TrialResult {
             data_fraction: None,
             nvml_util_pct: None,
             peak_bytes: None,
+            memory_limit_bytes: None,
+            framework_peak_bytes: None,
+            program_difference: None,
+            device: None,
             estimated_bytes,
             first_loss: None,
             last_loss: None,
@@ -121,19 +167,20 @@ pub struct Best {
     pub highest_throughput: Option<Pick>,
     /// Samples/s per GB of peak memory.
     pub best_efficiency: Option<Pick>,
-    /// Highest throughput using at most 80% of device memory; a smaller batch within 5% of it
-    /// is preferred.
+    /// The one rule ([crate::recommend]): the fastest trial whose peak leaves the margin of its
+    /// memory limit free, the smallest batch within 5% of it.
     pub recommended: Option<Pick>,
+    /// The margin the recommendation kept free.
+    #[serde(default)]
+    pub margin: f64,
 }
 
-/// Memory share the recommendation stays under.
-pub const MEMORY_SHARE: f64 = 0.8;
 /// Throughput within this fraction of the best counts as as good.
 pub const WITHIN: f64 = 0.05;
 
 /// Deterministic tie-break: smaller batch, fewer workers, fp32 before AMP, pinned before not.
 fn order_key(k: &TrialKey) -> (usize, usize, bool, bool) {
-    (k.batch, k.workers, k.amp, !k.pin)
+    (k.batch, k.workers, k.amp, k.pin == Some(false))
 }
 
 fn pick_max(
@@ -161,17 +208,25 @@ fn pick_max(
     })
 }
 
-pub fn best(trials: &[TrialResult], device_bytes: u64) -> Best {
+/// Whether a trial's peak leaves the margin free; a trial whose limit is not known counts (and
+/// the pick says so).
+fn within_margin(t: &TrialResult, margin: f64) -> bool {
+    match (t.peak_bytes, t.memory_limit_bytes) {
+        (Some(peak), Some(limit)) => crate::recommend::leaves_margin(peak, limit, margin),
+        _ => true,
+    }
+}
+
+pub fn best(trials: &[TrialResult], margin: f64) -> Best {
     let highest_throughput = pick_max(trials, |t, _| t, |s| format!("{s:.0} samples/s"));
     let best_efficiency = pick_max(
         trials,
         |t, m| t / (m.max(1) as f64 / 1e9),
         |s| format!("{s:.0} samples/s per GB of peak memory"),
     );
-    let limit = MEMORY_SHARE * device_bytes as f64;
     let fitting: Vec<&TrialResult> = trials
         .iter()
-        .filter(|t| t.ok().is_some_and(|(_, m)| m as f64 <= limit))
+        .filter(|t| t.ok().is_some() && within_margin(t, margin))
         .collect();
     let top = fitting
         .iter()
@@ -189,14 +244,22 @@ pub fn best(trials: &[TrialResult], device_bytes: u64) -> Best {
         })
         .map(|t| {
             let tp = t.samples_per_s.unwrap_or(0.0);
+            let memory = match (t.peak_bytes, t.memory_limit_bytes) {
+                (Some(p), Some(l)) => format!(
+                    "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
+                    p as f64 / 1e9,
+                    l as f64 / 1e9,
+                    100.0 * margin
+                ),
+                _ => "memory limit not known: the margin could not be checked".into(),
+            };
             Pick {
                 key: t.key,
                 samples_per_s: tp,
                 peak_bytes: t.peak_bytes.unwrap_or(0),
                 why: format!(
-                    "{tp:.0} samples/s ({:.0}% of the best under {:.0}% of memory), smallest batch within {:.0}%",
+                    "{tp:.0} samples/s ({:.0}% of the fastest within the margin; {memory}), smallest batch within {:.0}%",
                     100.0 * tp / top,
-                    100.0 * MEMORY_SHARE,
                     100.0 * WITHIN
                 ),
             }
@@ -205,6 +268,66 @@ pub fn best(trials: &[TrialResult], device_bytes: u64) -> Best {
         highest_throughput,
         best_efficiency,
         recommended,
+        margin,
+    }
+}
+
+/// AMP's measured peak against fp32's at the same batch and setting.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AmpMemory {
+    pub batch: usize,
+    pub fp32_bytes: u64,
+    pub amp_bytes: u64,
+}
+
+impl AmpMemory {
+    /// amp / fp32 - 1: negative when AMP needs less.
+    pub fn change(&self) -> f64 {
+        self.amp_bytes as f64 / self.fp32_bytes as f64 - 1.0
+    }
+}
+
+/// The largest batch at which both precisions of one setting ran and reported a peak.
+pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
+    let ok = |t: &&TrialResult| t.status == TrialStatus::Ok && t.peak_bytes.is_some();
+    trials
+        .iter()
+        .filter(ok)
+        .filter(|t| !t.key.amp)
+        .filter_map(|f| {
+            let a = trials.iter().filter(ok).find(|a| {
+                a.key.amp && a.key.batch == f.key.batch && {
+                    let fp32 = TrialKey { amp: true, ..f.key };
+                    a.key.same_setting(&fp32)
+                }
+            })?;
+            Some(AmpMemory {
+                batch: f.key.batch,
+                fp32_bytes: f.peak_bytes?,
+                amp_bytes: a.peak_bytes?,
+            })
+        })
+        .max_by_key(|m| m.batch)
+}
+
+/// What the measurements say about AMP against out-of-memory.
+pub fn amp_advice(trials: &[TrialResult]) -> String {
+    match amp_memory(trials) {
+        Some(m) if m.change() < -0.01 => format!(
+            "AMP measured {:.0}% less memory at batch {} ({:.2} GB against {:.2} GB in fp32): it lets a larger batch fit",
+            -100.0 * m.change(),
+            m.batch,
+            m.amp_bytes as f64 / 1e9,
+            m.fp32_bytes as f64 / 1e9
+        ),
+        Some(m) => format!(
+            "AMP does not help here: it measured {:+.0}% memory at batch {} ({:.2} GB against {:.2} GB in fp32)",
+            100.0 * m.change(),
+            m.batch,
+            m.amp_bytes as f64 / 1e9,
+            m.fp32_bytes as f64 / 1e9
+        ),
+        None => "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into(),
     }
 }
 
@@ -230,7 +353,7 @@ pub const DATA_BOUND: f64 = 0.30;
 pub const UNDER_FILLED: f64 = 0.70;
 
 /// The diagnosis of the configuration a user would run: the recommended one (else the fastest).
-pub fn diagnose(trials: &[TrialResult], device_bytes: u64, best: &Best) -> Vec<Diagnosis> {
+pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     let ran: Vec<&TrialResult> = trials
         .iter()
@@ -239,7 +362,7 @@ pub fn diagnose(trials: &[TrialResult], device_bytes: u64, best: &Best) -> Vec<D
     if !ran.is_empty() && ran.iter().all(|t| t.status == TrialStatus::Oom) {
         out.push(Diagnosis {
             finding: Finding::AllOutOfMemory,
-            message: "every trial ran out of device memory: use AMP, a smaller model or smaller batches (with gradient accumulation to keep the effective batch)".into(),
+            message: "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model".into(),
         });
         return out;
     }
@@ -261,7 +384,11 @@ pub fn diagnose(trials: &[TrialResult], device_bytes: u64, best: &Best) -> Vec<D
                 "data-bound {at}: the data phase is {:.0}% of the step (over {:.0}%); add loader workers{}",
                 100.0 * d,
                 100.0 * DATA_BOUND,
-                if t.key.pin { "" } else { " and use pinned memory" }
+                match t.key.pin {
+                    Some(true) => "",
+                    Some(false) => " and use pinned memory",
+                    None => " (and pinned memory, if the loader does not use it)",
+                }
             ),
         });
     }
@@ -275,22 +402,21 @@ pub fn diagnose(trials: &[TrialResult], device_bytes: u64, best: &Best) -> Vec<D
             ),
         });
     }
-    let limit = MEMORY_SHARE * device_bytes as f64;
     let near = trials
         .iter()
-        .filter(|x| {
-            x.key.workers == t.key.workers && x.key.amp == t.key.amp && x.key.pin == t.key.pin
-        })
-        .find(|x| x.status == TrialStatus::Oom || x.peak_bytes.is_some_and(|m| m as f64 > limit));
+        .filter(|x| x.key.same_setting(&t.key))
+        .find(|x| {
+            x.status == TrialStatus::Oom || x.ok().is_some() && !within_margin(x, best.margin)
+        });
     if let Some(x) = near {
         out.push(Diagnosis {
             finding: Finding::MemoryBound,
             message: format!(
-                "memory-bound: batch {} {} ({:.0}% of memory is the limit kept); {}use a smaller batch with gradient accumulation",
+                "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {}",
                 x.key.batch,
-                if x.status == TrialStatus::Oom { "ran out of memory" } else { "comes near the limit" },
-                100.0 * MEMORY_SHARE,
-                if t.key.amp { "" } else { "AMP halves the activations' copies for the GEMMs; or " }
+                if x.status == TrialStatus::Oom { "ran out of memory" } else { "comes within the margin" },
+                100.0 * best.margin,
+                amp_advice(trials)
             ),
         });
     }
@@ -308,13 +434,15 @@ mod tests {
     use super::*;
 
     const GB: u64 = 1_000_000_000;
+    /// 20% of 100 GB kept free: the recommendation stays under 80 GB.
+    const MARGIN: f64 = 0.2;
 
     fn key(batch: usize) -> TrialKey {
         TrialKey {
             batch,
             workers: 4,
             amp: false,
-            pin: true,
+            pin: Some(true),
         }
     }
 
@@ -322,6 +450,7 @@ mod tests {
         let mut t = TrialResult::empty(key(batch), TrialStatus::Ok, 0, None);
         t.samples_per_s = Some(tp);
         t.peak_bytes = Some((mem_gb * GB as f64) as u64);
+        t.memory_limit_bytes = Some(100 * GB);
         t.busy_fraction = Some(0.95);
         t.data_fraction = Some(0.05);
         t
@@ -339,14 +468,14 @@ mod tests {
             ok(256, 2000.0, 5.0),
             ok(512, 2100.0, 90.0),
         ];
-        let b = best(&trials, 100 * GB);
+        let b = best(&trials, MARGIN);
         assert_eq!(b.highest_throughput.unwrap().key.batch, 512);
         assert_eq!(
             b.best_efficiency.unwrap().key.batch,
             64,
             "1000/GB beats 990/GB"
         );
-        // 512 uses 90% > 80%: out. Best under the limit is 2000 (256); 128 is within 5%.
+        // 512 uses 90 of 100 GB, inside the 20% margin: out. Best under the limit is 2000 (256); 128 is within 5%.
         assert_eq!(b.recommended.unwrap().key.batch, 128);
     }
 
@@ -356,7 +485,7 @@ mod tests {
         a.key.workers = 8;
         let c = ok(256, 2000.0, 1.0);
         let d = ok(512, 2000.0, 1.0);
-        let b = best(&[a, d, c], 100 * GB);
+        let b = best(&[a, d, c], MARGIN);
         let top = b.highest_throughput.unwrap();
         assert_eq!((top.key.batch, top.key.workers), (256, 4));
         assert_eq!(b.recommended.unwrap().key.workers, 4);
@@ -368,13 +497,13 @@ mod tests {
             oom(1),
             TrialResult::empty(key(2), TrialStatus::Skipped, 0, None),
         ];
-        let b = best(&trials, 100 * GB);
+        let b = best(&trials, MARGIN);
         assert!(
             b.highest_throughput.is_none()
                 && b.recommended.is_none()
                 && b.best_efficiency.is_none()
         );
-        let d = diagnose(&trials, 100 * GB, &b);
+        let d = diagnose(&trials, &b);
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].finding, Finding::AllOutOfMemory);
     }
@@ -382,21 +511,21 @@ mod tests {
     #[test]
     fn a_single_config_is_every_pick() {
         let trials = vec![ok(32, 500.0, 1.0)];
-        let b = best(&trials, 100 * GB);
+        let b = best(&trials, MARGIN);
         assert_eq!(b.highest_throughput.as_ref().unwrap().key, key(32));
         assert_eq!(b.best_efficiency.as_ref().unwrap().key, key(32));
         assert_eq!(b.recommended.as_ref().unwrap().key, key(32));
-        let d = diagnose(&trials, 100 * GB, &b);
+        let d = diagnose(&trials, &b);
         assert_eq!(d[0].finding, Finding::Healthy);
     }
 
     #[test]
     fn nothing_under_the_memory_share_means_no_recommendation() {
         let trials = vec![ok(32, 500.0, 85.0)];
-        let b = best(&trials, 100 * GB);
+        let b = best(&trials, MARGIN);
         assert!(b.recommended.is_none());
         assert!(b.highest_throughput.is_some());
-        let d = diagnose(&trials, 100 * GB, &b);
+        let d = diagnose(&trials, &b);
         assert!(d.iter().any(|d| d.finding == Finding::MemoryBound), "{d:?}");
     }
 
@@ -405,12 +534,12 @@ mod tests {
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.31);
         t.busy_fraction = Some(0.69);
-        t.key.pin = false;
+        t.key.pin = Some(false);
         let trials = vec![t, oom(128)];
         let mut trials = trials;
-        trials[1].key.pin = false;
-        let b = best(&trials, 100 * GB);
-        let d = diagnose(&trials, 100 * GB, &b);
+        trials[1].key.pin = Some(false);
+        let b = best(&trials, MARGIN);
+        let d = diagnose(&trials, &b);
         let findings: Vec<Finding> = d.iter().map(|d| d.finding).collect();
         assert_eq!(
             findings,
@@ -426,7 +555,73 @@ mod tests {
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.30);
         t.busy_fraction = Some(0.70);
-        let b = best(std::slice::from_ref(&t), 100 * GB);
-        assert_eq!(diagnose(&[t], 100 * GB, &b)[0].finding, Finding::Healthy);
+        let b = best(std::slice::from_ref(&t), MARGIN);
+        assert_eq!(diagnose(&[t], &b)[0].finding, Finding::Healthy);
+    }
+
+    fn amp(batch: usize, mem_gb: f64) -> TrialResult {
+        let mut t = ok(batch, 900.0, mem_gb);
+        t.key.amp = true;
+        t
+    }
+
+    #[test]
+    fn amp_is_advised_against_out_of_memory_only_when_it_measured_less() {
+        // The tuner's own AMP keeps fp32 activations and adds bf16 copies: more memory.
+        let more = vec![ok(256, 1000.0, 3.3), amp(256, 4.4), oom(512)];
+        let b = best(&more, MARGIN);
+        let d = diagnose(&more, &b);
+        let bound = d
+            .iter()
+            .find(|d| d.finding == Finding::MemoryBound)
+            .unwrap();
+        assert!(
+            bound
+                .message
+                .contains("AMP does not help here: it measured +33% memory at batch 256"),
+            "{}",
+            bound.message
+        );
+        assert!(!bound.message.contains("lets a larger batch fit"));
+        // A program whose bf16 autocast saves activations.
+        let less = vec![ok(256, 1000.0, 40.0), amp(256, 24.0), oom(512)];
+        let m = amp_memory(&less).unwrap();
+        assert_eq!(
+            (m.batch, m.fp32_bytes, m.amp_bytes),
+            (256, 40 * GB, 24 * GB)
+        );
+        let d = diagnose(&less, &best(&less, MARGIN));
+        assert!(
+            d.iter().any(|d| d
+                .message
+                .contains("AMP measured 40% less memory at batch 256")),
+            "{d:?}"
+        );
+        // Not measured at one batch: no advice either way.
+        let none = vec![ok(256, 1000.0, 40.0), amp(128, 24.0), oom(512)];
+        assert!(amp_memory(&none).is_none());
+        let d = diagnose(&none, &best(&none, MARGIN));
+        assert!(
+            d.iter().any(|d| d.message.contains("was not measured")),
+            "{d:?}"
+        );
+        // Every trial out of memory: AMP is not offered as a remedy.
+        let d = diagnose(&[oom(8)], &best(&[oom(8)], MARGIN));
+        assert!(!d[0].message.contains("AMP"), "{}", d[0].message);
+    }
+
+    #[test]
+    fn a_program_s_rows_have_no_pinning_and_a_limit_of_their_own() {
+        let mut t = ok(64, 500.0, 70.0);
+        t.key.pin = None;
+        assert_eq!(t.key.line_label(), "workers 4, fp32");
+        // 70 GB of an 80 GB limit: outside a 20% margin, though under 80% of 100 GB.
+        t.memory_limit_bytes = Some(80 * GB);
+        assert!(best(std::slice::from_ref(&t), MARGIN).recommended.is_none());
+        // An unknown limit cannot be held against it, and the pick says so.
+        t.memory_limit_bytes = None;
+        let r = best(std::slice::from_ref(&t), MARGIN).recommended.unwrap();
+        assert!(r.why.contains("memory limit not known"), "{}", r.why);
+        assert_eq!(TrialStatus::Hang.label(), "HANG");
     }
 }

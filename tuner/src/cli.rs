@@ -12,7 +12,7 @@ use crate::preset::Preset;
 #[command(
     name = "tuner",
     version,
-    about = "Training tools on the shared MLP step: sweep the settings that decide throughput."
+    about = "Training tools: sweep the settings that decide throughput, see where memory goes, find the largest batch; on the tuner's own MLP, or on your training program given after --."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -21,17 +21,72 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Benchmark the training step across batch sizes, workers, precision and pinning, and
-    /// recommend a configuration.
+    /// Benchmark training across batch sizes, workers, precision and pinning, and recommend a
+    /// configuration. With `-- COMMAND ARGS...`, each trial runs your program.
     Sweep(Box<SweepArgs>),
     /// Where device memory goes for a batch size, estimated and measured, and which batch
-    /// sizes fit.
+    /// sizes fit. With `-- COMMAND ARGS...`, one trial of your program per batch size.
     Memory(Box<MemoryArgs>),
     /// Find the largest batch that really fits (real training steps) and write it into the
-    /// config.
+    /// config. With `-- COMMAND ARGS...`, each trial is a fresh process of your program.
     Autobatch(Box<AutobatchArgs>),
+    /// Print a team-settings file (written by `autobatch --team`) as a table.
+    Team(TeamArgs),
     /// Redraw the plot of a sweep from its JSON (no GPU needed).
     Plot(PlotArgs),
+}
+
+/// Running your own training program: the command after `--`, and where its trials run.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ProgramArgs {
+    /// GPUs for the program's trials, one trial per GPU at a time: a list of positions among
+    /// the visible GPUs (0,2) or all (default).
+    #[arg(long, value_name = "LIST|all")]
+    pub devices: Option<String>,
+    /// Seconds one trial may run; past it its whole process group is killed and the trial is
+    /// a HANG (default 600).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
+    pub time_limit: Option<f64>,
+    /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder, removed
+    /// unless a trial hung or failed).
+    #[arg(long, value_name = "DIR")]
+    pub trials_dir: Option<PathBuf>,
+    /// Your training command and its arguments, after `--`. Placeholders {batch_size},
+    /// {workers}, {amp}, {accumulation}, {steps}, {warmup} are replaced by each trial's values,
+    /// which are also in PERF_LESSONS_BATCH_SIZE and the like.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl ProgramArgs {
+    /// The flags that only mean something with a command.
+    pub fn program_only_flags(&self) -> Vec<&'static str> {
+        [
+            ("--devices", self.devices.is_some()),
+            ("--time-limit", self.time_limit.is_some()),
+            ("--trials-dir", self.trials_dir.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, set)| set.then_some(f))
+        .collect()
+    }
+}
+
+fn parse_time_limit(s: &str) -> Result<f64, String> {
+    let v = common::cli::parse_seconds(s)?;
+    if v < 1.0 {
+        return Err(format!(
+            "a time limit of '{s}' s leaves no time to start: at least 1"
+        ));
+    }
+    Ok(v)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TeamArgs {
+    /// The team-settings TOML.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
 }
 
 fn parse_batch(s: &str) -> Result<usize, String> {
@@ -57,7 +112,8 @@ pub struct MemoryArgs {
     /// Recommend multiples of N instead of powers of two.
     #[arg(long, value_name = "N", value_parser = parse_batch)]
     pub multiple_of: Option<usize>,
-    /// Safety margin (percent of the maximum kept free); default by the GPU's memory class.
+    /// Safety margin: the share of the memory the recommended batch leaves free; default by
+    /// the GPU's memory class.
     #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
     pub margin: Option<f64>,
     /// Print memory in use and GPU utilization every second (NVML; no CUDA context).
@@ -68,13 +124,19 @@ pub struct MemoryArgs {
     pub watch_seconds: Option<f64>,
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// No line per trial on stderr (a program's trials).
+    #[arg(long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub program: ProgramArgs,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct AutobatchArgs {
     #[command(flatten)]
     pub settings: SettingsArgs,
-    /// First batch tried; the search doubles it until the first out-of-memory.
+    /// First batch tried; from there the search doubles until the first out-of-memory, or aims
+    /// at the limit by the peak memory the trials report.
     #[arg(long, default_value = "8", value_parser = parse_batch)]
     pub start: usize,
     /// Granularity of the answer (default 8).
@@ -83,25 +145,30 @@ pub struct AutobatchArgs {
     /// Answer in powers of two.
     #[arg(long)]
     pub pow2: bool,
-    /// Safety margin (percent); default by the GPU's memory class (<16 GiB 20%, <48 GiB 10%,
-    /// else 5%).
+    /// Safety margin: the share of the memory the recommended batch leaves free; default by
+    /// the GPU's memory class (<16 GiB 20%, <48 GiB 10%, else 5%).
     #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
     pub margin: Option<f64>,
     /// Effective batch to keep with gradient accumulation (default: the config's batch_size x
     /// accumulation_steps).
     #[arg(long, value_parser = parse_batch)]
     pub effective_batch: Option<usize>,
-    /// Print the result only; do not write the config.
+    /// Print the result only: write neither the config nor the team file.
     #[arg(long)]
     pub test_only: bool,
-    /// Add or update this GPU's entry in a shared team-settings TOML.
+    /// Add or update this GPU and model's entry in a shared team-settings TOML.
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
+    /// The model's name in the team file (default: the preset, or the command as given).
+    #[arg(long, value_name = "NAME")]
+    pub model_name: Option<String>,
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// No line per trial on stderr.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub program: ProgramArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -251,13 +318,18 @@ impl SettingsArgs {
         }
     }
 
-    /// Defaults, then the config file, then these flags.
-    pub fn settings(&self) -> Result<config::Settings, String> {
+    /// The config file's settings with these flags over them.
+    pub fn merged(&self) -> Result<Overrides, String> {
         let file = match &self.config {
             Some(path) => config::load(path)?,
             None => Overrides::default(),
         };
-        file.merge(self.overrides()).resolve()
+        Ok(file.merge(self.overrides()))
+    }
+
+    /// Defaults, then the config file, then these flags.
+    pub fn settings(&self) -> Result<config::Settings, String> {
+        self.merged()?.resolve()
     }
 }
 
@@ -271,7 +343,13 @@ pub struct SweepArgs {
     /// Write the plot as FILE.png and FILE.svg (extension ignored).
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// No progress bar on stderr.
+    /// Safety margin: the share of the memory the recommended configuration leaves free;
+    /// default by the GPU's memory class (<16 GiB 20%, <48 GiB 10%, else 5%).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
+    pub margin: Option<f64>,
+    /// No progress on stderr.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub program: ProgramArgs,
 }

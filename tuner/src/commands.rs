@@ -15,8 +15,9 @@ use common::table::{cell, Table};
 use common::Result;
 
 use crate::config::{Settings, MAX_BATCH};
-use crate::memory::{self, BatchStatus, Estimate, Tiers};
-use crate::search::{self, Accumulation, Found, Granularity};
+use crate::memory::{self, Estimate};
+use crate::recommend::{self, BatchStatus, PeakModel, Tiers};
+use crate::search::{self, Accumulation, Found, Granularity, Probe};
 use crate::trial::{Peak, Session};
 use crate::writeback::{self, TeamEntry};
 
@@ -180,7 +181,7 @@ pub fn memory_report(
     gpu: &Gpu,
     settings: Settings,
     batches: &[usize],
-    multiple: Option<usize>,
+    granularity: Granularity,
     margin: Option<f64>,
 ) -> Result<MemoryReport> {
     let amp = single_amp(&settings)?;
@@ -196,7 +197,7 @@ pub fn memory_report(
     let mut checks_of_batches = Vec::with_capacity(batches.len());
     for &batch in batches {
         let estimate = memory::estimate(&settings.arch, &settings.optimizer, amp, batch);
-        let measured = session.fits(batch, amp, MEASURED_STEPS)?;
+        let measured = session.fits(batch, amp, MEASURED_STEPS, 1)?;
         checks_of_batches.push(BatchCheck {
             share_of_device: estimate.total as f64 / total as f64,
             estimate_error: measured
@@ -212,25 +213,35 @@ pub fn memory_report(
         available,
         MAX_BATCH as usize,
     );
-    let mut max = memory::snap_down(estimate_limit, multiple);
+    let mut max = recommend::snap_down(granularity, estimate_limit);
     let estimated_maximum = max;
     let mut checks = Vec::new();
     while max > 0 && checks.len() < MAX_CHECKS {
-        let ok = session.fits(max, amp, 2)?.is_some();
+        let ok = session.fits(max, amp, 2, 1)?.is_some();
         checks.push((max, ok));
         if ok {
             break;
         }
-        max = memory::snap_down(max - 1, multiple);
+        max = recommend::snap_down(granularity, max - 1);
     }
     if checks.last().is_some_and(|c| !c.1) {
         max = 0;
     }
-    let margin = margin.unwrap_or_else(|| memory::margin_for(total));
-    let tiers = memory::tiers(max, margin, multiple);
+    let margin = margin.unwrap_or_else(|| recommend::margin_for(total));
+    let peak =
+        |b: usize| memory::estimate(&settings.arch, &settings.optimizer, amp, b).total as f64;
+    let tiers = recommend::tiers(
+        max,
+        granularity,
+        margin,
+        PeakModel::Bytes {
+            peak: &peak,
+            limit: available,
+        },
+    );
     let configured = settings.batch_size.unwrap_or(batches[0]);
     Ok(MemoryReport {
-        schema: "tuner-memory/2",
+        schema: "tuner-memory/3",
         device: gpu.info.clone(),
         provenance: Provenance::now(),
         gpus,
@@ -239,12 +250,12 @@ pub fn memory_report(
         available_bytes: available,
         setup_bytes: before_setup.saturating_sub(available),
         margin,
-        tiers,
         estimate_limit,
         estimated_maximum,
         maximum_checks: checks,
         configured_batch: configured,
-        batch_status: memory::status(configured, &tiers),
+        batch_status: recommend::status(configured, &tiers),
+        tiers,
         settings,
     })
 }
@@ -362,15 +373,12 @@ pub fn render_memory(r: &MemoryReport) -> String {
     );
     let _ = writeln!(
         o,
-        "batch sizes ({} free after setup, margin {:.0}%): maximum {} (the estimate allows {}, snapped {}, checked by real steps: {:?}), recommended {}, safe {}",
+        "batch sizes ({} free after setup): {}; the maximum from the estimate (it allows {}, {} at the granularity), checked by real steps: {:?}",
         mb(r.available_bytes),
-        100.0 * r.margin,
-        r.tiers.maximum,
+        recommend::describe(&r.tiers, r.margin),
         r.estimate_limit,
         r.estimated_maximum,
         r.maximum_checks,
-        r.tiers.recommended,
-        r.tiers.safe
     );
     let _ = writeln!(
         o,
@@ -396,8 +404,8 @@ pub struct AutobatchReport {
     pub estimate_limit: usize,
     pub margin: f64,
     pub tiers: Tiers,
-    /// The recommended batch trained 100 steps without error.
-    pub recommended_trains_100_steps: bool,
+    /// The split written (or that would be) and whether it trained 100 optimizer steps.
+    pub check: SplitCheck,
     /// maximum + one multiple (or the next power of two) ran out of memory.
     pub next_fails: bool,
     pub accumulation: Option<Accumulation>,
@@ -406,7 +414,43 @@ pub struct AutobatchReport {
     pub search_wall_s: f64,
     pub written_config: Option<PathBuf>,
     pub backup: Option<PathBuf>,
+    /// The team entry, and where it was written (None with --test-only or without --team).
+    pub team_entry: TeamEntryReport,
     pub team_file: Option<PathBuf>,
+}
+
+/// The batch and accumulation written back, checked by training them.
+#[derive(Debug, Clone, Serialize)]
+pub struct SplitCheck {
+    pub batch_size: usize,
+    pub accumulation_steps: usize,
+    pub steps: usize,
+    pub trained: bool,
+}
+
+/// Optimizer steps the split written back trains before it is trusted.
+pub const CHECK_STEPS: usize = 100;
+
+/// A team entry as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TeamEntryReport {
+    pub gpu: String,
+    pub model: String,
+    pub batch_size: usize,
+    pub accumulation_steps: usize,
+    pub precision: String,
+}
+
+impl From<&TeamEntry> for TeamEntryReport {
+    fn from(e: &TeamEntry) -> TeamEntryReport {
+        TeamEntryReport {
+            gpu: e.gpu.clone(),
+            model: e.model.clone(),
+            batch_size: e.batch_size,
+            accumulation_steps: e.accumulation_steps,
+            precision: e.precision.clone(),
+        }
+    }
 }
 
 pub struct AutobatchOptions {
@@ -417,6 +461,8 @@ pub struct AutobatchOptions {
     pub config: Option<PathBuf>,
     pub test_only: bool,
     pub team: Option<PathBuf>,
+    /// The team entry's model (default: the preset or the command).
+    pub model_name: Option<String>,
     /// One line per trial on stderr.
     pub progress: bool,
 }
@@ -443,6 +489,53 @@ pub fn check_autobatch_options(o: &AutobatchOptions) -> std::result::Result<(), 
     Ok(())
 }
 
+/// The split to write: the one that keeps a target effective batch, else the recommended batch
+/// alone.
+pub fn split_to_write(accumulation: &Option<Accumulation>, recommended: usize) -> (usize, usize) {
+    match accumulation {
+        Some(a) => (a.batch, a.steps),
+        None => (recommended, 1),
+    }
+}
+
+/// What the finder writes: the config (after a backup) and the team entry, unless
+/// `--test-only`, which leaves every file as it was.
+pub struct Written {
+    pub config: Option<PathBuf>,
+    pub backup: Option<PathBuf>,
+    pub team: Option<PathBuf>,
+}
+
+pub fn write_answer(
+    o: &AutobatchOptions,
+    batch: usize,
+    accumulation_steps: usize,
+    entry: &TeamEntry,
+) -> std::result::Result<Written, String> {
+    let mut w = Written {
+        config: None,
+        backup: None,
+        team: None,
+    };
+    if o.test_only {
+        return Ok(w);
+    }
+    if let Some(path) = &o.config {
+        w.backup = Some(writeback::write_config(path, batch, accumulation_steps)?);
+        w.config = Some(path.clone());
+    }
+    if let Some(team) = &o.team {
+        writeback::write_team(team, entry)?;
+        w.team = Some(team.clone());
+    }
+    Ok(w)
+}
+
+/// The tuner's own model as a team entry names it: the preset or the layout, and the optimizer.
+pub fn mlp_model_name(s: &Settings) -> String {
+    format!("{}, {}", crate::sweep::model_label(s), s.optimizer.name())
+}
+
 /// `tuner autobatch`.
 pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<AutobatchReport> {
     check_autobatch_options(o).map_err(common::Error::invalid)?;
@@ -455,66 +548,72 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
     let mut trial = 0;
     let found = search::find(o.start, o.granularity, MAX_BATCH as usize, |b| {
         let t = Instant::now();
-        let fits = session.fits(b, amp, 2)?.is_some();
+        let peak = session.fits(b, amp, 2, 1)?;
         trial += 1;
         if o.progress {
             eprintln!(
                 "trial {trial}: batch {b} {} ({:.2} s)",
-                if fits { "fits" } else { "out of memory" },
+                if peak.is_some() {
+                    "fits"
+                } else {
+                    "out of memory"
+                },
                 t.elapsed().as_secs_f64()
             );
         }
-        Ok::<bool, common::Error>(fits)
+        Ok::<Probe, common::Error>(Probe {
+            fits: peak.is_some(),
+            peak_bytes: peak.map(|p| p.used),
+            limit_bytes: Some(free_before),
+        })
     })?
     .map_err(common::Error::invalid)?;
     let search_wall_s = started.elapsed().as_secs_f64();
-    let multiple = o.granularity.multiple();
     // The next candidate: one multiple more, or the next power of two.
-    let step = multiple.unwrap_or(found.maximum);
+    let step = o.granularity.multiple().unwrap_or(found.maximum);
     let next_fails = if found.next_failed {
         true
     } else {
-        session.fits(found.maximum + step, amp, 2)?.is_none()
+        session.fits(found.maximum + step, amp, 2, 1)?.is_none()
     };
-    let margin = o.margin.unwrap_or_else(|| memory::margin_for(total));
-    let tiers = memory::tiers(found.maximum, margin, multiple);
-    let trains = session.fits(tiers.recommended.max(1), amp, 100)?.is_some();
-    session.clean_up()?;
-    let free_after = gpu.memory()?.0;
+    let margin = o.margin.unwrap_or_else(|| recommend::margin_for(total));
+    let estimate = |b: usize| memory::estimate(&settings.arch, &settings.optimizer, amp, b);
+    let peak = |b: usize| estimate(b).total as f64;
+    let tiers = recommend::tiers(
+        found.maximum,
+        o.granularity,
+        margin,
+        PeakModel::Bytes {
+            peak: &peak,
+            limit: free_before,
+        },
+    );
     let target = o
         .effective_batch
         .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
     let adam = matches!(settings.optimizer, mlp::Optimizer::AdamW { .. });
     let accumulation = target.map(|t| search::accumulation(t, tiers.recommended.max(1), adam));
-    // With a target effective batch, the split that keeps it; without one, the recommended.
-    let (batch_to_write, accum_steps) = match &accumulation {
-        Some(a) => (a.batch, a.steps),
-        None => (tiers.recommended, 1),
+    let (batch_to_write, accum_steps) = split_to_write(&accumulation, tiers.recommended.max(1));
+    // The split that is written trains, accumulating as written.
+    let trained = session
+        .fits(batch_to_write, amp, CHECK_STEPS, accum_steps)?
+        .is_some();
+    session.clean_up()?;
+    let free_after = gpu.memory()?.0;
+    let entry = TeamEntry {
+        gpu: gpu.info.name.clone(),
+        model: o
+            .model_name
+            .clone()
+            .unwrap_or_else(|| mlp_model_name(&settings)),
+        batch_size: batch_to_write,
+        accumulation_steps: accum_steps,
+        precision: if amp { "bf16".into() } else { "fp32".into() },
     };
-    let (mut written, mut backup) = (None, None);
-    if !o.test_only {
-        if let Some(path) = &o.config {
-            backup = Some(
-                writeback::write_config(path, batch_to_write, accum_steps)
-                    .map_err(common::Error::invalid)?,
-            );
-            written = Some(path.clone());
-        }
-    }
-    if let Some(team) = &o.team {
-        writeback::write_team(
-            team,
-            &TeamEntry {
-                gpu: gpu.info.name.clone(),
-                batch_size: batch_to_write,
-                accumulation_steps: accum_steps,
-                precision: if amp { "bf16".into() } else { "fp32".into() },
-            },
-        )
-        .map_err(common::Error::invalid)?;
-    }
+    let written =
+        write_answer(o, batch_to_write, accum_steps, &entry).map_err(common::Error::invalid)?;
     Ok(AutobatchReport {
-        schema: "tuner-autobatch/1",
+        schema: "tuner-autobatch/2",
         device: gpu.info.clone(),
         provenance: Provenance::now(),
         trial_bound: search::trial_bound(found.maximum.max(1), o.start, step.max(1)),
@@ -531,17 +630,73 @@ pub fn autobatch(gpu: &Gpu, settings: Settings, o: &AutobatchOptions) -> Result<
         found,
         margin,
         tiers,
-        recommended_trains_100_steps: trains,
+        check: SplitCheck {
+            batch_size: batch_to_write,
+            accumulation_steps: accum_steps,
+            steps: CHECK_STEPS,
+            trained,
+        },
         next_fails,
         accumulation,
         free_before_bytes: free_before,
         free_after_bytes: free_after,
         search_wall_s,
-        written_config: written,
-        backup,
-        team_file: o.team.clone(),
+        written_config: written.config,
+        backup: written.backup,
+        team_entry: TeamEntryReport::from(&entry),
+        team_file: written.team,
         settings,
     })
+}
+
+/// The lines every autobatch report ends with: the split and its check, what was written.
+pub fn render_answer(
+    o: &mut String,
+    check: &SplitCheck,
+    accumulation: &Option<Accumulation>,
+    written: (&Option<PathBuf>, &Option<PathBuf>, &Option<PathBuf>),
+    entry: &TeamEntryReport,
+) {
+    if let Some(a) = accumulation {
+        let _ = writeln!(o, "gradient accumulation: {}", a.advice);
+    }
+    let _ = writeln!(
+        o,
+        "batch {} x {} accumulation step(s) trained {} optimizer steps: {}",
+        check.batch_size,
+        check.accumulation_steps,
+        check.steps,
+        if check.trained { "yes" } else { "NO" }
+    );
+    let (config, backup, team) = written;
+    match (config, backup) {
+        (Some(c), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "wrote batch_size and accumulation_steps into {} (backup {})",
+                c.display(),
+                b.display()
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "test only: nothing written (config and team file left as they are)"
+            );
+        }
+    }
+    let what = format!(
+        "[gpus.\"{}\".\"{}\"] batch_size = {}, accumulation_steps = {}, precision = \"{}\"",
+        entry.gpu, entry.model, entry.batch_size, entry.accumulation_steps, entry.precision
+    );
+    match team {
+        Some(t) => {
+            let _ = writeln!(o, "team settings updated: {}: {what}", t.display());
+        }
+        None => {
+            let _ = writeln!(o, "team entry (not written): {what}");
+        }
+    }
 }
 
 pub fn render_autobatch(r: &AutobatchReport) -> String {
@@ -564,14 +719,11 @@ pub fn render_autobatch(r: &AutobatchReport) -> String {
     );
     let _ = writeln!(
         o,
-        "maximum {} (next size fails: {}), recommended {}, safe {} (margin {:.0}%)",
-        r.tiers.maximum,
-        r.next_fails,
-        r.tiers.recommended,
-        r.tiers.safe,
-        100.0 * r.margin
+        "{} (next size fails: {})",
+        recommend::describe(&r.tiers, r.margin),
+        r.next_fails
     );
-    let predicted = memory::snap_down(r.estimate_limit, r.granularity.multiple());
+    let predicted = recommend::snap_down(r.granularity, r.estimate_limit);
     let _ = writeln!(
         o,
         "the memory estimate allows {} in the free memory, {} at this granularity ({:+.3}% from the maximum found)",
@@ -581,40 +733,19 @@ pub fn render_autobatch(r: &AutobatchReport) -> String {
     );
     let _ = writeln!(
         o,
-        "recommended batch trained 100 steps: {}",
-        if r.recommended_trains_100_steps {
-            "yes"
-        } else {
-            "NO"
-        }
-    );
-    let _ = writeln!(
-        o,
         "free memory before {} and after {} ({:+.3}%)",
         mb(r.free_before_bytes),
         mb(r.free_after_bytes),
         100.0 * (r.free_after_bytes as f64 - r.free_before_bytes as f64)
             / r.free_before_bytes.max(1) as f64
     );
-    if let Some(a) = &r.accumulation {
-        let _ = writeln!(o, "gradient accumulation: {}", a.advice);
-    }
-    match (&r.written_config, &r.backup) {
-        (Some(c), Some(b)) => {
-            let _ = writeln!(
-                o,
-                "wrote batch_size and accumulation_steps into {} (backup {})",
-                c.display(),
-                b.display()
-            );
-        }
-        _ => {
-            let _ = writeln!(o, "test only: nothing written");
-        }
-    }
-    if let Some(t) = &r.team_file {
-        let _ = writeln!(o, "team settings updated: {}", t.display());
-    }
+    render_answer(
+        &mut o,
+        &r.check,
+        &r.accumulation,
+        (&r.written_config, &r.backup, &r.team_file),
+        &r.team_entry,
+    );
     o
 }
 
@@ -631,6 +762,7 @@ mod tests {
             config: None,
             test_only: true,
             team: None,
+            model_name: None,
             progress: false,
         }
     }
@@ -640,9 +772,9 @@ mod tests {
         let settings = crate::config::Overrides::default().resolve().unwrap();
         let est = |b| memory::estimate(&settings.arch, &settings.optimizer, false, b);
         let (a, b) = (est(256), est(1 << 20));
-        let tiers = memory::tiers(4096, 0.05, None);
+        let tiers = recommend::tiers(4096, Granularity::Pow2, 0.05, PeakModel::Proportional);
         let r = MemoryReport {
-            schema: "tuner-memory/2",
+            schema: "tuner-memory/3",
             device: common::testing::h200_info(),
             provenance: Provenance::now(),
             gpus: vec![],
@@ -667,12 +799,12 @@ mod tests {
             available_bytes: 100_000_000,
             setup_bytes: 8 << 20,
             margin: 0.05,
-            tiers,
+            tiers: tiers.clone(),
             estimate_limit: 4500,
             estimated_maximum: 4096,
             maximum_checks: vec![(4096, true)],
             configured_batch: 256,
-            batch_status: memory::status(256, &tiers),
+            batch_status: recommend::status(256, &tiers),
             settings,
         };
         let text = render_memory(&r);
@@ -710,8 +842,13 @@ mod tests {
             trial_bound: 3,
             estimate_limit,
             margin: 0.05,
-            tiers: memory::tiers(maximum, 0.05, None),
-            recommended_trains_100_steps: true,
+            tiers: recommend::tiers(maximum, Granularity::Pow2, 0.05, PeakModel::Proportional),
+            check: SplitCheck {
+                batch_size: 1024,
+                accumulation_steps: 1,
+                steps: CHECK_STEPS,
+                trained: true,
+            },
             next_fails: true,
             accumulation: Some(search::accumulation(1024, 4096, false)),
             free_before_bytes: 1000,
@@ -719,6 +856,13 @@ mod tests {
             search_wall_s: 1.0,
             written_config: None,
             backup: None,
+            team_entry: TeamEntryReport {
+                gpu: "NVIDIA H200".into(),
+                model: "small preset".into(),
+                batch_size: 1024,
+                accumulation_steps: 1,
+                precision: "fp32".into(),
+            },
             team_file: None,
         };
         // Powers of two: 11.4M allows 8M, which is what the search found.
@@ -766,5 +910,50 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
+    }
+
+    #[test]
+    fn test_only_leaves_the_config_and_the_team_file_alone() {
+        let dir = std::env::temp_dir().join(format!("tuner-test-only-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (config, team) = (dir.join("run.toml"), dir.join("team.toml"));
+        std::fs::write(&config, "[training]\nbatch_size = 64\n").unwrap();
+        let entry = TeamEntry {
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            model: "small preset, MLP 256 -> 3 x 16 -> 10, sgd".into(),
+            batch_size: 512,
+            accumulation_steps: 2,
+            precision: "fp32".into(),
+        };
+        let o = AutobatchOptions {
+            config: Some(config.clone()),
+            team: Some(team.clone()),
+            ..opts()
+        };
+        let w = write_answer(&o, 512, 2, &entry).unwrap();
+        assert!(w.config.is_none() && w.backup.is_none() && w.team.is_none());
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            "[training]\nbatch_size = 64\n"
+        );
+        assert!(!team.exists() && !dir.join("run.toml.bak").exists());
+        // Without --test-only both are written.
+        let w = write_answer(
+            &AutobatchOptions {
+                test_only: false,
+                ..o
+            },
+            512,
+            2,
+            &entry,
+        )
+        .unwrap();
+        assert_eq!(w.team.as_deref(), Some(team.as_path()));
+        assert!(std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("batch_size = 512"));
+        let entries = writeback::read_team_text(&std::fs::read_to_string(&team).unwrap()).unwrap();
+        assert_eq!(entries, vec![entry]);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,4 +1,10 @@
-//! # tuner: training tools on the shared MLP step
+//! # tuner: training tools, on the shared MLP step or on the user's own program
+//!
+//! The same three commands (`sweep`, `memory`, `autobatch`) run either the tuner's own MLP
+//! in-process (below) or, with a command after `--`, the user's training program as one fresh
+//! process per trial ([external] is the machinery, [program] the commands): any language, any
+//! model, reporting through a small protocol. Both conclude by the same rules ([analysis],
+//! [recommend]) and print the same report shape. `docs/tuner.md` is the user's page.
 //!
 //! Before a long training run, people sweep the settings that decide throughput: batch size,
 //! loader workers, mixed precision, pinned memory. A typical "GPU benchmark" script times each
@@ -34,6 +40,8 @@ pub mod memory;
 pub mod monitor;
 pub mod plot;
 pub mod preset;
+pub mod program;
+pub mod recommend;
 pub mod search;
 pub mod sweep;
 pub mod trial;

@@ -130,72 +130,6 @@ pub fn max_batch_for(
     lo
 }
 
-/// Round down to a power of two, or to a multiple of `multiple` (0 when below it).
-pub fn snap_down(batch: usize, multiple: Option<usize>) -> usize {
-    match multiple {
-        Some(m) if m > 0 => batch / m * m,
-        _ if batch == 0 => 0,
-        _ => 1 << (usize::BITS - 1 - batch.leading_zeros()),
-    }
-}
-
-/// How a configured batch sits against the recommendation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BatchStatus {
-    /// Fits with the recommended margin and uses a fair share of memory.
-    FitsWell,
-    /// Uses under a quarter of what the recommended batch would: memory left idle.
-    Wasteful,
-    /// Past the maximum that fits.
-    TooBig,
-    /// Fits, but without the recommended margin.
-    Tight,
-}
-
-/// Maximum, recommended and safe batch sizes, and the verdict on a configured one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Tiers {
-    pub maximum: usize,
-    pub recommended: usize,
-    pub safe: usize,
-}
-
-/// Tiers from a maximum: recommended keeps `margin` of it free, safe twice that; snapped.
-pub fn tiers(maximum: usize, margin: f64, multiple: Option<usize>) -> Tiers {
-    let keep = |f: f64| snap_down(((maximum as f64) * (1.0 - f)).floor() as usize, multiple);
-    Tiers {
-        maximum,
-        recommended: keep(margin),
-        safe: keep((2.0 * margin).min(0.9)),
-    }
-}
-
-pub fn status(configured: usize, t: &Tiers) -> BatchStatus {
-    if configured > t.maximum {
-        BatchStatus::TooBig
-    } else if configured > t.recommended {
-        BatchStatus::Tight
-    } else if configured * 4 < t.recommended {
-        BatchStatus::Wasteful
-    } else {
-        BatchStatus::FitsWell
-    }
-}
-
-/// Safety margin by the GPU's memory size class: small cards often also drive a display and
-/// lose more to other processes and fragmentation; on large ones a few percent is plenty.
-pub fn margin_for(total_bytes: u64) -> f64 {
-    const GIB: u64 = 1 << 30;
-    if total_bytes < 16 * GIB {
-        0.20
-    } else if total_bytes < 48 * GIB {
-        0.10
-    } else {
-        0.05
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,38 +247,5 @@ mod tests {
             max_batch_for(&arch, &sgd(), false, u64::MAX / 2, 1 << 20),
             1 << 20
         );
-    }
-
-    #[test]
-    fn snapping_tiers_and_status() {
-        assert_eq!(snap_down(1000, None), 512);
-        assert_eq!(snap_down(1024, None), 1024);
-        assert_eq!(snap_down(1000, Some(8)), 1000);
-        assert_eq!(snap_down(1003, Some(8)), 1000);
-        assert_eq!(snap_down(7, Some(8)), 0);
-        assert_eq!(snap_down(0, None), 0);
-        let t = tiers(10_000, 0.1, Some(8));
-        assert_eq!(
-            t,
-            Tiers {
-                maximum: 10_000,
-                recommended: 9000,
-                safe: 8000
-            }
-        );
-        let t = tiers(10_000, 0.1, None);
-        assert_eq!((t.recommended, t.safe), (8192, 4096));
-        let t = tiers(10_000, 0.1, Some(8));
-        assert_eq!(status(12_000, &t), BatchStatus::TooBig);
-        assert_eq!(status(9_500, &t), BatchStatus::Tight);
-        assert_eq!(status(4_096, &t), BatchStatus::FitsWell);
-        assert_eq!(status(64, &t), BatchStatus::Wasteful);
-    }
-
-    #[test]
-    fn margins_by_memory_class() {
-        assert_eq!(margin_for(8 << 30), 0.20);
-        assert_eq!(margin_for(24 << 30), 0.10);
-        assert_eq!(margin_for(141 << 30), 0.05);
     }
 }

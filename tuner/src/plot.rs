@@ -125,7 +125,7 @@ impl Figure for SweepFigure<'_> {
             lines,
             x_range,
             0.0..top,
-            "peak device memory (MB, pool high watermark)",
+            "peak device memory (MB)",
             |p| p.2 * 1e3,
         )
     }
@@ -199,7 +199,7 @@ mod tests {
             batch,
             workers: 4,
             amp,
-            pin: true,
+            pin: Some(true),
         };
         let mut t = TrialResult::empty(key, status, 0, None);
         if status == TrialStatus::Ok {

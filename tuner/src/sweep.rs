@@ -30,7 +30,7 @@ pub fn plan(s: &Settings) -> Vec<TrialKey> {
                         batch,
                         workers,
                         amp,
-                        pin,
+                        pin: Some(pin),
                     });
                 }
             }
@@ -41,11 +41,8 @@ pub fn plan(s: &Settings) -> Vec<TrialKey> {
 
 /// Whether a smaller batch of the same configuration already ran out of memory.
 pub fn skipped_after_oom(done: &[TrialResult], key: &TrialKey) -> bool {
-    done.iter().any(|t| {
-        t.status == TrialStatus::Oom
-            && t.key.batch < key.batch
-            && (t.key.workers, t.key.amp, t.key.pin) == (key.workers, key.amp, key.pin)
-    })
+    done.iter()
+        .any(|t| t.status == TrialStatus::Oom && t.key.batch < key.batch && t.key.same_setting(key))
 }
 
 /// The step checked against float64 before the sweep, per precision.
@@ -82,6 +79,8 @@ pub struct SweepReport {
     pub model_parameters: usize,
     pub flops_per_sample: u64,
     pub device_memory_bytes: u64,
+    /// Free device memory once the session was set up: every trial's memory limit.
+    pub available_bytes: u64,
     pub timing: String,
     pub step_checks: Vec<StepCheck>,
     pub trials: Vec<TrialResult>,
@@ -97,6 +96,8 @@ pub struct Output {
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
     pub progress: bool,
+    /// The rule's margin (default by the GPU's memory class).
+    pub margin: Option<f64>,
 }
 
 fn progress(done: usize, total: usize, what: &str) {
@@ -173,7 +174,7 @@ pub fn run(
             });
             continue;
         }
-        let (rel, loss_err) = match session.check_gradient(amp, check_batch) {
+        let (rel, loss_err) = match session.check_gradient(amp, check_batch, 1) {
             Ok(c) => (c.rel_l2, c.loss_error),
             Err(e) if e.is_out_of_memory() => (f64::NAN, f64::NAN),
             Err(e) => return Err(e),
@@ -191,6 +192,8 @@ pub fn run(
     let verified = checks.iter().all(|c| c.passed);
 
     let keys = plan(&settings);
+    session.clean_up()?;
+    let available = gpu.memory()?.0;
     let started = Instant::now();
     let mut trials: Vec<TrialResult> = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
@@ -213,7 +216,9 @@ pub fn run(
             ));
             continue;
         }
-        trials.push(session.run(*key)?);
+        let mut r = session.run(*key)?;
+        r.memory_limit_bytes = Some(available);
+        trials.push(r);
     }
     if out.progress {
         progress(keys.len(), keys.len(), "done");
@@ -222,10 +227,13 @@ pub fn run(
     let trials_wall_s = started.elapsed().as_secs_f64();
     let total_wall_s = startup.elapsed_s();
     let device_memory = gpu.info.total_memory_bytes;
-    let best = analysis::best(&trials, device_memory);
-    let diagnosis = analysis::diagnose(&trials, device_memory, &best);
+    let margin = out
+        .margin
+        .unwrap_or_else(|| crate::recommend::margin_for(device_memory));
+    let best = analysis::best(&trials, margin);
+    let diagnosis = analysis::diagnose(&trials, &best);
     let report = SweepReport {
-        schema: "tuner-sweep/1",
+        schema: "tuner-sweep/2",
         device: gpu.info.clone(),
         provenance: {
             let mut p = Provenance::now();
@@ -235,6 +243,7 @@ pub fn run(
         model_parameters: settings.arch.param_count(),
         flops_per_sample: settings.arch.flops_per_sample(),
         device_memory_bytes: device_memory,
+        available_bytes: available,
         timing: "CUDA events on the training stream, per step after warmup; medians with spread; busy = back-to-back device time of a step over the loop's median step".into(),
         settings,
         step_checks: checks,
@@ -268,6 +277,19 @@ pub fn replot(from: &std::path::Path, stem: &std::path::Path) -> std::result::Re
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", from.display()))?;
     let trials: Vec<TrialResult> = serde_json::from_value(doc["trials"].clone())
         .map_err(|e| format!("{}: not a tuner sweep result ({e})", from.display()))?;
+    if let Some(argv) = doc["command"].as_array() {
+        // A sweep of a program.
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.as_str().unwrap_or("?").to_string())
+            .collect();
+        let title = format!(
+            "tuner sweep of {} on {}",
+            crate::external::Program::display(&argv),
+            doc["devices"][0]["name"].as_str().unwrap_or("GPU")
+        );
+        return crate::plot::render(&trials, &title, stem).map(|_| ());
+    }
     let settings = &doc["settings"];
     let arch = &settings["arch"];
     let preset = settings["preset"]
@@ -307,11 +329,13 @@ fn pct(v: Option<f64>) -> String {
     cell(v, |v| format!("{:.0}", 100.0 * v))
 }
 
-fn on_off(v: bool) -> String {
+pub fn on_off(v: bool) -> String {
     if v { "on" } else { "off" }.into()
 }
 
-/// One row per trial: the phases, throughput, busy share, memory and status.
+/// One row per trial: the phases, throughput, busy share, memory and status; for a program's
+/// trials also its own count of samples/s, the peak it reported and the GPU it ran on (columns
+/// no trial has are left out).
 pub fn trial_table(trials: &[TrialResult]) -> Table {
     let mut t = Table::new()
         .right("batch")
@@ -324,36 +348,63 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
         .right("opt ms")
         .right("total ms")
         .right("samples/s")
+        .right("vs program %")
         .right("GPU busy %")
         .right("NVML %")
         .right("memory GB")
-        .left("status");
+        .right("framework GB")
+        .left("status")
+        .left("GPU");
+    let gb = |b: u64| format!("{:.3}", b as f64 / 1e9);
     for r in trials {
         t.row(vec![
             r.key.batch.to_string(),
             r.key.workers.to_string(),
             on_off(r.key.amp),
-            on_off(r.key.pin),
+            cell(r.key.pin, on_off),
             ms(&r.data_ms),
             ms(&r.forward_ms),
             ms(&r.backward_ms),
             ms(&r.optimizer_ms),
             ms(&r.total_ms),
             cell(r.samples_per_s, |v| format!("{v:.0}")),
+            cell(r.program_difference, |d| format!("{:+.2}", 100.0 * d)),
             pct(r.busy_fraction),
             cell(r.nvml_util_pct, |v| format!("{v:.0}")),
-            cell(r.peak_bytes.filter(|_| r.status == TrialStatus::Ok), |b| {
-                format!("{:.3}", b as f64 / 1e9)
-            }),
-            match r.status {
-                TrialStatus::Ok => "OK",
-                TrialStatus::Oom => "OOM",
-                TrialStatus::Skipped => "skipped",
-            }
-            .into(),
+            cell(r.peak_bytes.filter(|_| r.status == TrialStatus::Ok), gb),
+            cell(
+                r.framework_peak_bytes
+                    .filter(|_| r.status == TrialStatus::Ok),
+                gb,
+            ),
+            r.status.label().into(),
+            cell(r.device.as_ref(), |d| d.clone()),
         ]);
     }
+    t.drop_empty(&["pin", "vs program %", "framework GB", "GPU"]);
     t
+}
+
+/// The picks and the diagnosis, as both modes print them.
+pub fn render_conclusions(best: &analysis::Best, diagnosis: &[Diagnosis]) -> String {
+    let mut o = String::new();
+    let pick = |name: &str, p: &Option<analysis::Pick>| match p {
+        Some(p) => format!(
+            "- {name}: batch {}, {}: {}\n",
+            p.key.batch,
+            p.key.line_label(),
+            p.why
+        ),
+        None => format!("- {name}: none (no trial fits)\n"),
+    };
+    o.push_str(&pick("highest throughput", &best.highest_throughput));
+    o.push_str(&pick("best efficiency", &best.best_efficiency));
+    o.push_str(&pick("recommended", &best.recommended));
+    o.push('\n');
+    for d in diagnosis {
+        o.push_str(&format!("diagnosis: {}\n", d.message));
+    }
+    o
 }
 
 /// The summary table (markdown) and the conclusions, as printed on stdout.
@@ -388,22 +439,7 @@ pub fn render_text(r: &SweepReport) -> String {
     o.push('\n');
     o.push_str(&trial_table(&r.trials).markdown());
     o.push('\n');
-    let pick = |name: &str, p: &Option<analysis::Pick>| match p {
-        Some(p) => format!(
-            "- {name}: batch {}, {}: {}\n",
-            p.key.batch,
-            p.key.line_label(),
-            p.why
-        ),
-        None => format!("- {name}: none (no trial fits)\n"),
-    };
-    o.push_str(&pick("highest throughput", &r.best.highest_throughput));
-    o.push_str(&pick("best efficiency", &r.best.best_efficiency));
-    o.push_str(&pick("recommended", &r.best.recommended));
-    o.push('\n');
-    for d in &r.diagnosis {
-        o.push_str(&format!("diagnosis: {}\n", d.message));
-    }
+    o.push_str(&render_conclusions(&r.best, &r.diagnosis));
     o.push_str(&format!(
         "\nsweep: {} trials in {:.1} s ({:.1} s from process start)\n",
         r.trials.len(),
@@ -442,7 +478,7 @@ mod tests {
             batch: 64,
             workers: 4,
             amp: true,
-            pin: false,
+            pin: Some(false),
         };
         let text = trial_table(&[TrialResult::empty(key, TrialStatus::Oom, 0, None)]).markdown();
         let lines: Vec<&str> = text.lines().collect();
@@ -462,7 +498,7 @@ mod tests {
             batch,
             workers: 4,
             amp,
-            pin: true,
+            pin: Some(true),
         };
         let done = vec![TrialResult::empty(k(64, false), TrialStatus::Oom, 0, None)];
         assert!(skipped_after_oom(&done, &k(128, false)));

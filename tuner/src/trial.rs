@@ -81,11 +81,28 @@ impl Batch {
         Input::new(gpu, &self.model.arch, x, y, batch)
     }
 
-    /// Forward, backward and the optimizer's update of one step.
-    fn step(&mut self, mlp: &Mlp, ex: &Exec, input: Input, lr: f32) -> Result<()> {
-        self.forward(mlp, ex, input)?;
-        mlp.backward(ex, &mut self.model, &mut self.act, input, false)?;
+    /// One optimizer step over `inputs`, one micro-batch each: gradient accumulation when
+    /// there are several ([Batch::accumulate]), then the optimizer's update.
+    fn step(&mut self, mlp: &Mlp, ex: &Exec, inputs: &[Input], lr: f32) -> Result<()> {
+        self.accumulate(mlp, ex, inputs)?;
         mlp.update(ex, &mut self.model, lr, None)
+    }
+
+    /// Forward and backward of each micro-batch of one optimizer step ([micro_batches]).
+    fn accumulate(&mut self, mlp: &Mlp, ex: &Exec, inputs: &[Input]) -> Result<()> {
+        let samples: Vec<usize> = inputs.iter().map(|i| i.samples).collect();
+        for (input, (slot, add)) in inputs.iter().zip(micro_batches(&samples)) {
+            mlp.forward_loss(
+                ex,
+                &self.model,
+                &mut self.act,
+                *input,
+                &mut self.losses,
+                slot,
+            )?;
+            mlp.backward(ex, &mut self.model, &mut self.act, *input, add)?;
+        }
+        Ok(())
     }
 
     fn forward(&mut self, mlp: &Mlp, ex: &Exec, input: Input) -> Result<()> {
@@ -105,6 +122,24 @@ impl Batch {
         let losses = gpu.download(&self.losses.values)?;
         Ok(losses[..batch].iter().map(|&v| v as f64).sum::<f64>() / batch as f64)
     }
+}
+
+/// How the micro-batches of one optimizer step (of `samples[i]` samples each) are run: each
+/// loss is scaled by 1 / the step's samples, so the gradients add up to the step's mean loss;
+/// the first backward overwrites the gradient and the others add to it. Every micro-batch's
+/// per-sample losses go to the same slots (the trial keeps one micro-batch of them: the
+/// gradient is what is trained).
+pub fn micro_batches(samples: &[usize]) -> Vec<(LossSlot, bool)> {
+    let per_step = samples.iter().sum();
+    (0..samples.len())
+        .map(|i| {
+            let slot = LossSlot {
+                samples_per_step: per_step,
+                offset: 0,
+            };
+            (slot, i > 0)
+        })
+        .collect()
 }
 
 /// Everything that lives across trials: device, kernels and cuBLAS, timer, data, monitors.
@@ -213,7 +248,7 @@ impl<'g> Session<'g> {
         let mut first_losses = gpu.alloc::<f32>(batch, "the first step's losses")?;
         let host = (0..buffer_count(key.workers))
             .map(|_| -> Result<HostBatch> {
-                Ok(if key.pin {
+                Ok(if key.pin.unwrap_or(true) {
                     HostBatch {
                         features: HostBuf::pinned(gpu, batch * arch.input, "a pinned batch")?,
                         labels: HostBuf::pinned(gpu, batch, "pinned labels")?,
@@ -327,7 +362,7 @@ impl<'g> Session<'g> {
         let mut compute_only = Vec::new();
         for _ in 0..3 {
             let (secs, _) = self.timer.sample(reps, false, true, &mut || {
-                b.step(&self.mlp, &ex, input, s.lr)
+                b.step(&self.mlp, &ex, &[input], s.lr)
             })?;
             compute_only.push(secs * 1e3 / reps as f64);
         }
@@ -369,15 +404,30 @@ impl<'g> Session<'g> {
         Ok(r)
     }
 
-    /// Whether `steps` real training steps (forward, backward, optimizer) at `batch` fit: the
-    /// pool's peaks when they do, None on out-of-memory (recovered: freed, synchronized,
-    /// trimmed). The trial's device buffers exactly; the batch is device-resident zeros (valid
-    /// labels), since only the memory is in question.
-    pub fn fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Option<Peak>> {
-        Ok(self.recovering(|s| s.try_fits(batch, amp, steps))?.ok())
+    /// Whether `steps` real optimizer steps (forward, backward and the optimizer), each of
+    /// `accumulation` micro-batches of `batch` samples, fit: the pool's peaks when they do, None
+    /// on out-of-memory (recovered: freed, synchronized, trimmed). The trial's device buffers
+    /// exactly; the batch is device-resident zeros (valid labels), since only the memory is in
+    /// question.
+    pub fn fits(
+        &mut self,
+        batch: usize,
+        amp: bool,
+        steps: usize,
+        accumulation: usize,
+    ) -> Result<Option<Peak>> {
+        Ok(self
+            .recovering(|s| s.try_fits(batch, amp, steps, accumulation))?
+            .ok())
     }
 
-    fn try_fits(&mut self, batch: usize, amp: bool, steps: usize) -> Result<Peak> {
+    fn try_fits(
+        &mut self,
+        batch: usize,
+        amp: bool,
+        steps: usize,
+        accumulation: usize,
+    ) -> Result<Peak> {
         let gpu = self.gpu;
         let s = self.settings.clone();
         let arch = s.arch;
@@ -391,8 +441,10 @@ impl<'g> Session<'g> {
         let _first_losses = gpu.alloc::<f32>(batch, "the first step's losses")?;
         let ex = Exec::queued(gpu);
         for k in 0..steps {
-            let input = b.input(gpu, &x[k % 2], &y[k % 2], batch);
-            b.step(&self.mlp, &ex, input, s.lr)?;
+            let inputs: Vec<Input> = (0..accumulation.max(1))
+                .map(|i| b.input(gpu, &x[(k + i) % 2], &y[(k + i) % 2], batch))
+                .collect();
+            b.step(&self.mlp, &ex, &inputs, s.lr)?;
         }
         gpu.sync()?;
         Ok(match &self.pool {
@@ -429,26 +481,39 @@ impl<'g> Session<'g> {
         for k in 0..steps {
             let (x, y) = run.upload(gpu, k)?;
             let input = run.batch.input(gpu, &x, &y, batch);
-            run.batch.step(&self.mlp, &ex, input, self.settings.lr)?;
+            run.batch.step(&self.mlp, &ex, &[input], self.settings.lr)?;
             curve.push(run.batch.mean_loss(gpu, batch)?);
         }
         Ok(curve)
     }
 
-    /// One step's loss and gradient on `batch` samples against the float64 reference.
-    pub fn check_gradient(&self, amp: bool, batch: usize) -> Result<GradientCheck> {
+    /// One optimizer step's loss and gradient, `accumulation` micro-batches of `batch`
+    /// samples accumulated, against the float64 reference of the whole step's samples.
+    pub fn check_gradient(
+        &self,
+        amp: bool,
+        batch: usize,
+        accumulation: usize,
+    ) -> Result<GradientCheck> {
         let gpu = self.gpu;
         let arch = self.settings.arch;
         let mut run = self.fresh_run(amp, batch)?;
-        let (x, y) = run.upload(gpu, 0)?;
-        let input = run.batch.input(gpu, &x, &y, batch);
+        let (mut features, mut labels, mut uploaded) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..accumulation.max(1) {
+            uploaded.push(run.upload(gpu, k)?);
+            features.extend_from_slice(&run.features);
+            labels.extend_from_slice(&run.labels);
+        }
+        let inputs: Vec<Input> = uploaded
+            .iter()
+            .map(|(x, y)| run.batch.input(gpu, x, y, batch))
+            .collect();
         let ex = Exec::queued(gpu);
         let b = &mut run.batch;
         gpu.poison(&mut b.model.grads)?;
-        b.forward(&self.mlp, &ex, input)?;
-        self.mlp
-            .backward(&ex, &mut b.model, &mut b.act, input, false)?;
+        b.accumulate(&self.mlp, &ex, &inputs)?;
         let grads = gpu.download(&b.model.grads)?;
+        // The losses kept are the last micro-batch's.
         let loss = b.mean_loss(gpu, batch)?;
         // The reference sees what the GPU saw: bf16-rounded inputs and weights under AMP.
         let round = |v: f32| {
@@ -459,10 +524,11 @@ impl<'g> Session<'g> {
             }
         };
         let params: Vec<f64> = self.init.iter().map(|&p| round(p) as f64).collect();
-        let xr: Vec<f32> = run.features.iter().map(|&v| round(v)).collect();
+        let xr: Vec<f32> = features.iter().map(|&v| round(v)).collect();
+        let samples = labels.len();
         let (ref_losses, ref_grad) =
-            mlp::reference::loss_and_gradient(&arch, &params, &xr, &run.labels, 1.0 / batch as f64);
-        let ref_loss = ref_losses.iter().sum::<f64>() / batch as f64;
+            mlp::reference::loss_and_gradient(&arch, &params, &xr, &labels, 1.0 / samples as f64);
+        let ref_loss = ref_losses[samples - batch..].iter().sum::<f64>() / batch as f64;
         let (bias, bias_ref): (Vec<f32>, Vec<f64>) = arch
             .layers()
             .into_iter()
@@ -517,4 +583,20 @@ fn htod<T: cudarc::driver::DeviceRepr>(
     }
     .result()
     .cuda("copying a batch to the GPU")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn micro_batches_scale_by_the_step_and_add_after_the_first() {
+        let plan = micro_batches(&[64, 64, 64, 64]);
+        assert_eq!(plan.len(), 4);
+        assert!(plan.iter().all(|(slot, _)| slot.samples_per_step == 256));
+        let adds: Vec<bool> = plan.iter().map(|p| p.1).collect();
+        assert_eq!(adds, [false, true, true, true]);
+        let one = micro_batches(&[256]);
+        assert_eq!(one, vec![(LossSlot::whole_step(256), false)]);
+    }
 }

@@ -1,7 +1,8 @@
 //! Writing the finder's answer back: into the TOML config (`[training] batch_size` and
 //! `accumulation_steps`, every other key and comment kept, through toml_edit) after copying the
-//! file to `FILE.bak`; and into a shared team-settings TOML with one table per GPU model, so
-//! people on different GPUs share one file.
+//! file to `FILE.bak`; and into a shared team-settings TOML with one table per GPU model and
+//! training model (`[gpus."NVIDIA H100 80GB HBM3"."python3 train.py ..."]`), so people on
+//! different GPUs, tuning different models, share one file; `tuner team FILE` reads it back.
 
 use std::path::{Path, PathBuf};
 
@@ -74,21 +75,26 @@ pub fn write_config(path: &Path, batch: usize, accumulation: usize) -> Result<Pa
     Ok(backup)
 }
 
-/// One GPU's entry in the team file.
+/// One entry of the team file: what one model trains with on one GPU model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TeamEntry {
     pub gpu: String,
+    /// The training model: the command (placeholders as given) or the tuner's preset.
+    pub model: String,
     pub batch_size: usize,
     pub accumulation_steps: usize,
     pub precision: String,
 }
 
-/// The team file's text with this GPU's table `[gpus."NAME"]` added or updated; every other
-/// GPU's entry and every comment kept.
+fn parse_doc(text: &str) -> Result<DocumentMut, String> {
+    text.parse()
+        .map_err(|err: toml_edit::TomlError| format!("not valid TOML: {}", err.to_string().trim()))
+}
+
+/// The team file's text with the table `[gpus."GPU"."MODEL"]` added or updated; every other
+/// entry and every comment kept.
 pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
-    let mut doc: DocumentMut = text.parse().map_err(|err: toml_edit::TomlError| {
-        format!("not valid TOML: {}", err.to_string().trim())
-    })?;
+    let mut doc = parse_doc(text)?;
     // A file that is only comments keeps them at the top, not after the new table.
     let leading = if doc.as_table().is_empty() {
         let t = doc.trailing().as_str().unwrap_or("").to_string();
@@ -97,24 +103,33 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
     } else {
         String::new()
     };
-    let gpus = doc.entry("gpus").or_insert(Item::Table({
+    let implicit = || {
         let mut t = Table::new();
         t.set_implicit(true);
-        t
-    }));
-    let gpus = gpus.as_table_like_mut().ok_or("'gpus' is not a table")?;
-    let entry = gpus
+        Item::Table(t)
+    };
+    let gpus = doc
+        .entry("gpus")
+        .or_insert(implicit())
+        .as_table_like_mut()
+        .ok_or("'gpus' is not a table")?;
+    let gpu = gpus
         .entry(&e.gpu)
-        .or_insert(Item::Table(Table::new()))
+        .or_insert(implicit())
         .as_table_like_mut()
         .ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
+    let entry = gpu
+        .entry(&e.model)
+        .or_insert(Item::Table(Table::new()))
+        .as_table_like_mut()
+        .ok_or_else(|| format!("'gpus.\"{}\".\"{}\"' is not a table", e.gpu, e.model))?;
     set_keeping_comments(entry, "batch_size", e.batch_size as i64);
     set_keeping_comments(entry, "accumulation_steps", e.accumulation_steps as i64);
     entry.insert("precision", value(e.precision.clone()));
     Ok(format!("{leading}{doc}"))
 }
 
-/// Add or update this GPU in the team file (created when missing).
+/// Add or update an entry in the team file (created when missing).
 pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -129,6 +144,101 @@ pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
     common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
+}
+
+/// Every entry of a team file's text, in the file's order. An entry written before entries
+/// were keyed by model (`[gpus."NAME"]` with the values directly) reads with an empty model.
+pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
+    let doc = parse_doc(text)?;
+    let Some(gpus) = doc.get("gpus") else {
+        return Ok(Vec::new());
+    };
+    let gpus = gpus.as_table_like().ok_or("'gpus' is not a table")?;
+    let mut out = Vec::new();
+    for (gpu, item) in gpus.iter() {
+        let table = item
+            .as_table_like()
+            .ok_or_else(|| format!("'gpus.\"{gpu}\"' is not a table"))?;
+        let read = |model: &str, t: &dyn toml_edit::TableLike| -> Result<TeamEntry, String> {
+            let where_ = if model.is_empty() {
+                format!("gpus.\"{gpu}\"")
+            } else {
+                format!("gpus.\"{gpu}\".\"{model}\"")
+            };
+            let count = |key: &str| -> Result<usize, String> {
+                t.get(key)
+                    .and_then(Item::as_integer)
+                    .filter(|v| *v >= 1)
+                    .map(|v| v as usize)
+                    .ok_or_else(|| format!("'{where_}.{key}' must be a whole number of 1 or more"))
+            };
+            Ok(TeamEntry {
+                gpu: gpu.to_string(),
+                model: model.to_string(),
+                batch_size: count("batch_size")?,
+                accumulation_steps: count("accumulation_steps")?,
+                precision: t
+                    .get("precision")
+                    .and_then(Item::as_str)
+                    .unwrap_or("-")
+                    .to_string(),
+            })
+        };
+        if table.contains_key("batch_size") {
+            out.push(read("", table)?);
+        }
+        for (model, item) in table.iter() {
+            if let Some(t) = item.as_table_like() {
+                out.push(read(model, t)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `tuner team FILE`: every entry as a table.
+pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
+    let mut t = common::table::Table::new()
+        .left("GPU")
+        .left("model")
+        .right("batch size")
+        .right("accumulation")
+        .right("effective batch")
+        .left("precision");
+    for e in entries {
+        t.row(vec![
+            e.gpu.clone(),
+            if e.model.is_empty() {
+                "(not recorded)".into()
+            } else {
+                format!("`{}`", e.model)
+            },
+            e.batch_size.to_string(),
+            e.accumulation_steps.to_string(),
+            (e.batch_size * e.accumulation_steps).to_string(),
+            e.precision.clone(),
+        ]);
+    }
+    t
+}
+
+/// Read a team file and render its table.
+pub fn show_team(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the team file: {e}", path.display()))?;
+    let entries = read_team_text(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if entries.is_empty() {
+        return Ok(format!(
+            "{}: no entries yet (`tuner autobatch --team {}` adds one)\n",
+            path.display(),
+            path.display()
+        ));
+    }
+    Ok(format!(
+        "## team settings: {}\n\n{}",
+        path.display(),
+        team_table(&entries).markdown()
+    ))
 }
 
 #[cfg(test)]
@@ -199,48 +309,87 @@ my_own_key = "kept"
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    #[test]
-    fn team_file_merges_entries_by_gpu() {
-        let h100 = TeamEntry {
-            gpu: "NVIDIA H100 80GB HBM3".into(),
-            batch_size: 2048,
-            accumulation_steps: 2,
-            precision: "bf16".into(),
-        };
-        let h200 = TeamEntry {
-            gpu: "NVIDIA H200".into(),
-            batch_size: 4096,
+    fn entry(gpu: &str, model: &str, batch_size: usize) -> TeamEntry {
+        TeamEntry {
+            gpu: gpu.into(),
+            model: model.into(),
+            batch_size,
             accumulation_steps: 1,
             precision: "bf16".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn team_file_keys_entries_by_gpu_and_model() {
+        let resnet = "python3 train_resnet.py --batch-size {batch_size}";
+        let mlp = "small preset, MLP 256 -> 3 x 16 -> 10, sgd";
+        let h100 = "NVIDIA H100 80GB HBM3";
         let start = "# shared by the team\n";
-        let one = update_team_text(start, &h100).unwrap();
-        let two = update_team_text(&one, &h200).unwrap();
+        let one = update_team_text(start, &entry(h100, resnet, 2048)).unwrap();
+        let two = update_team_text(&one, &entry("NVIDIA H200", resnet, 4096)).unwrap();
+        // A second model on the same GPU type does not overwrite the first.
+        let three = update_team_text(&two, &entry(h100, mlp, 8192)).unwrap();
         let updated = update_team_text(
-            &two,
+            &three,
             &TeamEntry {
-                batch_size: 3000,
-                ..h100.clone()
+                accumulation_steps: 2,
+                ..entry(h100, resnet, 3000)
             },
         )
         .unwrap();
         assert!(updated.starts_with("# shared by the team"));
         let doc: DocumentMut = updated.parse().unwrap();
         assert_eq!(
-            doc["gpus"]["NVIDIA H100 80GB HBM3"]["batch_size"].as_integer(),
+            doc["gpus"][h100][resnet]["batch_size"].as_integer(),
             Some(3000)
         );
         assert_eq!(
-            doc["gpus"]["NVIDIA H200"]["batch_size"].as_integer(),
-            Some(4096)
+            doc["gpus"][h100][mlp]["batch_size"].as_integer(),
+            Some(8192)
         );
         assert_eq!(
-            doc["gpus"]["NVIDIA H200"]["precision"].as_str(),
+            doc["gpus"]["NVIDIA H200"][resnet]["precision"].as_str(),
             Some("bf16")
         );
         assert_eq!(
-            updated.matches("[gpus.\"NVIDIA H100 80GB HBM3\"]").count(),
-            1
+            updated.matches("[gpus.\"NVIDIA H100 80GB HBM3\".").count(),
+            2
         );
+        let entries = read_team_text(&updated).unwrap();
+        assert_eq!(entries.len(), 3);
+        assert_eq!(
+            entries[0],
+            TeamEntry {
+                accumulation_steps: 2,
+                ..entry(h100, resnet, 3000)
+            }
+        );
+        let table = team_table(&entries).markdown();
+        assert!(
+            table.contains(
+                "| NVIDIA H100 80GB HBM3 | `python3 train_resnet.py --batch-size {batch_size}` | 3000 | 2 | 6000 | bf16 |"
+            ),
+            "{table}"
+        );
+        assert!(table.contains("| NVIDIA H200 |"), "{table}");
+    }
+
+    #[test]
+    fn team_files_of_the_older_shape_and_bad_ones_read_with_a_reason() {
+        let old = "[gpus.\"NVIDIA H200\"]\nbatch_size = 4096\naccumulation_steps = 1\nprecision = \"bf16\"\n";
+        let entries = read_team_text(old).unwrap();
+        assert_eq!(entries, vec![entry("NVIDIA H200", "", 4096)]);
+        assert!(team_table(&entries).markdown().contains("(not recorded)"));
+        assert!(read_team_text("").unwrap().is_empty());
+        let e =
+            read_team_text("[gpus.\"A\".\"m\"]\nbatch_size = \"big\"\naccumulation_steps = 1\n")
+                .unwrap_err();
+        assert!(e.contains("'gpus.\"A\".\"m\".batch_size'"), "{e}");
+        assert!(read_team_text("gpus = 3\n")
+            .unwrap_err()
+            .contains("not a table"));
+        assert!(show_team(Path::new("/nonexistent/team.toml"))
+            .unwrap_err()
+            .contains("cannot read the team file"));
     }
 }

@@ -1,6 +1,7 @@
 //! The PyTorch example beside the tuner, checked without PyTorch or a GPU: its config reads as
 //! a tuner config, its scripts compile, the one-file reporter writes the protocol the tuner
-//! reads (and nothing outside the tuner), and the training script answers bad flags at once.
+//! reads (and nothing outside the tuner), the training script and Lightning's finder answer bad
+//! flags at once, and the fresh-process check of an answer reads the fake trainer right.
 
 mod fake;
 
@@ -39,7 +40,12 @@ fn the_example_config_is_a_tuner_config() {
 #[test]
 fn the_example_scripts_compile() {
     let dir = Scratch::new("compile");
-    for script in ["perf_lessons_report.py", "train_resnet.py"] {
+    for script in [
+        "perf_lessons_report.py",
+        "train_resnet.py",
+        "lightning_batch_finder.py",
+        "check_fit.py",
+    ] {
         let out = python(&[
             "-c",
             "import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)",
@@ -63,6 +69,7 @@ r = Reporter()
 print("enabled" if r.enabled else "disabled")
 time.sleep(0.02)
 r.step(samples=32)
+r.device(name="GPU X", total_bytes=1000, free_bytes=900)
 r.step(samples=32, step_s=0.5, forward_s=0.1, data_s=float("nan"), peak_memory_bytes=123)
 try:
     r.step(samples=1, fwd_s=1.0)
@@ -97,7 +104,13 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     assert!(stdout.ends_with("48 True 3\n"), "{stdout}");
 
     let r = ReportFile::read(&report);
-    assert_eq!((r.lines, r.bad_lines), (3, 0));
+    assert_eq!((r.lines, r.bad_lines), (4, 0));
+    let device = r.device.as_ref().expect("the device line");
+    assert_eq!(device.name.as_deref(), Some("GPU X"));
+    assert_eq!(
+        (device.total_bytes, device.free_bytes),
+        (Some(1000), Some(900))
+    );
     assert_eq!(r.steps.len(), 2, "the refused step wrote nothing");
     assert!(
         r.steps[0].step_s >= 0.02,
@@ -142,4 +155,69 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
     let out = python(&["train_resnet.py", "--help"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--accumulation"));
+}
+
+#[test]
+fn lightning_s_finder_answers_bad_flags_without_lightning() {
+    let out = python(&["lightning_batch_finder.py", "--max-trials", "0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("must be at least 1"), "{err}");
+    assert!(!err.contains("Traceback"), "{err}");
+    let out = python(&["lightning_batch_finder.py", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--steps-per-trial") && help.contains("--init-val"),
+        "{help}"
+    );
+}
+
+/// `check_fit.py B --script fake_trainer.py`: its JSON and exit status.
+fn check_fit(args: &[&str], vars: &[(&str, &str)]) -> (i32, serde_json::Value) {
+    let fake = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_trainer.py");
+    let mut all = vec!["check_fit.py"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--workers", "0", "--steps", "2", "--script", fake]);
+    let mut c = python(&all);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), json)
+}
+
+#[test]
+fn the_fresh_process_check_tells_an_exact_answer_from_a_wrong_one() {
+    let limit = [("FAKE_OOM_ABOVE", "100")];
+    let (code, r) = check_fit(&["96"], &limit);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        (r["fits"].as_bool(), r["next"].as_u64()),
+        (Some(true), Some(104))
+    );
+    assert_eq!(r["runs"][1]["verdict"], "out of memory");
+    // One sample's granularity, as Lightning answers: 100 fits, 101 does not.
+    let (code, r) = check_fit(&["100", "--step", "1"], &limit);
+    assert_eq!((code, r["exact"].as_bool()), (0, Some(true)), "{r}");
+    // Too small an answer (104 fits too) and too large a one (neither fits) are not exact.
+    let (code, r) = check_fit(&["88"], &limit);
+    assert_eq!((code, r["next_fits"].as_bool()), (1, Some(true)), "{r}");
+    let (code, r) = check_fit(&["104"], &limit);
+    assert_eq!((code, r["fits"].as_bool()), (1, Some(false)), "{r}");
+    // A failure that is not out of memory says nothing either way.
+    let (code, r) = check_fit(&["8"], &[("FAKE_MODE", "fail")]);
+    assert_eq!(code, 2, "{r}");
+    assert_eq!(r["runs"][0]["verdict"], "failed");
+    assert!(r["runs"][0]["stderr_last_line"]
+        .as_str()
+        .unwrap()
+        .contains("ValueError"));
 }

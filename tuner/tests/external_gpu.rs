@@ -1,6 +1,8 @@
 //! GPU checks of the external mode, on a machine with an NVIDIA GPU and PyTorch (torchvision
-//! for the second): `cargo test -p tuner --test external_gpu -- --ignored --nocapture`, from
-//! the repository root. They print what they measured.
+//! for the ResNet example): `cargo test -p tuner --test external_gpu -- --ignored --nocapture`,
+//! from the repository root. They print what they measured.
+
+mod fake;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -93,23 +95,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     let device = first_gpu();
     let script = examples().join("train_resnet.py");
     let mut argv = vec!["python3".to_string(), script.to_str().unwrap().to_string()];
-    argv.extend(
-        [
-            "--batch-size",
-            "{batch_size}",
-            "--workers",
-            "{workers}",
-            "--amp",
-            "{amp}",
-            "--accumulation",
-            "{accumulation}",
-            "--steps",
-            "{steps}",
-            "--warmup",
-            "{warmup}",
-        ]
-        .map(String::from),
-    );
+    argv.extend(fake::PLACEHOLDER_FLAGS.map(String::from));
     let prog = Program::new(argv).unwrap();
     let limits = Limits::new(Duration::from_secs(600));
     let dir = scratch("resnet");
@@ -164,5 +150,81 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     println!("batch 16384: {} after {:.1} s", r.verdict(), r.wall_s);
     assert_eq!(r.status, Status::Oom, "{:?}", r.stderr_tail);
     assert_eq!(r.oom.as_ref().unwrap().stack, "PyTorch");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `tuner autobatch` on the ResNet example, fp32, through the binary: its answer fits and the
+/// next multiple of 8 does not, each checked again in fresh processes by check_fit.py (which
+/// does not trust the tuner's reading of a trial); the split written trains 100 steps; and the
+/// search, aiming by the peaks the script reports, needed fewer trials than doubling and
+/// bisecting to the same answer would.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_finder_s_answer_on_the_resnet_example_is_exact() {
+    let dir = scratch("finder");
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("autobatch.json");
+    let script = examples().join("train_resnet.py");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tuner"))
+        .args([
+            "autobatch",
+            "--test-only",
+            "--devices",
+            "0",
+            "--workers",
+            "4",
+            "--amp",
+            "off",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .args(["--", "python3"])
+        .arg(&script)
+        .args(fake::PLACEHOLDER_FLAGS)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let maximum = r["found"]["maximum"].as_u64().unwrap() as usize;
+    assert_eq!(r["next_fails"], true);
+    assert_eq!(r["check"]["trained"], true);
+    assert!(
+        r["memory_line"].is_object(),
+        "the script reports its peaks: {}",
+        r["memory_line"]
+    );
+    let trials = r["found"]["trials"].as_array().unwrap().len();
+    let plain = tuner::search::find(8, tuner::search::Granularity::Multiple(8), 1 << 26, |b| {
+        Ok::<_, ()>((b <= maximum).into())
+    })
+    .unwrap()
+    .unwrap();
+    println!(
+        "maximum {maximum}: {trials} trials in {:.1} s of search; doubling and bisecting: {} trials",
+        r["search_wall_s"].as_f64().unwrap(),
+        plain.trials.len()
+    );
+    assert!(trials < plain.trials.len());
+
+    let check = std::process::Command::new("python3")
+        .arg(examples().join("check_fit.py"))
+        .arg(maximum.to_string())
+        .args(["--amp", "off", "--workers", "4"])
+        .env(
+            "CUDA_VISIBLE_DEVICES",
+            r["device"]["cuda_visible"].as_str().unwrap(),
+        )
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    println!("{text}");
+    assert_eq!(check.status.code(), Some(0), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -15,6 +15,12 @@ misbehaves on request through its environment:
             garbage  report, with stray text and a cut-off last line in the report
   FAKE_STEP_S=S      seconds per step (default 0.01)
   FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, times)
+  FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
+                     PER_SAMPLE x batch, reported with every step beside a device line
+                     (FAKE_GPU_NAME, default "Fake GPU"); past FREE it runs out of memory
+  FAKE_MEMORY_REAL_FREE=BYTES   run out of memory past this instead of FREE (the report and
+                     the truth disagree, as an allocator's slack makes them)
+  FAKE_WATCH_FILE=FILE   log how many lines FILE had when the run started
 """
 
 import argparse
@@ -69,6 +75,14 @@ def main():
         "start": start,
     }
 
+    watch = os.environ.get("FAKE_WATCH_FILE")
+    if watch:
+        try:
+            with open(watch, encoding="utf-8") as f:
+                entry["watched_lines"] = sum(1 for line in f if line.strip())
+        except FileNotFoundError:
+            entry["watched_lines"] = None
+
     if mode == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         Path(os.environ["FAKE_PID_FILE"]).write_text("%d %d\n" % (os.getpid(), child.pid))
@@ -79,8 +93,21 @@ def main():
         print("loading the dataset", flush=True)
         raise ValueError("the dataset has no split called 'trian'")
 
+    report = Reporter() if mode != "silent" else Reporter(path="")
+    peak = args.batch_size * 1_000_000
+    too_big = False
+    memory = os.environ.get("FAKE_MEMORY")
+    if memory:
+        fixed, per_sample, free = (int(v) for v in memory.split(","))
+        real_free = int(os.environ.get("FAKE_MEMORY_REAL_FREE", free))
+        report.device(name=os.environ.get("FAKE_GPU_NAME", "Fake GPU"),
+                      total_bytes=free + 1_000_000_000, free_bytes=free)
+        peak = fixed + per_sample * args.batch_size
+        too_big = peak > real_free
     oom_above = os.environ.get("FAKE_OOM_ABOVE")
     if oom_above is not None and args.batch_size > int(oom_above):
+        too_big = True
+    if too_big:
         print("Traceback (most recent call last):", file=sys.stderr)
         print('  File "train.py", line 120, in <module>', file=sys.stderr)
         print("    loss.backward()", file=sys.stderr)
@@ -88,9 +115,9 @@ def main():
         entry["end"] = time.time()
         entry["outcome"] = "oom"
         log(entry)
+        report.close()
         return 1
 
-    report = Reporter() if mode != "silent" else Reporter(path="")
     samples = args.batch_size * args.accumulation
     measured_start = None
     for step in range(args.warmup + args.steps):
@@ -104,7 +131,7 @@ def main():
             forward_s=step_s * 0.3,
             backward_s=step_s * 0.5,
             optimizer_s=step_s * 0.1,
-            peak_memory_bytes=args.batch_size * 1_000_000,
+            peak_memory_bytes=peak,
         )
     if measured_start is not None and args.steps > 0:
         report.end(samples_per_s=samples / step_s)

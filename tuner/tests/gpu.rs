@@ -36,7 +36,7 @@ fn the_step_matches_the_float64_reference() {
             },
         );
         for amp in [false, true] {
-            let c = s.check_gradient(amp, 64).unwrap();
+            let c = s.check_gradient(amp, 64, 1).unwrap();
             let tol = sweep::gradient_tolerance(amp, Preset::Medium.arch().depth + 1);
             println!(
                 "{opt:?} amp={amp}: gradient rel. L2 {:.3e}, biases {:.3e} (tolerance {tol:e}), loss error {:.2e}",
@@ -45,6 +45,38 @@ fn the_step_matches_the_float64_reference() {
             assert!(c.rel_l2 <= tol && c.bias_rel_l2 <= tol, "amp={amp}: {c:?}");
             assert!(c.loss_error < if amp { 2e-2 } else { 1e-5 });
         }
+    }
+}
+
+/// Four micro-batches of 64 accumulated give the gradient of the step's 256 samples (against
+/// float64, in both precisions), and accumulating needs no memory beyond one micro-batch's.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_accumulated_step_matches_the_float64_reference_and_its_memory() {
+    let gpu = gpu();
+    let mut s = session(
+        &gpu,
+        Overrides {
+            preset: Some(Preset::Small),
+            samples: Some(1024),
+            ..Default::default()
+        },
+    );
+    for amp in [false, true] {
+        let c = s.check_gradient(amp, 64, 4).unwrap();
+        let tol = sweep::gradient_tolerance(amp, Preset::Small.arch().depth + 1);
+        println!(
+            "amp={amp}, 4 x 64 accumulated: gradient rel. L2 {:.3e}, biases {:.3e} (tolerance {tol:e}), loss error {:.2e}",
+            c.rel_l2, c.bias_rel_l2, c.loss_error
+        );
+        assert!(c.rel_l2 <= tol && c.bias_rel_l2 <= tol, "amp={amp}: {c:?}");
+        let one = s.fits(4096, amp, 3, 1).unwrap().expect("fits");
+        let four = s.fits(4096, amp, 3, 4).unwrap().expect("fits");
+        println!(
+            "amp={amp}: peak in use {} bytes alone, {} accumulating 4",
+            one.used, four.used
+        );
+        assert_eq!(one.used, four.used);
     }
 }
 
@@ -64,7 +96,7 @@ fn the_chunked_bias_gradient_matches_the_float64_reference() {
             ..Default::default()
         },
     );
-    let c = s.check_gradient(false, batch).unwrap();
+    let c = s.check_gradient(false, batch, 1).unwrap();
     let tol = sweep::gradient_tolerance(false, Preset::Small.arch().depth + 1);
     println!(
         "batch {batch}: gradient rel. L2 {:.3e}, biases {:.3e} (tolerance {tol:e}), loss error {:.2e}",
@@ -136,6 +168,7 @@ fn a_sweep_that_runs_out_of_memory_recovers_and_goes_on() {
         json: None,
         plot: None,
         progress: false,
+        margin: None,
     };
     let (report, verified) =
         sweep::run(&gpu, settings, &out, common::report::Startup::now()).unwrap();
@@ -191,7 +224,7 @@ fn the_memory_estimate_matches_measured_peaks() {
                 let est =
                     tuner::memory::estimate(&s.settings.arch, &s.settings.optimizer, amp, batch)
                         .total;
-                let peak = s.fits(batch, amp, 3).unwrap().expect("fits");
+                let peak = s.fits(batch, amp, 3, 1).unwrap().expect("fits");
                 let err = (est as f64 - peak.used as f64) / peak.used as f64;
                 println!(
                     "{preset:?} amp={amp} batch {batch}: estimate {est}, measured {} in use, {:?} from the device, error {:+.4}%",
@@ -225,13 +258,18 @@ fn the_finder_answer_fits_and_the_next_multiple_does_not() {
         config: None,
         test_only: true,
         team: None,
+        model_name: None,
         progress: true,
     };
     let r = tuner::commands::autobatch(&gpu, settings, &options).unwrap();
     print!("{}", tuner::commands::render_autobatch(&r));
     assert!(r.found.trials.len() <= r.trial_bound);
     assert!(r.next_fails, "maximum + 8 must fail");
-    assert!(r.recommended_trains_100_steps);
+    assert!(
+        r.check.trained,
+        "the split written trains {} steps",
+        r.check.steps
+    );
     assert!(r.search_wall_s < 60.0);
     let off = (r.estimate_limit as f64 - r.found.maximum as f64) / r.found.maximum as f64;
     assert!(

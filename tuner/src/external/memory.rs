@@ -20,6 +20,14 @@ pub trait MemoryProbe: Send + Sync {
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
     /// Bytes in use on the whole device.
     fn device_used(&self) -> Option<u64>;
+    /// The device's memory (bytes).
+    fn device_total(&self) -> Option<u64> {
+        None
+    }
+    /// The device's name.
+    fn device_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Which GPU NVML means.
@@ -69,6 +77,14 @@ impl MemoryProbe for NvmlProbe {
     fn device_used(&self) -> Option<u64> {
         self.device()?.memory_info().ok().map(|m| m.used)
     }
+
+    fn device_total(&self) -> Option<u64> {
+        self.device()?.memory_info().ok().map(|m| m.total)
+    }
+
+    fn device_name(&self) -> Option<String> {
+        self.device()?.name().ok()
+    }
 }
 
 /// NVML, where the driver has it (drivers often ship only the versioned soname).
@@ -100,6 +116,9 @@ pub struct MemoryReading {
     pub peak_bytes: Option<u64>,
     /// The device's memory in use just before the trial started.
     pub device_before_bytes: Option<u64>,
+    /// The device's memory.
+    #[serde(default)]
+    pub device_total_bytes: Option<u64>,
     pub samples: usize,
     /// Why the per-process figure was not used, where it was not.
     pub note: Option<String>,
@@ -111,6 +130,7 @@ impl MemoryReading {
             source: MemorySource::None,
             peak_bytes: None,
             device_before_bytes: None,
+            device_total_bytes: None,
             samples: 0,
             note: Some(note.to_string()),
         }
@@ -170,6 +190,7 @@ impl Watch {
                 source: MemorySource::NvmlProcess,
                 peak_bytes: Some(peak),
                 device_before_bytes: before,
+                device_total_bytes: None,
                 samples: self.samples,
                 note: self
                     .unaccounted
@@ -193,6 +214,7 @@ impl Watch {
                 source: MemorySource::None,
                 peak_bytes: None,
                 device_before_bytes: Some(before),
+                device_total_bytes: None,
                 samples: self.samples,
                 note: Some(
                     "NVML saw no compute process of the trial and no rise in the device's \
@@ -204,6 +226,7 @@ impl Watch {
                 source: MemorySource::NvmlDeviceDelta,
                 peak_bytes: Some(peak.saturating_sub(before)),
                 device_before_bytes: Some(before),
+                device_total_bytes: None,
                 samples: self.samples,
                 note: Some(format!(
                     "{why}: the device's memory in use above its level before the trial"
@@ -213,6 +236,7 @@ impl Watch {
                 source: MemorySource::None,
                 peak_bytes: None,
                 device_before_bytes: before,
+                device_total_bytes: None,
                 samples: self.samples,
                 note: Some("NVML gave no memory reading for this device".into()),
             },

@@ -35,6 +35,7 @@
 //! included; the tuner drops the first `{warmup}` of them:
 //!
 //! ```text
+//! {"kind": "device", "name": "NVIDIA H100 80GB HBM3", "total_bytes": 85017755648, "free_bytes": 84340310016}
 //! {"samples": 256, "step_s": 0.0412}
 //! {"samples": 256, "step_s": 0.0409, "data_s": 0.0011, "forward_s": 0.0120, "backward_s": 0.0240, "optimizer_s": 0.0030, "peak_memory_bytes": 9876543210}
 //! {"samples": 256, "start_s": 12.000, "end_s": 12.041}
@@ -43,7 +44,9 @@
 //!
 //! `samples` is what the step consumed (batch x accumulation); the step's time is `step_s` or
 //! `end_s - start_s` (any clock, in seconds). The phase times and the framework's peak memory
-//! are optional. A last line of `"kind": "end"` may carry the program's own throughput, shown
+//! are optional, and so is the `"kind": "device"` line (the GPU's name, its memory and what was
+//! free once the framework held it, before the model was built): with it and the peaks, the
+//! batch finder fits memory to the batch and aims at the limit ([crate::search]). A last line of `"kind": "end"` may carry the program's own throughput, shown
 //! beside the tuner's. Unknown fields and kinds are ignored; a line that is not valid (a
 //! truncated last line of a killed program, stray text) is counted and reported, never fatal.
 //! `examples/pytorch/perf_lessons_report.py` is a one-file helper that writes this protocol.
@@ -71,8 +74,9 @@
 //! Trials come from one queue, one at a time per GPU, as many at once as there are devices;
 //! each result is appended to a JSON-lines file as it comes, so an interrupted run loses
 //! nothing. The autobatch oracle answers "does batch B fit?" with a trial (stopped as soon as
-//! it has reported every step it was told to run: the answer is known then) and plugs into
-//! [crate::search::find].
+//! it has reported every step it was told to run: the answer is known then), with the trial's
+//! peak and limit in one set of terms ([TrialResult::memory_terms]), and plugs into
+//! [crate::search::find]. The subcommands on a program are [crate::program].
 
 pub mod classify;
 pub mod command;

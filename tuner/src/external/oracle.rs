@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::search::{self, Found, Granularity};
+use crate::search::{self, Found, Granularity, Probe};
 
 use super::classify::Status;
 use super::command::{Params, Program};
@@ -65,6 +65,18 @@ pub fn fits(r: &TrialResult) -> Result<bool, Stopped> {
     }
 }
 
+/// What a trial tells the finder: whether it fit, and its memory in the terms of
+/// [TrialResult::memory_terms], so the search can aim by the memory line.
+pub fn probe(r: &TrialResult) -> Result<Probe, Stopped> {
+    let fits = fits(r)?;
+    let (peak, limit) = r.memory_terms();
+    Ok(Probe {
+        fits,
+        peak_bytes: peak.filter(|_| fits),
+        limit_bytes: limit,
+    })
+}
+
 /// The finder's answer and every trial it ran.
 #[derive(Debug)]
 pub struct BatchSearch {
@@ -112,7 +124,7 @@ pub fn find_batch(
         let r = trial(program, &params, index, device, &folder, &limits);
         results.write(&r).map_err(Stopped::Results)?;
         on_trial(&r);
-        let answer = fits(&r);
+        let answer = probe(&r);
         trials.push(r);
         answer
     })?;

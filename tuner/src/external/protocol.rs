@@ -32,6 +32,16 @@ pub struct EndRecord {
     pub peak_memory_bytes: Option<u64>,
 }
 
+/// The program's `"kind": "device"` line: the GPU as the framework sees it, written once the
+/// framework holds the GPU (its context exists) and before the model is built.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    pub name: Option<String>,
+    pub total_bytes: Option<u64>,
+    /// Free device memory at that moment: what the training can have.
+    pub free_bytes: Option<u64>,
+}
+
 /// A line that was not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BadLine {
@@ -45,6 +55,7 @@ pub struct BadLine {
 pub struct ReportFile {
     pub steps: Vec<StepRecord>,
     pub end: Option<EndRecord>,
+    pub device: Option<DeviceRecord>,
     /// Non-empty lines in the file.
     pub lines: usize,
     /// Lines that were not valid reports.
@@ -82,6 +93,7 @@ impl ReportFile {
             match parse_line(line) {
                 Ok(Line::Step(s)) => r.steps.push(s),
                 Ok(Line::End(e)) => r.end = Some(e),
+                Ok(Line::Device(d)) => r.device = Some(d),
                 Ok(Line::Unknown) => r.unknown_kinds += 1,
                 Err(reason) => {
                     r.bad_lines += 1;
@@ -104,6 +116,7 @@ impl ReportFile {
 enum Line {
     Step(StepRecord),
     End(EndRecord),
+    Device(DeviceRecord),
     Unknown,
 }
 
@@ -125,6 +138,15 @@ fn parse_line(line: &str) -> Result<Line, String> {
         "end" => Ok(Line::End(EndRecord {
             samples_per_s: seconds_like(&o, "samples_per_s")?,
             peak_memory_bytes: whole(&o, "peak_memory_bytes")?,
+        })),
+        "device" => Ok(Line::Device(DeviceRecord {
+            name: match o.get("name") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(n)) => Some(n.chars().take(200).collect()),
+                Some(_) => return Err("'name' must be a string".into()),
+            },
+            total_bytes: whole(&o, "total_bytes")?,
+            free_bytes: whole(&o, "free_bytes")?,
         })),
         _ => Ok(Line::Unknown),
     }
@@ -218,6 +240,9 @@ pub struct Measured {
     pub program_samples_per_s: Option<f64>,
     /// ours / the program's - 1 (0.01 = we count 1% more).
     pub program_difference: Option<f64>,
+    /// The GPU as the program reported it.
+    #[serde(default)]
+    pub device: Option<DeviceRecord>,
 }
 
 impl Measured {
@@ -280,6 +305,7 @@ impl Measured {
             framework_peak_bytes,
             program_samples_per_s,
             program_difference,
+            device: report.device.clone(),
         }
     }
 }
@@ -306,6 +332,25 @@ mod tests {
         assert_eq!(r.steps[2].forward_s, None);
         assert_eq!(r.end.as_ref().unwrap().samples_per_s, Some(700.5));
         assert!(!r.truncated_last_line);
+    }
+
+    #[test]
+    fn the_device_line_names_the_gpu_and_its_free_memory() {
+        let r = ReportFile::parse(concat!(
+            "{\"kind\": \"device\", \"name\": \"NVIDIA H100 80GB HBM3\", \"total_bytes\": 85021163520, \"free_bytes\": 84500000000}\n",
+            "{\"samples\": 8, \"step_s\": 0.1}\n",
+            "{\"kind\": \"device\", \"name\": 7}\n",
+        ));
+        let d = r.device.as_ref().unwrap();
+        assert_eq!(d.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(
+            (d.total_bytes, d.free_bytes),
+            (Some(85_021_163_520), Some(84_500_000_000))
+        );
+        assert_eq!((r.steps.len(), r.bad_lines), (1, 1));
+        assert!(r.first_bad[0].reason.contains("'name'"));
+        let m = Measured::from_report(&r, 0, None);
+        assert_eq!(m.device.unwrap().free_bytes, Some(84_500_000_000));
     }
 
     #[test]

@@ -79,6 +79,30 @@ pub struct TrialResult {
 }
 
 impl TrialResult {
+    /// The trial's peak memory and the memory it could have had, in the same terms: the
+    /// program's own peak against the memory it reported free when it started (both from the
+    /// report, exact), else NVML's reading against the GPU's memory less what was in use before
+    /// the trial. The limit is None unless it is known in the peak's terms.
+    pub fn memory_terms(&self) -> (Option<u64>, Option<u64>) {
+        let m = &self.measured;
+        let reported_free = m.device.as_ref().and_then(|d| d.free_bytes);
+        if m.framework_peak_bytes.is_some() && reported_free.is_some() {
+            return (m.framework_peak_bytes, reported_free);
+        }
+        let nvml_limit = match (
+            self.memory.device_total_bytes,
+            self.memory.device_before_bytes,
+        ) {
+            (Some(total), Some(before)) => Some(total.saturating_sub(before)),
+            _ => None,
+        };
+        match (self.memory.peak_bytes, nvml_limit) {
+            (Some(p), Some(l)) => (Some(p), Some(l)),
+            // A peak without a limit in its own terms: shown, but not held against a limit.
+            (nvml, _) => (nvml.or(m.framework_peak_bytes), None),
+        }
+    }
+
     /// A trial not run.
     pub fn skipped(index: usize, params: Params, reason: String) -> TrialResult {
         TrialResult {
@@ -244,6 +268,7 @@ pub fn trial(
     );
     if let Some(s) = sampler {
         result.memory = s.finish();
+        result.memory.device_total_bytes = device.probe.as_ref().and_then(|p| p.device_total());
     }
     let finished = match finished {
         Ok(f) => f,

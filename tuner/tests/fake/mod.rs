@@ -13,31 +13,35 @@ pub fn script() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_trainer.py").to_string()
 }
 
+/// Every setting of a trial as the flags of train_resnet.py and the fake take them.
+pub const PLACEHOLDER_FLAGS: [&str; 12] = [
+    "--batch-size",
+    "{batch_size}",
+    "--workers",
+    "{workers}",
+    "--amp",
+    "{amp}",
+    "--accumulation",
+    "{accumulation}",
+    "--steps",
+    "{steps}",
+    "--warmup",
+    "{warmup}",
+];
+
 /// `env VARS... python3 fake_trainer.py --batch-size {batch_size} ...`: the fake's behaviour is
 /// set through `env`, so tests running side by side do not share settings.
-pub fn program(vars: &[(&str, &str)]) -> Program {
+pub fn argv(vars: &[(&str, &str)]) -> Vec<String> {
     let mut argv = vec!["env".to_string()];
     argv.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
-    argv.extend(
-        [
-            "python3",
-            &script(),
-            "--batch-size",
-            "{batch_size}",
-            "--workers",
-            "{workers}",
-            "--amp",
-            "{amp}",
-            "--accumulation",
-            "{accumulation}",
-            "--steps",
-            "{steps}",
-            "--warmup",
-            "{warmup}",
-        ]
-        .map(String::from),
-    );
-    Program::new(argv).unwrap()
+    argv.extend(["python3".to_string(), script()]);
+    argv.extend(PLACEHOLDER_FLAGS.map(String::from));
+    argv
+}
+
+/// [argv] as the external mode's program.
+pub fn program(vars: &[(&str, &str)]) -> Program {
+    Program::new(argv(vars)).unwrap()
 }
 
 pub fn params(batch: usize) -> Params {

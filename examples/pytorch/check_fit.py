@@ -1,0 +1,102 @@
+"""Whether batch B fits and B + STEP does not, each in a fresh process of the training script:
+the check of a batch finder's answer that does not trust the finder (its own search, its own
+reading of the program's end). A run fits when it exits 0; it ran out of memory when it exits
+otherwise with "out of memory" in its stderr (any stack's wording of it); anything else is a
+failure, which says nothing about memory.
+
+    python3 examples/pytorch/check_fit.py 1896 --amp off --workers 4
+    python3 examples/pytorch/check_fit.py 1903 --step 1      # a finder exact to one sample
+
+It prints JSON (the batch, whether it fit, the next, whether it fit, each run's exit, seconds and
+last line of stderr) and exits 0 when B fits and B + STEP does not, 1 when either answer is the
+other way, 2 when a run failed otherwise. Arguments after `--` go to the training script.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from train_resnet import non_negative, positive
+
+HERE = Path(__file__).resolve().parent
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("batch", type=positive, help="the batch to check (a finder's answer)")
+    p.add_argument("--step", type=positive, default=8, help="the granularity: B + STEP must fail")
+    p.add_argument("--amp", choices=["on", "off"], default="off")
+    p.add_argument("--workers", type=non_negative, default=4)
+    p.add_argument("--steps", type=positive, default=5, help="measured steps of each run")
+    p.add_argument("--warmup", type=non_negative, default=1)
+    p.add_argument("--script", default=str(HERE / "train_resnet.py"),
+                   help="the training script (default: train_resnet.py beside this one)")
+    p.add_argument("--json", metavar="FILE", help="also write the result here")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
+    args = p.parse_args(argv)
+    args.rest = rest
+    return args
+
+
+def run(args, batch):
+    """One fresh process of the script at `batch`: (verdict, the run's record)."""
+    command = [sys.executable, args.script, "--batch-size", str(batch), "--workers",
+               str(args.workers), "--amp", args.amp, "--steps", str(args.steps),
+               "--warmup", str(args.warmup)] + args.rest
+    # Outside the tuner: no report file, no trial settings.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_LESSONS_")}
+    started = time.perf_counter()
+    done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          errors="replace")
+    seconds = time.perf_counter() - started
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode == 0:
+        verdict = "fits"
+    elif any("out of memory" in line.lower() for line in lines):
+        verdict = "out of memory"
+    else:
+        verdict = "failed"
+    record = {
+        "batch": batch,
+        "verdict": verdict,
+        "exit": done.returncode,
+        "seconds": round(seconds, 3),
+        "stderr_last_line": lines[-1][:400] if lines else "",
+    }
+    return verdict, record
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    first, first_run = run(args, args.batch)
+    second, second_run = run(args, args.batch + args.step)
+    result = {
+        "script": args.script,
+        "batch": args.batch,
+        "fits": first == "fits",
+        "next": args.batch + args.step,
+        "next_fits": second == "fits",
+        "exact": first == "fits" and second == "out of memory",
+        "runs": [first_run, second_run],
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if "failed" in (first, second):
+        return 2
+    return 0 if result["exact"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

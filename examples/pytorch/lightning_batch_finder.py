@@ -1,0 +1,151 @@
+"""PyTorch Lightning's batch finder on the model and data of train_resnet.py, for comparison with
+`tuner autobatch`: `Tuner.scale_batch_size(mode="binsearch")` doubles the batch from
+`--init-val` until the first out-of-memory, then bisects to a granularity of one sample, every
+trial `--steps-per-trial` training steps inside this one process.
+
+    python3 examples/pytorch/lightning_batch_finder.py --amp off --workers 4 --json lightning.json
+
+It prints (and writes with --json) its answer, each trial (batch size, steps completed, whether
+it fit, seconds) and its wall time: from the start of this script (Python, PyTorch and Lightning
+imports included, as a run of the tuner counts its programs' start-ups) and of the search alone.
+Where the installed Lightning takes a `margin` (a share taken off the answer) it is set to 0 and
+`max_val` is raised, so the answer is the largest batch it saw fit. The model, the images, the
+loader and the optimizer are train_resnet.py's own (ResNet-18, 1000 classes, seeded random
+224-pixel images made in the loader's workers, SGD with momentum 0.9); bf16 autocast is
+Lightning's "bf16-mixed", cuDNN autotuning is on as there.
+"""
+
+import time
+
+STARTED = time.perf_counter()
+
+import argparse  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+
+from train_resnet import data_loader, non_negative, positive, resnet18, sgd, synthetic_images  # noqa: E402
+
+# Images on demand: the dataset is far longer than any batch times the steps of a trial.
+DATASET_LENGTH = 10_000_000
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--amp", choices=["on", "off"], default="off", help="bf16 autocast")
+    p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
+    p.add_argument("--pin-memory", choices=["on", "off"], default="on")
+    p.add_argument("--init-val", type=positive, default=2, help="the first batch tried")
+    p.add_argument("--steps-per-trial", type=positive, default=3)
+    p.add_argument("--max-trials", type=positive, default=25)
+    p.add_argument("--max-val", type=positive, default=1 << 20,
+                   help="the largest batch tried, where the installed Lightning takes one")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--json", metavar="FILE", help="also write the result here")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    try:
+        import lightning.pytorch as pl
+        from lightning.pytorch.tuner import Tuner
+    except ImportError:
+        import pytorch_lightning as pl
+        from pytorch_lightning.tuner import Tuner
+
+    if not torch.cuda.is_available():
+        sys.exit("lightning_batch_finder.py: PyTorch sees no CUDA GPU")
+
+    class ResNetModule(pl.LightningModule):
+        """train_resnet.py's step as a LightningModule; records each of the finder's trials."""
+
+        def __init__(self, batch_size):
+            super().__init__()
+            self.batch_size = batch_size
+            self.model = resnet18()
+            self.loss = torch.nn.CrossEntropyLoss()
+            self.trials = []
+
+        def on_train_start(self):
+            now = time.perf_counter()
+            self.trials.append({"batch_size": self.batch_size, "steps": 0, "start": now, "end": now})
+
+        def training_step(self, batch, batch_idx):
+            images, labels = batch
+            return self.loss(self.model(images), labels)
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            self.trials[-1]["steps"] += 1
+            self.trials[-1]["end"] = time.perf_counter()
+
+        def configure_optimizers(self):
+            return sgd(self.parameters(), args.lr)
+
+        def train_dataloader(self):
+            return data_loader(synthetic_images(DATASET_LENGTH, args.seed), self.batch_size,
+                               args.workers, args.pin_memory == "on")
+
+    torch.manual_seed(args.seed)
+    module = ResNetModule(args.init_val)
+    root = tempfile.mkdtemp(prefix="lightning-batch-finder-")
+    trainer = pl.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed" if args.amp == "on" else "32-true",
+        max_epochs=1,
+        benchmark=True,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+    )
+    options = dict(mode="binsearch", init_val=args.init_val,
+                   steps_per_trial=args.steps_per_trial, max_trials=args.max_trials)
+    accepted = inspect.signature(Tuner(trainer).scale_batch_size).parameters
+    if "margin" in accepted:
+        options["margin"] = 0.0
+    if "max_val" in accepted:
+        options["max_val"] = args.max_val
+    search_started = time.perf_counter()
+    answer = Tuner(trainer).scale_batch_size(module, **options)
+    finished = time.perf_counter()
+
+    trials = [
+        {
+            "batch_size": t["batch_size"],
+            "steps": t["steps"],
+            "fits": t["steps"] >= args.steps_per_trial,
+            "seconds": round(t["end"] - t["start"], 4),
+        }
+        for t in module.trials
+    ]
+    result = {
+        "finder": "lightning Tuner.scale_batch_size(mode=binsearch)",
+        "answer": answer,
+        "trials": trials,
+        "trial_count": len(trials),
+        "wall_s": round(finished - STARTED, 3),
+        "search_s": round(finished - search_started, 3),
+        "options": options,
+        "amp": args.amp,
+        "workers": args.workers,
+        "gpu": torch.cuda.get_device_name(),
+        "lightning_version": pl.__version__,
+        "torch_version": torch.__version__,
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,684 @@
+//! The `tuner` binary on a program, end to end, against the fake training program: what
+//! reaches the program, how each ending is told apart, the finder's answer and its trial count,
+//! the queue over several (stand-in) GPUs, results written as they come, what is and is not
+//! written back. No GPU: the GPUs are named in CUDA_VISIBLE_DEVICES, and a device order other
+//! than the bus's keeps NVML (where a machine has it) from reading real GPUs for them.
+
+mod fake;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use fake::{eventually, gone, log_entries, script, Scratch};
+use serde_json::Value;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// `tuner ARGS -- env VARS python3 fake_trainer.py --batch-size {batch_size} ...` in `cwd`, on
+/// the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`.
+fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(args);
+    cmd.arg("--");
+    cmd.args(fake::argv(vars));
+    run(cmd, gpus, cwd, tmp)
+}
+
+fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+    std::fs::create_dir_all(tmp).unwrap();
+    cmd.current_dir(cwd)
+        .env("CUDA_VISIBLE_DEVICES", gpus)
+        .env("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+        .env("TMPDIR", tmp);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PERF_LESSONS_") || k.starts_with("FAKE_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("running tuner");
+    let o = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    o
+}
+
+fn json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A scratch folder with a working folder and a temporary folder in it.
+fn places(name: &str) -> (Scratch, PathBuf, PathBuf) {
+    let s = Scratch::new(name);
+    let (work, tmp) = (s.path("work"), s.path("tmp"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    (s, work, tmp)
+}
+
+#[test]
+fn placeholders_and_environment_reach_the_program() {
+    let (s, work, tmp) = places("env");
+    let log = s.str("log.jsonl");
+    std::fs::write(
+        work.join("run.toml"),
+        "[training]\naccumulation_steps = 2\nsteps = 4\nwarmup_steps = 2\n",
+    )
+    .unwrap();
+    let o = tuner(
+        &[
+            "sweep",
+            "--config",
+            "run.toml",
+            "--batch-sizes",
+            "24",
+            "--workers",
+            "3",
+            "--amp",
+            "on",
+            "--json",
+            "out.json",
+        ],
+        &[("FAKE_LOG", &log)],
+        "5",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let e = &log_entries(Path::new(&log))[0];
+    assert_eq!(e["args"]["batch_size"], 24);
+    assert_eq!(e["args"]["workers"], 3);
+    assert_eq!(e["args"]["amp"], "on");
+    assert_eq!(e["args"]["accumulation"], 2);
+    assert_eq!(e["args"]["steps"], 4);
+    assert_eq!(e["args"]["warmup"], 2);
+    for (k, v) in [
+        ("PERF_LESSONS_BATCH_SIZE", "24"),
+        ("PERF_LESSONS_WORKERS", "3"),
+        ("PERF_LESSONS_AMP", "on"),
+        ("PERF_LESSONS_ACCUMULATION", "2"),
+        ("PERF_LESSONS_STEPS", "4"),
+        ("PERF_LESSONS_WARMUP_STEPS", "2"),
+        ("PERF_LESSONS_TRIAL", "0"),
+    ] {
+        assert_eq!(e["env"][k], v, "{k}");
+    }
+    assert_eq!(e["cuda_visible_devices"], "5");
+    assert_eq!(e["nccl_nvls_enable"], "0");
+    assert_eq!(e["pid"], e["pgid"], "a process group of its own");
+
+    // The report's shape: the tuner's trial table, picks, the program's own count beside ours.
+    let report = json(&work.join("out.json"));
+    assert_eq!(report["schema"], "tuner-sweep-program/1");
+    let row = &report["trials"][0];
+    assert_eq!(row["status"], "OK");
+    assert_eq!(row["key"]["pin"], Value::Null);
+    // 6 steps reported, 2 of them warmup; 48 samples per 10 ms.
+    assert!((row["samples_per_s"].as_f64().unwrap() - 4800.0).abs() < 1e-6);
+    assert_eq!(report["runs"][0]["measured"]["reported_steps"], 6);
+    assert_eq!(report["best"]["recommended"]["key"]["batch"], 24);
+    assert!(
+        o.stdout.contains("| batch | workers | AMP | data ms |"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("- recommended: batch 24, workers 3, AMP bf16"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("samples/s against the program's own count: within 0.00% on 1 trial(s)"),
+        "{}",
+        o.stdout
+    );
+    // The trials' JSON lines beside the JSON; the temporary trials' folder is gone.
+    assert_eq!(lines(&work.join("out.trials.jsonl")).len(), 1);
+    assert_eq!(listing(&work), ["out.json", "out.trials.jsonl", "run.toml"]);
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+    // `tuner plot` redraws a program's sweep from its JSON.
+    let mut plot = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    plot.args(["plot", "--from", "out.json", "--out", "again"]);
+    let p = run(plot, "5", &work, &tmp);
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    assert!(work.join("again.png").exists() && work.join("again.svg").exists());
+    let svg = std::fs::read_to_string(work.join("again.svg")).unwrap();
+    assert!(
+        svg.contains("tuner sweep of env"),
+        "the program's command in the title"
+    );
+}
+
+#[test]
+fn a_hang_is_killed_at_the_time_limit_with_its_children() {
+    let (s, work, tmp) = places("hang");
+    let pids = s.str("pids");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8",
+            "--time-limit",
+            "2",
+            "--steps",
+            "2",
+        ],
+        &[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)],
+        "0",
+        &work,
+        &tmp,
+    );
+    // No trial ended OK: nothing to recommend, and the exit says so.
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("| HANG |"), "{}", o.stdout);
+    assert!(o.stdout.contains("time limit of 2 s"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("waiting for a collective that never comes"),
+        "the trial's last words: {}",
+        o.stdout
+    );
+    for pid in std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|w| w.parse::<u32>().unwrap())
+    {
+        assert!(
+            eventually(Duration::from_secs(5), || gone(pid)),
+            "process {pid} outlived its trial"
+        );
+    }
+    // A hang is worth reading: its folder is kept and named.
+    assert!(o.stdout.contains("the trials' output"), "{}", o.stdout);
+    assert_eq!(listing(&tmp).len(), 1);
+}
+
+#[test]
+fn out_of_memory_is_told_apart_from_a_failure() {
+    let (_s, work, tmp) = places("endings");
+    let o = tuner(
+        &["sweep", "--batch-sizes", "8,64,128", "--steps", "2"],
+        &[("FAKE_OOM_ABOVE", "32")],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let rows: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert!(
+        rows[1].starts_with("| 8 |") && rows[1].contains("| OK |"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[2].starts_with("| 64 |") && rows[2].contains("| OOM |"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[3].starts_with("| 128 |") && rows[3].contains("| skipped |"),
+        "{rows:?}"
+    );
+    assert!(
+        o.stdout
+            .contains("memory-bound: batch 64 ran out of memory"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stderr.contains("OOM (PyTorch)"), "{}", o.stderr);
+
+    let o = tuner(
+        &["sweep", "--batch-sizes", "8", "--steps", "2"],
+        &[("FAKE_MODE", "fail")],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 1);
+    assert!(o.stdout.contains("| FAILED |"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("ValueError: the dataset has no split called 'trian'"),
+        "{}",
+        o.stdout
+    );
+    assert!(!o.stdout.contains("memory-bound"), "{}", o.stdout);
+}
+
+/// `tuner autobatch --test-only --json ab.json ...` on the fake; the JSON report.
+fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
+    let (_s, work, tmp) = places(name);
+    let mut all = vec![
+        "autobatch",
+        "--test-only",
+        "--json",
+        "ab.json",
+        "--workers",
+        "0",
+    ];
+    all.extend_from_slice(args);
+    let o = tuner(&all, vars, "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    (json(&work.join("ab.json")), o)
+}
+
+fn trial_count(report: &Value) -> usize {
+    report["found"]["trials"].as_array().unwrap().len()
+}
+
+#[test]
+fn the_finder_s_answer_is_the_fake_s_limit() {
+    for (args, expected) in [
+        (vec![], 96),
+        (vec!["--multiple-of", "4"], 100),
+        (vec!["--pow2"], 64),
+    ] {
+        let (r, _) = autobatch("limit", &args, &[("FAKE_OOM_ABOVE", "100")]);
+        assert_eq!(r["found"]["maximum"], expected, "{args:?}");
+        assert_eq!(r["next_fails"], true);
+        assert_eq!(r["check"]["trained"], true);
+        assert_eq!(r["check"]["steps"], 100);
+        // The split's check ran as one more trial: 100 optimizer steps, reported.
+        assert_eq!(r["check_trial"]["measured"]["reported_steps"], 100);
+        for t in r["trials"].as_array().unwrap() {
+            let batch = t["params"]["batch_size"].as_u64().unwrap();
+            let status = if batch <= 100 { "OK" } else { "OOM" };
+            assert_eq!(t["status"], status, "batch {batch}");
+        }
+    }
+}
+
+#[test]
+fn reported_memory_cuts_the_finder_s_trials() {
+    // A GPU with 79 GB free, 0.6 GB fixed and 40 MB per sample: batch 1960 fills it exactly.
+    let memory = ("FAKE_MEMORY", "600000000,40000000,79000000000");
+    let (guided, o) = autobatch("guided", &[], &[memory, ("FAKE_GPU_NAME", "Fake H100")]);
+    let (plain, _) = autobatch("plain", &[], &[("FAKE_OOM_ABOVE", "1960")]);
+    assert_eq!(guided["found"]["maximum"], 1960);
+    assert_eq!(plain["found"]["maximum"], 1960);
+    assert_eq!(guided["next_fails"], true);
+    // Start, the proportional jump, the line's prediction, the size above it: 4 trials where
+    // doubling and bisecting take 16.
+    assert_eq!(trial_count(&guided), 4, "{}", guided["found"]["trials"]);
+    assert_eq!(trial_count(&plain), 16, "{}", plain["found"]["trials"]);
+    assert!(
+        o.stdout
+            .contains("peak = 0.600 GB + 40.00 MB per sample, limit 79.00 GB"),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(guided["gpu_name"], "Fake H100");
+    // The recommended batch leaves 5% of the memory free (80 GB total: the large class):
+    // (0.95 x 79 GB - 0.6 GB) / 40 MB = 1861 samples, 1856 at multiples of 8.
+    assert_eq!(guided["tiers"]["recommended"], 1856);
+    assert_eq!(guided["tiers"]["safe"], 1760);
+
+    // Where the report is 3% off the truth, the answer is still exact, in fewer trials.
+    let (off, _) = autobatch(
+        "off",
+        &[],
+        &[memory, ("FAKE_MEMORY_REAL_FREE", "76630000000")],
+    );
+    let (plain_off, _) = autobatch("plain-off", &[], &[("FAKE_OOM_ABOVE", "1900")]);
+    assert_eq!(off["found"]["maximum"], 1896);
+    assert_eq!(plain_off["found"]["maximum"], 1896);
+    assert_eq!(off["next_fails"], true);
+    assert!(
+        trial_count(&off) + 4 <= trial_count(&plain_off),
+        "{} against {}",
+        off["found"]["trials"],
+        plain_off["found"]["trials"]
+    );
+}
+
+#[test]
+fn the_queue_spreads_trials_over_several_gpus_one_each_at_a_time() {
+    let (s, work, tmp) = places("queue");
+    let log = s.str("log.jsonl");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8,16,24,32,40,48,56,64,72",
+            "--steps",
+            "3",
+            "--warmup-steps",
+            "0",
+            "--json",
+            "q.json",
+        ],
+        &[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.1")],
+        "3,5,7",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let report = json(&work.join("q.json"));
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 9);
+    let visible: HashMap<&str, &str> = [("GPU 0", "3"), ("GPU 1", "5"), ("GPU 2", "7")].into();
+    let mut spans: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
+    for e in log_entries(Path::new(&log)) {
+        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let r = &runs[index];
+        let device = r["device"].as_str().unwrap();
+        assert_eq!(e["cuda_visible_devices"], visible[device]);
+        spans
+            .entry(device.to_string())
+            .or_default()
+            .push((e["start"].as_f64().unwrap(), e["end"].as_f64().unwrap()));
+    }
+    assert_eq!(spans.len(), 3, "every GPU took trials: {spans:?}");
+    for (device, s) in &mut spans {
+        s.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in s.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{device}: two trials at once {w:?}");
+        }
+    }
+    let all: Vec<(&String, (f64, f64))> = spans
+        .iter()
+        .flat_map(|(d, s)| s.iter().map(move |x| (d, *x)))
+        .collect();
+    assert!(
+        all.iter()
+            .any(|(d1, a)| all.iter().any(|(d2, b)| d1 != d2 && a.0 < b.1 && b.0 < a.1)),
+        "no two GPUs ran at once: {spans:?}"
+    );
+    assert!(o.stderr.contains("[9/9]"), "{}", o.stderr);
+    assert!(o.stderr.contains("0 running, 0 left"), "{}", o.stderr);
+
+    // --devices chooses among the visible ones.
+    let log2 = s.str("log2.jsonl");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8,16,24,32",
+            "--steps",
+            "2",
+            "--devices",
+            "0,2",
+        ],
+        &[("FAKE_LOG", &log2)],
+        "3,5,7",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let used: std::collections::BTreeSet<String> = log_entries(Path::new(&log2))
+        .iter()
+        .map(|e| e["cuda_visible_devices"].as_str().unwrap().to_string())
+        .collect();
+    assert!(used.iter().all(|v| v == "3" || v == "7"), "{used:?}");
+}
+
+#[test]
+fn results_are_written_as_each_trial_ends() {
+    let (s, work, tmp) = places("as-they-come");
+    let log = s.str("log.jsonl");
+    let results = work.join("r.trials.jsonl");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8,16,24,32",
+            "--steps",
+            "2",
+            "--json",
+            "r.json",
+        ],
+        &[
+            ("FAKE_LOG", &log),
+            ("FAKE_WATCH_FILE", results.to_str().unwrap()),
+        ],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // On one GPU the trials run in turn: trial k found the results of the k before it.
+    let mut seen: Vec<(usize, u64)> = log_entries(Path::new(&log))
+        .iter()
+        .map(|e| {
+            (
+                e["env"]["PERF_LESSONS_TRIAL"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+                e["watched_lines"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [(0, 0), (1, 1), (2, 2), (3, 3)]);
+    assert_eq!(lines(&results).len(), 4);
+}
+
+const CONFIG: &str = "# our run\n[training]\n# tuned by hand\nbatch_size = 64 # before the tuner\naccumulation_steps = 4\n";
+
+#[test]
+fn test_only_writes_nothing() {
+    let (_s, work, tmp) = places("test-only");
+    std::fs::write(work.join("run.toml"), CONFIG).unwrap();
+    let o = tuner(
+        &[
+            "autobatch",
+            "--test-only",
+            "--config",
+            "run.toml",
+            "--team",
+            "team.toml",
+            "--workers",
+            "0",
+        ],
+        &[("FAKE_OOM_ABOVE", "50")],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("maximum 48"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("test only: nothing written"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("team entry (not written)"),
+        "{}",
+        o.stdout
+    );
+    // Not the config, not a backup, not the team file, no trials left behind.
+    assert_eq!(listing(&work), ["run.toml"]);
+    assert_eq!(
+        std::fs::read_to_string(work.join("run.toml")).unwrap(),
+        CONFIG
+    );
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+}
+
+#[test]
+fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model() {
+    let (_s, work, tmp) = places("write-back");
+    std::fs::write(work.join("run.toml"), CONFIG).unwrap();
+    let memory = ("FAKE_MEMORY", "600000000,40000000,79000000000");
+    let gpu = ("FAKE_GPU_NAME", "Fake H100");
+    let args = |model: &'static str| {
+        vec![
+            "autobatch",
+            "--config",
+            "run.toml",
+            "--team",
+            "team.toml",
+            "--model-name",
+            model,
+            "--workers",
+            "0",
+            "--effective-batch",
+            "4096",
+        ]
+    };
+    let o = tuner(&args("resnet18"), &[memory, gpu], "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    // 4096 in steps of at most the recommended 1856: 4 steps of 1024 keep it exactly.
+    let written = std::fs::read_to_string(work.join("run.toml")).unwrap();
+    assert!(
+        written.starts_with("# our run\n[training]\n# tuned by hand\n"),
+        "{written}"
+    );
+    assert!(
+        written.contains("batch_size = 1024 # before the tuner"),
+        "{written}"
+    );
+    assert!(written.contains("accumulation_steps = 4"), "{written}");
+    assert_eq!(
+        std::fs::read_to_string(work.join("run.toml.bak")).unwrap(),
+        CONFIG
+    );
+    assert!(
+        o.stdout
+            .contains("batch 1024 x 4 accumulation step(s) trained 100 optimizer steps: yes"),
+        "{}",
+        o.stdout
+    );
+    // A second model on the same GPU type gets an entry of its own.
+    let o = tuner(&args("vit"), &[memory, gpu], "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let mut team = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    team.args(["team", "team.toml"]);
+    let t = run(team, "0", &work, &tmp);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    assert!(
+        t.stdout
+            .contains("| Fake H100 | `resnet18` | 1024 | 4 | 4096 | fp32 |"),
+        "{}",
+        t.stdout
+    );
+    assert!(
+        t.stdout
+            .contains("| Fake H100 | `vit` | 1024 | 4 | 4096 | fp32 |"),
+        "{}",
+        t.stdout
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_before_any_trial() {
+    let (_s, work, tmp) = places("bad");
+    let fake = script();
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (vec!["sweep", "--"], "0", "no command after --"),
+        (
+            vec!["sweep", "--", "/nonexistent/train", "{batch_size}"],
+            "0",
+            "not an executable file",
+        ),
+        (
+            vec!["autobatch", "--test-only", "--", "no-such-trainer"],
+            "0",
+            "not on PATH",
+        ),
+        (
+            vec!["sweep", "--", "python3", &fake, "--b", "{batch}"],
+            "0",
+            "{batch} in the command is not a placeholder",
+        ),
+        (
+            vec!["sweep", "--devices", "9", "--", "python3", &fake],
+            "3,5",
+            "GPU 9 is not visible",
+        ),
+        (
+            vec!["sweep", "--devices", "0"],
+            "0",
+            "--devices: only for a program's trials",
+        ),
+        (
+            vec!["sweep", "--preset", "large", "--", "python3", &fake],
+            "0",
+            "--preset / model.preset",
+        ),
+        (
+            vec!["memory", "--", "python3", &fake],
+            "0",
+            "give --batch-size",
+        ),
+        (
+            vec![
+                "autobatch",
+                "--test-only",
+                "--amp",
+                "both",
+                "--",
+                "python3",
+                &fake,
+            ],
+            "0",
+            "choose one precision",
+        ),
+        (
+            vec!["sweep", "--", "python3", &fake],
+            "",
+            "CUDA_VISIBLE_DEVICES is set but empty",
+        ),
+    ];
+    for (args, gpus, says) in cases {
+        let o = run(
+            {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
+                c.args(&args);
+                c
+            },
+            gpus,
+            &work,
+            &tmp,
+        );
+        assert_ne!(o.code, 0, "{args:?}");
+        assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
+        assert_eq!(
+            o.stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line: {}",
+            o.stderr
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+    }
+    assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
+    // Flags clap checks answer with its usage error (exit 2).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    c.args(["sweep", "--time-limit", "0.5", "--", "python3", &fake]);
+    let o = run(c, "0", &work, &tmp);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("at least 1"), "{}", o.stderr);
+}

@@ -46,6 +46,7 @@ pub mod baseline;
 pub mod batch;
 pub mod engine;
 pub mod graphs;
+pub mod host;
 pub mod lesson;
 pub mod optimized;
 pub mod pinned;

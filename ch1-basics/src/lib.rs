@@ -26,5 +26,6 @@
 
 pub mod cli;
 pub mod pipeline;
+pub mod sweep;
 pub mod training;
 pub mod transpose;

@@ -219,9 +219,15 @@ mod tests {
         let s = section(&variants);
         let md = s.markdown();
         assert_eq!(s.table.as_ref().unwrap().rows.len(), 2, "{md}");
-        assert!(md.contains("| baseline | 1.800 ms | 250.00 us | 1.550 ms | 86.1% |"), "{md}");
+        assert!(
+            md.contains("| baseline | 1.800 ms | 250.00 us | 1.550 ms | 86.1% |"),
+            "{md}"
+        );
         assert!(md.contains("| 3 | host |"), "{md}");
-        assert!(md.contains("| optimized |") && md.contains("| device |"), "{md}");
+        assert!(
+            md.contains("| optimized |") && md.contains("| device |"),
+            "{md}"
+        );
         assert!(md.contains("measuring thread kept on CPU 5"), "{md}");
         assert_eq!(s.data[0]["host_share"], host_part(1.8, 0.25).1);
         let unpinned = section(&[variant("baseline", 1.8, 0.25, None)]).markdown();

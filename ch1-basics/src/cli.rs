@@ -406,6 +406,12 @@ mod tests {
     }
 
     #[test]
+    fn the_default_training_is_the_chapters() {
+        let args = Args::parse_from(["ch1-basics"]);
+        assert_eq!(args.train_config().unwrap(), TrainConfig::chapter());
+    }
+
+    #[test]
     fn several_sweeps_write_a_file_each_beside_the_one_named() {
         let p = Path::new("results/h100/ch1-basics-sweep.json");
         assert_eq!(sweep_json_path(p, Kind::Pinned, false), p);

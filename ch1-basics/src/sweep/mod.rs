@@ -132,13 +132,7 @@ pub fn size_label(bytes: u64) -> String {
 /// every side, the run's cold flag carried through.
 pub fn sweep_bench(cfg: BenchConfig) -> BenchConfig {
     host_bound_bench(BenchConfig {
-        stop: StopRule {
-            min_samples: 5,
-            max_samples: 1000,
-            min_time_s: 0.02,
-            max_time_s: 0.5,
-            max_noise: 0.03,
-        },
+        stop: StopRule::sweep(),
         cold: cfg.cold,
         ..BenchConfig::default()
     })

@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotting::{Figure, COLORS, FONT};
+use plotting::{draw_legend, titled_panels, Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
 use super::{Axis, Point, Summary};
 
@@ -66,20 +67,53 @@ pub fn tick(axis: Axis, v: f64) -> String {
     }
 }
 
+/// A panel: sizes across (base-2 logarithm, `x` the range), `y` up on a log scale, the grid
+/// drawn and the ticks named.
+fn panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    axis: Axis,
+    x: (f64, f64),
+    y: (f64, f64),
+    y_desc: &str,
+    y_label: &dyn Fn(&f64) -> String,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, LogCoord<f64>>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .margin(20)
+        .x_label_area_size(56)
+        .y_label_area_size(80)
+        .build_cartesian_2d(x.0..x.1, (y.0..y.1).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(axis.title())
+        .y_desc(y_desc)
+        .axis_desc_style((FONT, 18))
+        .label_style((FONT, 15))
+        .x_labels((x.1 - x.0).round() as usize + 1)
+        .x_label_formatter(&|v| tick(axis, *v))
+        .y_label_formatter(y_label)
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
+        .draw()
+        .map_err(err)?;
+    Ok(chart)
+}
+
 impl Figure for SweepFigure<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
     where
         DB::ErrorType: 'static,
     {
         let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-        root.fill(&WHITE).map_err(err)?;
-        let root = root.titled(self.title, (FONT, 24)).map_err(err)?;
-        let panels = root.split_evenly((1, 2));
+        let panels = titled_panels(root, self.title, 2)?;
         let s = self.summary;
         let axis = s.kind.axis();
         let series: Vec<&str> = s.crossovers.iter().map(|c| c.series.as_str()).collect();
         let (x0, x1) = across_range(&s.points);
-        let steps = (x1 - x0).round() as usize;
 
         // Left: the speedup and its interval.
         let ratios: Vec<(f64, f64, f64)> = s
@@ -93,25 +127,14 @@ impl Figure for SweepFigure<'_> {
             .flat_map(|r| [r.1, r.2])
             .chain([1.0, s.pays_above]);
         let (y0, y1) = log_range(spread, 1.25);
-        let mut chart = ChartBuilder::on(&panels[0])
-            .margin(20)
-            .x_label_area_size(56)
-            .y_label_area_size(72)
-            .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(axis.title())
-            .y_desc(format!("speedup, {} over {}", s.changed, s.baseline))
-            .axis_desc_style((FONT, 18))
-            .label_style((FONT, 15))
-            .x_labels(steps + 1)
-            .x_label_formatter(&|v| tick(axis, *v))
-            .y_label_formatter(&|v| format!("{v:.2}x"))
-            .light_line_style(RGBColor(235, 235, 235))
-            .bold_line_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(err)?;
+        let mut chart = panel(
+            &panels[0],
+            axis,
+            (x0, x1),
+            (y0, y1),
+            &format!("speedup, {} over {}", s.changed, s.baseline),
+            &|v| format!("{v:.2}x"),
+        )?;
         chart
             .draw_series(LineSeries::new(
                 [(x0, 1.0), (x1, 1.0)],
@@ -170,14 +193,7 @@ impl Figure for SweepFigure<'_> {
                 )
                 .map_err(err)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart)?;
 
         // Right: each side's time per run.
         let times = s.points.iter().flat_map(|p| [&p.baseline, &p.changed]);
@@ -185,25 +201,14 @@ impl Figure for SweepFigure<'_> {
             times.filter_map(|t| t.as_ref().filter(|t| t.passed).map(|t| t.median_ms)),
             1.5,
         );
-        let mut chart = ChartBuilder::on(&panels[1])
-            .margin(20)
-            .x_label_area_size(56)
-            .y_label_area_size(80)
-            .build_cartesian_2d(x0..x1, (t0..t1).log_scale())
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc(axis.title())
-            .y_desc("median time per run (ms)")
-            .axis_desc_style((FONT, 18))
-            .label_style((FONT, 15))
-            .x_labels(steps + 1)
-            .x_label_formatter(&|v| tick(axis, *v))
-            .y_label_formatter(&|v| format!("{v:.3}"))
-            .light_line_style(RGBColor(235, 235, 235))
-            .bold_line_style(RGBColor(200, 200, 200))
-            .draw()
-            .map_err(err)?;
+        let mut chart = panel(
+            &panels[1],
+            axis,
+            (x0, x1),
+            (t0, t1),
+            "median time per run (ms)",
+            &|v| format!("{v:.3}"),
+        )?;
         for (i, name) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
             let side = |changed: bool| -> Vec<(f64, f64)> {
@@ -237,15 +242,7 @@ impl Figure for SweepFigure<'_> {
                     PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(180, 180, 180))
-            .draw()
-            .map_err(err)?;
-        Ok(())
+        draw_legend(&mut chart)
     }
 }
 

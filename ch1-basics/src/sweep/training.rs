@@ -17,7 +17,6 @@ use std::ops::Range;
 use serde_json::json;
 
 use common::bench::BenchConfig;
-use common::counters::Work;
 use common::gpu::Gpu;
 use common::report::{Metric, Section, VariantReport};
 use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
@@ -27,8 +26,8 @@ use mlp::Exec;
 
 use super::{points, sweep_bench, Kind, Planned, Summary};
 use crate::training::engine::{Captured, Engine};
-use crate::training::lesson::{checked_output, reference_of, WEIGHT_CHANGE_TOLERANCE};
-use crate::training::{baseline, batch, TrainConfig};
+use crate::training::lesson::{run_work, WEIGHT_CHANGE_TOLERANCE};
+use crate::training::{baseline, batch, TrainConfig, TrainingLesson};
 
 /// The batch sweep's effective batch: large enough that one pass of it keeps an H100 busy.
 pub const BATCH: usize = 4096;
@@ -167,25 +166,23 @@ pub fn graphed(e: &mut Engine, per_graph: usize) -> Result<()> {
     Ok(())
 }
 
+/// A sweep on the training lesson: its engine, reference, checks and poisoning, with loops of
+/// the sweep's own as variants.
 pub struct TrainingSweep<'g> {
     which: Which,
-    engine: Engine<'g>,
-    reference: Option<Reference>,
+    training: TrainingLesson<'g>,
     xs: Vec<usize>,
 }
 
 impl<'g> TrainingSweep<'g> {
-    /// The engine for `which`'s training from the lesson's `base`, its float64 reference when
-    /// affordable, and the sizes of [Which::plan].
+    /// The training lesson of `which`'s training from the lesson's `base` (its engine and its
+    /// float64 reference when affordable), and the sizes of [Which::plan].
     pub fn new(gpu: &'g Gpu, which: Which, base: TrainConfig, xs: &[usize]) -> Result<Self> {
         let cfg = which.config(base, xs);
         let xs = which.plan(&cfg, xs).map_err(common::Error::invalid)?;
-        let engine = Engine::new(gpu, cfg)?;
-        let reference = reference_of(&engine);
         Ok(TrainingSweep {
             which,
-            engine,
-            reference,
+            training: TrainingLesson::new(gpu, cfg)?,
             xs,
         })
     }
@@ -195,7 +192,7 @@ impl<'g> TrainingSweep<'g> {
     }
 
     pub fn plan(&self) -> Vec<Planned> {
-        let series = self.which.series(&self.engine.cfg);
+        let series = self.which.series(&self.training.config());
         self.xs
             .iter()
             .map(|&x| Planned {
@@ -216,9 +213,10 @@ impl Lesson for TrainingSweep<'_> {
     }
 
     fn parameters(&self) -> serde_json::Value {
+        let cfg = self.training.config();
         json!({
-            "config": self.engine.cfg,
-            "steps": self.engine.cfg.steps(),
+            "config": cfg,
+            "steps": cfg.steps(),
             "sizes": self.xs,
             "stop_rule": sweep_bench(BenchConfig::default()).stop,
             "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
@@ -226,13 +224,8 @@ impl Lesson for TrainingSweep<'_> {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let c = self.engine.cfg;
-        let arch = c.arch();
-        let work = Work {
-            bytes_read: (c.samples * (arch.input + 1) * 4) as u64,
-            bytes_written: 0,
-            flops: arch.flops(c.samples as u64),
-        };
+        let c = self.training.config();
+        let work = run_work(&c);
         let which = self.which;
         self.xs
             .iter()
@@ -265,7 +258,7 @@ impl Lesson for TrainingSweep<'_> {
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {
-        self.reference.as_ref()
+        self.training.reference(0)
     }
 
     fn check_against_baseline(&self, _index: usize) -> bool {
@@ -273,12 +266,12 @@ impl Lesson for TrainingSweep<'_> {
     }
 
     fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
-        gpu.poison(&mut self.engine.train.losses.values)
+        self.training.poison(gpu, 0)
     }
 
     fn run(&mut self, _gpu: &Gpu, index: usize) -> Result<()> {
         let (x, changed) = self.locate(index);
-        let e = &mut self.engine;
+        let e = self.training.engine();
         e.reset()?;
         match (self.which, changed) {
             (Which::Batch, false) => {
@@ -296,8 +289,8 @@ impl Lesson for TrainingSweep<'_> {
         }
     }
 
-    fn output(&mut self, _gpu: &Gpu, _index: usize) -> Result<Output> {
-        Ok(checked_output(&self.engine)?.0)
+    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
+        self.training.output(gpu, 0)
     }
 
     fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
@@ -317,7 +310,8 @@ impl Lesson for TrainingSweep<'_> {
         }
         let key = Captured::Steps { first: 0, count: x };
         Ok(self
-            .engine
+            .training
+            .engine()
             .graphs
             .nodes(key)
             .map(|n| vec![Metric::new(GRAPH_NODES, n as f64, "")])
@@ -330,12 +324,8 @@ impl Lesson for TrainingSweep<'_> {
         variants: &[VariantReport],
         _meter: &mut Meter,
     ) -> Result<Vec<Section>> {
-        Ok(vec![section(
-            self.which,
-            &self.engine.cfg,
-            &self.plan(),
-            variants,
-        )])
+        let cfg = self.training.config();
+        Ok(vec![section(self.which, &cfg, &self.plan(), variants)])
     }
 }
 
@@ -383,20 +373,9 @@ pub fn section(
 mod tests {
     use super::*;
 
-    fn chapter() -> TrainConfig {
-        TrainConfig {
-            hidden: 256,
-            samples: 16384,
-            step_batch: 256,
-            microbatch: 32,
-            lr: 0.05,
-            seed: 42,
-        }
-    }
-
     #[test]
     fn the_batch_sweep_splits_a_batch_of_4096_into_every_microbatch_that_divides_it() {
-        let cfg = Which::Batch.config(chapter(), &MICROBATCHES);
+        let cfg = Which::Batch.config(TrainConfig::chapter(), &MICROBATCHES);
         assert_eq!((cfg.step_batch, cfg.microbatch), (BATCH, 8));
         assert_eq!(cfg.steps(), 4);
         let xs = Which::Batch.plan(&cfg, &[4096, 8, 96, 8]).unwrap();
@@ -409,7 +388,7 @@ mod tests {
         let few = Which::Batch.config(
             TrainConfig {
                 samples: 1024,
-                ..chapter()
+                ..TrainConfig::chapter()
             },
             &MICROBATCHES,
         );
@@ -419,15 +398,15 @@ mod tests {
 
     #[test]
     fn the_graphs_sweep_takes_steps_per_graph_that_divide_the_run() {
-        let cfg = Which::Graphs.config(chapter(), &STEPS_PER_GRAPH);
-        assert_eq!(cfg, chapter());
+        let cfg = Which::Graphs.config(TrainConfig::chapter(), &STEPS_PER_GRAPH);
+        assert_eq!(cfg, TrainConfig::chapter());
         assert_eq!(
             Which::Graphs.plan(&cfg, &STEPS_PER_GRAPH).unwrap(),
             STEPS_PER_GRAPH.to_vec()
         );
         let short = TrainConfig {
             samples: 256 * 6,
-            ..chapter()
+            ..TrainConfig::chapter()
         };
         assert_eq!(
             Which::Graphs.plan(&short, &STEPS_PER_GRAPH).unwrap(),

@@ -52,7 +52,7 @@ fn trained(run: &RunOutput, init: &[f32], samples_per_step: usize) -> (Vec<f64>,
 
 /// The float64 reference of the engine's training run (its weight change and loss curve), when
 /// it is affordable on the CPU.
-pub fn reference_of(engine: &Engine) -> Option<Reference> {
+fn reference_of(engine: &Engine) -> Option<Reference> {
     let cfg = engine.cfg;
     let arch = cfg.arch();
     if arch.flops(cfg.samples as u64) > REFERENCE_FLOP_LIMIT {
@@ -84,13 +84,24 @@ pub fn reference_of(engine: &Engine) -> Option<Reference> {
 
 /// What the engine's last run left, as the runner checks it (the weight change and the loss
 /// curve, each with its tolerance), and the loss curve alone.
-pub fn checked_output(engine: &Engine) -> Result<(Output, Vec<f64>)> {
+fn checked_output(engine: &Engine) -> Result<(Output, Vec<f64>)> {
     let run = engine.download()?;
     let (change, curve) = trained(&run, &engine.init, engine.cfg.step_batch);
     let output = Output::default()
         .part(WEIGHT_CHANGE, change, Some(WEIGHT_CHANGE_TOLERANCE))
         .part(LOSS_CURVE, curve.clone(), Some(LOSS_CURVE_TOLERANCE));
     Ok((output, curve))
+}
+
+/// The work of one training run: every sample's features and label copied in, forward and
+/// backward over every sample.
+pub fn run_work(cfg: &TrainConfig) -> Work {
+    let arch = cfg.arch();
+    Work {
+        bytes_read: (cfg.samples * (arch.input + 1) * 4) as u64,
+        bytes_written: 0,
+        flops: arch.flops(cfg.samples as u64),
+    }
 }
 
 /// How whole training runs are timed: not held (the naive runs synchronize with the host, and
@@ -127,6 +138,11 @@ impl<'g> TrainingLesson<'g> {
 
     pub fn config(&self) -> TrainConfig {
         self.engine.cfg
+    }
+
+    /// The engine the variants run on, for a lesson that runs loops of its own on it (a sweep).
+    pub fn engine(&mut self) -> &mut Engine<'g> {
+        &mut self.engine
     }
 
     /// The float64 reference's loss curve, when the reference was affordable.
@@ -197,13 +213,7 @@ impl Lesson for TrainingLesson<'_> {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let c = self.engine.cfg;
-        let arch = c.arch();
-        let work = Work {
-            bytes_read: (c.samples * (arch.input + 1) * 4) as u64,
-            bytes_written: 0,
-            flops: arch.flops(c.samples as u64),
-        };
+        let work = run_work(&self.engine.cfg);
         Variant::ALL
             .iter()
             .map(|v| {

@@ -116,7 +116,7 @@ impl Measurement {
             (true, _) => mode.to_string(),
             (false, Some(cpu)) => format!("{mode}, measuring thread kept on CPU {cpu}"),
             (false, None) => {
-                format!("{mode}, measuring thread not pinned (the OS did not allow it)")
+                format!("{mode}, measuring thread not kept on one core")
             }
         }
     }
@@ -511,10 +511,7 @@ mod tests {
             "{pinned}"
         );
         let free = measurement(false, None).mode_label();
-        assert!(
-            free.ends_with("not pinned (the OS did not allow it)"),
-            "{free}"
-        );
+        assert!(free.ends_with("not kept on one core"), "{free}");
         // Read back from a report written before the field existed: not pinned.
         let mut json = serde_json::to_value(measurement(false, Some(3))).unwrap();
         json.as_object_mut().unwrap().remove("cpu");

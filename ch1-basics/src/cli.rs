@@ -1,18 +1,22 @@
 //! The lesson's command line: the shared flags, the sizes of each part, and which part to run.
 //! The three parts run as one lesson (one report, one JSON shape); a part is built only when
-//! some of its variants are selected, and only while it runs.
+//! some of its variants are selected, and only while it runs. `--sweep` runs the sweeps of the
+//! training changes instead, each its own report and plot.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use common::cli::{finish, parse_count_with_max, parse_elements, CommonArgs};
 use common::counters::Work;
 use common::gpu::Gpu;
-use common::report::Startup;
-use common::runner::{run_parts, select, Lesson, LessonPart, VariantSpec};
+use common::report::{LessonReport, Startup};
+use common::runner::{run_lesson, run_parts, select, Lesson, LessonPart, VariantSpec};
 use common::verify::Precision;
 
 use crate::pipeline::{PipelineConfig, PipelineLesson};
+use crate::sweep::training::{TrainingSweep, Which, MICROBATCHES, STEPS_PER_GRAPH};
+use crate::sweep::{allocations, copies, plot, Kind, Summary};
 use crate::training::{TrainConfig, TrainingLesson, Variant};
 use crate::transpose::{Transpose, TransposeVariant, MAX_SIDE};
 
@@ -76,6 +80,20 @@ pub struct Args {
     /// Seed of the data, the initial weights and the inputs.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Instead of the pairs, sweep a training change over the size that decides it (pinned: copy
+    /// size; prealloc: buffer size and count; batch: microbatch at an effective batch of 4096;
+    /// graphs: steps per graph; all: each in turn), each point checked and timed by its own
+    /// short stopping rule, and say where the change starts to pay.
+    #[arg(long, value_enum, value_name = "WHICH", conflicts_with = "part")]
+    pub sweep: Option<Kind>,
+    /// Folder for each sweep's plot, ch1-basics-sweep-<which>.svg and .png.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "sweep-out",
+        requires = "sweep"
+    )]
+    pub sweep_out: PathBuf,
     #[command(flatten)]
     pub common: CommonArgs,
 }
@@ -172,7 +190,11 @@ pub fn selection(
 
 /// Build the selected parts, run them as one lesson and report; exit 1 if anything failed
 /// verification. `only` names variants by id ("training:pinned"); empty: `--part` decides.
+/// With `--sweep`, run the sweeps instead.
 pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
+    if let Some(kind) = args.sweep {
+        return run_sweeps(args, only, kind, startup);
+    }
     let chosen = selection(args.part, only)?;
     let picked = |group: &str| chosen.iter().find(|(g, _)| *g == group).map(|(_, v)| v);
     // Sizes are checked before the GPU is opened: one clear line, no device needed.
@@ -212,6 +234,122 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
         .collect();
     let report = run_parts(&gpu, "ch1-basics", parts, &options)?;
     Ok(finish(&report, args.common.json.as_deref())?)
+}
+
+/// Where a sweep's JSON goes: the file given, or for several sweeps one file each beside it,
+/// named by the sweep ("out.json" -> "out-pinned.json").
+pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{}.{}", kind.name(), ext.to_string_lossy()),
+        None => format!("{stem}-{}", kind.name()),
+    };
+    path.with_file_name(name)
+}
+
+/// The training a sweep of `which` runs and its sizes, checked without a GPU.
+fn training_sweep_plan(args: &Args, which: Which) -> anyhow::Result<(TrainConfig, Vec<usize>)> {
+    let xs: &[usize] = match which {
+        Which::Batch => &MICROBATCHES,
+        Which::Graphs => &STEPS_PER_GRAPH,
+    };
+    let base = args.train_config()?;
+    let cfg = which.config(base, xs);
+    let plan = which
+        .plan(&cfg, xs)
+        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", which.kind().name()))?;
+    Ok((base, plan))
+}
+
+/// Run one sweep on `gpu` into its report.
+fn run_sweep(
+    gpu: &Gpu,
+    args: &Args,
+    kind: Kind,
+    startup: &Startup,
+) -> anyhow::Result<LessonReport> {
+    let options = args.common.options(startup);
+    let report = match kind {
+        Kind::Pinned => {
+            let mut lesson =
+                copies::CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, args.seed)?;
+            run_lesson(gpu, &mut lesson, &options)?
+        }
+        Kind::Prealloc => {
+            let mut lesson = allocations::AllocationSweep::new(
+                gpu,
+                &allocations::SIZES,
+                &allocations::COUNTS,
+                args.seed,
+            )?;
+            run_lesson(gpu, &mut lesson, &options)?
+        }
+        Kind::Batch | Kind::Graphs => {
+            let which = if kind == Kind::Batch {
+                Which::Batch
+            } else {
+                Which::Graphs
+            };
+            let (base, xs) = training_sweep_plan(args, which)?;
+            let mut lesson = TrainingSweep::new(gpu, which, base, &xs)?;
+            run_lesson(gpu, &mut lesson, &options)?
+        }
+        Kind::All => anyhow::bail!("--sweep all runs each sweep in turn"),
+    };
+    Ok(report)
+}
+
+/// `--sweep`: each sweep in turn, its report printed, its JSON written, its plot drawn; exit 1
+/// if any point failed its check.
+fn run_sweeps(
+    args: &Args,
+    only: &[&str],
+    kind: Kind,
+    mut startup: Startup,
+) -> anyhow::Result<ExitCode> {
+    if !only.is_empty() {
+        anyhow::bail!(
+            "--sweep times both sides of every point: run it as `ch1-basics --sweep {}`",
+            kind.name()
+        );
+    }
+    let kinds = kind.each();
+    // Sizes first: one clear line, no device needed.
+    for k in &kinds {
+        match k {
+            Kind::Batch => drop(training_sweep_plan(args, Which::Batch)?),
+            Kind::Graphs => drop(training_sweep_plan(args, Which::Graphs)?),
+            _ => {}
+        }
+    }
+    let gpu = Gpu::open(args.common.device)?;
+    startup.mark("GPU opened (context, stream, NVML)");
+    let mut all_passed = true;
+    for &k in &kinds {
+        let report = run_sweep(&gpu, args, k, &startup)?;
+        print!("{}", report.markdown());
+        if let Some(path) = &args.common.json {
+            let path = sweep_json_path(path, k, kinds.len() > 1);
+            report.write_json(&path)?;
+            println!("wrote {}", path.display());
+        }
+        if let Some(summary) = report.sections.first().and_then(Summary::from_section) {
+            let title = format!("{} on {}", k.lesson(), report.device.name);
+            let stem = args.sweep_out.join(k.lesson());
+            let (svg, png) = plot::render(&summary, &title, &stem).map_err(anyhow::Error::msg)?;
+            println!("plot: {} and {}", svg.display(), png.display());
+        }
+        println!();
+        all_passed &= report.all_passed();
+    }
+    Ok(if all_passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// The body of a binary: run the variants named by id (all of `--part` when empty).
@@ -265,6 +403,52 @@ mod tests {
             .to_string();
         assert!(err.contains("unknown variant 'pipeline:fast'"), "{err}");
         assert!(err.contains("pipeline:overlapped"), "{err}");
+    }
+
+    #[test]
+    fn the_default_training_is_the_chapters() {
+        let args = Args::parse_from(["ch1-basics"]);
+        assert_eq!(args.train_config().unwrap(), TrainConfig::chapter());
+    }
+
+    #[test]
+    fn several_sweeps_write_a_file_each_beside_the_one_named() {
+        let p = Path::new("results/h100/ch1-basics-sweep.json");
+        assert_eq!(sweep_json_path(p, Kind::Pinned, false), p);
+        assert_eq!(
+            sweep_json_path(p, Kind::Graphs, true),
+            Path::new("results/h100/ch1-basics-sweep-graphs.json")
+        );
+        assert_eq!(
+            sweep_json_path(Path::new("out"), Kind::Batch, true),
+            Path::new("out-batch")
+        );
+    }
+
+    #[test]
+    fn sweeps_parse_and_check_their_sizes_before_the_gpu() {
+        let args = Args::parse_from(["ch1-basics", "--sweep", "all", "--sweep-out", "plots"]);
+        assert_eq!(args.sweep, Some(Kind::All));
+        assert_eq!(args.sweep_out, Path::new("plots"));
+        let (base, xs) = training_sweep_plan(&args, Which::Batch).unwrap();
+        assert_eq!(base, args.train_config().unwrap());
+        assert_eq!(xs, MICROBATCHES.to_vec());
+        let (_, xs) = training_sweep_plan(&args, Which::Graphs).unwrap();
+        assert_eq!(xs, STEPS_PER_GRAPH.to_vec());
+        // 2048 samples make no step of 4096.
+        let few = Args::parse_from(["ch1-basics", "--sweep", "batch", "--samples", "2048"]);
+        let err = training_sweep_plan(&few, Which::Batch)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--sweep batch:") && err.contains("does not divide"),
+            "{err}"
+        );
+        assert!(
+            Args::try_parse_from(["ch1-basics", "--sweep", "all", "--part", "training"]).is_err()
+        );
+        assert!(Args::try_parse_from(["ch1-basics", "--sweep-out", "x"]).is_err());
+        assert!(Args::try_parse_from(["ch1-basics", "--sweep", "fast"]).is_err());
     }
 
     #[test]

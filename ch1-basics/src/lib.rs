@@ -6,6 +6,13 @@
 //! and a wait after every operation) to one that keeps the GPU busy; each variant is its own
 //! short loop, read as a diff against the one before it.
 //!
+//! ## Where each training change starts to pay ([sweep])
+//!
+//! `--sweep pinned|prealloc|batch|graphs|all`: pinned memory over the copy size, preallocation
+//! over the buffer size and count, the larger batch over the microbatch, CUDA graphs over the
+//! steps per graph; each point a checked pair with its speedup's 95% interval, where the change
+//! pays read off by one rule, a section and a plot per sweep.
+//!
 //! ## Coalescing ([transpose])
 //!
 //! Transposing 8192 x 8192 fp32: the naive kernel writes columns, so each warp's 32 stores land
@@ -26,5 +33,6 @@
 
 pub mod cli;
 pub mod pipeline;
+pub mod sweep;
 pub mod training;
 pub mod transpose;

@@ -26,6 +26,46 @@ fn no_gpu_is_one_line_and_exit_2() {
     ] {
         common::testing::assert_refused_without_gpu(bin, &[]);
     }
+    common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "pinned"]);
+    common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "all"]);
+}
+
+#[test]
+fn sweeps_refuse_bad_sizes_and_single_variants_before_the_gpu() {
+    for (bin, args, expect) in [
+        (
+            MAIN,
+            vec!["--sweep", "batch", "--samples", "2048"],
+            "--sweep batch: the batch (4096) does not divide the samples (2048)",
+        ),
+        (
+            MAIN,
+            vec!["--sweep", "graphs", "--samples", "1000"],
+            "does not divide the samples",
+        ),
+        (
+            env!("CARGO_BIN_EXE_graphs"),
+            vec!["--sweep", "graphs"],
+            "run it as `ch1-basics --sweep graphs`",
+        ),
+    ] {
+        let (code, stderr) = run(bin, &args);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    for (args, expect) in [
+        (vec!["--sweep", "fast"], "invalid value 'fast'"),
+        (
+            vec!["--sweep", "all", "--part", "training"],
+            "cannot be used with",
+        ),
+        (vec!["--sweep-out", "plots"], "--sweep <WHICH>"),
+    ] {
+        let (code, stderr) = run(MAIN, &args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
 }
 
 #[test]
@@ -98,6 +138,8 @@ fn help_lists_the_lesson_flags() {
         "--buffers",
         "--json",
         "--device",
+        "--sweep",
+        "--sweep-out",
     ] {
         assert!(text.contains(flag), "missing {flag} in help");
     }

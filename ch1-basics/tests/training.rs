@@ -3,7 +3,7 @@
 //! what the float64 reference and the baseline train, graphs replay exactly what eager execution
 //! does, and absurd sizes are clear out-of-memory errors.
 
-use ch1_basics::training::{Engine, TrainConfig, TrainingLesson, Variant};
+use ch1_basics::training::{host, Engine, TrainConfig, TrainingLesson, Variant};
 use common::gpu::Gpu;
 use common::report::Status;
 use common::runner::{run_parts, LessonPart, RunOptions};
@@ -194,7 +194,33 @@ fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
                 assert!(w.passed && l.passed, "{} vs {other}: {w:?} {l:?}", v.name());
             }
             assert_eq!(got.status, Status::Ok, "{}", v.name());
+            // The step split into device and host time, the measuring thread on one core.
+            let metric = |name: &str| {
+                got.metric(name)
+                    .unwrap_or_else(|| panic!("{} has no {name}", v.name()))
+            };
+            let (step, compute) = (metric(host::STEP_MS), metric(host::COMPUTE_MS));
+            assert!((metric(host::HOST_MS) - (step - compute)).abs() < 1e-9);
+            let share = metric(host::HOST_SHARE);
+            assert!((share - 100.0 * (1.0 - compute / step)).abs() < 1e-9);
+            assert!(share < 100.0, "{}: {share}", v.name());
+            let m = got.measurement.as_ref().unwrap();
+            assert!(!m.held, "{}", v.name());
+            assert!(
+                m.cpu.is_some(),
+                "{}: the measuring thread was not pinned",
+                v.name()
+            );
         }
+        let split = report
+            .sections
+            .iter()
+            .find(|s| s.title == "training: where each step's time goes")
+            .expect("the host-share section");
+        assert_eq!(split.table.as_ref().unwrap().rows.len(), Variant::ALL.len());
+        // The naive loop waits on the host for most of each step.
+        let baseline = host::StepSplit::of(report.variant("training:baseline").unwrap()).unwrap();
+        assert!(baseline.host_bound(), "{baseline:?}");
     }
 }
 

@@ -80,13 +80,7 @@ pub fn skip_reason(size: usize, count: usize, free: u64, host: Option<u64>) -> O
 /// launch queue, and a held sample queues at most [crate::MAX_HELD_CALLS] calls.
 pub fn sweep_bench(cold: bool, calls: usize) -> BenchConfig {
     BenchConfig {
-        stop: StopRule {
-            min_samples: 5,
-            max_samples: 1000,
-            min_time_s: 0.02,
-            max_time_s: 0.5,
-            max_noise: 0.03,
-        },
+        stop: StopRule::sweep(),
         cold,
         hold: can_hold(calls),
         max_batch: (crate::MAX_HELD_CALLS / calls.max(1)).max(1),

@@ -10,6 +10,10 @@
 //!   and leaving only clean lines (a memset would leave L2 full of dirty lines whose write-back
 //!   the timed run would pay for), then one run is timed.
 //!
+//! Runs that are not held (the host's own work is timed too) are measured with the measuring
+//! thread kept on one CPU core, near the GPU where NVML says which cores are ([crate::affinity]);
+//! the measurement records which core, or none where the OS did not allow it.
+//!
 //! For profilers: warmup and the timed samples are NVTX ranges ("warmup", "timed") inside
 //! whatever range the caller has open (the runner opens `lesson:variant`), and the timed loop
 //! sits between cuProfilerStart and cuProfilerStop, so `nsys --capture-range=cudaProfilerApi`
@@ -25,6 +29,7 @@ use cudarc::driver::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::affinity::Pin;
 use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels::{self, HARNESS};
@@ -88,11 +93,14 @@ pub struct Measurement {
     /// What the built-in trace saw in the timed region, when `--trace` was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSummary>,
+    /// The CPU core the measuring thread was kept on (runs not held only, where the OS allows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<usize>,
 }
 
 impl Measurement {
     pub fn mode_label(&self) -> String {
-        match (self.cold, self.held) {
+        let mode = match (self.cold, self.held) {
             (false, true) => "hot (L2 warm, runs queued back-to-back behind a blocking kernel)",
             (false, false) => {
                 "hot (L2 warm, runs issued as the host goes: no blocking kernel, the host's own work is timed too)"
@@ -103,8 +111,14 @@ impl Measurement {
             (true, false) => {
                 "cold (L2 flushed by reading 2x its size before each sample, runs issued as the host goes)"
             }
+        };
+        match (self.held, self.cpu) {
+            (true, _) => mode.to_string(),
+            (false, Some(cpu)) => format!("{mode}, measuring thread kept on CPU {cpu}"),
+            (false, None) => {
+                format!("{mode}, measuring thread not kept on one core")
+            }
         }
-        .to_string()
     }
 }
 
@@ -331,6 +345,17 @@ pub fn measure(
     launch: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Measurement> {
     cfg.stop.validate().map_err(Error::invalid)?;
+    // The host paces runs that are not held: keep it on one core for warmup and samples.
+    let pin = if cfg.hold {
+        None
+    } else {
+        let near = gpu
+            .nvml
+            .as_ref()
+            .map(|n| n.cpus_near(&gpu.info.uuid))
+            .unwrap_or_default();
+        Pin::current_thread(&near)
+    };
     // The region's name in traces: the caller's innermost range (the runner's lesson:variant).
     let label = nvtx::current_range().unwrap_or_else(|| "measure".into());
     // Warmup: module load, first-touch and clock ramp stay out of the numbers.
@@ -383,6 +408,8 @@ pub fn measure(
         None => None,
     };
     drop(timed_range);
+    let cpu = pin.as_ref().map(|p| p.cpu);
+    drop(pin);
     let after = state(gpu);
     Ok(Measurement {
         clock_dropped: clock_dropped(before.sm_clock_mhz, after.sm_clock_mhz, 0.05),
@@ -397,6 +424,7 @@ pub fn measure(
         after,
         hold_timeouts,
         trace,
+        cpu,
     })
 }
 
@@ -452,5 +480,42 @@ mod tests {
         assert_eq!(batch_for(1e-7, 200e-6, 256), 256, "capped");
         assert_eq!(batch_for(0.0, 200e-6, 256), 1);
         assert_eq!(batch_for(f64::INFINITY, 200e-6, 256), 1);
+    }
+
+    fn measurement(held: bool, cpu: Option<usize>) -> Measurement {
+        Measurement {
+            samples_s: vec![1e-3],
+            batch: 1,
+            cold: false,
+            held,
+            warmup_runs: 1,
+            stop_reason: StopReason::Converged,
+            wall_s: 1e-3,
+            before: GpuState::default(),
+            after: GpuState::default(),
+            clock_dropped: false,
+            hold_timeouts: 0,
+            trace: None,
+            cpu,
+        }
+    }
+
+    #[test]
+    fn the_mode_says_where_the_measuring_thread_ran() {
+        let held = measurement(true, None).mode_label();
+        assert!(held.contains("behind a blocking kernel"), "{held}");
+        assert!(!held.contains("CPU"), "{held}");
+        let pinned = measurement(false, Some(7)).mode_label();
+        assert!(
+            pinned.ends_with("measuring thread kept on CPU 7"),
+            "{pinned}"
+        );
+        let free = measurement(false, None).mode_label();
+        assert!(free.ends_with("not kept on one core"), "{free}");
+        // Read back from a report written before the field existed: not pinned.
+        let mut json = serde_json::to_value(measurement(false, Some(3))).unwrap();
+        json.as_object_mut().unwrap().remove("cpu");
+        let old: Measurement = serde_json::from_value(json).unwrap();
+        assert_eq!(old.cpu, None);
     }
 }

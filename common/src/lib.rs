@@ -3,7 +3,8 @@
 //!
 //! Modules in layers, each using only those above it:
 //!
-//! - [error], [par], [files], [table]: errors, parallel host work, files, the table printer
+//! - [error], [par], [files], [table], [affinity]: errors, parallel host work, files, the table
+//!   printer, keeping the measuring thread on one CPU core
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
 //! - [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: the device, page-locked host
@@ -15,6 +16,7 @@
 //! - [cli]: the edge: shared flags, parsers, `main` and exit codes
 //! - [testing]: support for the lessons' tests
 
+pub mod affinity;
 pub mod error;
 pub mod files;
 pub mod par;

@@ -48,6 +48,20 @@ impl Nvml {
         }
     }
 
+    /// The CPUs NVML names as near the GPU (its ideal affinity); empty when it does not say.
+    pub fn cpus_near(&self, uuid: &str) -> Vec<usize> {
+        let Ok(device) = self.0.device_by_uuid(uuid) else {
+            return Vec::new();
+        };
+        let words = device
+            .cpu_affinity(crate::affinity::MASK_WORDS)
+            .unwrap_or_default();
+        // c_ulong is 64 bits on Linux, where affinity is applied, but not everywhere.
+        #[allow(clippy::useless_conversion)]
+        let words: Vec<u64> = words.into_iter().map(u64::from).collect();
+        crate::affinity::cpus_of(&words)
+    }
+
     /// (memory used, GPU utilization %) for watch-style sampling.
     pub fn usage(&self, uuid: &str) -> Option<(u64, u32)> {
         let device = self.0.device_by_uuid(uuid).ok()?;

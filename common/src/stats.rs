@@ -100,6 +100,62 @@ impl Summary {
     }
 }
 
+/// The two-sided 95% point of the normal distribution: an interval of 1.96 standard
+/// uncertainties either side holds the true value 95% of the time.
+pub const Z95: f64 = 1.959_964;
+
+/// Relative standard error of the median of `samples` samples whose relative standard deviation
+/// is `noise`: 1.2533 sigma / sqrt(n), the median's error for normally distributed samples.
+pub fn median_rel_error(noise: f64, samples: usize) -> f64 {
+    1.2533 * noise / (samples.max(1) as f64).sqrt()
+}
+
+/// A median as a ratio needs it: its value, its relative noise and how many samples it is of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MedianOf {
+    pub median: f64,
+    pub noise: f64,
+    pub samples: usize,
+}
+
+impl From<&Summary> for MedianOf {
+    fn from(s: &Summary) -> MedianOf {
+        MedianOf {
+            median: s.median,
+            noise: s.rel_stddev,
+            samples: s.samples,
+        }
+    }
+}
+
+/// A ratio of two medians (a speedup: the baseline's time over the optimized one's) and its
+/// standard uncertainty, from each median's standard error added in quadrature.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    pub value: f64,
+    pub uncertainty: f64,
+}
+
+impl Ratio {
+    pub fn of_medians(numerator: MedianOf, denominator: MedianOf) -> Ratio {
+        let value = numerator.median / denominator.median;
+        let rel = median_rel_error(numerator.noise, numerator.samples)
+            .hypot(median_rel_error(denominator.noise, denominator.samples));
+        Ratio {
+            value,
+            uncertainty: value * rel,
+        }
+    }
+
+    /// The 95% interval: the value 1.96 standard uncertainties either way.
+    pub fn interval95(&self) -> (f64, f64) {
+        (
+            self.value - Z95 * self.uncertainty,
+            self.value + Z95 * self.uncertainty,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +208,40 @@ mod tests {
     #[test]
     fn zero_mean_noise_is_infinite() {
         assert!(rel_stddev(&[0.0, 0.0]).is_infinite());
+    }
+
+    #[test]
+    fn a_ratio_of_medians_carries_both_errors() {
+        let m = |median, noise| MedianOf {
+            median,
+            noise,
+            samples: 100,
+        };
+        let r = Ratio::of_medians(m(4.0, 0.0), m(1.0, 0.0));
+        assert_eq!((r.value, r.uncertainty), (4.0, 0.0));
+        assert_eq!(r.interval95(), (4.0, 4.0));
+        // Each median's standard error: 1.2533 * 0.1 / 10 = 1.25%; together 1.77% of 4.
+        let r = Ratio::of_medians(m(4.0, 0.1), m(1.0, 0.1));
+        assert_eq!(r.value, 4.0);
+        let u = 4.0 * 2f64.sqrt() * 0.012533;
+        assert!((r.uncertainty - u).abs() < 1e-9, "{r:?}");
+        let (lo, hi) = r.interval95();
+        assert!(
+            (lo - (4.0 - 1.959964 * u)).abs() < 1e-9 && (hi - (4.0 + 1.959964 * u)).abs() < 1e-9
+        );
+        assert_eq!(
+            median_rel_error(0.1, 0),
+            1.2533 * 0.1,
+            "no samples counts as one"
+        );
+        let s = Summary::of(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(
+            MedianOf::from(&s),
+            MedianOf {
+                median: 2.0,
+                noise: s.rel_stddev,
+                samples: 3
+            }
+        );
     }
 }

@@ -64,6 +64,18 @@ impl StopRule {
         }
     }
 
+    /// A sweep's points: a few samples place a point on a curve of ratios, and a short cap
+    /// keeps a grid of many points quick.
+    pub fn sweep() -> Self {
+        StopRule {
+            min_samples: 5,
+            max_samples: 1000,
+            min_time_s: 0.02,
+            max_time_s: 0.5,
+            max_noise: 0.03,
+        }
+    }
+
     /// Check the rule's own consistency; the message names the offending setting.
     pub fn validate(&self) -> Result<(), String> {
         if self.min_samples == 0 {
@@ -185,6 +197,8 @@ mod tests {
     #[test]
     fn validation_names_the_setting() {
         assert!(rule().validate().is_ok());
+        assert!(StopRule::sweep().validate().is_ok());
+        assert!(StopRule::quick().validate().is_ok());
         let bad = StopRule {
             min_samples: 0,
             ..rule()

@@ -56,6 +56,7 @@ fn variant(name: &str, ms: &[f64], passed: bool) -> VariantReport {
             clock_dropped: false,
             hold_timeouts: 0,
             trace: None,
+            cpu: None,
         }),
         time_ms: passed.then_some(summary),
         note: None,

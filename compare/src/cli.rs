@@ -129,6 +129,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if args.list {
         for p in lessons::PAIRS {
             println!("{}  ({} -> {})", p.id(), p.baseline, p.optimized);
+            if !p.args.is_empty() {
+                println!("    at {}: {}", p.args.join(" "), p.size_note);
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -153,7 +156,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let progress = std::io::stderr().is_terminal();
     let mut runs: Vec<VariantRun> = Vec::new();
     let mut device = None;
-    for (i, (lesson, variant)) in variants.iter().enumerate() {
+    for (i, key) in variants.iter().enumerate() {
+        let (lesson, variant) = (key.lesson, key.variant);
         if progress {
             eprint!(
                 "\r[{}/{}] {lesson}/{variant} ({:.0} s)   ",
@@ -169,13 +173,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             variant.to_string(),
         ];
         child_args.extend(child_flags(&args.common, lesson, variant));
+        child_args.extend(key.args.iter().map(|a| a.to_string()));
         let t0 = Instant::now();
         let outcome = child::run(
             &program,
             &child_args,
             Duration::from_secs_f64(args.timeout),
             &scratch,
-            &format!("{lesson}-{variant}"),
+            &format!("{i}-{lesson}-{variant}"),
         );
         let wall = t0.elapsed().as_secs_f64();
         let run = match outcome {
@@ -186,7 +191,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             Outcome::Failed(why) => VariantRun::from_report(lesson, variant, None, Some(why), wall),
             Outcome::NoGpu(line) => anyhow::bail!("{line}"),
         };
-        runs.push(run);
+        runs.push(run.with_args(key.args));
     }
     if progress {
         eprintln!("\r{:60}", "");
@@ -232,7 +237,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let cached = device.as_ref().and_then(ceilings::load_cached);
     let pair_rows = pairs
         .iter()
-        .map(|p| PairRow::build(p, &runs, cached.as_ref()))
+        .map(|p| PairRow::build(p, &runs, cached.as_ref(), rule.threshold))
         .collect();
     let report = CompareReport {
         schema_version: COMPARE_SCHEMA_VERSION,

@@ -24,12 +24,52 @@ pub struct Pair {
     pub baseline: &'static str,
     pub optimized: &'static str,
     pub ceiling: CeilingKind,
+    /// The lesson's flags both sides run with (none: the lesson's defaults), so that the pair
+    /// runs at a size where its effect stands clear of the noise.
+    pub args: &'static [&'static str],
+    /// Why the pair runs at `args` rather than at the lesson's defaults.
+    pub size_note: &'static str,
 }
 
 impl Pair {
     pub fn id(&self) -> String {
         format!("{}/{}", self.lesson, self.name)
     }
+
+    /// A pair run at the lesson's defaults.
+    const fn at_defaults(
+        lesson: &'static str,
+        name: &'static str,
+        (baseline, optimized): (&'static str, &'static str),
+        ceiling: CeilingKind,
+    ) -> Pair {
+        Pair {
+            lesson,
+            name,
+            baseline,
+            optimized,
+            ceiling,
+            args: &[],
+            size_note: "",
+        }
+    }
+
+    /// Its two variant runs.
+    pub fn runs(&self) -> [VariantKey; 2] {
+        [self.baseline, self.optimized].map(|variant| VariantKey {
+            lesson: self.lesson,
+            variant,
+            args: self.args,
+        })
+    }
+}
+
+/// One variant run of the compare: a lesson's variant at the lesson flags a pair asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VariantKey {
+    pub lesson: &'static str,
+    pub variant: &'static str,
+    pub args: &'static [&'static str],
 }
 
 type RunFn = fn(&[String], &[&str], Startup) -> anyhow::Result<ExitCode>;
@@ -71,84 +111,99 @@ pub fn lessons() -> Vec<LessonEntry> {
     ]
 }
 
+/// Flags of the pinned pair: one pass of 4096 samples per step copies 4 MiB, where a pinned
+/// DMA (about 52 GB/s at 4 MiB on an H100) is several times faster than a pageable copy (about
+/// 6-7 GB/s at large sizes on an H200); at the chapter's 32 KiB the two cost about the same.
+pub const PINNED_ARGS: &[&str] = &["--batch", "4096", "--microbatch", "4096"];
+
+/// Flags of the prealloc pair: passes of 1024 samples through 4096 hidden units allocate and free
+/// 16 MiB activation buffers each time, where the chapter's passes allocate 32 KiB ones.
+pub const PREALLOC_ARGS: &[&str] = &[
+    "--hidden",
+    "4096",
+    "--samples",
+    "4096",
+    "--batch",
+    "1024",
+    "--microbatch",
+    "1024",
+];
+
 pub const PAIRS: &[Pair] = &[
+    Pair::at_defaults(
+        "ch1-intensity",
+        "fusion",
+        ("baseline", "fused"),
+        CeilingKind::CopyBandwidth,
+    ),
+    Pair::at_defaults(
+        "ch1-gemm",
+        "batched-gemm",
+        ("baseline", "strided"),
+        CeilingKind::Sgemm,
+    ),
+    Pair::at_defaults(
+        "ch1-gemm",
+        "pointer-array-gemm",
+        ("baseline", "batched"),
+        CeilingKind::Sgemm,
+    ),
+    Pair::at_defaults(
+        "ch1-basics",
+        "training",
+        ("training:baseline", "training:optimized"),
+        CeilingKind::None,
+    ),
     Pair {
-        lesson: "ch1-intensity",
-        name: "fusion",
-        baseline: "baseline",
-        optimized: "fused",
-        ceiling: CeilingKind::CopyBandwidth,
+        args: PINNED_ARGS,
+        size_note: "4 MiB copies per pass: at the chapter's 32 KiB a pageable copy costs about what a pinned one does; `ch1-basics --sweep pinned` shows where pinning starts to pay",
+        ..Pair::at_defaults(
+            "ch1-basics",
+            "pinned",
+            ("training:baseline", "training:pinned"),
+            CeilingKind::None,
+        )
     },
     Pair {
-        lesson: "ch1-gemm",
-        name: "batched-gemm",
-        baseline: "baseline",
-        optimized: "strided",
-        ceiling: CeilingKind::Sgemm,
+        args: PREALLOC_ARGS,
+        size_note: "16 MiB buffers allocated and freed per pass: the chapter's 32 KiB ones cost little next to a pass's synchronized launches; `ch1-basics --sweep prealloc` shows what an allocation costs by size",
+        ..Pair::at_defaults(
+            "ch1-basics",
+            "prealloc",
+            ("training:baseline", "training:prealloc"),
+            CeilingKind::None,
+        )
     },
-    Pair {
-        lesson: "ch1-gemm",
-        name: "pointer-array-gemm",
-        baseline: "baseline",
-        optimized: "batched",
-        ceiling: CeilingKind::Sgemm,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "training",
-        baseline: "training:baseline",
-        optimized: "training:optimized",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "pinned",
-        baseline: "training:baseline",
-        optimized: "training:pinned",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "prealloc",
-        baseline: "training:baseline",
-        optimized: "training:prealloc",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "batch",
-        baseline: "training:baseline",
-        optimized: "training:batch",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "graphs",
-        baseline: "training:baseline",
-        optimized: "training:graphs",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "coalescing",
-        baseline: "transpose:naive",
-        optimized: "transpose:tiled32-vec4",
-        ceiling: CeilingKind::CopyBandwidth,
-    },
-    Pair {
-        lesson: "ch1-basics",
-        name: "double-buffering",
-        baseline: "pipeline:serial",
-        optimized: "pipeline:overlapped",
-        ceiling: CeilingKind::None,
-    },
-    Pair {
-        lesson: "ch1-graph-shapes",
-        name: "graph-buckets",
-        baseline: "per-shape",
-        optimized: "bucketed",
-        ceiling: CeilingKind::None,
-    },
+    Pair::at_defaults(
+        "ch1-basics",
+        "batch",
+        ("training:baseline", "training:batch"),
+        CeilingKind::None,
+    ),
+    Pair::at_defaults(
+        "ch1-basics",
+        "graphs",
+        ("training:baseline", "training:graphs"),
+        CeilingKind::None,
+    ),
+    Pair::at_defaults(
+        "ch1-basics",
+        "coalescing",
+        ("transpose:naive", "transpose:tiled32-vec4"),
+        CeilingKind::CopyBandwidth,
+    ),
+    Pair::at_defaults(
+        "ch1-basics",
+        "double-buffering",
+        ("pipeline:serial", "pipeline:overlapped"),
+        CeilingKind::None,
+    ),
+    Pair::at_defaults(
+        "ch1-graph-shapes",
+        "graph-buckets",
+        ("per-shape", "bucketed"),
+        CeilingKind::None,
+    ),
 ];
 
 pub fn lesson(name: &str) -> Option<LessonEntry> {
@@ -164,14 +219,13 @@ pub fn select(filter: Option<&str>) -> Vec<Pair> {
         .collect()
 }
 
-/// The variants to run for `pairs`, each once, in order: (lesson, variant).
-pub fn variants_of(pairs: &[Pair]) -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
-    for p in pairs {
-        for v in [p.baseline, p.optimized] {
-            if !out.contains(&(p.lesson, v)) {
-                out.push((p.lesson, v));
-            }
+/// The variant runs `pairs` need, each once, in order (a baseline shared by pairs at the same
+/// flags runs once).
+pub fn variants_of(pairs: &[Pair]) -> Vec<VariantKey> {
+    let mut out: Vec<VariantKey> = Vec::new();
+    for run in pairs.iter().flat_map(Pair::runs) {
+        if !out.contains(&run) {
+            out.push(run);
         }
     }
     out
@@ -189,17 +243,58 @@ mod tests {
         }
     }
 
+    fn names(runs: &[VariantKey]) -> Vec<(&str, &str, usize)> {
+        runs.iter()
+            .map(|r| (r.lesson, r.variant, r.args.len()))
+            .collect()
+    }
+
     #[test]
     fn shared_baselines_run_once() {
         let v = variants_of(&select(Some("ch1-gemm")));
         assert_eq!(
-            v,
+            names(&v),
             vec![
-                ("ch1-gemm", "baseline"),
-                ("ch1-gemm", "strided"),
-                ("ch1-gemm", "batched")
+                ("ch1-gemm", "baseline", 0),
+                ("ch1-gemm", "strided", 0),
+                ("ch1-gemm", "batched", 0)
             ]
         );
+    }
+
+    #[test]
+    fn a_baseline_at_other_flags_is_a_run_of_its_own() {
+        let v = variants_of(&select(Some("ch1-basics")));
+        let baselines: Vec<_> = v
+            .iter()
+            .filter(|r| r.variant == "training:baseline")
+            .map(|r| r.args)
+            .collect();
+        assert_eq!(baselines, vec![&[][..], PINNED_ARGS, PREALLOC_ARGS]);
+        // Each pair's two runs share the pair's flags.
+        for p in select(Some("ch1-basics")) {
+            let [b, o] = p.runs();
+            assert_eq!((b.args, o.args), (p.args, p.args), "{}", p.id());
+            assert!(v.contains(&b) && v.contains(&o), "{}", p.id());
+        }
+        assert_eq!(v.len(), 12, "{:?}", names(&v));
+    }
+
+    #[test]
+    fn pairs_at_other_sizes_say_why_and_use_flags_the_lesson_takes() {
+        for p in PAIRS {
+            assert_eq!(p.args.is_empty(), p.size_note.is_empty(), "{}", p.id());
+        }
+        for args in [PINNED_ARGS, PREALLOC_ARGS] {
+            let argv = std::iter::once("ch1-basics").chain(args.iter().copied());
+            let parsed = ch1_basics::cli::Args::try_parse_from(argv).unwrap();
+            parsed.train_config().unwrap();
+        }
+        let pinned = ch1_basics::cli::Args::parse_from(
+            std::iter::once("ch1-basics").chain(PINNED_ARGS.iter().copied()),
+        );
+        // 4096 samples of 256 fp32 features: 4 MiB per copy.
+        assert_eq!(pinned.microbatch * 256 * 4, 4 << 20);
     }
 
     #[test]

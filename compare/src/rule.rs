@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use common::stats::{MedianOf, Ratio};
+
 /// A timing to compare: median and relative noise (sample standard deviation over mean).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
@@ -67,13 +69,21 @@ impl Rule {
     }
 }
 
+impl From<&Timing> for MedianOf {
+    fn from(t: &Timing) -> MedianOf {
+        MedianOf {
+            median: t.median_s,
+            noise: t.noise,
+            samples: t.samples,
+        }
+    }
+}
+
 /// Speedup of `optimized` over `baseline` (ratio of medians) and its standard uncertainty,
 /// from each median's standard error (1.25 sigma / sqrt(n) for a median of normal samples).
 pub fn speedup(baseline: &Timing, optimized: &Timing) -> (f64, f64) {
-    let s = baseline.median_s / optimized.median_s;
-    let se = |t: &Timing| 1.2533 * t.noise / (t.samples.max(1) as f64).sqrt();
-    let rel = (se(baseline).powi(2) + se(optimized).powi(2)).sqrt();
-    (s, s * rel)
+    let r = Ratio::of_medians(baseline.into(), optimized.into());
+    (r.value, r.uncertainty)
 }
 
 #[cfg(test)]

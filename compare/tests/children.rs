@@ -79,6 +79,7 @@ fn fake_program(d: &Path) -> PathBuf {
 variant="$3"
 for a in "$@"; do last_but_one="$prev"; prev="$a"; done
 json="$prev"
+echo "$@" >> "$(dirname "$0")/calls.log"
 mode=$(cat "$(dirname "$0")/$variant.mode")
 case "$mode" in
   crash) kill -SEGV $$ ;;
@@ -110,15 +111,13 @@ fn put_report(d: &Path, variant: &str, median_ms: f64, passed: bool) {
 }
 
 fn compare(d: &Path, extra: &[&str]) -> (i32, String, String) {
+    compare_pairs(d, "ch1-intensity/fusion", extra)
+}
+
+fn compare_pairs(d: &Path, filter: &str, extra: &[&str]) -> (i32, String, String) {
     let fake = fake_program(d);
     let out = Command::new(BIN)
-        .args([
-            "--filter",
-            "ch1-intensity/fusion",
-            "--timeout",
-            "2",
-            "--child-program",
-        ])
+        .args(["--filter", filter, "--timeout", "2", "--child-program"])
         .arg(&fake)
         .args(extra)
         .current_dir(d)
@@ -194,6 +193,7 @@ fn expectations_round_trip_and_catch_a_regression() {
     let (code, out, err) = compare(&d, &["--expectations", exp_arg, "--update-expectations"]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("5.00x"), "{out}");
+    assert!(out.contains("| faster (5.00x..5.00x) |"), "{out}");
     // The same figures again: SAME.
     let (code, out, _) = compare(&d, &["--expectations", exp_arg]);
     assert_eq!(code, 0, "{out}");
@@ -239,7 +239,12 @@ fn cli_errors() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(BIN).arg("--list").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ch1-intensity/fusion"));
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("ch1-intensity/fusion"), "{list}");
+    assert!(
+        list.contains("ch1-basics/pinned  (training:baseline -> training:pinned)\n    at --batch 4096 --microbatch 4096: 4 MiB copies"),
+        "{list}"
+    );
     // Without a GPU (CI), the real run is one line and exit 2.
     let out = Command::new(BIN)
         .env("CUDA_VISIBLE_DEVICES", "")
@@ -250,5 +255,40 @@ fn cli_errors() {
     assert!(
         err.contains("no NVIDIA driver") || err.contains("no CUDA-capable GPU"),
         "{err}"
+    );
+}
+
+#[test]
+fn a_pair_at_other_flags_runs_both_sides_with_them_and_judges_its_effect() {
+    let d = dir("flags");
+    put_report(&d, "training:baseline", 12.0, true);
+    put_report(&d, "training:pinned", 12.1, true);
+    let (code, out, err) = compare_pairs(&d, "ch1-basics/pinned", &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
+    for line in calls.lines() {
+        assert!(
+            line.contains("--max-time 2 --batch 4096 --microbatch 4096 --json"),
+            "{line}"
+        );
+    }
+    assert!(
+        out.contains("ch1-basics/pinned (training:baseline -> training:pinned) at --batch 4096 --microbatch 4096 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ch1-basics/training:baseline --batch 4096 --microbatch 4096 | ok"),
+        "{out}"
+    );
+    // 12.0 against 12.1 ms at 0.1% noise: clear of 1.0 but under the threshold, so no effect,
+    // said with the reason the pair runs at this size.
+    assert!(
+        out.contains("| no effect at this size (0.99x..0.99x) |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("under the 5% that counts; run at this size because: 4 MiB copies per pass"),
+        "{out}"
     );
 }

@@ -1,11 +1,12 @@
 //! What every plot of the project shares: a bundled font (DejaVu Sans, registered through
 //! plotters' ab_glyph support, so pictures render the same on a machine with no fonts), one
-//! palette, and drawing a figure once as SVG and once as PNG.
+//! palette, the grid and legend of line charts, and drawing a figure once as SVG and once as
+//! PNG.
 
 use std::path::Path;
 use std::sync::Once;
 
-use plotters::coord::Shift;
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -25,6 +26,42 @@ pub const COLORS: [RGBColor; 8] = [
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
 ];
+
+/// A figure on white: `title` across the top, and `panels` drawing areas side by side below it.
+pub fn titled_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    panels: usize,
+) -> Result<Vec<DrawingArea<DB, Shift>>, String>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let root = root.titled(title, (FONT, 24)).map_err(err)?;
+    Ok(root.split_evenly((1, panels)))
+}
+
+/// Grid lines of line charts: the minor ones, and the major ones.
+pub const GRID_LIGHT: RGBColor = RGBColor(235, 235, 235);
+pub const GRID_BOLD: RGBColor = RGBColor(200, 200, 200);
+
+/// The legend of a line chart: its series' labels upper left, over a light box.
+pub fn draw_legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .draw()
+        .map_err(|e| e.to_string())
+}
 
 /// Register the bundled font under [FONT]; every later call is free.
 pub fn register_font() {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotting::{Figure, COLORS, FONT};
+use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
 use crate::analysis::{TrialResult, TrialStatus};
 
@@ -98,10 +98,7 @@ impl Figure for SweepFigure<'_> {
     where
         DB::ErrorType: 'static,
     {
-        let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-        root.fill(&WHITE).map_err(err)?;
-        let root = root.titled(self.title, (FONT, 24)).map_err(err)?;
-        let panels = root.split_evenly((1, 2));
+        let panels = plotting::titled_panels(root, self.title, 2)?;
         let lines = &self.lines;
         let all = || lines.iter().flat_map(|(_, p)| p.iter());
         let batches: Vec<f64> = all().map(|p| p.0).collect();
@@ -160,8 +157,8 @@ where
         .label_style((FONT, 15))
         .x_label_formatter(&|v| short(*v))
         .y_label_formatter(&|v| short(*v))
-        .light_line_style(RGBColor(235, 235, 235))
-        .bold_line_style(RGBColor(200, 200, 200))
+        .light_line_style(GRID_LIGHT)
+        .bold_line_style(GRID_BOLD)
         .draw()
         .map_err(err)?;
     for (i, (label, points)) in lines.iter().enumerate() {
@@ -178,15 +175,7 @@ where
             .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    plotting::draw_legend(&mut chart)
 }
 
 #[cfg(test)]

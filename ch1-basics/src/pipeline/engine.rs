@@ -89,6 +89,35 @@ pub fn reference_value(x: f32, iterations: u32) -> f64 {
     an * x as f64 + b * (1.0 - an) / (1.0 - a)
 }
 
+/// A grid-stride launch over `len` elements: at most 16 blocks of 256 threads per SM.
+pub fn grid_stride(len: usize, sm_count: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((len.div_ceil(256) as u32).min(sm_count * 16).max(1), 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Queue the map x <- A x + B, `iterations` times, over the first `len` elements of `buf` on
+/// `stream` (`kernel` is [KERNELS]' `affine_iterate`).
+pub fn queue_affine(
+    kernel: &CudaFunction,
+    sm_count: u32,
+    stream: &Arc<CudaStream>,
+    buf: &mut CudaSlice<f32>,
+    len: usize,
+    iterations: u32,
+) -> Result<()> {
+    assert!(len <= buf.len());
+    let count = len as i64;
+    let (a, b, it) = (A, B, iterations as i32);
+    let mut l = stream.launch_builder(kernel);
+    l.arg(buf).arg(&count).arg(&a).arg(&b).arg(&it);
+    // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= buf.len() elements.
+    unsafe { l.launch(grid_stride(len, sm_count)) }.cuda("affine_iterate")?;
+    Ok(())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Serial,
@@ -169,26 +198,15 @@ impl Pipeline {
     }
 
     fn compute(&mut self, stream: &Arc<CudaStream>, buffer: usize, len: usize) -> Result<()> {
-        let count = len as i64;
-        let (a, b, it) = (A, B, self.iterations as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (
-                (len.div_ceil(256) as u32).min(self.sm_count * 16).max(1),
-                1,
-                1,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut l = stream.launch_builder(&self.kernel);
-        l.arg(&mut self.dev[buffer])
-            .arg(&count)
-            .arg(&a)
-            .arg(&b)
-            .arg(&it);
-        // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= chunk elements.
-        unsafe { l.launch(cfg) }.cuda("affine_iterate")?;
-        Ok(())
+        let (kernel, sm_count, iterations) = (&self.kernel, self.sm_count, self.iterations);
+        queue_affine(
+            kernel,
+            sm_count,
+            stream,
+            &mut self.dev[buffer],
+            len,
+            iterations,
+        )
     }
 
     /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream};
+use cudarc::driver::{sys, CudaEvent, CudaGraph, CudaSlice, CudaStream};
 
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
@@ -202,6 +202,9 @@ pub enum Captured {
     Overlapped(usize, Option<usize>),
     /// A step's compute alone on device slot 0, `pass` samples per pass, no copies.
     ComputeOnly { pass: usize },
+    /// Steps `first..first + count`, each microbatch copied straight from the page-locked
+    /// dataset into device slot 0 (the steps-per-graph sweep).
+    Steps { first: usize, count: usize },
 }
 
 /// CUDA graphs captured from the compute stream, each once, replayed after.
@@ -237,6 +240,22 @@ impl Graphs {
         graph.upload().cuda("uploading the step graph")?;
         self.0.insert(key, graph);
         Ok(())
+    }
+
+    /// How many nodes (copies, kernels) the graph captured for `key` holds.
+    pub fn nodes(&self, key: Captured) -> Option<usize> {
+        let graph = self.0.get(&key)?;
+        let mut count = 0usize;
+        // SAFETY: a null node array asks only for the count.
+        unsafe { sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }
+            .result()
+            .ok()?;
+        Some(count)
+    }
+
+    /// Drop every graph `keep` says no to.
+    pub fn retain(&mut self, keep: impl Fn(&Captured) -> bool) {
+        self.0.retain(|key, _| keep(key));
     }
 
     /// Launch the graph captured for `key`.

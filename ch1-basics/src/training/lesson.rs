@@ -1,8 +1,9 @@
 //! The training variants as a lesson of the runner: each run's weight change and loss curve are
 //! checked against the float64 reference of the same training (when affordable) and against the
 //! baseline's run; whole runs are timed (runs that synchronize with the host, so not held
-//! behind the blocking kernel; the counted bytes are host-to-device copies); and each variant
-//! gets its samples/s, time per step, the step's compute time alone and goodput.
+//! behind the blocking kernel, each sample several whole runs long; the counted bytes are
+//! host-to-device copies); and each variant gets its samples/s, time per step, the step's
+//! compute time alone, goodput and the host's share of the step ([super::host]).
 
 use serde_json::json;
 
@@ -17,6 +18,7 @@ use common::Result;
 use mlp::reference::{loss_curve, train_sgd};
 
 use super::engine::{Engine, RunOutput};
+use super::host::{self, COMPUTE_MS, HOST_MS, HOST_SHARE, STEP_MS};
 use super::{TrainConfig, Variant};
 
 /// Relative L2 tolerance on the weight change (final - initial weights). The change is about
@@ -48,6 +50,71 @@ fn trained(run: &RunOutput, init: &[f32], samples_per_step: usize) -> (Vec<f64>,
     (change, loss_curve(&run.losses, samples_per_step))
 }
 
+/// The float64 reference of the engine's training run (its weight change and loss curve), when
+/// it is affordable on the CPU.
+fn reference_of(engine: &Engine) -> Option<Reference> {
+    let cfg = engine.cfg;
+    let arch = cfg.arch();
+    if arch.flops(cfg.samples as u64) > REFERENCE_FLOP_LIMIT {
+        return None;
+    }
+    let data = &engine.data.samples;
+    let run = train_sgd(
+        &arch,
+        &engine.init,
+        &data.features,
+        &data.labels,
+        cfg.step_batch,
+        cfg.lr as f64,
+    );
+    let change = run
+        .params
+        .iter()
+        .zip(&engine.init)
+        .map(|(&p, &i)| p - i as f64)
+        .collect();
+    Some(Reference {
+        label: REFERENCE_LABEL.into(),
+        parts: vec![
+            (WEIGHT_CHANGE.into(), change),
+            (LOSS_CURVE.into(), run.losses),
+        ],
+    })
+}
+
+/// What the engine's last run left, as the runner checks it (the weight change and the loss
+/// curve, each with its tolerance), and the loss curve alone.
+fn checked_output(engine: &Engine) -> Result<(Output, Vec<f64>)> {
+    let run = engine.download()?;
+    let (change, curve) = trained(&run, &engine.init, engine.cfg.step_batch);
+    let output = Output::default()
+        .part(WEIGHT_CHANGE, change, Some(WEIGHT_CHANGE_TOLERANCE))
+        .part(LOSS_CURVE, curve.clone(), Some(LOSS_CURVE_TOLERANCE));
+    Ok((output, curve))
+}
+
+/// The work of one training run: every sample's features and label copied in, forward and
+/// backward over every sample.
+pub fn run_work(cfg: &TrainConfig) -> Work {
+    let arch = cfg.arch();
+    Work {
+        bytes_read: (cfg.samples * (arch.input + 1) * 4) as u64,
+        bytes_written: 0,
+        flops: arch.flops(cfg.samples as u64),
+    }
+}
+
+/// How whole training runs are timed: not held (the naive runs synchronize with the host, and
+/// a held stream would never drain), each sample several whole runs long.
+pub fn host_bound_bench(cfg: BenchConfig) -> BenchConfig {
+    BenchConfig {
+        hold: false,
+        warmup_runs: 2,
+        min_sample_s: cfg.min_sample_s.max(host::sample_time(&cfg.stop)),
+        ..cfg
+    }
+}
+
 /// The six training variants of one configuration, run by the runner.
 pub struct TrainingLesson<'g> {
     engine: Engine<'g>,
@@ -61,31 +128,7 @@ impl<'g> TrainingLesson<'g> {
     /// when it is affordable.
     pub fn new(gpu: &'g Gpu, cfg: TrainConfig) -> Result<TrainingLesson<'g>> {
         let engine = Engine::new(gpu, cfg)?;
-        let arch = cfg.arch();
-        let reference = (arch.flops(cfg.samples as u64) <= REFERENCE_FLOP_LIMIT).then(|| {
-            let data = &engine.data.samples;
-            let run = train_sgd(
-                &arch,
-                &engine.init,
-                &data.features,
-                &data.labels,
-                cfg.step_batch,
-                cfg.lr as f64,
-            );
-            let change = run
-                .params
-                .iter()
-                .zip(&engine.init)
-                .map(|(&p, &i)| p - i as f64)
-                .collect();
-            Reference {
-                label: REFERENCE_LABEL.into(),
-                parts: vec![
-                    (WEIGHT_CHANGE.into(), change),
-                    (LOSS_CURVE.into(), run.losses),
-                ],
-            }
-        });
+        let reference = reference_of(&engine);
         Ok(TrainingLesson {
             engine,
             reference,
@@ -95,6 +138,11 @@ impl<'g> TrainingLesson<'g> {
 
     pub fn config(&self) -> TrainConfig {
         self.engine.cfg
+    }
+
+    /// The engine the variants run on, for a lesson that runs loops of its own on it (a sweep).
+    pub fn engine(&mut self) -> &mut Engine<'g> {
+        &mut self.engine
     }
 
     /// The float64 reference's loss curve, when the reference was affordable.
@@ -160,18 +208,12 @@ impl Lesson for TrainingLesson<'_> {
             "seed": c.seed,
             "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
             "loss_curve_tolerance": LOSS_CURVE_TOLERANCE,
-            "timing": "CUDA events around each whole training run on the lesson's stream, no blocking kernel (the runs synchronize on their own); time per run",
+            "timing": "CUDA events around whole training runs on the lesson's stream, no blocking kernel (the runs synchronize on their own), each sample several whole runs long, the measuring thread kept on one CPU core; time per run",
         })
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let c = self.engine.cfg;
-        let arch = c.arch();
-        let work = Work {
-            bytes_read: (c.samples * (arch.input + 1) * 4) as u64,
-            bytes_written: 0,
-            flops: arch.flops(c.samples as u64),
-        };
+        let work = run_work(&self.engine.cfg);
         Variant::ALL
             .iter()
             .map(|v| {
@@ -200,21 +242,13 @@ impl Lesson for TrainingLesson<'_> {
     }
 
     fn output(&mut self, _gpu: &Gpu, index: usize) -> Result<Output> {
-        let run = self.engine.download()?;
-        let (change, curve) = trained(&run, &self.engine.init, self.engine.cfg.step_batch);
-        self.curves[index] = Some(curve.clone());
-        Ok(Output::default()
-            .part(WEIGHT_CHANGE, change, Some(WEIGHT_CHANGE_TOLERANCE))
-            .part(LOSS_CURVE, curve, Some(LOSS_CURVE_TOLERANCE)))
+        let (output, curve) = checked_output(&self.engine)?;
+        self.curves[index] = Some(curve);
+        Ok(output)
     }
 
     fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
-        // The naive runs synchronize with the host: a held stream would never drain.
-        BenchConfig {
-            hold: false,
-            warmup_runs: 2,
-            ..cfg
-        }
+        host_bound_bench(cfg)
     }
 
     fn metrics(
@@ -237,11 +271,14 @@ impl Lesson for TrainingLesson<'_> {
             .time_ms
             .median;
         let per_step = run_ms / c.steps() as f64;
+        let (host_ms, host_share) = host::host_part(per_step, compute);
         Ok(vec![
             Metric::new("samples/s", c.samples as f64 / (run_ms / 1e3), ""),
-            Metric::new("step", per_step, "ms"),
-            Metric::new("compute/step", compute, "ms"),
+            Metric::new(STEP_MS, per_step, "ms"),
+            Metric::new(COMPUTE_MS, compute, "ms"),
             Metric::new("goodput", 100.0 * compute / per_step, "%"),
+            Metric::new(HOST_MS, host_ms, "ms"),
+            Metric::new(HOST_SHARE, 100.0 * host_share, "%"),
         ])
     }
 
@@ -291,6 +328,6 @@ impl Lesson for TrainingLesson<'_> {
             "reference_loss_curve": self.reference_loss_curve(),
             "loss_curves": curves,
         });
-        Ok(vec![section])
+        Ok(vec![section, host::section(variants)])
     }
 }

@@ -46,6 +46,7 @@ pub mod baseline;
 pub mod batch;
 pub mod engine;
 pub mod graphs;
+pub mod host;
 pub mod lesson;
 pub mod optimized;
 pub mod pinned;
@@ -77,6 +78,19 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
+    /// The chapter's training, as the command line gives it by default: hidden 256, 16384
+    /// samples, 64 steps of 256 in microbatches of 32, seed 42.
+    pub fn chapter() -> TrainConfig {
+        TrainConfig {
+            hidden: 256,
+            samples: 16384,
+            step_batch: 256,
+            microbatch: 32,
+            lr: TrainConfig::default_lr(256),
+            seed: 42,
+        }
+    }
+
     /// The learning rate unless one is given: 0.05, scaled down for layers wider than 256
     /// (wider layers need smaller steps; 0.05 diverges at hidden 4096).
     pub fn default_lr(hidden: usize) -> f32 {
@@ -192,14 +206,7 @@ mod tests {
     use super::*;
 
     fn cfg() -> TrainConfig {
-        TrainConfig {
-            hidden: 256,
-            samples: 16384,
-            step_batch: 256,
-            microbatch: 32,
-            lr: 0.05,
-            seed: 42,
-        }
+        TrainConfig::chapter()
     }
 
     #[test]

@@ -160,13 +160,14 @@ impl Rule {
         if checked.iter().any(noisy) {
             return (Verdict::Unsure, diff);
         }
-        // Inclusive, with room for rounding in the ratio (1.05 / 1.0 - 1 is not exactly 0.05).
-        let verdict = if diff.abs() <= bar + 1e-12 {
-            Verdict::Same
-        } else if diff < 0.0 {
+        // Symmetric in the ratio: slower beyond 1 + bar, faster below 1 / (1 + bar). Inclusive,
+        // with room for rounding (1.05 / 1.0 - 1 is not exactly 0.05).
+        let verdict = if diff > bar + 1e-12 {
+            Verdict::Slower
+        } else if diff < 1.0 / (1.0 + bar) - 1.0 - 1e-12 {
             Verdict::Faster
         } else {
-            Verdict::Slower
+            Verdict::Same
         };
         (verdict, diff)
     }
@@ -243,6 +244,9 @@ mod tests {
         assert!((d - 0.05).abs() < 1e-12);
         assert_eq!(v, Verdict::Same, "the bar is inclusive");
         assert_eq!(r.judge(&t(1.0, 0.0), &t(1.0501, 0.0)).0, Verdict::Slower);
+        // Faster is the same ratio the other way: 1 / 1.05.
+        assert_eq!(r.judge(&t(1.05, 0.0), &t(1.0, 0.0)).0, Verdict::Same);
+        assert_eq!(r.judge(&t(1.0501, 0.0), &t(1.0, 0.0)).0, Verdict::Faster);
     }
 
     fn runs(medians: &[f64]) -> Vec<Timing> {

@@ -132,18 +132,17 @@ fn set_mode(d: &Path, variant: &str, mode: &str) {
 }
 
 fn put_report(d: &Path, variant: &str, median_ms: f64, passed: bool) {
-    let file = format!("{variant}-report.json");
-    report(variant, median_ms, passed)
-        .write_json(&d.join(&file))
-        .unwrap();
-    set_mode(d, variant, &file);
+    put(d, variant, report(variant, median_ms, passed));
 }
 
 fn put_timed(d: &Path, variant: &str, median_ms: f64, timed: Timed) {
+    put(d, variant, timed_report(variant, median_ms, true, timed));
+}
+
+/// The report the fake program hands back for `variant`.
+fn put(d: &Path, variant: &str, report: LessonReport) {
     let file = format!("{variant}-report.json");
-    timed_report(variant, median_ms, true, timed)
-        .write_json(&d.join(&file))
-        .unwrap();
+    report.write_json(&d.join(&file)).unwrap();
     set_mode(d, variant, &file);
 }
 

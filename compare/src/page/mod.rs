@@ -334,7 +334,7 @@ mod tests {
         std::fs::create_dir_all(&empty).unwrap();
         let err = render(&[d.join("nothing-here")]).unwrap_err().to_string();
         assert!(err.contains("not a results folder"), "{err}");
-        let (page, counts) = render(&[empty.clone()]).unwrap();
+        let (page, counts) = render(std::slice::from_ref(&empty)).unwrap();
         assert_eq!(
             counts,
             Counts {

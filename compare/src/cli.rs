@@ -1,5 +1,7 @@
 //! `cargo run --release -p compare`: every pair of every lesson, each variant in its own child
-//! process, one table, and a verdict against the expected figures of this GPU.
+//! process, one table, and a verdict against the expected figures of this GPU (and, for
+//! host-paced variants, of this machine). `--html FILE` writes the chapter's report page from
+//! results folders instead, with no GPU.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -14,8 +16,10 @@ use common::report::{Provenance, Startup};
 
 use crate::child::{self, Outcome};
 use crate::expectations::{self, Expectations};
+use crate::host::{Host, Pacing};
 use crate::lessons;
-use crate::outcome::{CompareReport, PairRow, VariantRun, COMPARE_SCHEMA_VERSION};
+use crate::outcome::{CompareReport, PairRow, RunStatus, VariantRun, COMPARE_SCHEMA_VERSION};
+use crate::page;
 use crate::rule::Rule;
 
 /// The time cap per variant in the default mode, seconds.
@@ -38,9 +42,22 @@ pub struct Args {
     /// Expectations file (default: results/<gpu>/expectations.json).
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
-    /// Rewrite the expectations from this run instead of judging against them.
+    /// Judge this run, then record it as expected: a device-paced variant's timing replaces
+    /// the GPU model's; a host-paced one's joins the runs of this machine (it is judged once
+    /// three are recorded). A SLOWER verdict is then accepted, not a failure.
     #[arg(long)]
     pub update_expectations: bool,
+    /// Write the chapter's report page (one self-contained HTML file) from results folders,
+    /// and run nothing.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// A results folder for the page (repeat for GPUs side by side; default: every folder
+    /// under results/).
+    #[arg(long, value_name = "DIR", requires = "html")]
+    pub results: Vec<PathBuf>,
+    /// Print the results folder name of the GPU at --device ("h100") and exit.
+    #[arg(long)]
+    pub gpu_slug: bool,
     /// Seconds before a variant's process is killed.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
     pub timeout: f64,
@@ -125,6 +142,22 @@ fn run_child(rest: &[String], startup: Startup) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    if let Some(file) = &args.html {
+        let folders = if args.results.is_empty() {
+            page::default_folders(&PathBuf::from("results"))?
+        } else {
+            args.results.clone()
+        };
+        let written = page::write(file, &folders)?;
+        println!("{written}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.gpu_slug {
+        common::gpu::probe_driver()?;
+        let gpu = common::gpu::Gpu::open(args.common.device)?;
+        println!("{}", gpu.info.model_slug());
+        return Ok(ExitCode::SUCCESS);
+    }
     let pairs = lessons::select(args.filter.as_deref());
     if args.list {
         for p in lessons::PAIRS {
@@ -210,18 +243,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         threshold: args.threshold,
         ..Rule::default()
     };
-    let expected = if args.update_expectations {
-        None
-    } else {
-        match Expectations::read(&exp_path) {
-            Ok(e) => Some(e),
-            Err(err) => {
-                eprintln!("note: {err}");
-                None
-            }
-        }
-    };
-    if let (Some(e), Some(d)) = (&expected, &device) {
+    let expected = Expectations::read(&exp_path).map_err(|err| {
+        eprintln!("note: {err}");
+        format!(
+            "no expectations for this GPU model ({})",
+            exp_path.display()
+        )
+    });
+    if let (Ok(e), Some(d)) = (&expected, &device) {
         if e.gpu != d.name {
             eprintln!(
                 "note: {} holds figures for {}, not this {}: comparing anyway",
@@ -231,8 +260,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    for r in &mut runs {
-        r.judge(expected.as_ref(), &rule);
+    let host = device.as_ref().map(|d| Host::this(&d.uuid));
+    if let Some(h) = &host {
+        for r in &mut runs {
+            r.judge(expected.as_ref().map_err(String::as_str), h, &rule);
+        }
     }
     let cached = device.as_ref().and_then(ceilings::load_cached);
     let pair_rows = pairs
@@ -242,9 +274,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let report = CompareReport {
         schema_version: COMPARE_SCHEMA_VERSION,
         device: device.clone(),
+        host,
         provenance: Provenance::now(),
         rule,
-        expectations: expected.as_ref().map(|_| exp_path.display().to_string()),
+        expectations: expected
+            .as_ref()
+            .ok()
+            .map(|_| exp_path.display().to_string()),
         variants: runs,
         pairs: pair_rows,
         wall_s: started.elapsed().as_secs_f64(),
@@ -254,10 +290,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         common::files::write_json_file(path, &report, "the comparison")?;
         println!("wrote {}", path.display());
     }
+    let mut problems = report.failures();
     if args.update_expectations {
-        update_expectations(&report, &exp_path)?;
+        update_expectations(&report, expected.ok(), &exp_path)?;
+        for slower in report.regressions() {
+            println!("accepted: {slower}");
+        }
+    } else {
+        problems.extend(report.regressions());
     }
-    let problems = report.problems();
     for p in &problems {
         eprintln!("error: {p}");
     }
@@ -268,27 +309,25 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Write every verified variant's timing as the new expectation, keeping the others.
-fn update_expectations(report: &CompareReport, path: &std::path::Path) -> anyhow::Result<()> {
-    let device = report
-        .device
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("no variant ran: nothing to record"))?;
-    let mut e = Expectations::read(path).unwrap_or(Expectations {
-        schema_version: expectations::EXPECTATIONS_SCHEMA_VERSION,
-        gpu: device.name.clone(),
-        driver_version: device.driver_version.clone(),
-        git_commit: String::new(),
-        updated: String::new(),
-        variants: Default::default(),
-    });
+/// Record every verified variant's timing as expected (see [Expectations::record]), keeping
+/// the others.
+fn update_expectations(
+    report: &CompareReport,
+    existing: Option<Expectations>,
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    let (Some(device), Some(host)) = (&report.device, &report.host) else {
+        anyhow::bail!("no variant ran: nothing to record");
+    };
+    let mut e = existing.unwrap_or_else(|| Expectations::new(&device.name, &device.driver_version));
     e.gpu = device.name.clone();
     e.driver_version = device.driver_version.clone();
     e.git_commit = report.provenance.git_commit.clone();
     e.updated = report.provenance.time.clone();
     for v in &report.variants {
-        if let (crate::outcome::RunStatus::Ok, Some(t)) = (&v.status, v.timing) {
-            e.variants.insert(v.id(), t);
+        if let (RunStatus::Ok, Some(t)) = (&v.status, v.timing) {
+            let pacing = v.paced_by.unwrap_or(Pacing::Device);
+            e.record(&v.id(), pacing, t, host, &report.provenance.time);
         }
     }
     e.write(path)?;

@@ -5,6 +5,26 @@
 pub mod child;
 pub mod cli;
 pub mod expectations;
+pub mod host;
 pub mod lessons;
 pub mod outcome;
+pub mod page;
 pub mod rule;
+
+/// A versioned JSON document of any of `versions` (the newest last, whose error is the one
+/// reported when none fits), as a value for the caller to read.
+pub(crate) fn read_any_version(
+    path: &std::path::Path,
+    versions: &[u32],
+    what: &str,
+    advice: &str,
+) -> common::Result<serde_json::Value> {
+    let mut last = None;
+    for &v in versions {
+        match common::files::read_versioned(path, v, what, advice) {
+            Ok(value) => return Ok(value),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("at least one version"))
+}

@@ -12,11 +12,14 @@ use common::stats::Ratio;
 use common::table::{cell, format_ms, percent, Table};
 use common::verify::Precision;
 
-use crate::expectations::Expectations;
+use crate::expectations::{Expectations, Expected};
+use crate::host::{Host, Pacing};
 use crate::lessons::{CeilingKind, Pair};
-use crate::rule::{speedup, Rule, Timing, Verdict};
+use crate::rule::{speedup, Rule, RunSpread, Timing, Verdict, MIN_RUNS};
 
-pub const COMPARE_SCHEMA_VERSION: u32 = 1;
+/// 2: each variant says what paces it and why it has no verdict; the machine is recorded;
+/// NO_EXPECTATION is a verdict. Version 1 files (without those) still read.
+pub const COMPARE_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "detail")]
@@ -38,11 +41,23 @@ pub struct VariantRun {
     pub status: RunStatus,
     pub timing: Option<Timing>,
     pub report: Option<VariantReport>,
+    /// What it was judged against: a device-paced variant's timing for this GPU model, or,
+    /// for a host-paced one, the center of the runs recorded on this machine (noise: their
+    /// run-to-run spread; samples: how many runs).
     pub expected: Option<Timing>,
     pub verdict: Option<Verdict>,
     /// current / expected - 1.
     pub change: Option<f64>,
     pub wall_s: f64,
+    /// What set its time, from its report (None when it was not timed).
+    #[serde(default)]
+    pub paced_by: Option<Pacing>,
+    /// The relative change that would have counted.
+    #[serde(default)]
+    pub bar: Option<f64>,
+    /// Why the verdict is NO_EXPECTATION or UNSURE, when the numbers do not say.
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 impl VariantRun {
@@ -102,26 +117,62 @@ impl VariantRun {
             args: Vec::new(),
             status,
             timing,
+            paced_by: report.and_then(Pacing::of),
             report: report.cloned(),
             expected: None,
             verdict: None,
             change: None,
             wall_s,
+            bar: None,
+            note: None,
         }
     }
 
-    pub fn judge(&mut self, expectations: Option<&Expectations>, rule: &Rule) {
-        let Some(expected) = expectations
-            .and_then(|e| e.variants.get(&self.id()))
-            .copied()
-        else {
+    /// Judge a verified, timed run against `expectations` (or the reason there are none) on
+    /// `host`: device-paced variants by the GPU model's timing, host-paced ones by the runs
+    /// recorded on this machine.
+    pub fn judge(&mut self, expectations: Result<&Expectations, &str>, host: &Host, rule: &Rule) {
+        let (RunStatus::Ok, Some(current)) = (&self.status, self.timing) else {
             return;
         };
-        self.expected = Some(expected);
-        if let (RunStatus::Ok, Some(t)) = (&self.status, &self.timing) {
-            let (v, change) = rule.judge(&expected, t);
-            self.verdict = Some(v);
-            self.change = Some(change);
+        let pacing = self.paced_by.unwrap_or(Pacing::Device);
+        let expected = match expectations {
+            Ok(e) => e.expected(&self.id(), pacing, host),
+            Err(why) => Expected::Nothing(why.to_string()),
+        };
+        match expected {
+            Expected::Device(t) => {
+                let (v, change) = rule.judge(&t, &current);
+                self.expected = Some(t);
+                self.verdict = Some(v);
+                self.change = Some(change);
+                self.bar = Some(rule.bar(&t, &current));
+            }
+            Expected::Runs(runs) => {
+                let (v, change, bar) = rule.judge_runs(runs, &current);
+                self.verdict = Some(v);
+                self.bar = bar;
+                match RunSpread::of(runs) {
+                    Some(s) => {
+                        self.expected = Some(Timing {
+                            median_s: s.center_s,
+                            noise: s.spread,
+                            samples: s.runs,
+                        });
+                        self.change = Some(change);
+                    }
+                    None => {
+                        self.note = Some(format!(
+                            "host-paced: {} of {MIN_RUNS} runs recorded on this machine, so its run-to-run noise is not known yet (each --update-expectations adds one)",
+                            runs.len()
+                        ))
+                    }
+                }
+            }
+            Expected::Nothing(why) => {
+                self.verdict = Some(Verdict::NoExpectation);
+                self.note = Some(why);
+            }
         }
     }
 }
@@ -284,6 +335,9 @@ pub fn of_ceiling(
 pub struct CompareReport {
     pub schema_version: u32,
     pub device: Option<DeviceInfo>,
+    /// The machine, for host-paced variants (absent in version 1).
+    #[serde(default)]
+    pub host: Option<Host>,
     pub provenance: Provenance,
     pub rule: Rule,
     pub expectations: Option<String>,
@@ -293,23 +347,87 @@ pub struct CompareReport {
 }
 
 impl CompareReport {
+    /// A compare's JSON, of this version or the first; the error says what to do.
+    pub fn read(path: &std::path::Path) -> Result<CompareReport, String> {
+        const ADVICE: &str = "regenerate it with scripts/gpu-results on that GPU";
+        let value = crate::read_any_version(
+            path,
+            &[1, COMPARE_SCHEMA_VERSION],
+            "a compare result",
+            ADVICE,
+        )
+        .map_err(|e| e.to_string())?;
+        serde_json::from_value(value).map_err(|e| {
+            format!(
+                "{}: written by an older build, in a shape this one cannot read ({e}): {ADVICE}",
+                path.display()
+            )
+        })
+    }
+
     /// Reasons for a non-zero exit: failures of any kind and significant regressions.
     pub fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for v in &self.variants {
-            match &v.status {
-                RunStatus::Ok => {}
-                RunStatus::Failed => out.push(format!("{}: FAILED verification", v.id())),
-                RunStatus::Error(e) => out.push(format!("{}: {e}", v.id())),
-            }
-            if v.verdict == Some(Verdict::Slower) {
-                out.push(format!(
+        let mut out = self.failures();
+        out.extend(self.regressions());
+        out
+    }
+
+    /// Variants that failed verification or gave no result.
+    pub fn failures(&self) -> Vec<String> {
+        self.variants
+            .iter()
+            .filter_map(|v| match &v.status {
+                RunStatus::Ok => None,
+                RunStatus::Failed => Some(format!("{}: FAILED verification", v.id())),
+                RunStatus::Error(e) => Some(format!("{}: {e}", v.id())),
+            })
+            .collect()
+    }
+
+    /// Variants judged SLOWER.
+    pub fn regressions(&self) -> Vec<String> {
+        self.variants
+            .iter()
+            .filter(|v| v.verdict == Some(Verdict::Slower))
+            .map(|v| {
+                format!(
                     "{}: SLOWER than expected by {:.1}% (beyond noise and threshold)",
                     v.id(),
                     100.0 * v.change.unwrap_or(0.0)
-                ));
-            }
+                )
+            })
+            .collect()
+    }
+
+    /// "gate: 11 judged (10 SAME, 1 UNSURE); 6 NO EXPECTATION": every verdict counted.
+    pub fn verdict_counts(&self) -> String {
+        let count = |v: Verdict| {
+            self.variants
+                .iter()
+                .filter(|r| r.verdict == Some(v))
+                .count()
+        };
+        let judged = [
+            Verdict::Same,
+            Verdict::Faster,
+            Verdict::Slower,
+            Verdict::Unsure,
+        ]
+        .map(|v| (v, count(v)));
+        let n: usize = judged.iter().map(|(_, c)| c).sum();
+        let parts: Vec<String> = judged
+            .iter()
+            .filter(|(_, c)| *c > 0)
+            .map(|(v, c)| format!("{c} {}", v.label()))
+            .collect();
+        let mut out = format!("gate: {n} judged");
+        if !parts.is_empty() {
+            out.push_str(&format!(" ({})", parts.join(", ")));
         }
+        out.push_str(&format!(
+            "; {} NO EXPECTATION",
+            count(Verdict::NoExpectation)
+        ));
         out
     }
 
@@ -363,10 +481,12 @@ impl CompareReport {
         let mut variants = Table::new()
             .left("variant")
             .left("status")
+            .left("paced by")
             .right("median")
             .right("noise")
             .right("expected")
             .right("change")
+            .right("counts beyond")
             .left("verdict");
         for v in &self.variants {
             variants.row(vec![
@@ -376,24 +496,40 @@ impl CompareReport {
                     RunStatus::Failed => "FAILED".to_string(),
                     RunStatus::Error(e) => format!("ERROR: {e}"),
                 },
+                cell(v.paced_by, |p| p.label().to_string()),
                 ms(v.timing.map(|t| t.median_s)),
                 cell(v.timing, |t| percent(t.noise)),
                 ms(v.expected.map(|t| t.median_s)),
-                cell(v.change, |c| format!("{:+.1}%", 100.0 * c)),
-                cell(v.verdict, |v| format!("{v:?}").to_uppercase()),
+                cell(v.change.filter(|c| c.is_finite()), |c| {
+                    format!("{:+.1}%", 100.0 * c)
+                }),
+                cell(v.bar, |b| format!("±{:.1}%", 100.0 * b)),
+                cell(v.verdict, |v| v.label().to_string()),
             ]);
         }
         out.push('\n');
         out.push_str(&variants.markdown());
+        out.push('\n');
+        for v in &self.variants {
+            if let (Some(verdict), Some(note)) = (v.verdict, &v.note) {
+                out.push_str(&format!("{} {}: {note}\n", verdict.label(), v.id()));
+            }
+        }
         out.push_str(&format!(
-            "\nrule: a change counts when it exceeds twice each run's noise and {:.0}%; UNSURE above {:.0}% noise. Total {:.1} s.\n",
+            "rule: a device-paced variant's change counts beyond twice each run's noise and {:.0}%; a host-paced one's beyond its runs' spread on this machine (at least {MIN_RUNS} runs), twice its noise and {:.0}%; UNSURE above {:.0}% noise. Total {:.1} s.\n",
+            100.0 * self.rule.threshold,
             100.0 * self.rule.threshold,
             100.0 * self.rule.max_noise,
             self.wall_s
         ));
+        if let Some(h) = &self.host {
+            out.push_str(&format!("machine: {}\n", h.label()));
+        }
         if let Some(e) = &self.expectations {
             out.push_str(&format!("expectations: {e}\n"));
         }
+        out.push_str(&self.verdict_counts());
+        out.push('\n');
         out
     }
 }
@@ -473,6 +609,9 @@ mod tests {
             verdict: None,
             change: None,
             wall_s: 1.0,
+            paced_by: None,
+            bar: None,
+            note: None,
         }
         .with_args(args)
     }

@@ -18,7 +18,37 @@ fn dir(name: &str) -> PathBuf {
     d
 }
 
+/// How a fake variant was timed, and on which GPU board (a second board is a second machine).
+#[derive(Clone, Copy)]
+struct Timed<'a> {
+    held: bool,
+    gpu_uuid: &'a str,
+}
+
+const DEVICE_PACED: Timed = Timed {
+    held: true,
+    gpu_uuid: "GPU-fake",
+};
+const HOST_PACED: Timed = Timed {
+    held: false,
+    gpu_uuid: "GPU-fake",
+};
+
+fn measurement(samples: &[f64], timed: Timed) -> common::bench::Measurement {
+    serde_json::from_value(serde_json::json!({
+        "samples_s": samples.iter().map(|ms| ms / 1e3).collect::<Vec<_>>(),
+        "batch": 1, "cold": false, "held": timed.held, "warmup_runs": 1,
+        "stop_reason": "converged", "wall_s": 0.1,
+        "before": {}, "after": {}, "clock_dropped": false, "hold_timeouts": 0
+    }))
+    .unwrap()
+}
+
 fn report(variant: &str, median_ms: f64, passed: bool) -> LessonReport {
+    timed_report(variant, median_ms, passed, DEVICE_PACED)
+}
+
+fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> LessonReport {
     let samples: Vec<f64> = (0..50)
         .map(|i| median_ms * (1.0 + 0.001 * ((i % 5) as f64 - 2.0)))
         .collect();
@@ -33,7 +63,7 @@ fn report(variant: &str, median_ms: f64, passed: bool) -> LessonReport {
         device: DeviceInfo {
             ordinal: 0,
             name: "NVIDIA Fake GPU".into(),
-            uuid: "GPU-fake".into(),
+            uuid: timed.gpu_uuid.into(),
             compute_capability: (9, 0),
             sm_count: 1,
             total_memory_bytes: 1,
@@ -61,7 +91,7 @@ fn report(variant: &str, median_ms: f64, passed: bool) -> LessonReport {
             fraction_of_copy_bandwidth: Some(0.9),
             speedup: None,
             metrics: Vec::new(),
-            measurement: None,
+            measurement: Some(measurement(&samples, timed)),
             note: None,
         }],
         sections: Vec::new(),
@@ -103,10 +133,17 @@ fn set_mode(d: &Path, variant: &str, mode: &str) {
 }
 
 fn put_report(d: &Path, variant: &str, median_ms: f64, passed: bool) {
+    put(d, variant, report(variant, median_ms, passed));
+}
+
+fn put_timed(d: &Path, variant: &str, median_ms: f64, timed: Timed) {
+    put(d, variant, timed_report(variant, median_ms, true, timed));
+}
+
+/// The report the fake program hands back for `variant`.
+fn put(d: &Path, variant: &str, report: LessonReport) {
     let file = format!("{variant}-report.json");
-    report(variant, median_ms, passed)
-        .write_json(&d.join(&file))
-        .unwrap();
+    report.write_json(&d.join(&file)).unwrap();
     set_mode(d, variant, &file);
 }
 
@@ -291,4 +328,141 @@ fn a_pair_at_other_flags_runs_both_sides_with_them_and_judges_its_effect() {
         out.contains("under the 5% that counts; run at this size because: 4 MiB copies per pass"),
         "{out}"
     );
+}
+
+/// The verdict line of `variant` in the variant table, e.g. "| SAME |".
+fn verdict_of(out: &str, variant: &str) -> String {
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(&format!("| ch1-intensity/{variant} |")))
+        .unwrap_or_else(|| panic!("no row for {variant} in\n{out}"));
+    row.rsplit('|').nth(1).unwrap().trim().to_string()
+}
+
+#[test]
+fn without_expectations_every_verdict_is_no_expectation_and_passes() {
+    let d = dir("none");
+    put_report(&d, "baseline", 1.0, true);
+    put_timed(&d, "fused", 0.2, HOST_PACED);
+    let exp = d.join("missing.json");
+    let (code, out, err) = compare(&d, &["--expectations", exp.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(verdict_of(&out, "baseline"), "NO EXPECTATION");
+    assert_eq!(verdict_of(&out, "fused"), "NO EXPECTATION");
+    assert!(out.contains("no expectations for this GPU model"), "{out}");
+    assert!(out.contains("gate: 0 judged; 2 NO EXPECTATION"), "{out}");
+    assert!(out.contains("| ch1-intensity/fused | ok | host |"), "{out}");
+}
+
+#[test]
+fn device_paced_variants_are_judged_by_the_gpu_model_on_any_machine() {
+    let d = dir("device");
+    let exp = d.join("expectations.json");
+    let exp = exp.to_str().unwrap();
+    put_report(&d, "baseline", 1.0, true);
+    put_report(&d, "fused", 0.2, true);
+    let (code, _, _) = compare(&d, &["--expectations", exp, "--update-expectations"]);
+    assert_eq!(code, 0);
+    // Another board of the same model: a device-paced variant is still judged.
+    let other = Timed {
+        held: true,
+        gpu_uuid: "GPU-second-machine",
+    };
+    put_timed(&d, "baseline", 1.0, other);
+    put_timed(&d, "fused", 0.3, other);
+    let (code, out, err) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(verdict_of(&out, "baseline"), "SAME");
+    assert_eq!(verdict_of(&out, "fused"), "SLOWER");
+    assert!(err.contains("ch1-intensity/fused: SLOWER"), "{err}");
+}
+
+#[test]
+fn host_paced_variants_are_judged_by_their_runs_on_this_machine() {
+    let d = dir("host");
+    let exp = d.join("expectations.json");
+    let exp = exp.to_str().unwrap();
+    put_report(&d, "baseline", 1.0, true);
+    // Recorded: five processes at 0.20, 0.21, 0.19, 0.20 and 0.22 ms, about 5% apart.
+    put_timed(&d, "fused", 0.20, HOST_PACED);
+    let (code, out, _) = compare(&d, &["--expectations", exp, "--update-expectations"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(verdict_of(&out, "fused"), "NO EXPECTATION");
+    // One run recorded: its run-to-run noise is not known yet.
+    put_timed(&d, "fused", 0.21, HOST_PACED);
+    let (code, out, _) = compare(&d, &["--expectations", exp, "--update-expectations"]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(verdict_of(&out, "fused"), "UNSURE");
+    assert!(
+        out.contains("1 of 3 runs recorded on this machine"),
+        "{out}"
+    );
+    for ms in [0.19, 0.20, 0.22] {
+        put_timed(&d, "fused", ms, HOST_PACED);
+        let (code, _, _) = compare(&d, &["--expectations", exp, "--update-expectations"]);
+        assert_eq!(code, 0);
+    }
+    // 20% slower than their center is inside their own spread: the same. (The device-paced
+    // rule, at this run's 0.1% noise, would call it SLOWER.)
+    put_timed(&d, "fused", 0.24, HOST_PACED);
+    let (code, out, err) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(verdict_of(&out, "fused"), "SAME");
+    // Four times slower is not.
+    put_timed(&d, "fused", 0.8, HOST_PACED);
+    let (code, out, err) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(verdict_of(&out, "fused"), "SLOWER");
+    assert!(err.contains("ch1-intensity/fused: SLOWER"), "{err}");
+    // Four times faster is news, not a failure.
+    put_timed(&d, "fused", 0.05, HOST_PACED);
+    let (code, out, _) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(verdict_of(&out, "fused"), "FASTER");
+    // On a second machine of the same GPU model the host-paced variant has no expectation,
+    // however slow it runs; the device-paced baseline is judged as ever.
+    let second = Timed {
+        held: false,
+        gpu_uuid: "GPU-second-machine",
+    };
+    put_timed(
+        &d,
+        "baseline",
+        1.0,
+        Timed {
+            held: true,
+            ..second
+        },
+    );
+    put_timed(&d, "fused", 0.8, second);
+    let (code, out, err) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(verdict_of(&out, "fused"), "NO EXPECTATION");
+    assert_eq!(verdict_of(&out, "baseline"), "SAME");
+    assert!(
+        out.contains("no run of it was recorded on this machine"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_update_accepts_a_slower_figure() {
+    let d = dir("accept");
+    let exp = d.join("expectations.json");
+    let exp = exp.to_str().unwrap();
+    put_report(&d, "baseline", 1.0, true);
+    put_report(&d, "fused", 0.2, true);
+    compare(&d, &["--expectations", exp, "--update-expectations"]);
+    put_report(&d, "fused", 0.3, true);
+    let (code, out, err) = compare(&d, &["--expectations", exp, "--update-expectations"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(verdict_of(&out, "fused"), "SLOWER");
+    assert!(
+        out.contains("accepted: ch1-intensity/fused: SLOWER"),
+        "{out}"
+    );
+    // ... and judges the next run by it.
+    let (code, out, _) = compare(&d, &["--expectations", exp]);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(verdict_of(&out, "fused"), "SAME");
 }

@@ -38,3 +38,45 @@ fn the_full_compare_verifies_every_pair_and_catches_a_planted_regression() {
         "{out}"
     );
 }
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn host_paced_variants_are_judged_on_their_machine_only() {
+    let exp = std::env::temp_dir().join(format!("compare-gpu-host-{}.json", std::process::id()));
+    let exp = exp.to_str().unwrap();
+    // The training pair's two sides are host-paced: three runs recorded on this machine.
+    let training = [
+        "--quick",
+        "--filter",
+        "ch1-basics/training",
+        "--expectations",
+        exp,
+    ];
+    for _ in 0..3 {
+        let (code, out, err) = compare(&[&training[..], &["--update-expectations"]].concat());
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(
+            out.contains("| ch1-basics/training:baseline | ok | host |"),
+            "{out}"
+        );
+    }
+    // Two more runs on the same machine: judged by their runs, never SLOWER.
+    for _ in 0..2 {
+        let (code, out, err) = compare(&training);
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(
+            !out.contains("| SLOWER |") && !out.contains("NO EXPECTATION"),
+            "{out}"
+        );
+    }
+    // The same GPU model on another machine (the recorded board renamed): no expectation.
+    let mut e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(exp).unwrap()).unwrap();
+    for h in e["hosts"].as_array_mut().unwrap() {
+        h["host"]["gpu_uuid"] = "GPU-another-machine".into();
+    }
+    std::fs::write(exp, serde_json::to_string(&e).unwrap()).unwrap();
+    let (code, out, err) = compare(&training);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("gate: 0 judged; 2 NO EXPECTATION"), "{out}");
+}

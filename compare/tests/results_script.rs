@@ -1,0 +1,180 @@
+//! `scripts/gpu-results` against fake binaries (no GPU): every step runs and writes where it
+//! should, a failed step is reported while the rest go on, no GPU is one line and exit 2, bad
+//! flags are refused, and the summary table comes last.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BINARIES: [&str; 7] = [
+    "ch1-intensity",
+    "ch1-gemm",
+    "ch1-basics",
+    "ch1-graph-shapes",
+    "ch1-roofline",
+    "compare",
+    "tuner",
+];
+
+/// One fake for every binary, told apart by its name: it writes what its flags ask for
+/// (--json, --plot, --out, --html), `compare --gpu-slug` names a "fake" GPU, and each compare
+/// run is counted. FAKE_FAIL=<name> makes that binary fail; FAKE_NO_GPU=1 makes --gpu-slug
+/// find no driver.
+const FAKE: &str = r#"#!/bin/sh
+name=$(basename "$0")
+if [ "$name" = "$FAKE_FAIL" ]; then echo "error: planted failure" >&2; exit 1; fi
+prev=""
+for a in "$@"; do
+  case "$prev" in
+    --json) echo '{}' > "$a" ;;
+    --plot) echo '<svg/>' > "$a.svg"; echo png > "$a.png" ;;
+    --out) mkdir -p "$a"; echo '<svg/>' > "$a/roofline.svg"; echo png > "$a/roofline.png" ;;
+    --html) echo '<html></html>' > "$a" ;;
+  esac
+  if [ "$a" = "--gpu-slug" ]; then
+    if [ -n "$FAKE_NO_GPU" ]; then echo "error: no NVIDIA driver found (libcuda.so.1)" >&2; exit 2; fi
+    echo fake; exit 0
+  fi
+  prev="$a"
+done
+if [ "$name" = compare ] && [ "$1" != "--html" ]; then
+  echo run >> "$(dirname "$0")/compare-runs"
+  printf '| pair | speedup |\n|---|---:|\n| ch1-fake/pair | 2.00x |\n\ngate: 1 judged (1 SAME); 0 NO EXPECTATION\n'
+fi
+exit 0
+"#;
+
+fn fakes(name: &str) -> (PathBuf, PathBuf) {
+    let d = std::env::temp_dir().join(format!("gpu-results-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let bin = d.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for b in BINARIES {
+        let p = bin.join(b);
+        std::fs::write(&p, FAKE).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+    (bin, d.join("out"))
+}
+
+fn script(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu-results");
+    let out = Command::new("bash")
+        .arg(path)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn every_step_runs_and_the_summary_comes_last() {
+    let (bin, out) = fakes("all");
+    let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
+    let (code, stdout, stderr) = script(&["--bin", b, "--out", o, "--runs", "2"], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    for f in [
+        "ch1-intensity.json",
+        "ch1-gemm.json",
+        "ch1-gemm-tf32.json",
+        "ch1-gemm-sweep.json",
+        "ch1-basics.json",
+        "ch1-basics-hidden4096.json",
+        "ch1-graph-shapes.json",
+        "ch1-roofline.json",
+        "ch1-roofline.svg",
+        "ch1-roofline.png",
+        "compare.json",
+        "tuner-sweep.json",
+        "tuner-sweep.svg",
+        "tuner-memory.json",
+        "tuner-autobatch.json",
+        "chapter.html",
+    ] {
+        assert!(out.join(f).exists(), "{f} was not written\n{stdout}");
+    }
+    let runs = std::fs::read_to_string(bin.join("compare-runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "two compare runs recorded");
+    assert!(stdout.contains("the fake at device 0"), "{stdout}");
+    assert!(stdout.contains("| ch1-fake/pair | 2.00x |"), "{stdout}");
+    assert!(stdout.contains("gate: 1 judged"), "{stdout}");
+    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
+    for step in [
+        "ch1-intensity",
+        "ch1-roofline",
+        "compare-run-1",
+        "compare-run-2",
+        "tuner-sweep",
+        "tuner-autobatch",
+        "torch-gemm",
+        "torch-tuner-sweep",
+        "page",
+    ] {
+        assert!(table.contains(&format!("| {step} |")), "{step}\n{table}");
+    }
+    assert!(!table.contains("FAILED"), "{table}");
+    // Without PyTorch that sees a GPU (as here), the cross-checks say why they were skipped.
+    if !table.contains("| torch-gemm | ok |") {
+        assert!(
+            table.contains("| torch-gemm | skipped: python3 with PyTorch"),
+            "{table}"
+        );
+    }
+    // The table is last, followed only by where the logs are.
+    let lines: Vec<&str> = stdout.trim_end().lines().collect();
+    assert!(lines[lines.len() - 1].starts_with("logs: "), "{stdout}");
+    assert!(lines[lines.len() - 3].starts_with("| page |"), "{stdout}");
+}
+
+#[test]
+fn a_failed_step_is_reported_and_the_rest_still_run() {
+    let (bin, out) = fakes("fail");
+    let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
+    let (code, stdout, _) = script(
+        &["--bin", b, "--out", o, "--runs", "1"],
+        &[("FAKE_FAIL", "ch1-gemm")],
+    );
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("| ch1-gemm | FAILED (exit 1: error: planted failure) |"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| tuner-sweep | ok |"), "{stdout}");
+    assert!(out.join("tuner-sweep.json").exists());
+}
+
+#[test]
+fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
+    let (bin, out) = fakes("refused");
+    let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
+    let (code, stdout, stderr) = script(&["--bin", b, "--out", o], &[("FAKE_NO_GPU", "1")]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "gpu-results: error: no NVIDIA driver found (libcuda.so.1)"
+    );
+    assert!(!out.exists(), "nothing written without a GPU");
+    for (args, says) in [
+        (vec!["--runs", "0"], "--runs takes 1 to 10"),
+        (vec!["--device", "x"], "--device takes a GPU ordinal"),
+        (vec!["--frobnicate"], "unknown argument '--frobnicate'"),
+        (vec!["--bin"], "--bin needs a folder"),
+    ] {
+        let (code, _, stderr) = script(&args, &[]);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    std::fs::remove_file(bin.join("tuner")).unwrap();
+    let (code, _, stderr) = script(&["--bin", b], &[]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("lacks tuner"), "{stderr}");
+}

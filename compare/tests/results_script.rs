@@ -92,6 +92,7 @@ fn every_step_runs_and_the_summary_comes_last() {
         "ch1-roofline.json",
         "ch1-roofline.svg",
         "ch1-roofline.png",
+        "ch1-basics-sweep.json",
         "compare.json",
         "tuner-sweep.json",
         "tuner-sweep.svg",
@@ -110,6 +111,7 @@ fn every_step_runs_and_the_summary_comes_last() {
     for step in [
         "ch1-intensity",
         "ch1-roofline",
+        "ch1-basics-sweep",
         "compare-run-1",
         "compare-run-2",
         "tuner-sweep",
@@ -167,6 +169,7 @@ fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
         (vec!["--device", "x"], "--device takes a GPU ordinal"),
         (vec!["--frobnicate"], "unknown argument '--frobnicate'"),
         (vec!["--bin"], "--bin needs a folder"),
+        (vec!["--only", "lessons,plots"], "--only: unknown group 'plots'"),
     ] {
         let (code, _, stderr) = script(&args, &[]);
         assert_eq!(code, 2, "{args:?}");
@@ -177,4 +180,28 @@ fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
     let (code, _, stderr) = script(&["--bin", b], &[]);
     assert_eq!(code, 2);
     assert!(stderr.contains("lacks tuner"), "{stderr}");
+}
+
+#[test]
+fn only_the_groups_asked_for_run() {
+    let (bin, out) = fakes("only");
+    let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
+    let (code, stdout, stderr) = script(
+        &["--bin", b, "--out", o, "--runs", "2", "--only", "compare,pages"],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let runs = std::fs::read_to_string(bin.join("compare-runs")).unwrap();
+    assert_eq!(runs.lines().count(), 2, "two compare runs recorded");
+    assert!(out.join("compare.json").exists() && out.join("chapter.html").exists());
+    for f in ["ch1-intensity.json", "ch1-basics-sweep.json", "tuner-sweep.json"] {
+        assert!(!out.join(f).exists(), "{f} written though its group was not asked for");
+    }
+    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
+    let steps: Vec<&str> = table
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
+        .collect();
+    assert_eq!(steps, ["compare-run-1", "compare-run-2", "page"], "{table}");
 }

@@ -29,9 +29,13 @@ fn ceilings_are_positive_verified_and_stable_across_two_runs() {
         assert!(*x > 0.0 && *y > 0.0, "{name}: {x} {y}");
         let spread = (x - y).abs() / x.max(*y);
         // Pageable copies depend on the host's memory system, not the GPU: report, don't hold.
+        // Pinned copies cross the PCIe link and the host's IOMMU, shared with the rest of the
+        // machine: one H100 host measured 49 and 54 GB/s back to back, so they are held to
+        // 15%. On-device ceilings are the GPU's alone: 3%.
+        let bound = if name.contains("host") { 0.15 } else { 0.03 };
         if !name.contains("pageable") {
             assert!(
-                spread < 0.03,
+                spread < bound,
                 "{name}: {x:.0} vs {y:.0} ({:.1}% apart)",
                 100.0 * spread
             );

@@ -165,7 +165,9 @@ fn the_finder_s_answer_on_the_resnet_example_is_exact() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("autobatch.json");
     let script = examples().join("train_resnet.py");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tuner"))
+    // On a GPU machine the binary travels apart from the build tree: TUNER_BIN says where.
+    let tuner = std::env::var("TUNER_BIN").unwrap_or(env!("CARGO_BIN_EXE_tuner").into());
+    let out = std::process::Command::new(tuner)
         .args([
             "autobatch",
             "--test-only",

@@ -25,7 +25,9 @@ import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
-from train_resnet import data_loader, non_negative, positive, resnet18, sgd, synthetic_images  # noqa: E402
+from train_resnet import (  # noqa: E402
+    add_memory_limit, data_loader, limit_memory, non_negative, positive, resnet18, sgd,
+    synthetic_images)
 
 # Images on demand: the dataset is far longer than any batch times the steps of a trial.
 DATASET_LENGTH = 10_000_000
@@ -43,6 +45,7 @@ def parse_args(argv=None):
                    help="the largest batch tried, where the installed Lightning takes one")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=non_negative, default=0)
+    add_memory_limit(p)
     p.add_argument("--json", metavar="FILE", help="also write the result here")
     return p.parse_args(argv)
 
@@ -60,6 +63,7 @@ def main(argv=None):
 
     if not torch.cuda.is_available():
         sys.exit("lightning_batch_finder.py: PyTorch sees no CUDA GPU")
+    limit_memory(torch, args.memory_limit, "lightning_batch_finder.py")
 
     class ResNetModule(pl.LightningModule):
         """train_resnet.py's step as a LightningModule; records each of the finder's trials."""

@@ -47,6 +47,33 @@ def non_negative(text):
     return value
 
 
+def gibibytes(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0 GiB, got %s" % text)
+    return value
+
+
+def add_memory_limit(parser):
+    parser.add_argument("--memory-limit", type=gibibytes, metavar="GIB",
+                        help="use at most this much of the GPU's memory (PyTorch's per-process "
+                             "memory fraction), as on a GPU shared with others")
+
+
+def limit_memory(torch, limit_gib, program):
+    """Cap PyTorch's allocator at `limit_gib` GiB (None: no cap) and return (free, total) bytes
+    as this program may use them: the free memory, no more than the cap."""
+    free, total = torch.cuda.mem_get_info()
+    if limit_gib is None:
+        return free, total
+    limit = int(limit_gib * 2**30)
+    if limit > total:
+        sys.exit("%s: --memory-limit %g GiB is more than the GPU's %.1f GiB"
+                 % (program, limit_gib, total / 2**30))
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+    return min(free, limit), total
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=positive, default=64, help="samples per micro-batch")
@@ -61,6 +88,7 @@ def parse_args(argv=None):
                    help="optimizer steps run before measuring (cuDNN autotuning, allocator)")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=non_negative, default=0)
+    add_memory_limit(p)
     return p.parse_args(argv)
 
 
@@ -123,7 +151,7 @@ def main(argv=None):
 
     report = Reporter()
     device = torch.device("cuda")
-    free, total = torch.cuda.mem_get_info()
+    free, total = limit_memory(torch, args.memory_limit, "train_resnet.py")
     report.device(name=torch.cuda.get_device_name(), total_bytes=total, free_bytes=free)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True

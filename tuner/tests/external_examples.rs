@@ -145,6 +145,8 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
         ("--workers", "-1", "must be 0 or more"),
         ("--amp", "maybe", "invalid choice"),
         ("--steps", "x", "invalid positive value"),
+        ("--memory-limit", "0", "must be more than 0 GiB"),
+        ("--memory-limit", "lots", "invalid gibibytes value"),
     ] {
         let out = python(&["train_resnet.py", flag, value]).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -159,13 +161,18 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
 
 #[test]
 fn lightning_s_finder_answers_bad_flags_without_lightning() {
-    let out = python(&["lightning_batch_finder.py", "--max-trials", "0"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("must be at least 1"), "{err}");
-    assert!(!err.contains("Traceback"), "{err}");
+    for (flag, value, says) in [
+        ("--max-trials", "0", "must be at least 1"),
+        ("--memory-limit", "-4", "must be more than 0 GiB"),
+    ] {
+        let out = python(&["lightning_batch_finder.py", flag, value])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!err.contains("Traceback"), "{err}");
+    }
     let out = python(&["lightning_batch_finder.py", "--help"])
         .output()
         .unwrap();

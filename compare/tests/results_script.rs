@@ -104,6 +104,8 @@ fn every_step_runs_and_the_summary_comes_last() {
     }
     let runs = std::fs::read_to_string(bin.join("compare-runs")).unwrap();
     assert_eq!(runs.lines().count(), 2, "two compare runs recorded");
+    assert!(out.join("compare-runs/run-2.json").exists(), "{stdout}");
+    assert!(!out.join("compare-runs/run-1.json").exists(), "run 1 is compare.json");
     assert!(stdout.contains("the fake at device 0"), "{stdout}");
     assert!(stdout.contains("| ch1-fake/pair | 2.00x |"), "{stdout}");
     assert!(stdout.contains("gate: 1 judged"), "{stdout}");

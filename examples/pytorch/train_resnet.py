@@ -26,11 +26,14 @@ the data and the optimizer are made by the functions below, which
 lightning_batch_finder.py uses too, so both train the same thing.
 """
 
-import argparse
-import sys
 import time
 
-from perf_lessons_report import Reporter
+STARTED = time.perf_counter()
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+
+from perf_lessons_report import Reporter  # noqa: E402
 
 
 def positive(text):
@@ -174,6 +177,7 @@ def main(argv=None):
     def seconds(pairs):
         return sum(a.elapsed_time(b) for a, b in pairs) / 1e3
 
+    ready_s = time.perf_counter() - STARTED
     model.train()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.synchronize()
@@ -206,6 +210,8 @@ def main(argv=None):
         o1.synchronize()
         end = time.perf_counter()
         step_s, last_end = end - last_end, end
+        if step == 0:
+            first_step_s = end - STARTED
         if step + 1 == args.warmup:
             measured_start = end
         loss_value = loss.item() * args.accumulation
@@ -226,10 +232,12 @@ def main(argv=None):
     print(
         "resnet18 batch %d x accumulation %d, workers %d, amp %s, pin_memory %s: "
         "%.1f samples/s over %d steps after %d warmup, peak %.2f GB reserved (%.2f GB "
-        "allocated) of %.2f GB free at the start, last loss %.3f"
+        "allocated) of %.2f GB free at the start, last loss %.3f; from the start %.1f s to "
+        "the model and loader ready, %.1f s to the end of the first step"
         % (args.batch_size, args.accumulation, args.workers, args.amp, args.pin_memory,
            samples_per_s, args.steps, args.warmup, reserved / 1e9,
-           torch.cuda.max_memory_allocated() / 1e9, free / 1e9, loss_value)
+           torch.cuda.max_memory_allocated() / 1e9, free / 1e9, loss_value, ready_s,
+           first_step_s)
     )
     return 0
 

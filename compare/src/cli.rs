@@ -266,7 +266,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             r.judge(expected.as_ref().map_err(String::as_str), h, &rule);
         }
     }
-    let cached = device.as_ref().and_then(ceilings::load_cached);
+    let cached = device
+        .as_ref()
+        .and_then(|d| ceilings_for(&pairs, d, &args.common));
     let pair_rows = pairs
         .iter()
         .map(|p| PairRow::build(p, &runs, cached.as_ref(), rule.threshold))
@@ -311,6 +313,33 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 /// Record every verified variant's timing as expected (see [Expectations::record]), keeping
 /// the others.
+/// The ceilings the pairs are placed against: the cached ones, with the GEMM ceilings measured
+/// here when a GEMM pair runs and they were never measured on this machine (a note, and no
+/// "of ceiling" for those pairs, when they cannot be).
+fn ceilings_for(
+    pairs: &[lessons::Pair],
+    device: &common::gpu::DeviceInfo,
+    common: &CommonArgs,
+) -> Option<ceilings::DeviceCeilings> {
+    if !pairs
+        .iter()
+        .any(|p| p.ceiling == lessons::CeilingKind::Sgemm)
+    {
+        return ceilings::load_cached(device);
+    }
+    let measured = common::gpu::Gpu::open(common.device).and_then(|gpu| {
+        let mut timer = common::bench::Timer::new(&gpu)?;
+        ceilings::with_gemms(&gpu, &mut timer, common.refresh_ceilings)
+    });
+    match measured {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("note: no GEMM ceilings to place the GEMM pairs against: {e}");
+            ceilings::load_cached(device)
+        }
+    }
+}
+
 fn update_expectations(
     report: &CompareReport,
     existing: Option<Expectations>,

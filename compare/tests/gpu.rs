@@ -18,9 +18,17 @@ fn compare(args: &[&str]) -> (i32, String, String) {
 fn the_full_compare_verifies_every_pair_and_catches_a_planted_regression() {
     let exp = std::env::temp_dir().join(format!("compare-gpu-{}.json", std::process::id()));
     let exp = exp.to_str().unwrap();
+    // A machine that never measured its ceilings: the GEMM pairs are still placed against the
+    // SGEMM ceiling, which the compare measures when it is not cached.
+    let cache = std::env::temp_dir().join(format!("compare-gpu-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    std::env::set_var("PERF_LESSONS_CACHE", &cache);
     let (code, out, err) = compare(&["--quick", "--expectations", exp, "--update-expectations"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(!out.contains("| NO |") && !out.contains("ERROR"), "{out}");
+    for row in out.lines().filter(|l| l.starts_with("| ch1-gemm/")) {
+        assert!(row.contains("% SGEMM"), "{row}");
+    }
     // The same build again, with ch1-intensity's fused kernel run twice per timed run.
     let (code, out, err) = compare(&[
         "--quick",

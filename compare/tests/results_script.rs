@@ -105,7 +105,10 @@ fn every_step_runs_and_the_summary_comes_last() {
     let runs = std::fs::read_to_string(bin.join("compare-runs")).unwrap();
     assert_eq!(runs.lines().count(), 2, "two compare runs recorded");
     assert!(out.join("compare-runs/run-2.json").exists(), "{stdout}");
-    assert!(!out.join("compare-runs/run-1.json").exists(), "run 1 is compare.json");
+    assert!(
+        !out.join("compare-runs/run-1.json").exists(),
+        "run 1 is compare.json"
+    );
     assert!(stdout.contains("the fake at device 0"), "{stdout}");
     assert!(stdout.contains("| ch1-fake/pair | 2.00x |"), "{stdout}");
     assert!(stdout.contains("gate: 1 judged"), "{stdout}");
@@ -171,7 +174,10 @@ fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
         (vec!["--device", "x"], "--device takes a GPU ordinal"),
         (vec!["--frobnicate"], "unknown argument '--frobnicate'"),
         (vec!["--bin"], "--bin needs a folder"),
-        (vec!["--only", "lessons,plots"], "--only: unknown group 'plots'"),
+        (
+            vec!["--only", "lessons,plots"],
+            "--only: unknown group 'plots'",
+        ),
     ] {
         let (code, _, stderr) = script(&args, &[]);
         assert_eq!(code, 2, "{args:?}");
@@ -189,15 +195,31 @@ fn only_the_groups_asked_for_run() {
     let (bin, out) = fakes("only");
     let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
     let (code, stdout, stderr) = script(
-        &["--bin", b, "--out", o, "--runs", "2", "--only", "compare,pages"],
+        &[
+            "--bin",
+            b,
+            "--out",
+            o,
+            "--runs",
+            "2",
+            "--only",
+            "compare,pages",
+        ],
         &[],
     );
     assert_eq!(code, 0, "{stdout}{stderr}");
     let runs = std::fs::read_to_string(bin.join("compare-runs")).unwrap();
     assert_eq!(runs.lines().count(), 2, "two compare runs recorded");
     assert!(out.join("compare.json").exists() && out.join("chapter.html").exists());
-    for f in ["ch1-intensity.json", "ch1-basics-sweep.json", "tuner-sweep.json"] {
-        assert!(!out.join(f).exists(), "{f} written though its group was not asked for");
+    for f in [
+        "ch1-intensity.json",
+        "ch1-basics-sweep.json",
+        "tuner-sweep.json",
+    ] {
+        assert!(
+            !out.join(f).exists(),
+            "{f} written though its group was not asked for"
+        );
     }
     let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
     let steps: Vec<&str> = table

@@ -191,12 +191,7 @@ pub fn measure_all(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Device
     if c.fp32_fma.is_none() {
         c.fp32_fma = Some(compute::measure_fp32_fma(gpu, timer)?);
     }
-    if c.sgemm_fp32.is_none() || c.gemm_tf32.is_none() || c.gemm_bf16.is_none() {
-        let g = compute::measure_gemms(gpu, timer)?;
-        c.sgemm_fp32 = Some(g.fp32);
-        c.gemm_tf32 = Some(g.tf32);
-        c.gemm_bf16 = Some(g.bf16);
-    }
+    fill_gemms(&mut c, gpu, timer)?;
     if c.h2d_pinned.is_none() || c.h2d_pageable.is_none() || c.d2h_pinned.is_none() {
         let t = transfer::measure(gpu, timer)?;
         c.h2d_pinned = Some(t.h2d_pinned);
@@ -333,6 +328,33 @@ pub fn copy_bandwidth(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Cei
     // A cache that cannot be written costs a re-measurement next time, nothing more.
     let _ = store(&cached);
     Ok(c)
+}
+
+/// Every cached ceiling with the GEMM ones (fp32, TF32, bf16) measured where absent or with
+/// `refresh`, and stored.
+pub fn with_gemms(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<DeviceCeilings> {
+    let mut c = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info));
+    if refresh {
+        c.sgemm_fp32 = None;
+    }
+    if fill_gemms(&mut c, gpu, timer)? {
+        c.measured_at = rfc3339_utc(std::time::SystemTime::now());
+        // A cache that cannot be written costs a re-measurement next time, nothing more.
+        let _ = store(&c);
+    }
+    Ok(c)
+}
+
+/// Measure the GEMM ceilings into `c` where any is absent; whether it measured.
+fn fill_gemms(c: &mut DeviceCeilings, gpu: &Gpu, timer: &mut Timer) -> Result<bool> {
+    if c.sgemm_fp32.is_some() && c.gemm_tf32.is_some() && c.gemm_bf16.is_some() {
+        return Ok(false);
+    }
+    let g = compute::measure_gemms(gpu, timer)?;
+    c.sgemm_fp32 = Some(g.fp32);
+    c.gemm_tf32 = Some(g.tf32);
+    c.gemm_bf16 = Some(g.bf16);
+    Ok(true)
 }
 
 /// Bytes per copy buffer: at least 4x L2 each (8x L2 of working set), 1 GiB where memory allows.

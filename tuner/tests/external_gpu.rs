@@ -153,15 +153,15 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The search runs on an 8 GiB share of the GPU: at the full memory of an H100 every trial near
+/// the limit moves tens of GB of images through the loader, and the search takes many minutes.
+const MEMORY_SHARE: [&str; 2] = ["--memory-limit", "8"];
+
 /// `tuner autobatch` on the ResNet example, fp32, through the binary: its answer fits and the
 /// next multiple of 8 does not, each checked again in fresh processes by check_fit.py (which
 /// does not trust the tuner's reading of a trial); the split written trains 100 steps; and the
 /// search, aiming by the peaks the script reports, needed fewer trials than doubling and
 /// bisecting to the same answer would.
-/// The search runs on an 8 GiB share of the GPU: at the full memory of an H100 every trial near
-/// the limit moves tens of GB of images through the loader, and the search takes many minutes.
-const MEMORY_SHARE: [&str; 2] = ["--memory-limit", "8"];
-
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn the_finder_s_answer_on_the_resnet_example_is_exact() {

@@ -1,29 +1,10 @@
 //! # Chapter 1: many small GEMMs, one by one or in one batched call
 //!
-//! A training loop often multiplies many small independent matrices: per-head attention
-//! projections, per-expert weights, per-sample transforms. The chapter's case is 40 products
-//! `C_i = A_i · B_i` of (32 x 256) x (256 x 256) in fp32: 4.2 MFLOP each, 168 MFLOP in all,
-//! 13 MB of operands that sit in L2.
-//!
-//! 1. **baseline**: 40 separate `cublasSgemm` calls, one per product. Each is a kernel launch
-//!    whose grid covers one 32 x 256 output, a handful of thread blocks on a GPU with 132 SMs.
-//!    The GPU runs them one after another: most SMs idle inside each kernel, and each kernel
-//!    pays its own launch, ramp-up and tail. The time is about 40 x (one small kernel), however
-//!    little arithmetic each one holds.
-//! 2. **batched**: one `cublasSgemmBatched` call. Device arrays of pointers say where each
-//!    product's A, B and C are (they may be anywhere); one kernel's grid covers all 40
-//!    products, so their blocks run side by side on the SMs the baseline left idle.
-//! 3. **strided**: one `cublasSgemmStridedBatched` call: the products sit at fixed strides in
-//!    three buffers, so no pointer arrays are needed (the layout batched tensors have; it is
-//!    what `torch.bmm` calls).
-//!
-//! Expected effect: the batched calls take about as long as one of the baseline's kernels, so
-//! the speedup approaches the number of products while one product alone leaves the GPU
-//! mostly idle. As products grow, one product fills the GPU by itself and its arithmetic
-//! outweighs the launch: batching then stops mattering (`--sweep` finds where).
-//!
-//! cuBLAS is column-major and the lesson's matrices are row-major: see [layout] for how the
-//! call is arranged, and the tests that check it against the float64 reference.
+//! 40 products `C_i = A_i · B_i` of (32 x 256) x (256 x 256) in fp32 as 40 `cublasSgemm` calls,
+//! one `cublasSgemmBatched` call or one `cublasSgemmStridedBatched` call. The lesson (what each
+//! side does, what to expect and why, the results on the H100 and the H200) is the page
+//! `ch1-gemm/README.md`. cuBLAS is column-major and the lesson's matrices are row-major: see
+//! [layout] for how the call is arranged, and the tests that check it against float64.
 
 pub mod batch;
 pub mod cli;

@@ -229,3 +229,20 @@ fn only_the_groups_asked_for_run() {
         .collect();
     assert_eq!(steps, ["compare-run-1", "compare-run-2", "page"], "{table}");
 }
+
+/// Every table of the pages is the one scripts/results-tables makes from the committed results:
+/// a result regenerated without refreshing the pages, or a figure edited by hand, fails here.
+#[test]
+fn the_pages_are_in_step_with_the_committed_results() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("python3")
+        .arg(root.join("scripts/results-tables"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs scripts/results-tables");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -15,7 +15,7 @@
 //!
 //! Cost: CUPTI's kernel records are taken by the driver at launch and completion; launches are
 //! queued behind the blocking kernel, so the host-side cost stays out of the event timings. The
-//! README states the measured difference with and without `--trace`.
+//! docs/profiling.md states the measured difference with and without `--trace`.
 //!
 //! The runner ([crate::runner::run_lesson]) opens a session when its options name a trace file;
 //! a tool measuring outside it opens one with `trace::Session::start_if(path)` and finishes it

@@ -15,8 +15,11 @@ would, so step times are contiguous and add up to the loop's wall time):
   - forward, backward, optimizer: CUDA events on the training stream around each phase; with
     accumulation, forward and backward are summed over the micro-batches.
 The peak memory reported is `torch.cuda.max_memory_reserved()`: what PyTorch's caching
-allocator took from the device, cached blocks included, which is what runs out. Before the
-model is built the script reports the GPU's name and the memory free once the CUDA context
+allocator took from the device, cached blocks included, which is what runs out. It is the
+steady step's: after the warmup steps the cache is emptied and the peak reset, so the cuDNN
+autotuner's trial workspaces (which take whatever room there is, and under a memory cap fill it
+to the cap at any batch) are not counted, and the peak grows with the batch as the activations
+do (the warmup steps report no peak). Before the model is built the script reports the GPU's name and the memory free once the CUDA context
 exists (`torch.cuda.mem_get_info()`): against those two the tuner's batch finder fits memory to
 the batch and aims at the limit. At the end the script prints, and reports, its own samples/s
 over the steps after warmup.
@@ -212,8 +215,6 @@ def main(argv=None):
         step_s, last_end = end - last_end, end
         if step == 0:
             first_step_s = end - STARTED
-        if step + 1 == args.warmup:
-            measured_start = end
         loss_value = loss.item() * args.accumulation
         report.step(
             samples=samples_per_step,
@@ -222,8 +223,14 @@ def main(argv=None):
             forward_s=seconds(forwards),
             backward_s=seconds(backwards),
             optimizer_s=seconds([(o0, o1)]),
-            peak_memory_bytes=torch.cuda.max_memory_reserved(),
+            peak_memory_bytes=torch.cuda.max_memory_reserved() if step >= args.warmup else None,
         )
+        if step + 1 == args.warmup:
+            # The steady step's memory from here: the autotuner's trial workspaces go.
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            measured_start = time.perf_counter()
+            last_end = measured_start
 
     samples_per_s = samples_per_step * args.steps / (last_end - measured_start)
     reserved = torch.cuda.max_memory_reserved()
@@ -231,7 +238,7 @@ def main(argv=None):
     report.close()
     print(
         "resnet18 batch %d x accumulation %d, workers %d, amp %s, pin_memory %s: "
-        "%.1f samples/s over %d steps after %d warmup, peak %.2f GB reserved (%.2f GB "
+        "%.1f samples/s over %d steps after %d warmup, steady peak %.2f GB reserved (%.2f GB "
         "allocated) of %.2f GB free at the start, last loss %.3f; from the start %.1f s to "
         "the model and loader ready, %.1f s to the end of the first step"
         % (args.batch_size, args.accumulation, args.workers, args.amp, args.pin_memory,

@@ -117,6 +117,35 @@ pub fn check_fits_in(what: &str, needed: u64, free: u64, total: u64) -> Result<(
     Ok(())
 }
 
+/// The GPUs a `--devices` flag names among `count`: `all` (or no flag) for every one, else a
+/// list of ordinals (`0,2`), each at most once; a bad word is one line saying what to write.
+pub fn parse_device_list(
+    spec: Option<&str>,
+    count: usize,
+) -> std::result::Result<Vec<usize>, String> {
+    match spec.map(str::trim) {
+        None | Some("all") => Ok((0..count).collect()),
+        Some(list) => {
+            let mut out = Vec::new();
+            for word in list.split(',').map(str::trim) {
+                let i: usize = word.parse().map_err(|_| {
+                    format!("--devices: '{word}' is not a GPU number (use 0,1,... or all)")
+                })?;
+                if i >= count {
+                    return Err(format!(
+                        "--devices: GPU {i} is not visible; {count} GPU(s) are, numbered from 0"
+                    ));
+                }
+                if out.contains(&i) {
+                    return Err(format!("--devices: GPU {i} is named twice"));
+                }
+                out.push(i);
+            }
+            Ok(out)
+        }
+    }
+}
+
 /// An open GPU: context, the stream every lesson works on, and its description.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -383,6 +412,23 @@ pub fn format_uuid(bytes: &[std::ffi::c_char; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_lists_name_gpus_once_each() {
+        assert_eq!(parse_device_list(None, 3), Ok(vec![0, 1, 2]));
+        assert_eq!(parse_device_list(Some(" all "), 2), Ok(vec![0, 1]));
+        assert_eq!(parse_device_list(Some("2, 0"), 3), Ok(vec![2, 0]));
+        assert!(parse_device_list(Some("x"), 3)
+            .unwrap_err()
+            .contains("not a GPU number"));
+        assert!(parse_device_list(Some("3"), 3)
+            .unwrap_err()
+            .contains("3 GPU(s)"));
+        assert!(parse_device_list(Some("1,1"), 3)
+            .unwrap_err()
+            .contains("twice"));
+        assert!(parse_device_list(Some(""), 3).is_err());
+    }
 
     #[test]
     fn model_slugs_name_the_model() {

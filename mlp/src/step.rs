@@ -406,6 +406,21 @@ impl Mlp {
         input: Input,
         accumulate: bool,
     ) -> Result<()> {
+        self.backward_with(ex, model, act, input, accumulate, &mut |_| Ok(()))
+    }
+
+    /// [Mlp::backward], calling `on_layer_done(l)` as soon as layer `l`'s weight and bias
+    /// gradients are queued (last layer first), before the pass moves on to the layer below: a
+    /// data-parallel step starts reducing those gradients there, while backward goes on.
+    pub fn backward_with(
+        &self,
+        ex: &Exec,
+        model: &mut Model,
+        act: &mut Activations,
+        input: Input,
+        accumulate: bool,
+        on_layer_done: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<()> {
         let _phase = common::nvtx::range("backward");
         let batch = input.samples;
         let gpu = ex.gpu;
@@ -493,6 +508,7 @@ impl Mlp {
                     )?;
                 }
             }
+            on_layer_done(l)?;
             if l == 0 {
                 break;
             }

@@ -114,28 +114,7 @@ pub fn select_devices(
     user_order: Option<&str>,
     nvml: Option<&Arc<nvml_wrapper::Nvml>>,
 ) -> Result<Vec<Device>, String> {
-    let chosen: Vec<usize> = match spec.map(str::trim) {
-        None | Some("all") => (0..visible.len()).collect(),
-        Some(list) => {
-            let mut out = Vec::new();
-            for word in list.split(',').map(str::trim) {
-                let i: usize = word.parse().map_err(|_| {
-                    format!("--devices: '{word}' is not a GPU number (use 0,1,... or all)")
-                })?;
-                if i >= visible.len() {
-                    return Err(format!(
-                        "--devices: GPU {i} is not visible; {} GPU(s) are, numbered from 0",
-                        visible.len()
-                    ));
-                }
-                if out.contains(&i) {
-                    return Err(format!("--devices: GPU {i} is named twice"));
-                }
-                out.push(i);
-            }
-            out
-        }
-    };
+    let chosen = common::gpu::parse_device_list(spec, visible.len())?;
     let pci_bus_order = user_order.is_none();
     Ok(chosen
         .into_iter()

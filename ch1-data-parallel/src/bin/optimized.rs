@@ -1,0 +1,13 @@
+//! One side of the pair: `cargo run --release -p ch1-data-parallel --bin optimized`.
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    common::cli::main_with(|startup| {
+        ch1_data_parallel::cli::run(
+            ch1_data_parallel::cli::Args::parse(),
+            &["optimized"],
+            startup,
+        )
+    })
+}

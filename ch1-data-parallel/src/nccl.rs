@@ -1,0 +1,109 @@
+//! One NCCL communicator per rank, made together with the group API, and the one collective
+//! the lesson uses: an in-place fp32 sum on a stream the caller chooses (the compute stream for
+//! the baseline, the communication stream for the overlapped side).
+
+use cudarc::driver::CudaStream;
+use cudarc::nccl::{result, sys};
+
+use common::error::CudaContext as _;
+use common::{Error, Gpu, Result};
+
+/// A rank's communicator.
+pub struct Communicator {
+    comm: sys::ncclComm_t,
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one thread at a time; the lesson
+// gives each rank's to that rank's thread alone.
+unsafe impl Send for Communicator {}
+
+fn nccl_error(what: &str, e: result::NcclError) -> Error {
+    Error::invalid(format!("NCCL failed in {what}: {:?}", e.0))
+}
+
+impl Communicator {
+    /// One communicator per GPU (rank r on `gpus[r]`), initialized in one NCCL group from this
+    /// thread.
+    pub fn for_each(gpus: &[&Gpu]) -> Result<Vec<Communicator>> {
+        let id = result::get_uniqueid().map_err(|e| nccl_error("making the unique id", e))?;
+        let ranks = gpus.len();
+        let mut comms = vec![std::ptr::null_mut(); ranks];
+        result::group_start().map_err(|e| nccl_error("starting a group", e))?;
+        let mut first_error = None;
+        for (rank, (gpu, comm)) in gpus.iter().zip(comms.iter_mut()).enumerate() {
+            if let Err(e) = gpu.ctx.bind_to_thread() {
+                first_error.get_or_insert(Error::Cuda {
+                    what: "binding the context".into(),
+                    source: e,
+                });
+                break;
+            }
+            // SAFETY: comm is written by NCCL; id comes from get_uniqueid above.
+            let r = unsafe { result::comm_init_rank(comm, ranks as i32, id, rank as i32) };
+            if let Err(e) = r {
+                first_error.get_or_insert(nccl_error("initializing a communicator", e));
+                break;
+            }
+        }
+        let ended =
+            result::group_end().map_err(|e| nccl_error("initializing the communicators", e));
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        ended?;
+        Ok(comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| Communicator { comm, rank, ranks })
+            .collect())
+    }
+
+    /// Sum `count` fp32 values at `ptr` over every rank, in place, queued on `stream` (whose
+    /// context must be this rank's GPU).
+    pub fn all_reduce_sum(&self, stream: &CudaStream, ptr: u64, count: usize) -> Result<()> {
+        self.all_reduce_to(stream, ptr, ptr, count)
+    }
+
+    /// Sum `count` fp32 values from `src` over every rank into `dst`, on `stream`.
+    pub fn all_reduce_to(
+        &self,
+        stream: &CudaStream,
+        src: u64,
+        dst: u64,
+        count: usize,
+    ) -> Result<()> {
+        stream
+            .context()
+            .bind_to_thread()
+            .cuda("binding the context")?;
+        // SAFETY: src and dst hold count f32 on this rank's GPU, live until the stream has run
+        // this.
+        unsafe {
+            result::all_reduce(
+                src as *const std::ffi::c_void,
+                dst as *mut std::ffi::c_void,
+                count,
+                sys::ncclDataType_t::ncclFloat32,
+                sys::ncclRedOp_t::ncclSum,
+                self.comm,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| nccl_error("an all-reduce", e))
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once; every stream using it has been synchronized by the owner.
+        let _ = unsafe { result::comm_destroy(self.comm) };
+    }
+}
+
+/// The NCCL version, as NCCL writes it (22703 for 2.27.3).
+pub fn version() -> Option<i32> {
+    result::get_nccl_version().ok()
+}

@@ -26,7 +26,13 @@ fn the_full_compare_verifies_every_pair_and_catches_a_planted_regression() {
     let (code, out, err) = compare(&["--quick", "--expectations", exp, "--update-expectations"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(!out.contains("| NO |") && !out.contains("ERROR"), "{out}");
-    for row in out.lines().filter(|l| l.starts_with("| ch1-gemm/")) {
+    // The pairs table's GEMM rows (the variants table names sides, with no arrow).
+    let gemm_pairs: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| ch1-gemm/") && l.contains(" -> "))
+        .collect();
+    assert_eq!(gemm_pairs.len(), 2, "{out}");
+    for row in gemm_pairs {
         assert!(row.contains("% SGEMM"), "{row}");
     }
     // The same build again, with ch1-intensity's fused kernel run twice per timed run.

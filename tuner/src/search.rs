@@ -14,7 +14,10 @@
 //! fits, and the search tries that size and the one above. Where the prediction is off, it
 //! gallops from it in steps that double (1, 2, 4 sizes) until the answer is bracketed, then
 //! bisects: a good prediction costs four or five trials in all, a poor one about twice a
-//! bisection of the error. The answer is exact either way: the largest size at the granularity
+//! bisection of the error. Memory that is not a line (cuDNN's autotuner takes workspace from
+//! whatever room there is, so the peaks climb to the limit long before the batch that runs out)
+//! shows itself when a jump lands more than 5% off the line that aimed it or the peaks flatten;
+//! from there the search doubles and bisects as it would without peaks. The answer is exact either way: the largest size at the granularity
 //! that was seen to fit, with the next size seen to fail.
 
 use serde::Serialize;
@@ -100,6 +103,10 @@ enum Move {
 const REACH_JUMPS: usize = 3;
 /// Jumps inside the bracket, each after a new point.
 const BRACKET_JUMPS: usize = 2;
+/// A jump whose peak lands further than this from the line that aimed it, or whose peak rises at
+/// less than half the line's slope, shows memory that is not a line (an autotuner's workspace
+/// that takes the room there is): the search stops aiming.
+const OFF_THE_LINE: f64 = 0.05;
 
 struct Search<F> {
     granularity: Granularity,
@@ -111,6 +118,8 @@ struct Search<F> {
     lo: usize,
     hi: Option<usize>,
     last: (Move, bool),
+    /// A jump landed off its line: no more aiming.
+    elastic: bool,
 }
 
 impl<F, E> Search<F>
@@ -126,7 +135,22 @@ where
         if p.fits {
             self.lo = self.lo.max(batch);
             if let Some(peak) = p.peak_bytes {
+                let before = Line::through(&self.points);
                 self.points.push((batch, peak));
+                // Only a line through two points or more is a claim about this batch's peak: the
+                // jump lands off it, or the peaks flatten (the newest pair rises at less than
+                // half the line's bytes per sample) as they do against a limit that the
+                // workspace fills.
+                if let (Move::Jump(n), Some(line), Some(after)) =
+                    (how, before, Line::through(&self.points))
+                {
+                    let aimed = line.peak(batch);
+                    let off = (peak as f64 - aimed).abs() > OFF_THE_LINE * aimed;
+                    let flat = after.bytes_per_sample < 0.5 * line.bytes_per_sample;
+                    if n >= 2 && (off || flat) {
+                        self.elastic = true;
+                    }
+                }
             }
         } else {
             self.hi = Some(self.hi.map_or(batch, |h| h.min(batch)));
@@ -137,6 +161,9 @@ where
 
     /// The index of the largest size the memory line says fits.
     fn predicted(&self) -> Option<usize> {
+        if self.elastic {
+            return None;
+        }
         let line = Line::through(&self.points)?;
         let b = line.batch_within(self.limit? as f64);
         (b > 0).then(|| index_below(self.granularity, b))
@@ -199,6 +226,7 @@ pub fn find<E>(
         lo: 0,
         hi: None,
         last: (Move::Start, true),
+        elastic: false,
     };
     if !s.try_batch(start, Move::Start)? {
         return Ok(Err(format!(
@@ -218,7 +246,8 @@ pub fn find<E>(
             Some(p) if reach_jumps < REACH_JUMPS && size_at(granularity, p) > s.lo => {
                 (Move::Jump(s.points.len()), size_at(granularity, p))
             }
-            _ if jumped => {
+            // Just under a line that held: the answer is near, gallop up from it.
+            _ if jumped && !s.elastic => {
                 up = next_step(up, k_lo);
                 (Move::Up, size_at(granularity, k_lo + up))
             }
@@ -252,7 +281,9 @@ pub fn find<E>(
         // A failed prediction of the line (not the first, proportional, guess): the answer is
         // most likely just below it.
         let (last, fitted) = s.last;
-        let overshot = !fitted && (matches!(last, Move::Jump(n) if n >= 2) || last == Move::Down);
+        let overshot = !fitted
+            && !s.elastic
+            && (matches!(last, Move::Jump(n) if n >= 2) || last == Move::Down);
         let (how, k) = if overshot && k_bad > k_lo + next_step(down, k_bad) {
             down = next_step(down, k_bad);
             (Move::Down, k_bad - down)
@@ -540,6 +571,42 @@ mod tests {
                 assert!(f.trials.len() <= trial_bound(exact, start, 8));
             }
         }
+    }
+
+    #[test]
+    fn elastic_memory_falls_back_to_doubling_and_bisecting() {
+        // cuDNN's autotuner under a 16 GiB cap, as ResNet-18 measured on an H100: the steady
+        // step holds what the batch needs plus the workspace of the algorithms chosen, and the
+        // workspace grows with the batch until it takes most of the room left. The peaks climb
+        // to near the cap long before the batch that runs out, so the line aims low, again and
+        // again; once a jump lands well off its own line the search stops aiming.
+        let cap = 17_179_869_184f64;
+        let need = |b: usize| 0.2e9 + 17e6 * b as f64;
+        let largest = ((cap - 0.2e9) / 17e6) as usize;
+        let elastic = |b: usize| -> Result<Probe, ()> {
+            let fits = need(b) <= cap;
+            let workspace = (20e6 * b as f64).min(0.9 * (cap - need(b)));
+            Ok(Probe {
+                fits,
+                peak_bytes: fits.then_some((need(b) + workspace) as u64),
+                limit_bytes: Some(cap as u64),
+            })
+        };
+        let f = find(8, Granularity::Multiple(8), 1 << 26, elastic)
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.trials);
+        assert!(f.next_failed, "{:?}", f.trials);
+        let plain = find(8, Granularity::Multiple(8), 1 << 26, oracle(largest))
+            .unwrap()
+            .unwrap();
+        assert!(
+            f.trials.len() <= plain.trials.len(),
+            "{} trials against doubling and bisecting's {}: {:?}",
+            f.trials.len(),
+            plain.trials.len(),
+            f.trials
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use common::report::{Provenance, Startup};
 
 use crate::child::{self, Outcome};
 use crate::expectations::{self, Expectations};
+use crate::fleet;
 use crate::host::{Host, Pacing};
 use crate::lessons;
 use crate::outcome::{CompareReport, PairRow, RunStatus, VariantRun, COMPARE_SCHEMA_VERSION};
@@ -58,6 +59,14 @@ pub struct Args {
     /// Print the results folder name of the GPU at --device ("h100") and exit.
     #[arg(long)]
     pub gpu_slug: bool,
+    /// Run the chapter on these GPUs at once, one compare process per GPU (`all`, or a list
+    /// such as `0,1`): each GPU's table, then the fleet check across GPUs of one model.
+    #[arg(long, value_name = "all|LIST", value_parser = device_list_syntax, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
+    pub devices: Option<String>,
+    /// With --devices: flag a GPU whose device-paced median is more than this many percent off
+    /// the median of its model's GPUs.
+    #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
+    pub fleet_bar: f64,
     /// Seconds before a variant's process is killed.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
     pub timeout: f64,
@@ -72,6 +81,12 @@ pub struct Args {
     /// the hidden `--plant-slowdown` takes "lesson/variant").
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+/// `--devices` as written (`all`, or distinct ordinals); whether each GPU is there is asked later.
+fn device_list_syntax(spec: &str) -> Result<String, String> {
+    common::gpu::parse_device_list(Some(spec), usize::MAX)?;
+    Ok(spec.to_string())
 }
 
 /// The flags a variant's process gets: the GPU, and the measuring flags given to the compare,
@@ -175,15 +190,39 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         );
     }
     // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
-    // children instead need no GPU).
-    if args.child_program.is_none() {
-        common::gpu::probe_driver()?;
+    // children instead need no GPU, and name their GPUs).
+    let count = match &args.child_program {
+        None => common::gpu::probe_driver()?,
+        Some(_) => usize::MAX,
+    };
+    let scratch = child::scratch_dir()?;
+    if let Some(spec) = &args.devices {
+        if spec.trim() == "all" && args.child_program.is_some() {
+            anyhow::bail!(
+                "--devices: name the GPUs (0,1,...) when the variants are not this binary's"
+            );
+        }
+        let ordinals =
+            common::gpu::parse_device_list(Some(spec), usize::MAX).map_err(anyhow::Error::msg)?;
+        if let Some(&requested) = ordinals.iter().find(|&&g| g >= count) {
+            return Err(common::Error::BadDevice { requested, count }.into());
+        }
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        let code = fleet::run(
+            &std::env::current_exe()?,
+            &argv,
+            &ordinals,
+            args.fleet_bar,
+            args.common.json.as_deref(),
+            &scratch,
+        );
+        let _ = std::fs::remove_dir_all(&scratch);
+        return code;
     }
     let program = match &args.child_program {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
     };
-    let scratch = child::scratch_dir()?;
     let variants = lessons::variants_of(&pairs);
     let started = Instant::now();
     let progress = std::io::stderr().is_terminal();

@@ -5,6 +5,7 @@
 pub mod child;
 pub mod cli;
 pub mod expectations;
+pub mod fleet;
 pub mod host;
 pub mod lessons;
 pub mod outcome;

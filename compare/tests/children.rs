@@ -99,7 +99,8 @@ fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> Le
 }
 
 /// A fake variant program: what it does for each variant is read from files next to it
-/// (`<variant>.mode`: crash, hang, garbage, or the name of a report file to copy).
+/// (`<variant>.mode`, or `<variant>-dev<N>.mode` for `--device N`: crash, hang, garbage, or the
+/// name of a report file to copy).
 fn fake_program(d: &Path) -> PathBuf {
     let script = d.join("fake-variant.sh");
     std::fs::write(
@@ -110,7 +111,11 @@ variant="$3"
 for a in "$@"; do last_but_one="$prev"; prev="$a"; done
 json="$prev"
 echo "$@" >> "$(dirname "$0")/calls.log"
-mode=$(cat "$(dirname "$0")/$variant.mode")
+dev=""; p=""
+for a in "$@"; do [ "$p" = "--device" ] && dev="$a"; p="$a"; done
+mode_file="$(dirname "$0")/$variant-dev$dev.mode"
+[ -f "$mode_file" ] || mode_file="$(dirname "$0")/$variant.mode"
+mode=$(cat "$mode_file")
 case "$mode" in
   crash) kill -SEGV $$ ;;
   hang) sleep 30 ;;
@@ -465,4 +470,61 @@ fn an_update_accepts_a_slower_figure() {
     let (code, out, _) = compare(&d, &["--expectations", exp]);
     assert_eq!(code, 0, "{out}");
     assert_eq!(verdict_of(&out, "fused"), "SAME");
+}
+
+/// `compare --devices 0,1`: one compare per GPU at once, each GPU's table, then the fleet check;
+/// the fake GPU 1 runs the fused kernel 10% slower and is flagged, and a fleet in step passes.
+#[test]
+fn the_fleet_flags_a_gpu_off_its_peers() {
+    let d = dir("fleet");
+    put_report(&d, "baseline", 1.0, true);
+    put_report(&d, "fused", 0.2, true);
+    let json = d.join("fleet.json");
+    let (code, out, err) = compare(&d, &["--devices", "0,1", "--json", json.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("# GPU 0") && out.contains("# GPU 1"), "{out}");
+    assert!(out.contains("## The fleet"), "{out}");
+    assert!(out.contains("| ch1-intensity/fused | device |"), "{out}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written["members"].as_array().unwrap().len(), 2);
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    assert!(
+        calls.contains("--device 0") && calls.contains("--device 1"),
+        "{calls}"
+    );
+
+    let file = "fused-slow-report.json";
+    report("fused", 0.22, true)
+        .write_json(&d.join(file))
+        .unwrap();
+    set_mode(&d, "fused-dev1", file);
+    let (code, out, err) = compare(&d, &["--devices", "0,1", "--fleet-bar", "3"]);
+    assert_eq!(code, 1, "{out}{err}");
+    // Two GPUs: each is 4.8% off their median, and which one is off is not for two to say.
+    assert!(
+        err.contains("error: GPU 1: ch1-intensity/fused is 4.8% slower"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: GPU 0: ch1-intensity/fused is 4.8% faster"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_fleet_run_takes_no_expectations_update_and_names_its_gpus() {
+    let d = dir("fleet-flags");
+    let (code, _, err) = compare(&d, &["--devices", "0,1", "--update-expectations"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--update-expectations"), "{err}");
+    let (code, _, err) = compare(&d, &["--devices", "0,0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("GPU 0 is named twice"), "{err}");
+    let (code, _, err) = compare(&d, &["--devices", "0", "--fleet-bar", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("error: invalid value '0' for '--fleet-bar"),
+        "{err}"
+    );
 }

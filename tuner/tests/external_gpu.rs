@@ -219,7 +219,10 @@ fn the_finder_s_answer_on_the_resnet_example_is_exact() {
         r["search_wall_s"].as_f64().unwrap(),
         plain.trials.len()
     );
-    assert!(trials <= tuner::search::trial_bound(maximum, 8, 8), "{trials} trials");
+    assert!(
+        trials <= tuner::search::trial_bound(maximum, 8, 8),
+        "{trials} trials"
+    );
 
     let check = std::process::Command::new("python3")
         .arg(examples().join("check_fit.py"))

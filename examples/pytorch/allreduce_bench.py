@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """All-reduce bus bandwidth with torch.distributed over NCCL, the sizes ch1-data-parallel's
---allreduce measures (1 MiB to 1 GiB by powers of four), fp32 sum, out of place: a cross-check of
-its table on the same GPUs.
+--allreduce measures (1 MiB to 1 GiB by powers of four), fp32 sum: a cross-check of its table on
+the same GPUs. torch.distributed reduces in place; ch1-data-parallel times NCCL out of place.
 
 One process per GPU, started by torchrun or by this script itself:
 

@@ -78,12 +78,9 @@ fn finish(report: &LessonReport, view: &RooflineReport, args: &Args) -> anyhow::
     print!("{}", report.markdown());
     let (svg, png) = plot::render(view, &args.out).map_err(anyhow::Error::msg)?;
     println!("plot: {} and {}", svg.display(), png.display());
-    let problems = view.problems();
-    for p in &problems {
-        eprintln!("error: {p}");
-    }
-    Ok(if problems.is_empty() && report.all_passed() {
-        ExitCode::SUCCESS
+    let code = common::cli::exit_for_problems(&view.problems());
+    Ok(if report.all_passed() {
+        code
     } else {
         ExitCode::from(1)
     })

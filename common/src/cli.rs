@@ -181,6 +181,18 @@ pub fn exit_code_for(error: &anyhow::Error) -> u8 {
     }
 }
 
+/// Each problem as an `error:` line on stderr; exit 0 when there is none, else 1.
+pub fn exit_for_problems(problems: &[String]) -> ExitCode {
+    for p in problems {
+        eprintln!("error: {p}");
+    }
+    if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 /// Run a binary's body with the process's start-up clock, and turn its error into one line
 /// on stderr and an exit code.
 pub fn main_with(body: impl FnOnce(Startup) -> anyhow::Result<ExitCode>) -> ExitCode {

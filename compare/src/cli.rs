@@ -340,14 +340,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         problems.extend(report.regressions());
     }
-    for p in &problems {
-        eprintln!("error: {p}");
-    }
-    Ok(if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(common::cli::exit_for_problems(&problems))
 }
 
 /// Record every verified variant's timing as expected (see [Expectations::record]), keeping

@@ -340,14 +340,7 @@ pub fn run(
             )),
         }
     }
-    for p in &problems {
-        eprintln!("error: {p}");
-    }
-    Ok(if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(common::cli::exit_for_problems(&problems))
 }
 
 #[cfg(test)]

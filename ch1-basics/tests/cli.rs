@@ -13,16 +13,16 @@ const MAIN: &str = env!("CARGO_BIN_EXE_ch1-basics");
 fn no_gpu_is_one_line_and_exit_2() {
     for bin in [
         MAIN,
-        env!("CARGO_BIN_EXE_baseline"),
-        env!("CARGO_BIN_EXE_pinned"),
-        env!("CARGO_BIN_EXE_prealloc"),
-        env!("CARGO_BIN_EXE_batch"),
-        env!("CARGO_BIN_EXE_graphs"),
-        env!("CARGO_BIN_EXE_optimized"),
-        env!("CARGO_BIN_EXE_transpose-naive"),
-        env!("CARGO_BIN_EXE_transpose-tiled"),
-        env!("CARGO_BIN_EXE_pipeline-serial"),
-        env!("CARGO_BIN_EXE_pipeline-overlapped"),
+        env!("CARGO_BIN_EXE_ch1-basics-baseline"),
+        env!("CARGO_BIN_EXE_ch1-basics-pinned"),
+        env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
+        env!("CARGO_BIN_EXE_ch1-basics-batch"),
+        env!("CARGO_BIN_EXE_ch1-basics-graphs"),
+        env!("CARGO_BIN_EXE_ch1-basics-optimized"),
+        env!("CARGO_BIN_EXE_ch1-basics-transpose-naive"),
+        env!("CARGO_BIN_EXE_ch1-basics-transpose-tiled"),
+        env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
+        env!("CARGO_BIN_EXE_ch1-basics-pipeline-overlapped"),
     ] {
         common::testing::assert_refused_without_gpu(bin, &[]);
     }
@@ -44,7 +44,7 @@ fn sweeps_refuse_bad_sizes_and_single_variants_before_the_gpu() {
             "does not divide the samples",
         ),
         (
-            env!("CARGO_BIN_EXE_graphs"),
+            env!("CARGO_BIN_EXE_ch1-basics-graphs"),
             vec!["--sweep", "graphs"],
             "run it as `ch1-basics --sweep graphs`",
         ),
@@ -100,17 +100,17 @@ fn sizes_that_do_not_divide_are_refused_before_the_gpu_is_touched() {
             "does not divide the samples",
         ),
         (
-            env!("CARGO_BIN_EXE_prealloc"),
+            env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
             vec!["--batch", "256", "--microbatch", "48"],
             "does not divide the batch",
         ),
         (
-            env!("CARGO_BIN_EXE_graphs"),
+            env!("CARGO_BIN_EXE_ch1-basics-graphs"),
             vec!["--lr=-1"],
             "--lr must be a positive number",
         ),
         (
-            env!("CARGO_BIN_EXE_pipeline-serial"),
+            env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
             vec!["--pipeline-elements", "1M", "--chunk", "2M"],
             "larger than --pipeline-elements",
         ),

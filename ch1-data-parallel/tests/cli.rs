@@ -20,8 +20,8 @@ fn has_gpu() -> bool {
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-data-parallel");
 const SIDES: [&str; 2] = [
-    env!("CARGO_BIN_EXE_baseline"),
-    env!("CARGO_BIN_EXE_optimized"),
+    env!("CARGO_BIN_EXE_ch1-data-parallel-baseline"),
+    env!("CARGO_BIN_EXE_ch1-data-parallel-optimized"),
 ];
 
 #[test]
@@ -68,8 +68,6 @@ fn no_gpu_is_one_line_with_exit_2() {
         eprintln!("a GPU is present: nothing to check here");
         return;
     }
-    // Every lesson names its sides baseline and optimized: in a workspace build the file of
-    // that name may be another lesson's, so the sides are run without flags of this one.
     let runs = [
         (MAIN, &[][..]),
         (MAIN, &["--allreduce"]),

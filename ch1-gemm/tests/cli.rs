@@ -18,8 +18,8 @@ fn no_gpu_is_one_line_and_exit_2() {
         (MAIN, &[]),
         (MAIN, &["--tf32"]),
         (MAIN, &["--sweep"]),
-        (env!("CARGO_BIN_EXE_baseline"), &[]),
-        (env!("CARGO_BIN_EXE_optimized"), &[]),
+        (env!("CARGO_BIN_EXE_ch1-gemm-baseline"), &[]),
+        (env!("CARGO_BIN_EXE_ch1-gemm-optimized"), &[]),
     ];
     for (bin, args) in runs {
         common::testing::assert_refused_without_gpu(bin, args);

@@ -6,8 +6,8 @@ const MAIN: &str = env!("CARGO_BIN_EXE_ch1-graph-shapes");
 fn no_gpu_is_one_line_and_exit_2() {
     for bin in [
         MAIN,
-        env!("CARGO_BIN_EXE_baseline"),
-        env!("CARGO_BIN_EXE_optimized"),
+        env!("CARGO_BIN_EXE_ch1-graph-shapes-baseline"),
+        env!("CARGO_BIN_EXE_ch1-graph-shapes-optimized"),
     ] {
         common::testing::assert_refused_without_gpu(bin, &[]);
     }

@@ -13,8 +13,8 @@ const MAIN: &str = env!("CARGO_BIN_EXE_ch1-intensity");
 fn no_gpu_is_one_line_and_exit_2() {
     for bin in [
         MAIN,
-        env!("CARGO_BIN_EXE_baseline"),
-        env!("CARGO_BIN_EXE_optimized"),
+        env!("CARGO_BIN_EXE_ch1-intensity-baseline"),
+        env!("CARGO_BIN_EXE_ch1-intensity-optimized"),
         env!("CARGO_BIN_EXE_vector_add"),
     ] {
         common::testing::assert_refused_without_gpu(bin, &[]);

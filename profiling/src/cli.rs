@@ -42,7 +42,7 @@ pub struct TargetArgs {
     /// Lesson name in the report's file name (default: the program's name).
     #[arg(long)]
     pub lesson: Option<String>,
-    /// Variant name in the report's file name (default: "all", or baseline/optimized).
+    /// Variant name in the report's file name (default: "all").
     #[arg(long)]
     pub variant: Option<String>,
     /// Print the command and stop.

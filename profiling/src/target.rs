@@ -14,32 +14,17 @@ pub struct Naming {
     pub variant: String,
 }
 
-/// Name a report after the program unless told: `ch1-intensity` runs every variant ("all");
-/// the per-variant binaries are called `baseline` and `optimized` in every lesson, so those
-/// name the variant and the lesson must come from `--lesson`.
+/// Name a report after the program unless told: `ch1-intensity` runs every variant ("all"),
+/// and a side's binary names its lesson and side (`ch1-gemm-baseline`, variant "all" of what it
+/// runs).
 pub fn naming(program: &Path, lesson: Option<&str>, variant: Option<&str>) -> Naming {
     let stem = program
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "program".into());
-    let per_variant = matches!(stem.as_str(), "baseline" | "optimized");
-    let lesson = lesson.map(str::to_string).unwrap_or_else(|| {
-        if per_variant {
-            "lesson".into()
-        } else {
-            stem.clone()
-        }
-    });
-    let variant = variant.map(str::to_string).unwrap_or_else(|| {
-        if per_variant {
-            stem.clone()
-        } else {
-            "all".into()
-        }
-    });
     Naming {
-        lesson: sanitize(&lesson),
-        variant: sanitize(&variant),
+        lesson: sanitize(lesson.unwrap_or(&stem)),
+        variant: sanitize(variant.unwrap_or("all")),
     }
 }
 
@@ -119,15 +104,13 @@ mod tests {
             (n.lesson.as_str(), n.variant.as_str()),
             ("ch1-intensity", "all")
         );
-        let n = naming(
-            Path::new("target/release/optimized"),
-            Some("ch1-gemm"),
-            None,
-        );
+        let n = naming(Path::new("target/release/ch1-gemm-optimized"), None, None);
         assert_eq!(
             (n.lesson.as_str(), n.variant.as_str()),
-            ("ch1-gemm", "optimized")
+            ("ch1-gemm-optimized", "all")
         );
+        let n = naming(Path::new("ch1-gemm"), Some("gemm"), Some("strided"));
+        assert_eq!((n.lesson.as_str(), n.variant.as_str()), ("gemm", "strided"));
         let n = naming(Path::new("x/ch1-intensity"), None, Some("fused kernel/2"));
         assert_eq!(n.variant, "fused_kernel_2");
     }

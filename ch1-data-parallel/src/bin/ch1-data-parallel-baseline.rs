@@ -1,4 +1,4 @@
-//! One side of the pair: `cargo run --release -p ch1-data-parallel --bin optimized`.
+//! One side of the pair: `cargo run --release -p ch1-data-parallel --bin ch1-data-parallel-baseline`.
 
 use clap::Parser;
 
@@ -6,7 +6,7 @@ fn main() -> std::process::ExitCode {
     common::cli::main_with(|startup| {
         ch1_data_parallel::cli::run(
             ch1_data_parallel::cli::Args::parse(),
-            &["optimized"],
+            &["baseline"],
             startup,
         )
     })

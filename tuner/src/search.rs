@@ -17,8 +17,9 @@
 //! bisection of the error. Memory that is not a line (cuDNN's autotuner takes workspace from
 //! whatever room there is, so the peaks climb to the limit long before the batch that runs out)
 //! shows itself when a jump lands more than 5% off the line that aimed it or the peaks flatten;
-//! from there the search doubles and bisects as it would without peaks. The answer is exact either way: the largest size at the granularity
-//! that was seen to fit, with the next size seen to fail.
+//! from there the search doubles and bisects as it would without peaks. The answer is exact
+//! either way: the largest size at the granularity that was seen to fit, with the next size
+//! seen to fail.
 
 use serde::Serialize;
 
@@ -103,10 +104,11 @@ enum Move {
 const REACH_JUMPS: usize = 3;
 /// Jumps inside the bracket, each after a new point.
 const BRACKET_JUMPS: usize = 2;
-/// A jump whose peak lands further than this from the line that aimed it, or whose peak rises at
-/// less than half the line's slope, shows memory that is not a line (an autotuner's workspace
-/// that takes the room there is): the search stops aiming.
+/// A jump whose peak lands further than this share from the line that aimed it, or whose peak
+/// rises at less than [FLATTER] times the line's slope, shows memory that is not a line (an
+/// autotuner's workspace that takes the room there is): the search stops aiming.
 const OFF_THE_LINE: f64 = 0.05;
+const FLATTER: f64 = 0.5;
 
 struct Search<F> {
     granularity: Granularity,
@@ -118,7 +120,7 @@ struct Search<F> {
     lo: usize,
     hi: Option<usize>,
     last: (Move, bool),
-    /// A jump landed off its line: no more aiming.
+    /// A jump landed off its line, or the peaks flattened: no more aiming.
     elastic: bool,
 }
 
@@ -138,15 +140,14 @@ where
                 let before = Line::through(&self.points);
                 self.points.push((batch, peak));
                 // Only a line through two points or more is a claim about this batch's peak: the
-                // jump lands off it, or the peaks flatten (the newest pair rises at less than
-                // half the line's bytes per sample) as they do against a limit that the
+                // jump lands off it, or the peaks flatten as they do against a limit that the
                 // workspace fills.
                 if let (Move::Jump(n), Some(line), Some(after)) =
                     (how, before, Line::through(&self.points))
                 {
                     let aimed = line.peak(batch);
                     let off = (peak as f64 - aimed).abs() > OFF_THE_LINE * aimed;
-                    let flat = after.bytes_per_sample < 0.5 * line.bytes_per_sample;
+                    let flat = after.bytes_per_sample < FLATTER * line.bytes_per_sample;
                     if n >= 2 && (off || flat) {
                         self.elastic = true;
                     }

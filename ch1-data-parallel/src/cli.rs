@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use common::cli::{finish, parse_count_with_max, parse_positive_usize};
-use common::gpu::{parse_device_list, probe_driver};
+use common::gpu::{probe_driver, DeviceList};
 use common::report::Startup;
 use common::runner::{run_lesson, RunOptions};
 use common::stop::StopRule;
@@ -86,11 +86,10 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
     let cfg = args.config();
     cfg.validate().map_err(anyhow::Error::msg)?;
     // The list's words are checked before looking for GPUs, the ordinals against them after.
-    if args.devices.trim() != "all" {
-        parse_device_list(Some(&args.devices), usize::MAX).map_err(anyhow::Error::msg)?;
-    }
-    let count = probe_driver()?;
-    let ordinals = parse_device_list(Some(&args.devices), count).map_err(anyhow::Error::msg)?;
+    let devices: DeviceList = args.devices.parse().map_err(anyhow::Error::msg)?;
+    let ordinals = devices
+        .resolve(probe_driver()?)
+        .map_err(anyhow::Error::msg)?;
     if let Err(line) = nccl_lib::ensure_loadable() {
         eprintln!("error: {line}");
         return Ok(ExitCode::from(2));

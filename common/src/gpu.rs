@@ -117,33 +117,66 @@ pub fn check_fits_in(what: &str, needed: u64, free: u64, total: u64) -> Result<(
     Ok(())
 }
 
-/// The GPUs a `--devices` flag names among `count`: `all` (or no flag) for every one, else a
-/// list of ordinals (`0,2`), each at most once; a bad word is one line saying what to write.
+/// What a `--devices` flag says, checked as written (no GPU needed): every GPU, or a list of
+/// ordinals (`0,2`), each at most once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceList {
+    All,
+    These(Vec<usize>),
+}
+
+impl std::str::FromStr for DeviceList {
+    type Err = String;
+
+    /// A bad word is one line saying what to write.
+    fn from_str(spec: &str) -> std::result::Result<DeviceList, String> {
+        let spec = spec.trim();
+        if spec == "all" {
+            return Ok(DeviceList::All);
+        }
+        let mut out = Vec::new();
+        for word in spec.split(',').map(str::trim) {
+            let i: usize = word.parse().map_err(|_| {
+                format!("--devices: '{word}' is not a GPU number (use 0,1,... or all)")
+            })?;
+            if out.contains(&i) {
+                return Err(format!("--devices: GPU {i} is named twice"));
+            }
+            out.push(i);
+        }
+        Ok(DeviceList::These(out))
+    }
+}
+
+impl DeviceList {
+    /// The first GPU named that is not among `count` visible ones.
+    pub fn missing(&self, count: usize) -> Option<usize> {
+        match self {
+            DeviceList::All => None,
+            DeviceList::These(list) => list.iter().copied().find(|&i| i >= count),
+        }
+    }
+
+    /// The ordinals among `count` visible GPUs; one that is not there is one line.
+    pub fn resolve(&self, count: usize) -> std::result::Result<Vec<usize>, String> {
+        if let Some(i) = self.missing(count) {
+            return Err(format!(
+                "--devices: GPU {i} is not visible; {count} GPU(s) are, numbered from 0"
+            ));
+        }
+        Ok(match self {
+            DeviceList::All => (0..count).collect(),
+            DeviceList::These(list) => list.clone(),
+        })
+    }
+}
+
+/// The GPUs a `--devices` flag names among `count` (no flag: all of them).
 pub fn parse_device_list(
     spec: Option<&str>,
     count: usize,
 ) -> std::result::Result<Vec<usize>, String> {
-    match spec.map(str::trim) {
-        None | Some("all") => Ok((0..count).collect()),
-        Some(list) => {
-            let mut out = Vec::new();
-            for word in list.split(',').map(str::trim) {
-                let i: usize = word.parse().map_err(|_| {
-                    format!("--devices: '{word}' is not a GPU number (use 0,1,... or all)")
-                })?;
-                if i >= count {
-                    return Err(format!(
-                        "--devices: GPU {i} is not visible; {count} GPU(s) are, numbered from 0"
-                    ));
-                }
-                if out.contains(&i) {
-                    return Err(format!("--devices: GPU {i} is named twice"));
-                }
-                out.push(i);
-            }
-            Ok(out)
-        }
-    }
+    spec.map_or(Ok(DeviceList::All), str::parse)?.resolve(count)
 }
 
 /// An open GPU: context, the stream every lesson works on, and its description.
@@ -428,6 +461,12 @@ mod tests {
             .unwrap_err()
             .contains("twice"));
         assert!(parse_device_list(Some(""), 3).is_err());
+        // As written, before any GPU is asked for; then against the GPUs there are.
+        let list: DeviceList = "0, 4".parse().unwrap();
+        assert_eq!(list.missing(4), Some(4));
+        assert_eq!(list.missing(5), None);
+        assert_eq!(DeviceList::All.missing(0), None);
+        assert!("1,1".parse::<DeviceList>().unwrap_err().contains("twice"));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use clap::Parser;
 
 use common::ceilings;
 use common::cli::CommonArgs;
+use common::gpu::DeviceList;
 use common::report::{Provenance, Startup};
 
 use crate::child::{self, Outcome};
@@ -61,8 +62,8 @@ pub struct Args {
     pub gpu_slug: bool,
     /// Run the chapter on these GPUs at once, one compare process per GPU (`all`, or a list
     /// such as `0,1`): each GPU's table, then the fleet check across GPUs of one model.
-    #[arg(long, value_name = "all|LIST", value_parser = device_list_syntax, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
-    pub devices: Option<String>,
+    #[arg(long, value_name = "all|LIST", value_parser = str::parse::<DeviceList>, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
+    pub devices: Option<DeviceList>,
     /// With --devices: flag a GPU whose device-paced median is more than this many percent off
     /// the median of its model's GPUs.
     #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
@@ -81,12 +82,6 @@ pub struct Args {
     /// the hidden `--plant-slowdown` takes "lesson/variant").
     #[command(flatten)]
     pub common: CommonArgs,
-}
-
-/// `--devices` as written (`all`, or distinct ordinals); whether each GPU is there is asked later.
-fn device_list_syntax(spec: &str) -> Result<String, String> {
-    common::gpu::parse_device_list(Some(spec), usize::MAX)?;
-    Ok(spec.to_string())
 }
 
 /// The flags a variant's process gets: the GPU, and the measuring flags given to the compare,
@@ -196,17 +191,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Some(_) => usize::MAX,
     };
     let scratch = child::scratch_dir()?;
-    if let Some(spec) = &args.devices {
-        if spec.trim() == "all" && args.child_program.is_some() {
+    if let Some(devices) = &args.devices {
+        if *devices == DeviceList::All && args.child_program.is_some() {
             anyhow::bail!(
                 "--devices: name the GPUs (0,1,...) when the variants are not this binary's"
             );
         }
-        let ordinals =
-            common::gpu::parse_device_list(Some(spec), usize::MAX).map_err(anyhow::Error::msg)?;
-        if let Some(&requested) = ordinals.iter().find(|&&g| g >= count) {
+        if let Some(requested) = devices.missing(count) {
             return Err(common::Error::BadDevice { requested, count }.into());
         }
+        let ordinals = devices.resolve(count).map_err(anyhow::Error::msg)?;
         let argv: Vec<String> = std::env::args().skip(1).collect();
         let code = fleet::run(
             &std::env::current_exe()?,

@@ -15,10 +15,10 @@ use common::runner::Meter;
 use common::stop::StopRule;
 use common::table::{three_figures, Table};
 use common::verify::{check, uniform_f32, Verification};
-use common::{Error, Gpu, Result};
+use common::{Gpu, Result};
 
 use crate::busbw::{algbw, busbw, sizes};
-use crate::nccl::Communicator;
+use crate::nccl::{nccl_error, Communicator};
 
 pub const MIN_BYTES: u64 = 1 << 20;
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -97,8 +97,7 @@ fn all_reduce(
     bufs: &mut [RankBuffers],
     count: usize,
 ) -> Result<()> {
-    let nccl =
-        |e: result::NcclError| Error::invalid(format!("NCCL failed in an all-reduce: {:?}", e.0));
+    let nccl = |e| nccl_error("an all-reduce", e);
     result::group_start().map_err(nccl)?;
     let mut queued = Ok(());
     for ((gpu, comm), b) in gpus.iter().zip(comms).zip(bufs.iter_mut()) {

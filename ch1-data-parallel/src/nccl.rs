@@ -19,7 +19,7 @@ pub struct Communicator {
 // gives each rank's to that rank's thread alone.
 unsafe impl Send for Communicator {}
 
-fn nccl_error(what: &str, e: result::NcclError) -> Error {
+pub(crate) fn nccl_error(what: &str, e: result::NcclError) -> Error {
     Error::invalid(format!("NCCL failed in {what}: {:?}", e.0))
 }
 

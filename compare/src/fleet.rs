@@ -125,6 +125,9 @@ pub fn check(members: &[Member], bar: f64) -> Fleet {
             }
         }
     }
+    let mut models: Vec<&str> = members.iter().filter_map(Member::model).collect();
+    models.sort_unstable();
+    models.dedup();
     let rows = ids
         .into_iter()
         .map(|id| {
@@ -135,10 +138,7 @@ pub fn check(members: &[Member], bar: f64) -> Fleet {
             let mut off_peers = vec![None; members.len()];
             let mut spread: Option<f64> = None;
             let mut flagged = Vec::new();
-            let mut models: Vec<&str> = members.iter().filter_map(Member::model).collect();
-            models.sort_unstable();
-            models.dedup();
-            for model in models {
+            for &model in &models {
                 let of_model: Vec<(usize, f64)> = members
                     .iter()
                     .enumerate()

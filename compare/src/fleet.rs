@@ -5,7 +5,7 @@
 //! median flagged. Host-paced variants are shown and never flagged: the runs share the host's
 //! CPUs, so their times say as much about the neighbours as about the GPU.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
 use serde::Serialize;
@@ -266,16 +266,17 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // One GPU's files in the scratch folder: its JSON, stdout and stderr.
+    let file = |g: usize, ext: &str| scratch.join(format!("gpu-{g}.{ext}"));
     let mut children = Vec::new();
     for &g in ordinals {
-        let file = |ext: &str| scratch.join(format!("gpu-{g}.{ext}"));
         let child = Command::new(program)
             .args(&base)
             .args(["--device", &g.to_string(), "--json"])
-            .arg(file("json"))
+            .arg(file(g, "json"))
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(file("out"))?)
-            .stderr(std::fs::File::create(file("err"))?)
+            .stdout(std::fs::File::create(file(g, "out"))?)
+            .stderr(std::fs::File::create(file(g, "err"))?)
             .spawn()
             .map_err(|e| anyhow::anyhow!("could not start {}: {e}", program.display()))?;
         children.push((g, child));
@@ -283,16 +284,13 @@ pub fn run(
     let mut members = Vec::new();
     for (g, mut child) in children {
         let status = child.wait()?;
-        let read = |ext: &str| {
-            std::fs::read_to_string(scratch.join(format!("gpu-{g}.{ext}"))).unwrap_or_default()
-        };
+        let read = |ext: &str| std::fs::read_to_string(file(g, ext)).unwrap_or_default();
         let (out, err) = (read("out"), read("err"));
         println!("\n# GPU {g}\n\n{}", out.trim_end());
         for line in err.lines().filter(|l| !l.trim().is_empty()) {
             eprintln!("GPU {g}: {line}");
         }
-        let path: PathBuf = scratch.join(format!("gpu-{g}.json"));
-        let (report, error) = match CompareReport::read(&path) {
+        let (report, error) = match CompareReport::read(&file(g, "json")) {
             Ok(r) => (Some(r), None),
             Err(e) => (
                 None,

@@ -228,6 +228,21 @@ fn only_the_groups_asked_for_run() {
         .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
         .collect();
     assert_eq!(steps, ["compare-run-1", "compare-run-2", "page"], "{table}");
+
+    // One part of the ResNet group alone: its step, run or (without PyTorch that sees a GPU,
+    // as here) skipped, and nothing else.
+    let (code, stdout, stderr) = script(&["--bin", b, "--out", o, "--only", "resnet-sweep"], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
+    let steps: Vec<&str> = table
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
+        .collect();
+    assert!(
+        steps == ["resnet-sweep"] || steps == ["tuner-resnet-sweep"],
+        "{table}"
+    );
 }
 
 /// Every table of the pages is the one scripts/results-tables makes from the committed results:

@@ -102,6 +102,9 @@ pub struct TrialResult {
     /// A program's own samples/s: ours / theirs - 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program_difference: Option<f64>,
+    /// The tuner's own clock over a program's steps: ours / the clock's - 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_difference: Option<f64>,
     /// Where a program's trial ran (`GPU 1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
@@ -137,6 +140,7 @@ impl TrialResult {
             memory_limit_bytes: None,
             framework_peak_bytes: None,
             program_difference: None,
+            clock_difference: None,
             device: None,
             estimated_bytes,
             first_loss: None,

@@ -378,32 +378,49 @@ pub fn row(r: &external::TrialResult) -> analysis::TrialResult {
     t.memory_limit_bytes = limit;
     t.framework_peak_bytes = m.framework_peak_bytes;
     t.program_difference = m.program_difference;
+    t.clock_difference = m.clock_difference;
     t
 }
 
-/// How the tuner's samples/s compare with the program's own count.
+/// How the tuner's samples/s (the program's reported step times) compare with another count of
+/// the same trials.
 #[derive(Debug, Clone, Serialize)]
-pub struct ThroughputCheck {
+pub struct Agreement {
     pub trials_compared: usize,
     /// The largest |ours / theirs - 1|, and the batch it was at.
     pub worst_difference: f64,
     pub worst_batch: usize,
 }
 
-pub fn throughput_check(rows: &[analysis::TrialResult]) -> Option<ThroughputCheck> {
-    let compared: Vec<&analysis::TrialResult> = rows
-        .iter()
-        .filter(|r| r.status == TrialStatus::Ok && r.program_difference.is_some())
-        .collect();
-    let worst = compared.iter().max_by(|a, b| {
-        let d = |r: &&&analysis::TrialResult| r.program_difference.unwrap_or(0.0).abs();
-        d(a).total_cmp(&d(b))
-    })?;
-    Some(ThroughputCheck {
-        trials_compared: compared.len(),
-        worst_difference: worst.program_difference.unwrap_or(0.0),
-        worst_batch: worst.key.batch,
-    })
+/// The tuner's samples/s against the program's own count (its end line) and against the
+/// tuner's own clock (the report's lines as they arrived): the first shows the report was read
+/// whole, the second that the reported step times add up to the loop the program ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputCheck {
+    pub program: Option<Agreement>,
+    pub clock: Option<Agreement>,
+}
+
+pub fn throughput_check(rows: &[analysis::TrialResult]) -> ThroughputCheck {
+    let agreement = |difference: fn(&analysis::TrialResult) -> Option<f64>| {
+        let compared: Vec<(&analysis::TrialResult, f64)> = rows
+            .iter()
+            .filter(|r| r.status == TrialStatus::Ok)
+            .filter_map(|r| Some((r, difference(r)?)))
+            .collect();
+        let &(worst, d) = compared
+            .iter()
+            .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))?;
+        Some(Agreement {
+            trials_compared: compared.len(),
+            worst_difference: d,
+            worst_batch: worst.key.batch,
+        })
+    };
+    ThroughputCheck {
+        program: agreement(|r| r.program_difference),
+        clock: agreement(|r| r.clock_difference),
+    }
 }
 
 /// What a queue of a program's trials leaves: the part of the sweep's and memory's reports they
@@ -482,7 +499,7 @@ pub struct ProgramSweepReport {
     pub ran: Ran,
     pub best: Best,
     pub diagnosis: Vec<Diagnosis>,
-    pub throughput_check: Option<ThroughputCheck>,
+    pub throughput_check: ThroughputCheck,
 }
 
 /// `tuner sweep -- COMMAND`: every AMP setting x worker count x batch size, batches ascending,
@@ -549,21 +566,32 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
     o.push_str(&crate::sweep::trial_table(&r.ran.trials).markdown());
     o.push('\n');
     o.push_str(&crate::sweep::render_conclusions(&r.best, &r.diagnosis));
-    match &r.throughput_check {
-        Some(c) => {
-            let _ = writeln!(
-                o,
-                "samples/s against the program's own count: within {:.2}% on {} trial(s) (largest at batch {})",
-                100.0 * c.worst_difference.abs(),
-                c.trials_compared,
-                c.worst_batch
-            );
-        }
-        None => {
-            let _ = writeln!(
-                o,
-                "samples/s against the program's own count: the program reported none (an end line with samples_per_s)"
-            );
+    let checks = [
+        (
+            &r.throughput_check.program,
+            "the program's own count",
+            "the program reported none (an end line with samples_per_s)",
+        ),
+        (
+            &r.throughput_check.clock,
+            "the tuner's clock over the report's lines",
+            "no trial had a warmup step to start it from and lines that arrived over time",
+        ),
+    ];
+    for (check, against, none) in checks {
+        match check {
+            Some(c) => {
+                let _ = writeln!(
+                    o,
+                    "samples/s against {against}: within {:.2}% on {} trial(s) (largest at batch {})",
+                    100.0 * c.worst_difference.abs(),
+                    c.trials_compared,
+                    c.worst_batch
+                );
+            }
+            None => {
+                let _ = writeln!(o, "samples/s against {against}: {none}");
+            }
         }
     }
     for run in r
@@ -589,6 +617,8 @@ pub fn render_sweep(r: &ProgramSweepReport) -> String {
 #[derive(Debug, Clone, Serialize)]
 pub struct PrecisionMemory {
     pub amp: bool,
+    /// Trials that fit with a peak measured; the line is there only when their peaks are one.
+    pub peaks: usize,
     pub line: Option<Line>,
     pub limit_bytes: Option<u64>,
     /// The largest listed batch that fit, and the smallest that did not (if any).
@@ -626,6 +656,27 @@ fn memory_points(runs: &[&external::TrialResult]) -> (Vec<(usize, u64)>, Option<
         }
     }
     (points, limit)
+}
+
+/// What a program's trials say about its memory: the line through their peaks when the peaks
+/// are one, the smallest limit, and how many trials fit with a peak measured.
+struct MemoryFit {
+    line: Option<Line>,
+    limit: Option<u64>,
+    peaks: usize,
+}
+
+fn memory_fit(runs: &[&external::TrialResult]) -> MemoryFit {
+    let (points, limit) = memory_points(runs);
+    MemoryFit {
+        line: match limit {
+            Some(l) => Line::holding(&points, l),
+            // Nothing to hold it to, nothing to recommend by: shown as measured.
+            None => Line::through(&points),
+        },
+        limit,
+        peaks: points.len(),
+    }
 }
 
 /// The rule's tiers from a program's trials: the memory line through their peaks against their
@@ -677,7 +728,7 @@ pub fn memory(
     for amp in amps {
         let of_amp: Vec<&external::TrialResult> =
             ran.runs.iter().filter(|r| r.params.amp == amp).collect();
-        let (points, limit) = memory_points(&of_amp);
+        let MemoryFit { line, limit, peaks } = memory_fit(&of_amp);
         let fitting = |r: &&&external::TrialResult| external::fits(r).unwrap_or(false);
         let largest_fitting = of_amp
             .iter()
@@ -690,9 +741,9 @@ pub fn memory(
             .filter(|r| r.status == Status::Oom)
             .map(|r| r.params.batch_size)
             .min();
-        let line = Line::through(&points);
         precisions.push(PrecisionMemory {
             amp,
+            peaks,
             tiers: program_tiers(largest_fitting, granularity, ran.margin, line, limit),
             line,
             limit_bytes: limit,
@@ -758,7 +809,7 @@ fn memory_table(runs: &[external::TrialResult]) -> Table {
     t
 }
 
-fn describe_line(line: &Option<Line>, limit: Option<u64>) -> String {
+fn describe_line(line: &Option<Line>, limit: Option<u64>, peaks: usize) -> String {
     match (line, limit) {
         (Some(l), Some(limit)) => format!(
             "peak = {:.3} GB + {:.2} MB per sample, limit {} (predicts {} samples at the limit)",
@@ -771,6 +822,10 @@ fn describe_line(line: &Option<Line>, limit: Option<u64>) -> String {
             "peak = {:.3} GB + {:.2} MB per sample; no limit known (the program reported no free memory and NVML none)",
             l.fixed_bytes / 1e9,
             l.bytes_per_sample / 1e6
+        ),
+        (None, _) if peaks > 0 => format!(
+            "the {peaks} peaks measured are not a line in the batch (one lies more than {:.0}% of the limit off the line through the two largest, as when an autotuner's workspace takes the room there is): tiers proportional to the batch",
+            100.0 * recommend::LINE_TOLERANCE
         ),
         (None, _) => "no peak measured: tiers proportional to the batch".into(),
     }
@@ -804,7 +859,7 @@ pub fn render_memory(r: &ProgramMemoryReport) -> String {
             o,
             "{}: {}",
             if p.amp { "AMP" } else { "fp32" },
-            describe_line(&p.line, p.limit_bytes)
+            describe_line(&p.line, p.limit_bytes, p.peaks)
         );
         let bound = match p.first_failing {
             Some(f) => format!("{f} ran out of memory"),
@@ -845,8 +900,10 @@ pub struct ProgramAutobatchReport {
     pub found: Found,
     /// The search's trials as they ran.
     pub trials: Vec<external::TrialResult>,
-    /// The memory line through the trials' peaks, and the limit it was held to.
+    /// The memory line through the trials' peaks (when they are one), the limit it was held
+    /// to, and how many peaks were measured.
     pub memory_line: Option<Line>,
+    pub memory_peaks: usize,
     pub memory_limit_bytes: Option<u64>,
     pub margin: f64,
     pub tiers: Tiers,
@@ -944,8 +1001,7 @@ pub fn autobatch(
         fails
     };
     let fitting: Vec<&external::TrialResult> = trials.iter().collect();
-    let (points, limit) = memory_points(&fitting);
-    let line = Line::through(&points);
+    let MemoryFit { line, limit, peaks } = memory_fit(&fitting);
     let margin = o
         .margin
         .unwrap_or_else(|| default_margin(&[DeviceSummary::of(device)], &trials));
@@ -1004,6 +1060,7 @@ pub fn autobatch(
         found,
         trials,
         memory_line: line,
+        memory_peaks: peaks,
         memory_limit_bytes: limit,
         margin,
         tiers,
@@ -1105,7 +1162,7 @@ pub fn render_autobatch(r: &ProgramAutobatchReport) -> String {
         r.granularity,
         r.found.trials.len(),
         r.search_wall_s,
-        describe_line(&r.memory_line, r.memory_limit_bytes)
+        describe_line(&r.memory_line, r.memory_limit_bytes, r.memory_peaks)
     );
     let _ = writeln!(
         o,
@@ -1171,7 +1228,7 @@ mod tests {
                 }),
                 ..ReportFile::default()
             };
-            r.measured = Measured::from_report(&report, 0, None);
+            r.measured = Measured::from_report(&report, 0, None, &[]);
             r.reached_steps = true;
         }
         r
@@ -1208,14 +1265,32 @@ mod tests {
             .map(|&(b, p)| run_result(b, Status::Ok, Some(p)))
             .collect();
         let refs: Vec<&external::TrialResult> = runs.iter().collect();
-        let (points, limit) = memory_points(&refs);
-        let line = Line::through(&points);
-        assert_eq!(limit, Some(79_000_000_000));
-        let t = program_tiers(1944, Granularity::Multiple(8), 0.05, line, limit);
+        let fit = memory_fit(&refs);
+        assert_eq!((fit.limit, fit.peaks), (Some(79_000_000_000), 2));
+        let t = program_tiers(1944, Granularity::Multiple(8), 0.05, fit.line, fit.limit);
         assert_eq!((t.recommended, t.safe), (1848, 1752));
         // Without a peak: proportional to the batch.
         let t = program_tiers(1944, Granularity::Multiple(8), 0.05, None, None);
         assert_eq!(t.recommended, 1840);
+        // Peaks that climb to the limit long before the batch that runs out (an autotuner's
+        // workspace): no line, so the tiers are proportional to the maximum, not taken from
+        // the flat line through the two largest (which would recommend 8 here).
+        let runs: Vec<external::TrialResult> = [
+            (8, 2_400_000_000u64),
+            (256, 51_000_000_000),
+            (392, 75_000_000_000),
+            (744, 78_900_000_000),
+            (752, 79_000_000_000),
+        ]
+        .iter()
+        .map(|&(b, p)| run_result(b, Status::Ok, Some(p)))
+        .collect();
+        let refs: Vec<&external::TrialResult> = runs.iter().collect();
+        let fit = memory_fit(&refs);
+        assert_eq!((fit.line, fit.peaks), (None, 5));
+        let t = program_tiers(752, Granularity::Multiple(8), 0.05, fit.line, fit.limit);
+        assert_eq!((t.recommended, t.safe), (712, 672));
+        assert!(describe_line(&fit.line, fit.limit, fit.peaks).contains("not a line"));
     }
 
     #[test]

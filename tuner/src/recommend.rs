@@ -14,9 +14,11 @@
 //!
 //! Where the peak of a batch that was not run is needed, it comes from what was measured: the
 //! tuner's own estimate for its MLP (exact to the byte against the memory pool), a straight line
-//! through the two largest measured peaks for a program ([Line]). Without any memory figure
-//! the peak is taken as proportional to the batch, with the largest batch that fits at the
-//! limit.
+//! through the two largest measured peaks for a program ([Line]), used only when every measured
+//! peak lies on it ([Line::holding]). Without any memory figure, or with peaks that are not a
+//! line (cuDNN's autotuner, say, whose workspace takes the room there is, so that peaks climb to
+//! the limit well before the batch that runs out), the peak is taken as proportional to the
+//! batch, with the largest batch that fits at the limit.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +46,11 @@ pub fn safe_margin(margin: f64) -> f64 {
 pub fn leaves_margin(peak: u64, limit: u64, margin: f64) -> bool {
     peak as f64 <= (1.0 - margin) * limit as f64
 }
+
+/// How far a measured peak may lie from the line, as a share of the memory limit, for the peaks
+/// to count as a line: an allocator's rounding is far less, a workspace that fills the room
+/// there is far more.
+pub const LINE_TOLERANCE: f64 = 0.05;
 
 /// Peak memory as a straight line in the batch: `fixed + per_sample x batch` (bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -78,6 +85,17 @@ impl Line {
             fixed_bytes: 0.0,
             bytes_per_sample: p1 as f64 / b1 as f64,
         })
+    }
+
+    /// The line through `points` ([Line::through]) when every point lies within
+    /// [LINE_TOLERANCE] x `limit` of it; None when the peaks are not a line in the batch.
+    pub fn holding(points: &[(usize, u64)], limit: u64) -> Option<Line> {
+        let line = Line::through(points)?;
+        let tolerance = LINE_TOLERANCE * limit as f64;
+        points
+            .iter()
+            .all(|&(b, p)| (p as f64 - line.peak(b)).abs() <= tolerance)
+            .then_some(line)
     }
 
     pub fn peak(&self, batch: usize) -> f64 {
@@ -309,6 +327,31 @@ mod tests {
         // Nothing known: proportional, the maximum at the limit.
         let t = tiers(10_000, M8, 0.1, PeakModel::Proportional);
         assert_eq!((t.recommended, t.safe), (9000, 8000));
+    }
+
+    #[test]
+    fn peaks_that_climb_to_the_limit_are_not_a_line() {
+        // ResNet-18 fp32 on an H100 under a 16 GiB share, the steady step's reserved peaks: the
+        // line through the two largest would say 15.8 GB at batch 8.
+        let limit = 17_179_869_184;
+        let measured = [
+            (8, 530_000_000),
+            (256, 11_120_000_000),
+            (392, 16_310_000_000),
+            (608, 16_970_000_000),
+            (744, 17_160_000_000),
+            (752, 17_180_000_000),
+        ];
+        assert!(Line::through(&measured).unwrap().peak(8) > 15e9);
+        assert_eq!(Line::holding(&measured, limit), None);
+        // A line with an allocator's rounding on it still is one.
+        let line = |b: usize| 500_000_000 + 20_000_000 * b as u64;
+        let rounded: Vec<(usize, u64)> = [8, 64, 256, 512]
+            .iter()
+            .map(|&b| (b, line(b) / (2 << 20) * (2 << 20) + (2 << 20)))
+            .collect();
+        let l = Line::holding(&rounded, limit).unwrap();
+        assert!((l.bytes_per_sample - 20e6).abs() < 0.1e6, "{l:?}");
     }
 
     #[test]

@@ -349,6 +349,7 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
         .right("total ms")
         .right("samples/s")
         .right("vs program %")
+        .right("vs clock %")
         .right("GPU busy %")
         .right("NVML %")
         .right("memory GB")
@@ -369,6 +370,7 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
             ms(&r.total_ms),
             cell(r.samples_per_s, |v| format!("{v:.0}")),
             cell(r.program_difference, |d| format!("{:+.2}", 100.0 * d)),
+            cell(r.clock_difference, |d| format!("{:+.2}", 100.0 * d)),
             pct(r.busy_fraction),
             cell(r.nvml_util_pct, |v| format!("{v:.0}")),
             cell(r.peak_bytes.filter(|_| r.status == TrialStatus::Ok), gb),
@@ -381,7 +383,7 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
             cell(r.device.as_ref(), |d| d.clone()),
         ]);
     }
-    t.drop_empty(&["pin", "vs program %", "framework GB", "GPU"]);
+    t.drop_empty(&["pin", "vs program %", "vs clock %", "framework GB", "GPU"]);
     t
 }
 

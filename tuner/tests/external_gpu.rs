@@ -112,11 +112,12 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
     let m = &r.measured;
     println!(
-        "resnet18 {}: {:.1} samples/s (the program's own {:.1}, {:+.2}%), step {:.2} ms, data {:.2} ms, forward {:.2} ms, backward {:.2} ms, optimizer {:.2} ms, framework peak {:.2} GB, NVML {:?} {:.2} GB, wall {:.1} s",
+        "resnet18 {}: {:.1} samples/s (the program's own {:.1}, {:+.2}%; the tuner's clock {:+.2}%), step {:.2} ms, data {:.2} ms, forward {:.2} ms, backward {:.2} ms, optimizer {:.2} ms, framework peak {:.2} GB, NVML {:?} {:.2} GB, wall {:.1} s",
         p.describe(),
         m.samples_per_s.unwrap(),
         m.program_samples_per_s.unwrap_or(f64::NAN),
         m.program_difference.unwrap_or(f64::NAN) * 100.0,
+        m.clock_difference.unwrap_or(f64::NAN) * 100.0,
         m.step_ms.as_ref().unwrap().median,
         m.data_ms.as_ref().unwrap().median,
         m.forward_ms.as_ref().unwrap().median,
@@ -131,6 +132,8 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     assert_eq!((m.reported_steps, m.warmup_steps), (13, 3));
     assert_eq!(r.report.bad_lines, 0);
     assert!(m.program_difference.unwrap().abs() < 0.03);
+    // The step times add up to the loop, on the tuner's own clock.
+    assert!(m.clock_difference.unwrap().abs() < 0.03, "{m:?}");
     let framework = m.framework_peak_bytes.expect("the script reports its peak");
     assert!(framework > 0);
     // From outside, the process holds at least what its allocator handed out.
@@ -204,9 +207,9 @@ fn the_finder_s_answer_on_the_resnet_example_is_exact() {
     assert_eq!(r["next_fails"], true);
     assert_eq!(r["check"]["trained"], true);
     assert!(
-        r["memory_line"].is_object(),
+        r["memory_peaks"].as_u64().unwrap() >= 2,
         "the script reports its peaks: {}",
-        r["memory_line"]
+        r["memory_peaks"]
     );
     let trials = r["found"]["trials"].as_array().unwrap().len();
     let plain = tuner::search::find(8, tuner::search::Granularity::Multiple(8), 1 << 26, |b| {

@@ -94,6 +94,39 @@ fn placeholders_and_environment_reach_the_program() {
     assert!(r.stderr_tail.is_empty());
 }
 
+/// The tuner's own clock (the report's lines as they arrived) agrees with step times that add
+/// up to the loop, and catches step times that leave half of it out.
+#[test]
+fn the_tuner_s_clock_checks_the_reported_step_times() {
+    let dir = Scratch::new("clock");
+    let p = Params {
+        batch_size: 10,
+        steps: 10,
+        warmup_steps: 1,
+        ..params(10)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    for (reported, expected) in [("1", 0.0), ("0.5", 1.0)] {
+        let prog = program(&[("FAKE_STEP_S", "0.05"), ("FAKE_STEP_REPORTED", reported)]);
+        let r = trial(&prog, &p, 0, &device, &dir.path(reported), &limits(60));
+        assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+        let m = &r.measured;
+        // 10 steps of 50 ms are 0.5 s on the clock; the poll and the sleeps' overshoot are
+        // a few ms of it.
+        let d = m
+            .clock_difference
+            .expect("a warmup line and lines over time");
+        println!("reported x{reported}: {:+.2}% against the clock", 100.0 * d);
+        assert!(
+            (d - expected).abs() < 0.15,
+            "reported x{reported}: {:+.1}% against the clock ({m:?})",
+            100.0 * d
+        );
+        // The program's own count is made from the same step times: no help here.
+        assert!(m.program_difference.unwrap().abs() < 1e-9);
+    }
+}
+
 #[test]
 fn the_time_limit_kills_a_hang_and_its_children() {
     let dir = Scratch::new("hang");

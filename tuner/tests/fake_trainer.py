@@ -14,6 +14,8 @@ misbehaves on request through its environment:
             silent   run the steps without reporting anything
             garbage  report, with stray text and a cut-off last line in the report
   FAKE_STEP_S=S      seconds per step (default 0.01)
+  FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
+                     part of its loop)
   FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, times)
   FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
                      PER_SAMPLE x batch, reported with every step beside a device line
@@ -64,6 +66,7 @@ def main():
 
     mode = os.environ.get("FAKE_MODE", "ok")
     step_s = float(os.environ.get("FAKE_STEP_S", "0.01"))
+    reported_s = step_s * float(os.environ.get("FAKE_STEP_REPORTED", "1"))
     start = time.time()
     entry = {
         "args": vars(args),
@@ -126,15 +129,15 @@ def main():
         time.sleep(step_s)
         report.step(
             samples=samples,
-            step_s=step_s,
-            data_s=step_s * 0.1,
-            forward_s=step_s * 0.3,
-            backward_s=step_s * 0.5,
-            optimizer_s=step_s * 0.1,
+            step_s=reported_s,
+            data_s=reported_s * 0.1,
+            forward_s=reported_s * 0.3,
+            backward_s=reported_s * 0.5,
+            optimizer_s=reported_s * 0.1,
             peak_memory_bytes=peak,
         )
     if measured_start is not None and args.steps > 0:
-        report.end(samples_per_s=samples / step_s)
+        report.end(samples_per_s=samples / reported_s)
     if mode == "garbage" and report.enabled:
         with open(os.environ["PERF_LESSONS_REPORT"], "a", encoding="utf-8") as f:
             f.write("epoch 1 done, loss 0.42\n")

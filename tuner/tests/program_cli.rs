@@ -160,6 +160,13 @@ fn placeholders_and_environment_reach_the_program() {
         "{}",
         o.stdout
     );
+    assert!(
+        o.stdout
+            .contains("samples/s against the tuner's clock over the report's lines: within"),
+        "{}",
+        o.stdout
+    );
+    assert!(report["throughput_check"]["clock"]["trials_compared"] == 1);
     // The trials' JSON lines beside the JSON; the temporary trials' folder is gone.
     assert_eq!(lines(&work.join("out.trials.jsonl")).len(), 1);
     assert_eq!(listing(&work), ["out.json", "out.trials.jsonl", "run.toml"]);

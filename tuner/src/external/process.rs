@@ -70,6 +70,10 @@ impl Exit {
     }
 }
 
+/// How often a running program is looked at: its exit, and `enough` (for a trial, whether its
+/// report grew, which times its steps on the tuner's own clock to this resolution).
+pub const POLL: Duration = Duration::from_millis(2);
+
 /// What [run_in_group] saw.
 #[derive(Debug, Clone, Copy)]
 pub struct Finished {
@@ -80,7 +84,7 @@ pub struct Finished {
 
 /// Spawn `cmd` in a new process group of its own and wait at most `limit`. `started` is
 /// called with the child's pid (the group's id) as soon as it runs, e.g. to start sampling
-/// its memory; `enough` is asked while it runs (every 50 ms at most) whether it has done all
+/// its memory; `enough` is asked while it runs (every [POLL] at most) whether it has done all
 /// that was asked, and if so the group is killed at once. Past the limit the group is killed
 /// with SIGKILL; after a normal exit, whatever the program left behind in its group is killed
 /// too.
@@ -121,7 +125,7 @@ fn wait_with_limit(
     limit: Duration,
     mut enough: impl FnMut() -> bool,
 ) -> std::io::Result<Exit> {
-    let mut pause = Duration::from_millis(2);
+    let mut pause = Duration::from_micros(250);
     loop {
         if let Some(status) = child.try_wait()? {
             return Ok(Exit::of(status));
@@ -140,7 +144,7 @@ fn wait_with_limit(
             return Ok(exit);
         }
         std::thread::sleep(pause.min(limit - elapsed));
-        pause = (pause * 2).min(Duration::from_millis(50));
+        pause = (pause * 2).min(POLL);
     }
 }
 

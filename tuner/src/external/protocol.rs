@@ -220,6 +220,19 @@ pub enum ThroughputSource {
     None,
 }
 
+/// Samples per second on the tuner's clock: the steps after `warmup` up to the last one whose
+/// line was seen while the program ran, over the time from the last warmup step's line to that
+/// one's. None without a warmup step, a measured step seen, or time between the two.
+fn clock_rate(steps: &[StepRecord], warmup: usize, arrivals: &[f64]) -> Option<f64> {
+    let last = arrivals.len().min(steps.len()).checked_sub(1)?;
+    if warmup == 0 || last < warmup {
+        return None;
+    }
+    let seconds = arrivals[last] - arrivals[warmup - 1];
+    let samples: u64 = steps[warmup..=last].iter().map(|s| s.samples).sum();
+    (seconds > 0.0).then(|| samples as f64 / seconds)
+}
+
 /// A trial's throughput and time split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
@@ -240,6 +253,16 @@ pub struct Measured {
     pub program_samples_per_s: Option<f64>,
     /// ours / the program's - 1 (0.01 = we count 1% more).
     pub program_difference: Option<f64>,
+    /// The tuner's own clock: the measured steps' samples over the time from the last warmup
+    /// step's line to the last step line seen while the program ran, each as the tuner first
+    /// saw it in the report. Needs a warmup step (the clock starts at its line) and lines that
+    /// arrived over time.
+    #[serde(default)]
+    pub clock_samples_per_s: Option<f64>,
+    /// ours / the tuner's clock - 1: a program whose steps do not add up to its loop (a step
+    /// time that leaves out the data wait, say) shows here.
+    #[serde(default)]
+    pub clock_difference: Option<f64>,
     /// The GPU as the program reported it.
     #[serde(default)]
     pub device: Option<DeviceRecord>,
@@ -248,8 +271,14 @@ pub struct Measured {
 impl Measured {
     /// Summarize `report`, dropping the first `warmup` steps. Without any reported step,
     /// `wall` (samples the program was told to run, seconds the process took) gives the
-    /// wall-clock estimate.
-    pub fn from_report(report: &ReportFile, warmup: usize, wall: Option<(u64, f64)>) -> Measured {
+    /// wall-clock estimate. `arrivals` are the seconds (from any origin) at which the tuner first
+    /// saw each step line while the program ran, in order: the tuner's own clock.
+    pub fn from_report(
+        report: &ReportFile,
+        warmup: usize,
+        wall: Option<(u64, f64)>,
+        arrivals: &[f64],
+    ) -> Measured {
         let measured = report.steps.get(warmup..).unwrap_or(&[]);
         let ms = |f: &dyn Fn(&StepRecord) -> Option<f64>| -> Option<Summary> {
             let v: Vec<f64> = measured.iter().filter_map(f).map(|s| s * 1e3).collect();
@@ -282,12 +311,15 @@ impl Measured {
             .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
             .max();
         let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
-        let program_difference = match (samples_per_s, program_samples_per_s) {
+        let clock_samples_per_s = clock_rate(&report.steps, warmup, arrivals);
+        let against = |theirs: Option<f64>| match (samples_per_s, theirs) {
             (Some(ours), Some(theirs)) if theirs > 0.0 && source == ThroughputSource::Protocol => {
                 Some(ours / theirs - 1.0)
             }
             _ => None,
         };
+        let program_difference = against(program_samples_per_s);
+        let clock_difference = against(clock_samples_per_s);
         Measured {
             source,
             samples_per_s,
@@ -305,6 +337,8 @@ impl Measured {
             framework_peak_bytes,
             program_samples_per_s,
             program_difference,
+            clock_samples_per_s,
+            clock_difference,
             device: report.device.clone(),
         }
     }
@@ -349,7 +383,7 @@ mod tests {
         );
         assert_eq!((r.steps.len(), r.bad_lines), (1, 1));
         assert!(r.first_bad[0].reason.contains("'name'"));
-        let m = Measured::from_report(&r, 0, None);
+        let m = Measured::from_report(&r, 0, None, &[]);
         assert_eq!(m.device.unwrap().free_bytes, Some(84_500_000_000));
     }
 
@@ -417,7 +451,7 @@ mod tests {
             samples_per_s: Some(990.0),
             peak_memory_bytes: None,
         });
-        let m = Measured::from_report(&r, 2, Some((600, 100.0)));
+        let m = Measured::from_report(&r, 2, Some((600, 100.0)), &[]);
         assert_eq!(m.source, ThroughputSource::Protocol);
         assert!((m.samples_per_s.unwrap() - 1000.0).abs() < 1e-9);
         assert_eq!((m.reported_steps, m.warmup_steps), (6, 2));
@@ -437,15 +471,38 @@ mod tests {
     }
 
     #[test]
+    fn the_tuner_s_clock_runs_from_the_last_warmup_line_to_the_last_line_seen() {
+        // Two warmup steps, four of 0.1 s reported; the lines arrived 5.0, 6.0, then 0.2 s
+        // apart: the program's step times leave out half of its loop.
+        let r = steps(&[5.0, 1.0, 0.1, 0.1, 0.1, 0.1], 100);
+        let arrivals = [5.0, 6.0, 6.2, 6.4, 6.6, 6.8];
+        let m = Measured::from_report(&r, 2, None, &arrivals);
+        assert!((m.clock_samples_per_s.unwrap() - 400.0 / 0.8).abs() < 1e-9);
+        assert!((m.clock_difference.unwrap() - (1000.0 / 500.0 - 1.0)).abs() < 1e-9);
+        // The last two lines came only after the program ended: the clock stops at the last
+        // line seen while it ran.
+        let m = Measured::from_report(&r, 2, None, &arrivals[..4]);
+        assert!((m.clock_samples_per_s.unwrap() - 200.0 / 0.4).abs() < 1e-9);
+        // No warmup line to start from, no measured line seen, or every line at once: no clock.
+        for (warmup, seen) in [(0, 6), (2, 2), (2, 0)] {
+            let m = Measured::from_report(&r, warmup, None, &arrivals[..seen]);
+            assert_eq!(m.clock_samples_per_s, None, "warmup {warmup}, {seen} seen");
+            assert_eq!(m.clock_difference, None);
+        }
+        let m = Measured::from_report(&r, 2, None, &[7.0; 6]);
+        assert_eq!(m.clock_samples_per_s, None);
+    }
+
+    #[test]
     fn without_reports_the_wall_clock_is_used_and_said() {
-        let m = Measured::from_report(&ReportFile::default(), 2, Some((6400, 8.0)));
+        let m = Measured::from_report(&ReportFile::default(), 2, Some((6400, 8.0)), &[]);
         assert_eq!(m.source, ThroughputSource::WallClock);
         assert_eq!(m.samples_per_s, Some(800.0));
         assert!(m.step_ms.is_none() && m.program_difference.is_none());
-        let m = Measured::from_report(&ReportFile::default(), 2, None);
+        let m = Measured::from_report(&ReportFile::default(), 2, None, &[]);
         assert_eq!((m.source, m.samples_per_s), (ThroughputSource::None, None));
         // Reported, but only warmup: no figure rather than a wrong one.
-        let m = Measured::from_report(&steps(&[1.0, 1.0], 10), 5, Some((100, 1.0)));
+        let m = Measured::from_report(&steps(&[1.0, 1.0], 10), 5, Some((100, 1.0)), &[]);
         assert_eq!((m.source, m.samples_per_s), (ThroughputSource::None, None));
         assert_eq!(m.warmup_steps, 2);
     }
@@ -454,7 +511,7 @@ mod tests {
     fn a_phase_some_steps_lack_is_not_summarized() {
         let mut r = steps(&[0.1, 0.1, 0.1], 10);
         r.steps[1].data_s = None;
-        let m = Measured::from_report(&r, 0, None);
+        let m = Measured::from_report(&r, 0, None, &[]);
         assert!(m.data_ms.is_none());
         assert!(m.forward_ms.is_some());
     }

@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -117,7 +117,7 @@ impl TrialResult {
             exit: None,
             wall_s: 0.0,
             reached_steps: false,
-            measured: Measured::from_report(&ReportFile::default(), 0, None),
+            measured: Measured::from_report(&ReportFile::default(), 0, None, &[]),
             memory: MemoryReading::unmeasured("not run"),
             report: ReportHealth::default(),
             stderr_tail: Vec::new(),
@@ -145,11 +145,16 @@ impl TrialResult {
     }
 }
 
-/// Whether a running program has reported all its steps: re-read only when the report grew.
+/// A running program's report as it grows: when each step's line was first seen (the tuner's
+/// own clock, to the resolution of [super::process::POLL]), and whether all were reported. The
+/// file is re-read only when it grew.
 struct StepWatch<'a> {
     path: &'a Path,
     wanted: usize,
     seen_len: u64,
+    start: Instant,
+    /// Seconds from the start to the poll that first saw each step line.
+    arrivals: Vec<f64>,
 }
 
 impl<'a> StepWatch<'a> {
@@ -158,16 +163,23 @@ impl<'a> StepWatch<'a> {
             path,
             wanted,
             seen_len: 0,
+            start: Instant::now(),
+            arrivals: Vec::new(),
         }
     }
 
+    /// Look at the report again; true once every step the program was told to run is in it.
     fn all_reported(&mut self) -> bool {
         let len = std::fs::metadata(self.path).map(|m| m.len()).unwrap_or(0);
-        if len == self.seen_len {
-            return false;
+        if len != self.seen_len {
+            self.seen_len = len;
+            let now = self.start.elapsed().as_secs_f64();
+            let steps = ReportFile::read(self.path).steps.len();
+            while self.arrivals.len() < steps {
+                self.arrivals.push(now);
+            }
         }
-        self.seen_len = len;
-        ReportFile::read(self.path).steps.len() >= self.wanted
+        self.arrivals.len() >= self.wanted
     }
 }
 
@@ -264,7 +276,8 @@ pub fn trial(
                 .clone()
                 .map(|p| Sampler::start(p, pid, limits.memory_period, before));
         },
-        || limits.stop_after_steps && watch.all_reported(),
+        // Asked on every poll, stopping or not: the arrivals are the tuner's clock.
+        || watch.all_reported() && limits.stop_after_steps,
     );
     if let Some(s) = sampler {
         result.memory = s.finish();
@@ -291,7 +304,7 @@ pub fn trial(
             result.wall_s,
         )
     });
-    result.measured = Measured::from_report(&file, params.warmup_steps, wall);
+    result.measured = Measured::from_report(&file, params.warmup_steps, wall, &watch.arrivals);
     result.report = ReportHealth {
         lines: file.lines,
         bad_lines: file.bad_lines,

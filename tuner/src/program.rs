@@ -1293,6 +1293,37 @@ mod tests {
         assert!(describe_line(&fit.line, fit.limit, fit.peaks).contains("not a line"));
     }
 
+    /// The committed ResNet-18 searches on an H100 under a 16 GiB share: their steady peaks
+    /// climb to the limit (cuDNN's workspace), so the tiers are proportional to the maximum.
+    /// (The fp32 run's JSON holds the tiers of the rule before: recommended 280 and safe 8, from
+    /// the flat line through its two largest peaks.)
+    #[test]
+    fn the_committed_resnet_searches_get_proportional_tiers() {
+        for (precision, tiers) in [("fp32", (752, 712, 672)), ("bf16", (1336, 1264, 1200))] {
+            let path = format!(
+                "{}/../results/h100/tuner-resnet-autobatch-{precision}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let trials: Vec<external::TrialResult> =
+                serde_json::from_value(report["trials"].clone()).unwrap();
+            let refs: Vec<&external::TrialResult> = trials.iter().collect();
+            let fit = memory_fit(&refs);
+            assert_eq!(fit.line, None, "{precision}: {:?}", memory_points(&refs));
+            let maximum = report["found"]["maximum"].as_u64().unwrap() as usize;
+            let margin = report["margin"].as_f64().unwrap();
+            let t = program_tiers(
+                maximum,
+                Granularity::Multiple(8),
+                margin,
+                fit.line,
+                fit.limit,
+            );
+            assert_eq!((t.maximum, t.recommended, t.safe), tiers, "{precision}");
+        }
+    }
+
     #[test]
     fn mlp_settings_are_refused_with_a_command() {
         assert!(refuse_mlp_settings(&Overrides::default()).is_ok());

@@ -190,6 +190,17 @@ fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
     assert!(stderr.contains("lacks tuner"), "{stderr}");
 }
 
+/// The steps of the summary table that ends the script's output, in order, and the table.
+fn summary_steps(stdout: &str) -> (Vec<&str>, &str) {
+    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
+    let steps = table
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
+        .collect();
+    (steps, table)
+}
+
 #[test]
 fn only_the_groups_asked_for_run() {
     let (bin, out) = fakes("only");
@@ -221,24 +232,14 @@ fn only_the_groups_asked_for_run() {
             "{f} written though its group was not asked for"
         );
     }
-    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
-    let steps: Vec<&str> = table
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
-        .collect();
+    let (steps, table) = summary_steps(&stdout);
     assert_eq!(steps, ["compare-run-1", "compare-run-2", "page"], "{table}");
 
     // One part of the ResNet group alone: its step, run or (without PyTorch that sees a GPU,
     // as here) skipped, and nothing else.
     let (code, stdout, stderr) = script(&["--bin", b, "--out", o, "--only", "resnet-sweep"], &[]);
     assert_eq!(code, 0, "{stdout}{stderr}");
-    let table = &stdout[stdout.find("| step | result |").expect("a summary table")..];
-    let steps: Vec<&str> = table
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.strip_prefix("| ")?.split(" |").next())
-        .collect();
+    let (steps, table) = summary_steps(&stdout);
     assert!(
         steps == ["resnet-sweep"] || steps == ["tuner-resnet-sweep"],
         "{table}"

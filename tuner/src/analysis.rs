@@ -1,11 +1,14 @@
-//! What a sweep concludes from its trials, as plain functions over measured results (so the
-//! rules are tested on constructed results): the best configurations, the recommendation (by
-//! the one rule of [crate::recommend]), and the diagnosis in words. The tuner's own MLP and a
-//! user's program give the same rows, so both modes conclude the same way.
+//! What a sweep concludes from its trials, as plain functions over measured rows (so the rules
+//! are tested on constructed rows): the best configurations, the recommendation (by the one rule
+//! of [crate::recommend]), and the diagnosis in words, which states only what was measured.
 
 use serde::{Deserialize, Serialize};
 
 use common::stats::Summary;
+
+use crate::classify::Status;
+use crate::protocol::ThroughputSource;
+use crate::trial;
 
 /// One point of the sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -13,115 +16,108 @@ pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
     pub amp: bool,
-    /// Page-locked batches; None for a program, which chooses pinning itself.
-    pub pin: Option<bool>,
 }
 
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        let mut s = format!(
+        format!(
             "workers {}, {}",
             self.workers,
-            if self.amp { "AMP bf16" } else { "fp32" }
-        );
-        if let Some(pin) = self.pin {
-            s.push_str(if pin { ", pinned" } else { ", pageable" });
-        }
-        s
+            if self.amp { "AMP" } else { "fp32" }
+        )
     }
 
     /// The same configuration (all but the batch).
     pub fn same_setting(&self, other: &TrialKey) -> bool {
-        (self.workers, self.amp, self.pin) == (other.workers, other.amp, other.pin)
+        (self.workers, self.amp) == (other.workers, other.amp)
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum TrialStatus {
-    Ok,
-    /// Out of device memory (driver or cuBLAS allocation failure), recovered.
-    Oom,
-    /// Not run: a smaller batch of the same configuration ran out of memory.
-    Skipped,
-    /// A program ran past the time limit and was killed.
-    Hang,
-    /// A program ended otherwise (a crash, an exception, a bad argument).
-    Failed,
-}
-
-impl TrialStatus {
-    /// As the tables print it.
-    pub fn label(self) -> &'static str {
-        match self {
-            TrialStatus::Ok => "OK",
-            TrialStatus::Oom => "OOM",
-            TrialStatus::Skipped => "skipped",
-            TrialStatus::Hang => "HANG",
-            TrialStatus::Failed => "FAILED",
-        }
-    }
-}
-
-/// A trial's measurements (times in milliseconds per step).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A trial as the picks, the diagnosis, the table and the plot read it (times in milliseconds
+/// per step).
+#[derive(Debug, Clone, PartialEq)]
 pub struct TrialResult {
     pub key: TrialKey,
-    pub status: TrialStatus,
+    pub status: Status,
     pub data_ms: Option<Summary>,
     pub forward_ms: Option<Summary>,
     pub backward_ms: Option<Summary>,
     pub optimizer_ms: Option<Summary>,
     pub total_ms: Option<Summary>,
-    /// Batch over the median step time.
     pub samples_per_s: Option<f64>,
-    /// Device time of forward + backward + optimizer queued back-to-back (no host gaps), over
-    /// the median step time of the training loop: the share of the step the GPU was working.
-    pub busy_fraction: Option<f64>,
-    /// That back-to-back device time of one step (ms).
-    pub compute_only_ms: Option<f64>,
-    /// Median of (forward + backward + optimizer) event time over the step time; includes any
-    /// gaps where the GPU waited for the host inside those phases.
-    pub compute_phase_fraction: Option<f64>,
+    /// The samples/s came from step lines, so it can make a pick (not from the process's wall
+    /// time, which counts its start-up).
+    pub pickable: bool,
+    /// The share of the step the GPU was working, as the program measured it.
+    pub gpu_busy: Option<f64>,
+    /// Mean NVML utilization over the measured steps (percent).
+    pub nvml_util_pct: Option<f64>,
     /// Median data phase over the median step.
     pub data_fraction: Option<f64>,
-    /// Mean NVML utilization sampled during the trial (percent), where NVML is present.
-    pub nvml_util_pct: Option<f64>,
-    /// Peak device memory of the trial (bytes): the memory pool's high watermark for the
-    /// tuner's own MLP; for a program, NVML's reading of its processes, else the peak it
-    /// reported.
+    /// Peak device memory: NVML's reading of its processes, else the peak it reported.
     pub peak_bytes: Option<u64>,
-    /// The memory the trial could have (bytes), the limit of the rule for "recommended": free
-    /// after the tuner's set-up, or the GPU's memory less other processes' for a program.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The memory the trial could have (bytes), the limit of the rule for "recommended".
     pub memory_limit_bytes: Option<u64>,
-    /// A program's own peak as it reported it (PyTorch's allocator, for the example).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub framework_peak_bytes: Option<u64>,
-    /// A program's own samples/s: ours / theirs - 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The program's own samples/s: ours / theirs - 1.
     pub program_difference: Option<f64>,
-    /// The tuner's own clock over a program's steps: ours / the clock's - 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The tuner's own clock over the steps: ours / the clock's - 1.
     pub clock_difference: Option<f64>,
-    /// Where a program's trial ran (`GPU 1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
-    /// What the buffers were computed to need before allocating (bytes).
-    pub estimated_bytes: u64,
-    pub first_loss: Option<f64>,
-    pub last_loss: Option<f64>,
+    /// Report lines that were not valid.
+    pub bad_lines: usize,
     pub note: Option<String>,
 }
 
 impl TrialResult {
-    pub fn empty(
-        key: TrialKey,
-        status: TrialStatus,
-        estimated_bytes: u64,
-        note: Option<String>,
-    ) -> TrialResult {
+    /// A trial's row.
+    pub fn of(r: &trial::TrialResult) -> TrialResult {
+        let m = &r.measured;
+        let ok = r.status == Status::Ok;
+        let (peak, limit) = r.memory_terms();
+        let note = match (ok, m.source) {
+            (false, _) => Some(r.reason.clone()),
+            (true, ThroughputSource::WallClock) => Some(
+                "no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
+            ),
+            (true, ThroughputSource::None) => Some("no measured step lines".into()),
+            _ => None,
+        };
+        let when_ok = |v: Option<Summary>| v.filter(|_| ok);
+        TrialResult {
+            key: TrialKey {
+                batch: r.params.batch_size,
+                workers: r.params.workers,
+                amp: r.params.amp,
+            },
+            status: r.status,
+            data_ms: when_ok(m.data_ms.clone()),
+            forward_ms: when_ok(m.forward_ms.clone()),
+            backward_ms: when_ok(m.backward_ms.clone()),
+            optimizer_ms: when_ok(m.optimizer_ms.clone()),
+            total_ms: when_ok(m.step_ms.clone()),
+            samples_per_s: m.samples_per_s.filter(|_| ok),
+            pickable: ok && m.source == ThroughputSource::Protocol,
+            gpu_busy: m.gpu_busy.filter(|_| ok),
+            nvml_util_pct: r.nvml_util_pct.filter(|_| ok),
+            data_fraction: match (&m.data_ms, &m.step_ms) {
+                (Some(d), Some(s)) if ok && s.median > 0.0 => Some(d.median / s.median),
+                _ => None,
+            },
+            peak_bytes: peak.filter(|_| ok),
+            memory_limit_bytes: limit,
+            framework_peak_bytes: m.framework_peak_bytes.filter(|_| ok),
+            program_difference: m.program_difference,
+            clock_difference: m.clock_difference,
+            device: (!r.device.is_empty()).then(|| r.device.clone()),
+            bad_lines: r.report.bad_lines,
+            note,
+        }
+    }
+
+    /// A row with nothing measured.
+    pub fn new(key: TrialKey, status: Status) -> TrialResult {
         TrialResult {
             key,
             status,
@@ -131,27 +127,31 @@ impl TrialResult {
             optimizer_ms: None,
             total_ms: None,
             samples_per_s: None,
-            busy_fraction: None,
-            compute_only_ms: None,
-            compute_phase_fraction: None,
-            data_fraction: None,
+            pickable: false,
+            gpu_busy: None,
             nvml_util_pct: None,
+            data_fraction: None,
             peak_bytes: None,
             memory_limit_bytes: None,
             framework_peak_bytes: None,
             program_difference: None,
             clock_difference: None,
             device: None,
-            estimated_bytes,
-            first_loss: None,
-            last_loss: None,
-            note,
+            bad_lines: 0,
+            note: None,
         }
     }
 
+    /// How busy the GPU was: the program's own figure, else NVML's utilization.
+    pub fn busy(&self) -> Option<(f64, &'static str)> {
+        self.gpu_busy
+            .map(|b| (b, "as the program measured it"))
+            .or(self.nvml_util_pct.map(|u| (u / 100.0, "NVML utilization")))
+    }
+
     fn ok(&self) -> Option<(f64, u64)> {
-        match (self.status, self.samples_per_s, self.peak_bytes) {
-            (TrialStatus::Ok, Some(t), Some(m)) if t.is_finite() && t > 0.0 => Some((t, m)),
+        match (self.pickable, self.samples_per_s, self.peak_bytes) {
+            (true, Some(t), Some(m)) if t.is_finite() && t > 0.0 => Some((t, m)),
             _ => None,
         }
     }
@@ -182,9 +182,9 @@ pub struct Best {
 /// Throughput within this fraction of the best counts as as good.
 pub const WITHIN: f64 = 0.05;
 
-/// Deterministic tie-break: smaller batch, fewer workers, fp32 before AMP, pinned before not.
-fn order_key(k: &TrialKey) -> (usize, usize, bool, bool) {
-    (k.batch, k.workers, k.amp, k.pin == Some(false))
+/// Deterministic tie-break: smaller batch, fewer workers, fp32 before AMP.
+fn order_key(k: &TrialKey) -> (usize, usize, bool) {
+    (k.batch, k.workers, k.amp)
 }
 
 fn pick_max(
@@ -293,7 +293,7 @@ impl AmpMemory {
 
 /// The largest batch at which both precisions of one setting ran and reported a peak.
 pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
-    let ok = |t: &&TrialResult| t.status == TrialStatus::Ok && t.peak_bytes.is_some();
+    let ok = |t: &&TrialResult| t.status == Status::Ok && t.peak_bytes.is_some();
     trials
         .iter()
         .filter(ok)
@@ -353,7 +353,7 @@ pub struct Diagnosis {
 
 /// Data phase share over which a configuration is data-bound.
 pub const DATA_BOUND: f64 = 0.30;
-/// Busy fraction under which the GPU is under-filled.
+/// Busy share (the program's, else NVML's utilization) under which the GPU is under-filled.
 pub const UNDER_FILLED: f64 = 0.70;
 
 /// The diagnosis of the configuration a user would run: the recommended one (else the fastest).
@@ -361,9 +361,9 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     let mut out = Vec::new();
     let ran: Vec<&TrialResult> = trials
         .iter()
-        .filter(|t| t.status != TrialStatus::Skipped)
+        .filter(|t| t.status != Status::Skipped)
         .collect();
-    if !ran.is_empty() && ran.iter().all(|t| t.status == TrialStatus::Oom) {
+    if !ran.is_empty() && ran.iter().all(|t| t.status == Status::Oom) {
         out.push(Diagnosis {
             finding: Finding::AllOutOfMemory,
             message: "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model".into(),
@@ -385,22 +385,17 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         out.push(Diagnosis {
             finding: Finding::DataBound,
             message: format!(
-                "data-bound {at}: the data phase is {:.0}% of the step (over {:.0}%); add loader workers{}",
+                "data-bound {at}: the data phase is {:.0}% of the step (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
                 100.0 * d,
                 100.0 * DATA_BOUND,
-                match t.key.pin {
-                    Some(true) => "",
-                    Some(false) => " and use pinned memory",
-                    None => " (and pinned memory, if the loader does not use it)",
-                }
             ),
         });
     }
-    if let Some(b) = t.busy_fraction.filter(|&b| b < UNDER_FILLED) {
+    if let Some((b, how)) = t.busy().filter(|&(b, _)| b < UNDER_FILLED) {
         out.push(Diagnosis {
             finding: Finding::UnderFilled,
             message: format!(
-                "under-filled GPU {at}: busy {:.0}% of the step (under {:.0}%); a larger batch gives it more work per launch",
+                "under-filled GPU {at}: busy {:.0}% of the step ({how}; under {:.0}%); a larger batch gives it more work per launch",
                 100.0 * b,
                 100.0 * UNDER_FILLED
             ),
@@ -410,7 +405,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         .iter()
         .filter(|x| x.key.same_setting(&t.key))
         .find(|x| {
-            x.status == TrialStatus::Oom || x.ok().is_some() && !within_margin(x, best.margin)
+            x.status == Status::Oom || x.ok().is_some() && !within_margin(x, best.margin)
         });
     if let Some(x) = near {
         out.push(Diagnosis {
@@ -418,7 +413,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
             message: format!(
                 "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {}",
                 x.key.batch,
-                if x.status == TrialStatus::Oom { "ran out of memory" } else { "comes within the margin" },
+                if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
                 100.0 * best.margin,
                 amp_advice(trials)
             ),
@@ -427,10 +422,28 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     if out.is_empty() {
         out.push(Diagnosis {
             finding: Finding::Healthy,
-            message: format!("{at}: the GPU is busy, data keeps up and memory has room"),
+            message: format!("{at}: {}", healthy(t)),
         });
     }
     out
+}
+
+/// What was measured of a trial with no finding, each figure named; what was not measured is
+/// said to be so, never assumed.
+fn healthy(t: &TrialResult) -> String {
+    let busy = match t.busy() {
+        Some((b, how)) => format!("the GPU is busy {:.0}% of the step ({how})", 100.0 * b),
+        None => "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into(),
+    };
+    let data = match t.data_fraction {
+        Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
+        None => "the data phase was not reported".into(),
+    };
+    let memory = match (t.peak_bytes, t.memory_limit_bytes) {
+        (Some(p), Some(l)) => format!("the peak is {:.0}% of the memory limit", 100.0 * p as f64 / l as f64),
+        _ => "the memory limit is not known".into(),
+    };
+    format!("{busy}, {data}, {memory}")
 }
 
 #[cfg(test)]
@@ -446,22 +459,22 @@ mod tests {
             batch,
             workers: 4,
             amp: false,
-            pin: Some(true),
         }
     }
 
     fn ok(batch: usize, tp: f64, mem_gb: f64) -> TrialResult {
-        let mut t = TrialResult::empty(key(batch), TrialStatus::Ok, 0, None);
+        let mut t = TrialResult::new(key(batch), Status::Ok);
         t.samples_per_s = Some(tp);
+        t.pickable = true;
         t.peak_bytes = Some((mem_gb * GB as f64) as u64);
         t.memory_limit_bytes = Some(100 * GB);
-        t.busy_fraction = Some(0.95);
+        t.gpu_busy = Some(0.95);
         t.data_fraction = Some(0.05);
         t
     }
 
     fn oom(batch: usize) -> TrialResult {
-        TrialResult::empty(key(batch), TrialStatus::Oom, 0, None)
+        TrialResult::new(key(batch), Status::Oom)
     }
 
     #[test]
@@ -499,7 +512,7 @@ mod tests {
     fn all_oom_gives_no_pick_and_says_so() {
         let trials = vec![
             oom(1),
-            TrialResult::empty(key(2), TrialStatus::Skipped, 0, None),
+            TrialResult::new(key(2), Status::Skipped),
         ];
         let b = best(&trials, MARGIN);
         assert!(
@@ -537,11 +550,8 @@ mod tests {
     fn diagnosis_thresholds() {
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.31);
-        t.busy_fraction = Some(0.69);
-        t.key.pin = Some(false);
+        t.gpu_busy = Some(0.69);
         let trials = vec![t, oom(128)];
-        let mut trials = trials;
-        trials[1].key.pin = Some(false);
         let b = best(&trials, MARGIN);
         let d = diagnose(&trials, &b);
         let findings: Vec<Finding> = d.iter().map(|d| d.finding).collect();
@@ -554,11 +564,12 @@ mod tests {
             ]
         );
         assert!(d[0].message.contains("pinned"));
+        assert!(d[1].message.contains("as the program measured it"));
         assert!(d[2].message.contains("batch 128 ran out of memory"));
         // Exactly at the thresholds: not flagged.
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.30);
-        t.busy_fraction = Some(0.70);
+        t.gpu_busy = Some(0.70);
         let b = best(std::slice::from_ref(&t), MARGIN);
         assert_eq!(diagnose(&[t], &b)[0].finding, Finding::Healthy);
     }
@@ -615,9 +626,8 @@ mod tests {
     }
 
     #[test]
-    fn a_program_s_rows_have_no_pinning_and_a_limit_of_their_own() {
+    fn a_row_s_limit_is_its_own_and_unknown_limits_are_said() {
         let mut t = ok(64, 500.0, 70.0);
-        t.key.pin = None;
         assert_eq!(t.key.line_label(), "workers 4, fp32");
         // 70 GB of an 80 GB limit: outside a 20% margin, though under 80% of 100 GB.
         t.memory_limit_bytes = Some(80 * GB);
@@ -626,6 +636,34 @@ mod tests {
         t.memory_limit_bytes = None;
         let r = best(std::slice::from_ref(&t), MARGIN).recommended.unwrap();
         assert!(r.why.contains("memory limit not known"), "{}", r.why);
-        assert_eq!(TrialStatus::Hang.label(), "HANG");
+    }
+
+    #[test]
+    fn only_what_was_measured_is_stated() {
+        // Nothing about the GPU's busy share measured: the healthy line says so.
+        let mut t = ok(64, 500.0, 10.0);
+        t.gpu_busy = None;
+        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
+        assert_eq!(d[0].finding, Finding::Healthy);
+        assert!(d[0].message.contains("was not measured"), "{}", d[0].message);
+        assert!(!d[0].message.contains("is busy"), "{}", d[0].message);
+        // NVML's utilization stands in, named.
+        t.nvml_util_pct = Some(55.0);
+        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
+        assert_eq!(d[0].finding, Finding::UnderFilled);
+        assert!(d[0].message.contains("NVML utilization"), "{}", d[0].message);
+        t.nvml_util_pct = Some(97.0);
+        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
+        assert!(d[0].message.contains("busy 97% of the step (NVML utilization)"), "{}", d[0].message);
+    }
+
+    #[test]
+    fn a_wall_clock_figure_never_makes_a_pick() {
+        let mut t = ok(64, 5000.0, 1.0);
+        t.pickable = false;
+        let trials = vec![t, ok(32, 500.0, 1.0)];
+        let b = best(&trials, MARGIN);
+        assert_eq!(b.highest_throughput.unwrap().key.batch, 32);
+        assert_eq!(b.recommended.unwrap().key.batch, 32);
     }
 }

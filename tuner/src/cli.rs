@@ -1,18 +1,19 @@
-//! The command line: `tuner sweep ...`. Every setting is also a config key; a flag given here
-//! wins over the config file (see [crate::config]).
+//! The command line: `tuner sweep|memory|autobatch [OPTIONS] -- COMMAND ...`. Every setting of a
+//! trial is also a config key; a flag given here wins over the config file ([crate::config]).
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, OptimizerKind, Overrides, Switch};
-use crate::preset::Preset;
+use crate::autobatch::CONFIRM_STEPS;
+use crate::config::{self, Overrides, Switch};
+use crate::granularity::Granularity;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tuner",
     version,
-    about = "Training tools: sweep the settings that decide throughput, see where memory goes, find the largest batch; on the tuner's own MLP, or on your training program given after --."
+    about = "Training tools over your training program, given after --: sweep the settings that decide throughput, see where memory goes, find the largest batch that holds in a real run."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -21,76 +22,106 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Benchmark training across batch sizes, workers, precision and pinning, and recommend a
-    /// configuration. With `-- COMMAND ARGS...`, each trial runs your program.
+    /// Run every batch size x workers x precision and pick the fastest that leaves memory to
+    /// spare.
     Sweep(Box<SweepArgs>),
-    /// Where device memory goes for a batch size, estimated and measured, and which batch
-    /// sizes fit. With `-- COMMAND ARGS...`, one trial of your program per batch size.
+    /// One trial per batch size: each one's peak memory, whether it fits, and the batch sizes
+    /// the rule recommends.
     Memory(Box<MemoryArgs>),
-    /// Find the largest batch that really fits (real training steps) and write it into the
-    /// config. With `-- COMMAND ARGS...`, each trial is a fresh process of your program.
+    /// Find the largest batch that fits, confirm it in a run of its own, and print (or write)
+    /// the batch to use.
     Autobatch(Box<AutobatchArgs>),
     /// Print a team-settings file (written by `autobatch --team`) as a table.
     Team(TeamArgs),
-    /// Redraw the plot of a sweep from its JSON (no GPU needed).
+    /// Redraw the plot of a sweep from its JSON.
     Plot(PlotArgs),
 }
 
-/// Running your own training program: the command after `--`, and where its trials run.
+/// What every command takes: where the settings come from, where trials run, and the command.
 #[derive(Args, Debug, Clone, Default)]
-pub struct ProgramArgs {
-    /// GPUs for the program's trials, one trial per GPU at a time: a list of positions among
-    /// the visible GPUs (0,2) or all (default).
+pub struct RunArgs {
+    /// A TOML config with [data] workers and [training] batch_sizes, batch_size,
+    /// accumulation_steps, amp, steps, warmup_steps, optimizer (other keys of the team's are
+    /// left alone); flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// GPUs for the trials, one trial per GPU at a time: positions among the visible GPUs
+    /// (0,2) or all (default).
     #[arg(long, value_name = "LIST|all")]
     pub devices: Option<String>,
+    /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
+    #[arg(long, value_name = "N[,N...]", value_parser = |s: &str| config::parse_workers(s).map(List))]
+    pub workers: Option<List>,
+    /// Mixed precision ({amp}): on, off, or both to sweep each.
+    #[arg(long, value_name = "on|off|both", value_parser = Switch::parse)]
+    pub amp: Option<Switch>,
+    /// Micro-batches per optimizer step ({accumulation}; default 1).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub accumulation: Option<usize>,
+    /// Measured optimizer steps per trial ({steps}; default 30).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub steps: Option<usize>,
+    /// Optimizer steps run before measuring ({warmup}; default 5).
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub warmup: Option<usize>,
     /// Seconds one trial may run; past it its whole process group is killed and the trial is
     /// a HANG (default 600).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
+    #[arg(long, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
     pub time_limit: Option<f64>,
-    /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder, removed
-    /// unless a trial hung or failed).
+    /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder,
+    /// removed unless a trial hung or failed).
     #[arg(long, value_name = "DIR")]
     pub trials_dir: Option<PathBuf>,
-    /// Your training command and its arguments, after `--`. Placeholders {batch_size},
-    /// {workers}, {amp}, {accumulation}, {steps}, {warmup} are replaced by each trial's values,
-    /// which are also in PERF_LESSONS_BATCH_SIZE and the like.
-    #[arg(last = true, value_name = "COMMAND")]
+    /// Write the full result as JSON to FILE (- for stdout, the text then going to stderr);
+    /// each trial is also written, as it ends, to FILE with the extension .trials.jsonl.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Start every trial as the command says, even a Python program (by default its modules
+    /// are imported once and each trial is forked from that parent).
+    #[arg(long)]
+    pub no_fork: bool,
+    /// No progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Your training command and its arguments, after `--`. {batch_size}, {workers}, {amp},
+    /// {accumulation}, {steps} and {warmup} are replaced by each trial's values, which are
+    /// also in PERF_LESSONS_BATCH_SIZE and the like.
+    #[arg(last = true, value_name = "COMMAND", required = true)]
     pub command: Vec<String>,
 }
 
-impl ProgramArgs {
-    /// The flags that only mean something with a command.
-    pub fn program_only_flags(&self) -> Vec<&'static str> {
-        [
-            ("--devices", self.devices.is_some()),
-            ("--time-limit", self.time_limit.is_some()),
-            ("--trials-dir", self.trials_dir.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(f, set)| set.then_some(f))
-        .collect()
+impl RunArgs {
+    /// The flags as settings, over the config file's.
+    pub fn overrides(&self) -> Result<Overrides, String> {
+        let file = match &self.config {
+            Some(p) => config::load(p)?,
+            None => Overrides::default(),
+        };
+        Ok(file.merge(Overrides {
+            workers: self.workers.clone().map(|l| l.0),
+            amp: self.amp,
+            accumulation_steps: self.accumulation,
+            steps: self.steps,
+            warmup_steps: self.warmup,
+            devices: self.devices.clone(),
+            time_limit: self.time_limit,
+            ..Overrides::default()
+        }))
     }
 }
 
-fn parse_time_limit(s: &str) -> Result<f64, String> {
-    let v = common::cli::parse_seconds(s)?;
-    if v < 1.0 {
-        return Err(format!(
-            "a time limit of '{s}' s leaves no time to start: at least 1"
-        ));
-    }
-    Ok(v)
+/// A comma-separated list of counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct List(pub Vec<usize>);
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of 0 or more"))
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct TeamArgs {
-    /// The team-settings TOML.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-}
-
-fn parse_batch(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, config::MAX_BATCH).map(|v| v as usize)
+fn parse_positive(s: &str) -> Result<usize, String> {
+    common::cli::parse_count_with_max(s, config::MAX_BATCH as u64).map(|v| v as usize)
 }
 
 fn parse_margin(s: &str) -> Result<f64, String> {
@@ -101,74 +132,92 @@ fn parse_margin(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct MemoryArgs {
-    #[command(flatten)]
-    pub settings: SettingsArgs,
-    /// The batch to estimate and measure, or a list of them (256,4096,65536) shown side by side
-    /// (default: the config's batch_size, else 1024).
-    #[arg(long, value_name = "B[,B...]", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
-    pub batch_size: Option<List>,
-    /// Recommend multiples of N instead of powers of two.
-    #[arg(long, value_name = "N", value_parser = parse_batch)]
-    pub multiple_of: Option<usize>,
-    /// Safety margin: the share of the memory the recommended batch leaves free; default by
-    /// the GPU's memory class.
-    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
-    pub margin: Option<f64>,
-    /// Print memory in use and GPU utilization every second (NVML; no CUDA context).
-    #[arg(long)]
-    pub watch: bool,
-    /// With --watch: stop after this many seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
-    pub watch_seconds: Option<f64>,
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// No line per trial on stderr (a program's trials).
-    #[arg(long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub program: ProgramArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct AutobatchArgs {
-    #[command(flatten)]
-    pub settings: SettingsArgs,
-    /// First batch tried; from there the search doubles until the first out-of-memory, or aims
-    /// at the limit by the peak memory the trials report.
-    #[arg(long, default_value = "8", value_parser = parse_batch)]
-    pub start: usize,
-    /// Granularity of the answer (default 8).
-    #[arg(long, value_name = "N", value_parser = parse_batch, conflicts_with = "pow2")]
+/// The sizes an answer may take.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SizeArgs {
+    /// Answer in multiples of N (default 8).
+    #[arg(long, value_name = "N", value_parser = parse_positive, conflicts_with = "pow2")]
     pub multiple_of: Option<usize>,
     /// Answer in powers of two.
     #[arg(long)]
     pub pow2: bool,
-    /// Safety margin: the share of the memory the recommended batch leaves free; default by
-    /// the GPU's memory class (<16 GiB 20%, <48 GiB 10%, else 5%).
+    /// Share of the memory the recommended batch leaves free (default by the GPU's memory:
+    /// under 16 GiB 20%, under 48 GiB 10%, else 5%).
     #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
     pub margin: Option<f64>,
+}
+
+impl SizeArgs {
+    pub fn granularity(&self) -> Granularity {
+        if self.pow2 {
+            Granularity::Pow2
+        } else {
+            Granularity::Multiple(self.multiple_of.unwrap_or(8))
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SweepArgs {
+    /// Batch sizes ({batch_size}): a list (32,64,128) or a power-of-two range (8..1024).
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
+    pub batch_sizes: Option<List>,
+    /// Share of the memory the recommended configuration leaves free (default by the GPU's
+    /// memory class).
+    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
+    pub margin: Option<f64>,
+    /// Draw FILE.png and FILE.svg: samples/s and peak memory against the batch.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Batch sizes to run ({batch_size}): a list (64,256,512) or a power-of-two range.
+    #[arg(long, value_name = "LIST", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
+    pub batch_sizes: Option<List>,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AutobatchArgs {
+    /// First batch tried; from there the search doubles until the first out-of-memory, or aims
+    /// at the limit by the peak memory the trials report.
+    #[arg(long, default_value = "8", value_parser = parse_positive)]
+    pub start: usize,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+    /// Optimizer steps the answer must hold in a run of its own before it is given.
+    #[arg(long, value_name = "N", default_value_t = CONFIRM_STEPS, value_parser = parse_positive)]
+    pub confirm_steps: usize,
     /// Effective batch to keep with gradient accumulation (default: the config's batch_size x
     /// accumulation_steps).
-    #[arg(long, value_parser = parse_batch)]
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
     pub effective_batch: Option<usize>,
-    /// Print the result only: write neither the config nor the team file.
-    #[arg(long)]
-    pub test_only: bool,
+    /// Write the answer (batch_size, accumulation_steps) into the --config file, after a
+    /// backup (FILE.bak).
+    #[arg(long, requires = "config")]
+    pub write: bool,
     /// Add or update this GPU and model's entry in a shared team-settings TOML.
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
-    /// The model's name in the team file (default: the preset, or the command as given).
+    /// The model's name in the team file (default: the command as given).
     #[arg(long, value_name = "NAME")]
     pub model_name: Option<String>,
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// No line per trial on stderr.
-    #[arg(long)]
-    pub quiet: bool,
     #[command(flatten)]
-    pub program: ProgramArgs,
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TeamArgs {
+    /// The team-settings TOML.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -181,175 +230,43 @@ pub struct PlotArgs {
     pub out: PathBuf,
 }
 
-fn parse_preset(s: &str) -> Result<Preset, String> {
-    Preset::by_name(s).ok_or_else(|| format!("'{s}' is not a preset: use small, medium or large"))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
 
-fn parse_width(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, mlp::arch::MAX_WIDTH as u64).map(|v| v as usize)
-}
-
-fn parse_depth(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, mlp::arch::MAX_DEPTH as u64).map(|v| v as usize)
-}
-
-fn parse_steps(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, 1_000_000).map(|v| v as usize)
-}
-
-fn parse_warmup(s: &str) -> Result<usize, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    parse_steps(s)
-}
-
-fn parse_float(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("'{s}' must be a non-negative number"));
-    }
-    Ok(v)
-}
-
-/// A comma-separated list given as one flag value (clap would otherwise take a Vec as
-/// repeated values).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct List(pub Vec<usize>);
-
-/// The settings every subcommand shares.
-#[derive(Args, Debug, Clone, Default)]
-pub struct SettingsArgs {
-    /// TOML config with [model], [data] and [training] sections; flags override it.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Model size: small (depth 3, hidden 16), medium (6, 64), large (12, 128).
-    #[arg(long, value_parser = parse_preset)]
-    pub preset: Option<Preset>,
-    /// Features per sample (default 256).
-    #[arg(long, value_parser = parse_width)]
-    pub input: Option<usize>,
-    /// Units per hidden layer.
-    #[arg(long, value_parser = parse_width)]
-    pub hidden: Option<usize>,
-    /// Number of hidden layers.
-    #[arg(long, value_parser = parse_depth)]
-    pub depth: Option<usize>,
-    /// Output classes (default 10).
-    #[arg(long, value_parser = parse_width)]
-    pub classes: Option<usize>,
-    /// Features and labels from a file: .npy (labels from --labels), .safetensors or .h5
-    /// (arrays named features and labels).
-    #[arg(long, value_name = "FILE")]
-    pub data: Option<PathBuf>,
-    /// Labels of a .npy features file.
-    #[arg(long, value_name = "FILE")]
-    pub labels: Option<PathBuf>,
-    /// Samples of the synthetic dataset (default 32768).
-    #[arg(long, value_parser = parse_steps)]
-    pub samples: Option<usize>,
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Loader threads, a list to sweep (0 = prepare batches on the training thread).
-    #[arg(long, value_parser = |s: &str| config::parse_workers(s).map(List))]
-    pub workers: Option<List>,
-    /// Page-locked batch buffers: on, off or both.
-    #[arg(long, value_parser = Switch::parse)]
-    pub pin: Option<Switch>,
-    /// Busy CPU time per sample in the loader, imitating decoding (microseconds).
-    #[arg(long, value_name = "US", value_parser = parse_float)]
-    pub cpu_cost_us: Option<f64>,
-    /// sgd or adamw.
-    #[arg(long, value_parser = OptimizerKind::parse)]
-    pub optimizer: Option<OptimizerKind>,
-    #[arg(long, value_parser = parse_float)]
-    pub lr: Option<f64>,
-    /// SGD momentum (0 = plain SGD).
-    #[arg(long, value_parser = parse_float)]
-    pub momentum: Option<f64>,
-    #[arg(long, value_parser = parse_float)]
-    pub weight_decay: Option<f64>,
-    /// Batch sizes to sweep: a list (64,128) or a power-of-two range (1..8192).
-    #[arg(long, value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
-    pub batch_sizes: Option<List>,
-    /// Mixed precision (bf16 GEMMs, fp32 master weights): on, off or both.
-    #[arg(long, value_parser = Switch::parse)]
-    pub amp: Option<Switch>,
-    /// Measured steps per trial.
-    #[arg(long, value_parser = parse_steps)]
-    pub steps: Option<usize>,
-    /// Steps run before measuring.
-    #[arg(long, value_parser = parse_warmup)]
-    pub warmup_steps: Option<usize>,
-    /// GPU to run on (CUDA ordinal).
-    #[arg(long)]
-    pub device: Option<usize>,
-}
-
-impl SettingsArgs {
-    pub fn overrides(&self) -> Overrides {
-        Overrides {
-            preset: self.preset,
-            input: self.input,
-            hidden: self.hidden,
-            depth: self.depth,
-            classes: self.classes,
-            data: self.data.clone(),
-            labels: self.labels.clone(),
-            samples: self.samples,
-            seed: self.seed,
-            workers: self.workers.clone().map(|l| l.0),
-            pin: self.pin,
-            cpu_cost_us: self.cpu_cost_us,
-            optimizer: self.optimizer,
-            lr: self.lr,
-            momentum: self.momentum,
-            weight_decay: self.weight_decay,
-            batch_sizes: self.batch_sizes.clone().map(|l| l.0),
-            batch_size: None,
-            accumulation_steps: None,
-            amp: self.amp,
-            steps: self.steps,
-            warmup_steps: self.warmup_steps,
-            device: self.device,
+    #[test]
+    fn every_flag_has_help_and_one_name() {
+        Cli::command().debug_assert();
+        fn check(cmd: &clap::Command) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(arg.get_help().is_some(), "--{id} of `{}` has no help", cmd.get_name());
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub);
+            }
         }
+        check(&Cli::command());
     }
 
-    /// The config file's settings with these flags over them.
-    pub fn merged(&self) -> Result<Overrides, String> {
-        let file = match &self.config {
-            Some(path) => config::load(path)?,
-            None => Overrides::default(),
-        };
-        Ok(file.merge(self.overrides()))
+    #[test]
+    fn a_command_is_required_and_flags_parse() {
+        assert!(Cli::try_parse_from(["tuner", "sweep"]).is_err());
+        let cli = Cli::try_parse_from([
+            "tuner", "autobatch", "--workers", "4", "--amp", "on", "--json", "-", "--", "python3", "t.py",
+        ])
+        .unwrap();
+        let Command::Autobatch(a) = cli.command else { panic!() };
+        assert_eq!(a.run.json.as_deref(), Some(std::path::Path::new("-")));
+        assert_eq!(a.confirm_steps, 20);
+        assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
+        let o = a.run.overrides().unwrap();
+        assert_eq!((o.workers, o.amp), (Some(vec![4]), Some(Switch::On)));
+        assert!(Cli::try_parse_from(["tuner", "autobatch", "--write", "--", "x"]).is_err(), "--write needs --config");
+        assert!(Cli::try_parse_from(["tuner", "memory", "--pow2", "--multiple-of", "4", "--", "x"]).is_err());
     }
-
-    /// Defaults, then the config file, then these flags.
-    pub fn settings(&self) -> Result<config::Settings, String> {
-        self.merged()?.resolve()
-    }
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct SweepArgs {
-    #[command(flatten)]
-    pub settings: SettingsArgs,
-    /// Write the full result (device, provenance, every trial, picks, diagnosis) as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write the plot as FILE.png and FILE.svg (extension ignored).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-    /// Safety margin: the share of the memory the recommended configuration leaves free;
-    /// default by the GPU's memory class (<16 GiB 20%, <48 GiB 10%, else 5%).
-    #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
-    pub margin: Option<f64>,
-    /// No progress on stderr.
-    #[arg(long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub program: ProgramArgs,
 }

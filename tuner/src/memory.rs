@@ -1,251 +1,184 @@
-//! Where device memory goes, from the model definition alone: the model (parameters,
-//! gradients, optimizer state, the bf16 weight copy under AMP) and one batch (inputs, activations
-//! saved for backward, transient activation gradients and losses, bf16 copies under AMP), plus
-//! the cuBLAS workspace. The sizes are the ones the `mlp` crate's step allocates and the trial's
-//! own input slots and losses, so the estimate can be held to the measured peak of the memory
-//! pool.
+//! `tuner memory -- COMMAND`: one trial per batch size (and per precision with `--amp both`),
+//! each run until its memory is steady, and what each one's peak was as the program and NVML
+//! saw it, whether it fit, the line through the peaks and the tiers by the one rule. It is also
+//! the fresh-process check of an answer: `--batch-sizes B,B+8`.
+
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use mlp::{bias_scratch_len, gradient_buffers, Arch, Optimizer, BLAS_WORKSPACE_BYTES};
+use common::table::{cell, Table};
+use common::Result;
 
-/// The model's share, independent of the batch (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct ModelMemory {
-    pub parameters: u64,
-    pub gradients: u64,
-    /// SGD none, momentum one fp32 copy, AdamW two.
-    pub optimizer_state: u64,
-    /// AMP: the bf16 copy of the weights the GEMMs read.
-    pub amp_weights: u64,
+use crate::analysis::{amp_advice, amp_memory, TrialResult as Row};
+use crate::config::Settings;
+use crate::granularity::Granularity;
+use crate::nvml::MemorySource;
+use crate::program::{Params, Program};
+use crate::recommend::{self, BatchStatus, MemoryFit, Tiers};
+use crate::run::{gb, Ran, Run};
+use crate::sweep::on_off;
+use crate::trial::TrialResult;
+
+pub const SCHEMA: &str = "tuner-memory/2";
+
+/// One precision: the line through its peaks and its tiers.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrecisionMemory {
+    pub amp: bool,
+    pub fit: MemoryFit,
+    /// The largest listed batch that fit, and the smallest that did not (if any).
+    pub largest_fitting: usize,
+    pub first_failing: Option<usize>,
+    pub tiers: Tiers,
 }
 
-impl ModelMemory {
-    pub fn total(&self) -> u64 {
-        self.parameters + self.gradients + self.optimizer_state + self.amp_weights
+#[derive(Debug, Serialize)]
+pub struct MemoryReport {
+    pub schema: &'static str,
+    #[serde(flatten)]
+    pub ran: Ran,
+    pub precisions: Vec<PrecisionMemory>,
+    pub granularity: Granularity,
+    /// Only with both precisions measured at one batch.
+    pub amp_advice: Option<String>,
+    pub configured_batch: Option<usize>,
+    pub batch_status: Option<BatchStatus>,
+}
+
+pub fn memory(run: &Run, settings: Settings, granularity: Granularity, margin: Option<f64>) -> Result<MemoryReport> {
+    let workers = match settings.workers.as_slice() {
+        [w] => *w,
+        _ => return Err(common::Error::invalid("choose one worker count here: --workers N")),
+    };
+    let mut jobs = Vec::new();
+    for &amp in &settings.amp {
+        for &b in &settings.batch_sizes {
+            jobs.push(Params {
+                batch_size: b,
+                workers,
+                amp,
+                accumulation: settings.accumulation_steps,
+                steps: settings.steps,
+                warmup_steps: settings.warmup_steps,
+            });
+        }
     }
+    let amps = settings.amp.clone();
+    let configured = settings.batch_size;
+    let ran = run.ran("memory", &jobs, settings, margin)?;
+    let precisions: Vec<PrecisionMemory> = amps
+        .into_iter()
+        .map(|amp| {
+            let of_amp: Vec<&TrialResult> = ran.trials.iter().filter(|r| r.params.amp == amp).collect();
+            let fit = MemoryFit::of(&of_amp);
+            let batches = |fits: bool| of_amp.iter().filter(move |r| r.fits() == Some(fits)).map(|r| r.params.batch_size);
+            let largest_fitting = batches(true).max().unwrap_or(0);
+            PrecisionMemory {
+                amp,
+                tiers: fit.tiers(largest_fitting, granularity, ran.margin),
+                fit,
+                largest_fitting,
+                first_failing: batches(false).min(),
+            }
+        })
+        .collect();
+    let rows: Vec<Row> = ran.trials.iter().map(Row::of).collect();
+    let amp_advice = amp_memory(&rows).map(|_| amp_advice(&rows));
+    let batch_status = match (configured, precisions.first()) {
+        (Some(c), Some(p)) => Some(recommend::status(c, &p.tiers)),
+        _ => None,
+    };
+    Ok(MemoryReport {
+        schema: SCHEMA,
+        ran,
+        precisions,
+        granularity,
+        amp_advice,
+        configured_batch: configured,
+        batch_status,
+    })
 }
 
-/// One batch's share (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct BatchMemory {
-    /// Two device slots of features and labels (one computing, one being copied).
-    pub inputs: u64,
-    /// Every hidden layer's output, kept for backward, and the logits.
-    pub saved_activations: u64,
-    /// The activation-gradient buffers (two, ping-pong; one for a single hidden layer), the
-    /// per-sample losses and, above 64K samples, the bias gradient's partial sums per chunk.
-    pub transient: u64,
-    /// AMP: bf16 copies of the input, the hidden activations and the current gradient.
-    pub amp_copies: u64,
-}
-
-impl BatchMemory {
-    pub fn total(&self) -> u64 {
-        self.inputs + self.saved_activations + self.transient + self.amp_copies
+fn memory_table(trials: &[TrialResult]) -> Table {
+    let mut t = Table::new()
+        .right("batch")
+        .left("AMP")
+        .left("fits")
+        .right("peak (NVML)")
+        .left("NVML reading")
+        .right("peak (program)")
+        .right("free at start (program)")
+        .right("share of the limit")
+        .right("wall s")
+        .left("GPU");
+    for r in trials {
+        let (peak, limit) = r.memory_terms();
+        let fits = match r.fits() {
+            Some(true) => "yes".to_string(),
+            Some(false) => format!("no: {}", r.verdict()),
+            None => r.verdict(),
+        };
+        t.row(vec![
+            r.params.batch_size.to_string(),
+            on_off(r.params.amp),
+            fits,
+            cell(r.memory.peak_bytes, gb),
+            match r.memory.source {
+                MemorySource::NvmlProcess => "its processes".into(),
+                MemorySource::NvmlDeviceDelta => "the device's rise".into(),
+                MemorySource::None => "-".into(),
+            },
+            cell(r.measured.framework_peak_bytes, gb),
+            cell(r.measured.device.as_ref().and_then(|d| d.free_bytes), gb),
+            cell(peak.zip(limit), |(p, l)| format!("{:.1}%", 100.0 * p as f64 / l as f64)),
+            format!("{:.1}", r.wall_s),
+            r.device.clone(),
+        ]);
     }
+    t
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Estimate {
-    pub batch: usize,
-    pub model: ModelMemory,
-    pub batch_memory: BatchMemory,
-    pub workspace: u64,
-    pub total: u64,
-}
-
-pub fn model_memory(arch: &Arch, optimizer: &Optimizer, amp: bool) -> ModelMemory {
-    let p = arch.param_count() as u64;
-    ModelMemory {
-        parameters: 4 * p,
-        gradients: 4 * p,
-        optimizer_state: 4 * p * optimizer.state_copies() as u64,
-        amp_weights: if amp { 2 * p } else { 0 },
-    }
-}
-
-pub fn batch_memory(arch: &Arch, amp: bool, batch: usize) -> BatchMemory {
-    let b = batch as u64;
-    let (i, h, c, w, d, g) = (
-        arch.input as u64,
-        arch.hidden as u64,
-        arch.classes as u64,
-        arch.max_width() as u64,
-        arch.depth as u64,
-        gradient_buffers(arch) as u64,
+pub fn render(r: &MemoryReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## tuner memory: `{}` on {} GPU(s)\n",
+        Program::display(&r.ran.command),
+        r.ran.devices.len()
     );
-    BatchMemory {
-        // Two slots of f32 features and i32 labels.
-        inputs: 2 * b * (4 * i + 4),
-        saved_activations: 4 * b * (d * h + c),
-        // The gradient buffers, this batch's losses and the first step's kept losses; the
-        // 4 bytes are the loss kernel's slot counter; the bias partial sums.
-        transient: 4 * b * (g * w + 2) + 4 + 4 * bias_scratch_len(arch, batch) as u64,
-        amp_copies: if amp { 2 * b * (i + d * h + w) } else { 0 },
+    for d in &r.ran.devices {
+        let _ = writeln!(
+            o,
+            "- {} (CUDA_VISIBLE_DEVICES={}): {}, {}",
+            d.label,
+            d.cuda_visible,
+            d.name.as_deref().unwrap_or("name not known (no NVML)"),
+            d.total_bytes.map(gb).unwrap_or_else(|| "memory not known".into())
+        );
     }
-}
-
-/// Everything a trial at `batch` holds on the device at its peak.
-pub fn estimate(arch: &Arch, optimizer: &Optimizer, amp: bool, batch: usize) -> Estimate {
-    let model = model_memory(arch, optimizer, amp);
-    let batch_memory = batch_memory(arch, amp, batch);
-    let workspace = BLAS_WORKSPACE_BYTES as u64;
-    Estimate {
-        batch,
-        model,
-        batch_memory,
-        workspace,
-        total: model.total() + batch_memory.total() + workspace,
-    }
-}
-
-/// Largest batch whose estimate fits in `available` bytes (0 when not even one sample fits),
-/// capped at `cap`.
-pub fn max_batch_for(
-    arch: &Arch,
-    optimizer: &Optimizer,
-    amp: bool,
-    available: u64,
-    cap: usize,
-) -> usize {
-    // The estimate grows with the batch (by steps where the bias scratch gains a chunk), so
-    // the answer is a binary search over it.
-    let fits = |b: usize| estimate(arch, optimizer, amp, b).total <= available;
-    if !fits(1) {
-        return 0;
-    }
-    if fits(cap) {
-        return cap;
-    }
-    let (mut lo, mut hi) = (1, cap); // fits(lo), !fits(hi)
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::preset::Preset;
-
-    fn sgd() -> Optimizer {
-        Optimizer::Sgd {
-            momentum: 0.0,
-            weight_decay: 0.0,
-        }
-    }
-
-    #[test]
-    fn a_hand_computed_example() {
-        // input 4, hidden 3, depth 2, classes 2: params 4*3+3 + 3*3+3 + 3*2+2 = 35.
-        let arch = Arch {
-            input: 4,
-            hidden: 3,
-            depth: 2,
-            classes: 2,
+    o.push('\n');
+    o.push_str(&memory_table(&r.ran.trials).markdown());
+    o.push('\n');
+    for p in &r.precisions {
+        let _ = writeln!(o, "{}: {}", if p.amp { "AMP" } else { "fp32" }, p.fit.describe());
+        let bound = match p.first_failing {
+            Some(f) => format!("{f} ran out of memory"),
+            None => "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)".into(),
         };
-        let m = model_memory(&arch, &Optimizer::adamw_default(), true);
-        assert_eq!(m.parameters, 140);
-        assert_eq!(m.gradients, 140);
-        assert_eq!(m.optimizer_state, 280, "AdamW: two fp32 moments");
-        assert_eq!(m.amp_weights, 70);
-        let b = batch_memory(&arch, true, 10);
-        assert_eq!(b.inputs, 2 * 10 * (16 + 4));
-        assert_eq!(b.saved_activations, 4 * 10 * (6 + 2));
-        assert_eq!(b.transient, 4 * 10 * (2 * 3 + 2) + 4);
-        assert_eq!(b.amp_copies, 2 * 10 * (4 + 6 + 3));
-        let e = estimate(&arch, &Optimizer::adamw_default(), true, 10);
-        assert_eq!(e.total, m.total() + b.total() + (32 << 20));
-        assert_eq!(model_memory(&arch, &sgd(), false).optimizer_state, 0);
-        let momentum = Optimizer::Sgd {
-            momentum: 0.9,
-            weight_decay: 0.0,
-        };
-        assert_eq!(model_memory(&arch, &momentum, false).optimizer_state, 140);
-    }
-
-    #[test]
-    fn one_hidden_layer_needs_one_gradient_buffer() {
-        let arch = Arch {
-            input: 4,
-            hidden: 3,
-            depth: 1,
-            classes: 2,
-        };
-        assert_eq!(
-            batch_memory(&arch, false, 10).transient,
-            4 * 10 * (3 + 2) + 4
+        let _ = writeln!(
+            o,
+            "  largest listed batch that fits {} ({bound}); {}",
+            p.largest_fitting,
+            recommend::describe(&p.tiers, r.ran.margin)
         );
     }
-
-    #[test]
-    fn large_batches_add_the_bias_partial_sums() {
-        // Up to 65536 samples: one pass, no scratch. Above: chunks of 32768 samples, at most
-        // 1024, each holding the partial sums of the widest layer output (hidden 3 here).
-        let arch = Arch {
-            input: 4,
-            hidden: 3,
-            depth: 2,
-            classes: 2,
-        };
-        let plain = |b: u64| 4 * b * (2 * 3 + 2) + 4;
-        assert_eq!(batch_memory(&arch, false, 65536).transient, plain(65536));
-        assert_eq!(
-            batch_memory(&arch, false, 65537).transient,
-            plain(65537) + 4 * 3 * 3
-        );
-        assert_eq!(
-            batch_memory(&arch, false, 1 << 26).transient,
-            plain(1 << 26) + 4 * 1024 * 3
-        );
-        let avail = estimate(&arch, &sgd(), false, 65537).total;
-        assert_eq!(max_batch_for(&arch, &sgd(), false, avail, 1 << 26), 65537);
-        assert_eq!(
-            max_batch_for(&arch, &sgd(), false, avail - 1, 1 << 26),
-            65536,
-            "the scratch's 36 bytes decide"
-        );
+    if let Some(a) = &r.amp_advice {
+        let _ = writeln!(o, "{a}");
     }
-
-    #[test]
-    fn matches_peaks_measured_on_an_h200() {
-        // Pool high watermarks of real trials (results/h200/tuner-sweep*.json), SGD.
-        let small = Preset::Small.arch();
-        let large = Preset::Large.arch();
-        for (arch, amp, batch, peak) in [
-            (small, false, 1usize, 33_595_472u64),
-            (small, false, 1024, 36_075_224),
-            (small, false, 8192, 53_450_456),
-            (small, true, 8192, 58_702_988),
-            (large, false, 1024, 44_775_512),
-            (large, false, 8192, 111_237_208),
-        ] {
-            let e = estimate(&arch, &sgd(), amp, batch).total;
-            let err = (e as f64 - peak as f64).abs() / peak as f64;
-            assert!(err < 1e-4, "{batch}: {e} vs {peak}");
-        }
+    if let (Some(c), Some(s)) = (r.configured_batch, r.batch_status) {
+        let _ = writeln!(o, "configured batch {c}: {s:?}");
     }
-
-    #[test]
-    fn max_batch_inverts_the_estimate() {
-        let arch = Preset::Medium.arch();
-        let avail = estimate(&arch, &sgd(), false, 5000).total;
-        assert_eq!(max_batch_for(&arch, &sgd(), false, avail, 1 << 26), 5000);
-        assert_eq!(
-            max_batch_for(&arch, &sgd(), false, avail - 1, 1 << 26),
-            4999
-        );
-        assert_eq!(max_batch_for(&arch, &sgd(), false, 1000, 1 << 26), 0);
-        assert_eq!(
-            max_batch_for(&arch, &sgd(), false, u64::MAX / 2, 1 << 20),
-            1 << 20
-        );
-    }
+    o.push_str(&r.ran.footer("memory"));
+    o
 }

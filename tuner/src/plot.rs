@@ -9,7 +9,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
-use crate::analysis::{TrialResult, TrialStatus};
+use crate::analysis::TrialResult;
+use crate::classify::Status;
 
 pub const WIDTH: u32 = 1600;
 pub const HEIGHT: u32 = 720;
@@ -29,7 +30,7 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
                 out.len() - 1
             }
         };
-        if let (TrialStatus::Ok, Some(tp), Some(m)) = (t.status, t.samples_per_s, t.peak_bytes) {
+        if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.samples_per_s, t.peak_bytes) {
             out[idx].1.push((t.key.batch as f64, tp, m as f64 / 1e9));
         }
     }
@@ -183,15 +184,14 @@ mod tests {
     use super::*;
     use crate::analysis::TrialKey;
 
-    fn trial(batch: usize, amp: bool, status: TrialStatus) -> TrialResult {
+    fn trial(batch: usize, amp: bool, status: Status) -> TrialResult {
         let key = TrialKey {
             batch,
             workers: 4,
             amp,
-            pin: Some(true),
         };
-        let mut t = TrialResult::empty(key, status, 0, None);
-        if status == TrialStatus::Ok {
+        let mut t = TrialResult::new(key, status);
+        if status == Status::Ok {
             t.samples_per_s = Some(1000.0 * batch as f64);
             t.peak_bytes = Some(50_000_000 * batch as u64);
         }
@@ -201,10 +201,10 @@ mod tests {
     #[test]
     fn one_line_per_configuration_and_only_ok_points() {
         let trials = vec![
-            trial(1, false, TrialStatus::Ok),
-            trial(2, false, TrialStatus::Oom),
-            trial(1, true, TrialStatus::Ok),
-            trial(2, true, TrialStatus::Ok),
+            trial(1, false, Status::Ok),
+            trial(2, false, Status::Oom),
+            trial(1, true, Status::Ok),
+            trial(2, true, Status::Ok),
         ];
         let l = lines(&trials);
         assert_eq!(l.len(), 2);
@@ -227,14 +227,12 @@ mod tests {
     fn renders_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("tuner-plot-{}", std::process::id()));
         let trials = vec![
-            trial(1, false, TrialStatus::Ok),
-            trial(4, false, TrialStatus::Ok),
+            trial(1, false, Status::Ok),
+            trial(4, false, Status::Ok),
         ];
         let (svg, png) = render(&trials, "test", &dir.join("sweep")).unwrap();
-        let _ = std::fs::copy(&png, "/tmp/tuner-plot-test.png");
         let png_bytes = std::fs::read(&png).unwrap();
         assert_eq!(&png_bytes[1..4], b"PNG");
-        let _ = std::fs::copy(&png, "/tmp/tuner-plot-test.png");
         assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -22,7 +22,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::search::Granularity;
+use crate::granularity::{first_index, index_below, size_at, Granularity};
+use crate::line::{Line, LINE_TOLERANCE};
+use crate::trial::TrialResult;
 
 /// Safety margin by the GPU's memory size class: small cards often also drive a display and
 /// lose more to other processes and fragmentation; on large ones a few percent is plenty.
@@ -47,75 +49,10 @@ pub fn leaves_margin(peak: u64, limit: u64, margin: f64) -> bool {
     peak as f64 <= (1.0 - margin) * limit as f64
 }
 
-/// How far a measured peak may lie from the line, as a share of the memory limit, for the peaks
-/// to count as a line: an allocator's rounding is far less, a workspace that fills the room
-/// there is far more.
-pub const LINE_TOLERANCE: f64 = 0.05;
-
-/// Peak memory as a straight line in the batch: `fixed + per_sample x batch` (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Line {
-    pub fixed_bytes: f64,
-    pub bytes_per_sample: f64,
-}
-
-impl Line {
-    /// The line through the measured (batch, peak) points with the two largest batches; through
-    /// one point (or when the largest two do not grow), proportional to the batch through the
-    /// largest. None without a usable point.
-    pub fn through(points: &[(usize, u64)]) -> Option<Line> {
-        let mut sorted: Vec<(usize, u64)> = points
-            .iter()
-            .copied()
-            .filter(|&(b, p)| b > 0 && p > 0)
-            .collect();
-        sorted.sort_unstable();
-        sorted.dedup_by_key(|p| p.0);
-        let &(b1, p1) = sorted.last()?;
-        if let Some(&(b0, p0)) = sorted.iter().rev().nth(1) {
-            let slope = (p1 as f64 - p0 as f64) / (b1 - b0) as f64;
-            if slope > 0.0 {
-                return Some(Line {
-                    fixed_bytes: p1 as f64 - slope * b1 as f64,
-                    bytes_per_sample: slope,
-                });
-            }
-        }
-        Some(Line {
-            fixed_bytes: 0.0,
-            bytes_per_sample: p1 as f64 / b1 as f64,
-        })
-    }
-
-    /// The line through `points` ([Line::through]) when every point lies within
-    /// [LINE_TOLERANCE] x `limit` of it; None when the peaks are not a line in the batch.
-    pub fn holding(points: &[(usize, u64)], limit: u64) -> Option<Line> {
-        let line = Line::through(points)?;
-        let tolerance = LINE_TOLERANCE * limit as f64;
-        points
-            .iter()
-            .all(|&(b, p)| (p as f64 - line.peak(b)).abs() <= tolerance)
-            .then_some(line)
-    }
-
-    pub fn peak(&self, batch: usize) -> f64 {
-        self.fixed_bytes + self.bytes_per_sample * batch as f64
-    }
-
-    /// The largest batch (not snapped) whose peak stays within `bytes`; 0 when none does.
-    pub fn batch_within(&self, bytes: f64) -> usize {
-        let b = ((bytes - self.fixed_bytes) / self.bytes_per_sample).floor();
-        if b.is_finite() && b > 0.0 {
-            b.min(usize::MAX as f64 / 2.0) as usize
-        } else {
-            0
-        }
-    }
-}
 
 /// How the peak of a batch that was not run is known.
 pub enum PeakModel<'a> {
-    /// Measured peaks through a function of the batch (the MLP's estimate, a [Line]), against
+    /// Measured peaks through a function of the batch (a [Line]), against
     /// the memory limit.
     Bytes {
         peak: &'a dyn Fn(usize) -> f64,
@@ -135,37 +72,6 @@ pub struct Tiers {
     pub note: Option<String>,
 }
 
-/// The sizes at a granularity, by index: `k x multiple`, or `2^k`.
-pub fn size_at(granularity: Granularity, k: usize) -> usize {
-    match granularity {
-        Granularity::Multiple(m) => k.saturating_mul(m.max(1)),
-        Granularity::Pow2 => 1usize.checked_shl(k as u32).unwrap_or(usize::MAX),
-    }
-}
-
-/// The index of the largest size at or below `batch` (0 for a multiple means none).
-pub fn index_below(granularity: Granularity, batch: usize) -> usize {
-    match granularity {
-        Granularity::Multiple(m) => batch / m.max(1),
-        Granularity::Pow2 => (usize::BITS - 1 - batch.max(1).leading_zeros()) as usize,
-    }
-}
-
-/// The largest size at the granularity at or below `batch` (0 when below every size).
-pub fn snap_down(granularity: Granularity, batch: usize) -> usize {
-    if batch == 0 {
-        return 0;
-    }
-    size_at(granularity, index_below(granularity, batch))
-}
-
-/// The smallest index at the granularity (1 x multiple, or 2^0).
-fn first_index(granularity: Granularity) -> usize {
-    match granularity {
-        Granularity::Multiple(_) => 1,
-        Granularity::Pow2 => 0,
-    }
-}
 
 /// The largest size at or below `maximum` whose peak leaves `margin` free (0 when none does).
 fn largest_within(
@@ -276,6 +182,151 @@ pub fn status(configured: usize, t: &Tiers) -> BatchStatus {
     }
 }
 
+/// What a set of trials says about memory: the line through their peaks when the peaks are
+/// one, the smallest limit, and how many trials fit with a peak measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryFit {
+    pub line: Option<Line>,
+    pub limit_bytes: Option<u64>,
+    pub peaks: usize,
+}
+
+impl MemoryFit {
+    pub fn of(trials: &[&TrialResult]) -> MemoryFit {
+        let mut points = Vec::new();
+        let mut limit: Option<u64> = None;
+        for r in trials {
+            let (peak, l) = r.memory_terms();
+            if let Some(l) = l {
+                limit = Some(limit.map_or(l, |old| old.min(l)));
+            }
+            if let (Some(true), Some(p)) = (r.fits(), peak) {
+                points.push((r.params.batch_size, p));
+            }
+        }
+        MemoryFit {
+            line: match limit {
+                Some(l) => Line::holding(&points, l),
+                // Nothing to hold it to, nothing to recommend by: shown as measured.
+                None => Line::through(&points),
+            },
+            limit_bytes: limit,
+            peaks: points.len(),
+        }
+    }
+
+    /// The rule's tiers under `maximum`: by the memory line against the limit, else
+    /// proportional to the batch.
+    pub fn tiers(&self, maximum: usize, granularity: Granularity, margin: f64) -> Tiers {
+        match (self.line, self.limit_bytes) {
+            (Some(line), Some(limit)) => {
+                let peak = move |b: usize| line.peak(b);
+                tiers(maximum, granularity, margin, PeakModel::Bytes { peak: &peak, limit })
+            }
+            _ => tiers(maximum, granularity, margin, PeakModel::Proportional),
+        }
+    }
+
+    /// The line in words.
+    pub fn describe(&self) -> String {
+        let gb = |b: f64| format!("{:.2} GB", b / 1e9);
+        match (self.line, self.limit_bytes) {
+            (Some(l), Some(limit)) => format!(
+                "peak = {} + {:.2} MB per sample, limit {} (predicts {} samples at the limit)",
+                gb(l.fixed_bytes),
+                l.bytes_per_sample / 1e6,
+                gb(limit as f64),
+                l.batch_within(limit as f64)
+            ),
+            (Some(l), None) => format!(
+                "peak = {} + {:.2} MB per sample; no limit known (the program reported no free memory and NVML none)",
+                gb(l.fixed_bytes),
+                l.bytes_per_sample / 1e6
+            ),
+            (None, _) if self.peaks > 0 => format!(
+                "the {} peaks measured are not a line in the batch (one lies more than {:.0}% of the limit off the line through the two largest, as when an autotuner's workspace takes the room there is): tiers proportional to the batch",
+                self.peaks,
+                100.0 * LINE_TOLERANCE
+            ),
+            (None, _) => "no peak measured: tiers proportional to the batch".into(),
+        }
+    }
+}
+
+/// Gradient accumulation for a target effective batch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accumulation {
+    pub target: usize,
+    /// Per-step batch and accumulation steps: what is written into the config.
+    pub batch: usize,
+    pub steps: usize,
+    pub effective: usize,
+    /// The learning-rate factor the effective batch's change asks for (1 when kept).
+    pub lr_scale: f64,
+    pub advice: String,
+}
+
+fn lr_rule(adam_like: bool) -> &'static str {
+    if adam_like {
+        "square-root rule for Adam-type optimizers: lr x sqrt(new / old)"
+    } else {
+        "linear rule for SGD: lr x (new / old)"
+    }
+}
+
+fn lr_scale(new: usize, old: usize, adam_like: bool) -> f64 {
+    let ratio = new as f64 / old as f64;
+    if adam_like {
+        ratio.sqrt()
+    } else {
+        ratio
+    }
+}
+
+/// How to reach a `target` effective batch with per-step batches of at most `limit` (the
+/// recommended batch). The fewest accumulation steps whose per-step batch divides the target
+/// exactly (looking up to twice the fewest steps possible) keep the effective batch and the
+/// learning rate; failing that, the fewest steps with the per-step batch rounded up grow the
+/// effective batch a little, and the learning-rate rule says by how much. A target that fits
+/// in one step stays as it is: a larger per-step batch would be a larger effective batch, a
+/// training change rather than a memory one, so the advice only says what it would take.
+pub fn accumulation(target: usize, limit: usize, adam_like: bool) -> Accumulation {
+    let target = target.max(1);
+    let limit = limit.max(1);
+    let fewest = target.div_ceil(limit);
+    let exact = (fewest..=2 * fewest).find(|s| target % s == 0);
+    let steps = exact.unwrap_or(fewest);
+    let batch = target.div_ceil(steps);
+    let effective = steps * batch;
+    let scale = lr_scale(effective, target, adam_like);
+    let mut advice = if effective == target {
+        format!(
+            "{steps} step(s) of {batch} keep the effective batch at {target}: keep the learning rate"
+        )
+    } else {
+        format!(
+            "{steps} step(s) of {batch} give an effective batch of {effective}, not {target}: scale the learning rate by {scale:.4} ({})",
+            lr_rule(adam_like)
+        )
+    };
+    if steps == 1 && limit > target {
+        advice.push_str(&format!(
+            "; batches up to {limit} fit: running {limit} per step makes the effective batch {:.1}x larger, then scale the learning rate by {:.3} ({})",
+            limit as f64 / target as f64,
+            lr_scale(limit, target, adam_like),
+            lr_rule(adam_like)
+        ));
+    }
+    Accumulation {
+        target,
+        batch,
+        steps,
+        effective,
+        lr_scale: scale,
+        advice,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,19 +340,6 @@ mod tests {
         assert_eq!(margin_for(141 << 30), 0.05);
         assert!(leaves_margin(95, 100, 0.05));
         assert!(!leaves_margin(96, 100, 0.05));
-    }
-
-    #[test]
-    fn sizes_at_each_granularity() {
-        assert_eq!(snap_down(M8, 1003), 1000);
-        assert_eq!(snap_down(M8, 7), 0);
-        assert_eq!(snap_down(Granularity::Pow2, 1000), 512);
-        assert_eq!(snap_down(Granularity::Pow2, 1024), 1024);
-        assert_eq!(snap_down(Granularity::Pow2, 0), 0);
-        assert_eq!(
-            size_at(Granularity::Pow2, index_below(Granularity::Pow2, 5) + 1),
-            8
-        );
     }
 
     #[test]
@@ -383,31 +421,47 @@ mod tests {
     }
 
     #[test]
-    fn a_line_through_the_two_largest_points() {
-        let l = Line::through(&[
-            (8, 1_080_000_000),
-            (100, 2_000_000_000),
-            (50, 1_500_000_000),
-        ])
-        .unwrap();
-        assert!((l.bytes_per_sample - 1e7).abs() < 1e-6);
-        assert!((l.fixed_bytes - 1e9).abs() < 1.0);
-        assert_eq!(l.batch_within(11e9), 1000);
-        let p = Line::through(&[(10, 1000)]).unwrap();
-        assert_eq!((p.fixed_bytes, p.bytes_per_sample), (0.0, 100.0));
-        // Memory that does not grow gives the proportional line through the largest point.
-        let flat = Line::through(&[(10, 1000), (20, 1000)]).unwrap();
-        assert_eq!(flat.bytes_per_sample, 50.0);
-        assert!(Line::through(&[]).is_none());
-        assert_eq!(l.batch_within(0.5e9), 0);
-    }
-
-    #[test]
     fn batch_status() {
         let t = tiers(10_000, M8, 0.1, PeakModel::Proportional);
         assert_eq!(status(12_000, &t), BatchStatus::TooBig);
         assert_eq!(status(9_500, &t), BatchStatus::Tight);
         assert_eq!(status(4_096, &t), BatchStatus::FitsWell);
         assert_eq!(status(64, &t), BatchStatus::Wasteful);
+    }
+
+    #[test]
+    fn accumulation_advice() {
+        let a = accumulation(1024, 256, false);
+        assert_eq!(
+            (a.steps, a.batch, a.effective, a.lr_scale),
+            (4, 256, 1024, 1.0)
+        );
+        assert!(a.advice.contains("keep the learning rate"));
+        // 3 steps cannot split 1000 evenly; 4 steps of 250 can and keep it.
+        let a = accumulation(1000, 384, false);
+        assert_eq!((a.steps, a.batch, a.effective), (4, 250, 1000));
+        // 1031 is prime: 3 steps of 344 = 1032, and the learning rate follows.
+        let a = accumulation(1031, 384, false);
+        assert_eq!((a.steps, a.batch, a.effective), (3, 344, 1032));
+        assert!((a.lr_scale - 1032.0 / 1031.0).abs() < 1e-12);
+        assert!(a.advice.contains("1.0010") && a.advice.contains("linear"));
+        let a = accumulation(1031, 384, true);
+        assert!((a.lr_scale - (1032.0f64 / 1031.0).sqrt()).abs() < 1e-12);
+        assert!(a.advice.contains("square-root"));
+        // A target that fits in one step is kept; the advice says what the limit would mean.
+        let a = accumulation(100, 4096, false);
+        assert_eq!(
+            (a.steps, a.batch, a.effective, a.lr_scale),
+            (1, 100, 100, 1.0)
+        );
+        assert!(a.advice.contains("41.0x larger"), "{}", a.advice);
+        assert!(a.advice.contains("by 40.960"), "{}", a.advice);
+        let a = accumulation(100, 4096, true);
+        assert!(a.advice.contains("by 6.400"), "{}", a.advice);
+        // Never above the limit.
+        for (t, l) in [(7usize, 3usize), (1 << 20, 61_640_992), (99_991, 1000)] {
+            let a = accumulation(t, l, false);
+            assert!(a.batch <= l && a.effective >= t && a.steps * a.batch == a.effective);
+        }
     }
 }

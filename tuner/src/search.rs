@@ -23,7 +23,8 @@
 
 use serde::Serialize;
 
-use crate::recommend::{index_below, size_at, Line};
+use crate::granularity::{index_below, size_at, Granularity};
+use crate::line::Line;
 
 /// The search's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,24 +35,6 @@ pub struct Found {
     pub trials: Vec<(usize, bool)>,
     /// Whether `maximum + granularity` (the next candidate) was tried and failed.
     pub next_failed: bool,
-}
-
-/// The granularity of the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Granularity {
-    Multiple(usize),
-    Pow2,
-}
-
-impl Granularity {
-    /// The multiple to snap to; None for powers of two.
-    pub fn multiple(self) -> Option<usize> {
-        match self {
-            Granularity::Multiple(m) => Some(m),
-            Granularity::Pow2 => None,
-        }
-    }
 }
 
 /// What one trial of the finder says: whether the batch fit, and where it knows them, its peak
@@ -311,80 +294,6 @@ fn next_step(step: usize, k: usize) -> usize {
     }
 }
 
-/// Gradient accumulation for a target effective batch.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Accumulation {
-    pub target: usize,
-    /// Per-step batch and accumulation steps: what is written into the config.
-    pub batch: usize,
-    pub steps: usize,
-    pub effective: usize,
-    /// The learning-rate factor the effective batch's change asks for (1 when kept).
-    pub lr_scale: f64,
-    pub advice: String,
-}
-
-fn lr_rule(adam_like: bool) -> &'static str {
-    if adam_like {
-        "square-root rule for Adam-type optimizers: lr x sqrt(new / old)"
-    } else {
-        "linear rule for SGD: lr x (new / old)"
-    }
-}
-
-fn lr_scale(new: usize, old: usize, adam_like: bool) -> f64 {
-    let ratio = new as f64 / old as f64;
-    if adam_like {
-        ratio.sqrt()
-    } else {
-        ratio
-    }
-}
-
-/// How to reach a `target` effective batch with per-step batches of at most `limit` (the
-/// recommended batch). The fewest accumulation steps whose per-step batch divides the target
-/// exactly (looking up to twice the fewest steps possible) keep the effective batch and the
-/// learning rate; failing that, the fewest steps with the per-step batch rounded up grow the
-/// effective batch a little, and the learning-rate rule says by how much. A target that fits
-/// in one step stays as it is: a larger per-step batch would be a larger effective batch, a
-/// training change rather than a memory one, so the advice only says what it would take.
-pub fn accumulation(target: usize, limit: usize, adam_like: bool) -> Accumulation {
-    let target = target.max(1);
-    let limit = limit.max(1);
-    let fewest = target.div_ceil(limit);
-    let exact = (fewest..=2 * fewest).find(|s| target % s == 0);
-    let steps = exact.unwrap_or(fewest);
-    let batch = target.div_ceil(steps);
-    let effective = steps * batch;
-    let scale = lr_scale(effective, target, adam_like);
-    let mut advice = if effective == target {
-        format!(
-            "{steps} step(s) of {batch} keep the effective batch at {target}: keep the learning rate"
-        )
-    } else {
-        format!(
-            "{steps} step(s) of {batch} give an effective batch of {effective}, not {target}: scale the learning rate by {scale:.4} ({})",
-            lr_rule(adam_like)
-        )
-    };
-    if steps == 1 && limit > target {
-        advice.push_str(&format!(
-            "; batches up to {limit} fit: running {limit} per step makes the effective batch {:.1}x larger, then scale the learning rate by {:.3} ({})",
-            limit as f64 / target as f64,
-            lr_scale(limit, target, adam_like),
-            lr_rule(adam_like)
-        ));
-    }
-    Accumulation {
-        target,
-        batch,
-        steps,
-        effective,
-        lr_scale: scale,
-        advice,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,39 +548,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn accumulation_advice() {
-        let a = accumulation(1024, 256, false);
-        assert_eq!(
-            (a.steps, a.batch, a.effective, a.lr_scale),
-            (4, 256, 1024, 1.0)
-        );
-        assert!(a.advice.contains("keep the learning rate"));
-        // 3 steps cannot split 1000 evenly; 4 steps of 250 can and keep it.
-        let a = accumulation(1000, 384, false);
-        assert_eq!((a.steps, a.batch, a.effective), (4, 250, 1000));
-        // 1031 is prime: 3 steps of 344 = 1032, and the learning rate follows.
-        let a = accumulation(1031, 384, false);
-        assert_eq!((a.steps, a.batch, a.effective), (3, 344, 1032));
-        assert!((a.lr_scale - 1032.0 / 1031.0).abs() < 1e-12);
-        assert!(a.advice.contains("1.0010") && a.advice.contains("linear"));
-        let a = accumulation(1031, 384, true);
-        assert!((a.lr_scale - (1032.0f64 / 1031.0).sqrt()).abs() < 1e-12);
-        assert!(a.advice.contains("square-root"));
-        // A target that fits in one step is kept; the advice says what the limit would mean.
-        let a = accumulation(100, 4096, false);
-        assert_eq!(
-            (a.steps, a.batch, a.effective, a.lr_scale),
-            (1, 100, 100, 1.0)
-        );
-        assert!(a.advice.contains("41.0x larger"), "{}", a.advice);
-        assert!(a.advice.contains("by 40.960"), "{}", a.advice);
-        let a = accumulation(100, 4096, true);
-        assert!(a.advice.contains("by 6.400"), "{}", a.advice);
-        // Never above the limit.
-        for (t, l) in [(7usize, 3usize), (1 << 20, 61_640_992), (99_991, 1000)] {
-            let a = accumulation(t, l, false);
-            assert!(a.batch <= l && a.effective >= t && a.steps * a.batch == a.effective);
-        }
-    }
 }

@@ -11,10 +11,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use common::{Error, Result};
 
-use super::classify::Status;
-use super::command::Params;
-use super::device::Device;
-use super::trial::TrialResult;
+use crate::classify::Status;
+use crate::program::Params;
+use crate::gpu::Device;
+use crate::trial::TrialResult;
 
 /// The results file: one [TrialResult] as JSON per line, flushed line by line.
 pub struct ResultsFile {

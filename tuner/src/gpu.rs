@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::memory::{open_nvml, MemoryProbe, NvmlKey, NvmlProbe};
+use crate::nvml::{open_nvml, MemoryProbe, NvmlKey, NvmlProbe};
 
 /// One GPU a trial can run on.
 #[derive(Clone, Serialize)]

@@ -5,14 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::process::Exit;
+use common::process::Exit;
 
 /// A trial's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
-    /// Exited with status 0.
+    /// Exited with status 0 after every step it was told to run (or reported none at all), or
+    /// was stopped once it had shown what was asked.
     Ok,
+    /// Exited with status 0 after fewer step lines than it was told to run.
+    Incomplete,
     /// Ended with one of the out-of-memory messages below.
     Oom,
     /// Ran past the time limit; its process group was killed.
@@ -137,20 +140,51 @@ pub struct Classified {
     pub reason: String,
 }
 
-/// Exit 0 is OK whatever was printed (a program may catch an out-of-memory and go on); a
+/// How many step lines a trial reported, of how many it was told to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steps {
+    pub reported: usize,
+    pub told: usize,
+}
+
+/// Exit 0 is OK whatever was printed (a program may catch an out-of-memory and go on), unless
+/// it reported some steps but fewer than it was told (INCOMPLETE); a program stopped once it
+/// had shown what was asked is OK, unless what stopped it was an out-of-memory message; a
 /// non-zero exit with an out-of-memory message is OOM; a timeout is HANG, unless the program
-/// ran out of memory first and then hung (a collective waiting for a rank that died); the
-/// rest is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
-pub fn classify(exit: Exit, stderr: &str, stdout: &str) -> Classified {
-    if exit.success() {
-        return Classified {
-            status: Status::Ok,
-            oom: None,
-            reason: exit.describe(),
-        };
+/// ran out of memory first and then hung (a collective waiting for a rank that died); the rest
+/// is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
+pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classified {
+    let oom = || find_oom(stderr).or_else(|| find_oom(stdout));
+    let plain = |status| Classified {
+        status,
+        oom: None,
+        reason: exit.describe(),
+    };
+    match exit {
+        Exit::Code(0) if steps.reported > 0 && steps.reported < steps.told => {
+            return Classified {
+                status: Status::Incomplete,
+                oom: None,
+                reason: format!(
+                    "exit status 0 after {} of the {} steps it was told to run",
+                    steps.reported, steps.told
+                ),
+            }
+        }
+        Exit::Code(0) => return plain(Status::Ok),
+        Exit::Stopped => {
+            return match oom() {
+                Some(m) => Classified {
+                    status: Status::Oom,
+                    reason: format!("out of memory ({}), stopped at the message", m.stack),
+                    oom: Some(m),
+                },
+                None => plain(Status::Ok),
+            }
+        }
+        _ => {}
     }
-    let oom = find_oom(stderr).or_else(|| find_oom(stdout));
-    match (oom, exit) {
+    match (oom(), exit) {
         (Some(m), Exit::TimedOut) => Classified {
             status: Status::Oom,
             reason: format!(
@@ -164,22 +198,16 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str) -> Classified {
             reason: format!("out of memory ({}), {}", m.stack, exit.describe()),
             oom: Some(m),
         },
-        (None, Exit::TimedOut) => Classified {
-            status: Status::Hang,
-            oom: None,
-            reason: exit.describe(),
-        },
-        (None, _) => Classified {
-            status: Status::Failed,
-            oom: None,
-            reason: exit.describe(),
-        },
+        (None, Exit::TimedOut) => plain(Status::Hang),
+        (None, _) => plain(Status::Failed),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ALL: Steps = Steps { reported: 4, told: 4 };
 
     /// Real messages of each stack (as the stacks print them), with the stack that must be
     /// named.
@@ -260,7 +288,7 @@ mod tests {
     #[test]
     fn every_stack_s_message_is_out_of_memory_and_named() {
         for (stack, line) in OOM_MESSAGES {
-            let c = classify(Exit::Code(1), &traceback(line), "");
+            let c = classify(Exit::Code(1), &traceback(line), "", ALL);
             assert_eq!(c.status, Status::Oom, "{line}");
             let m = c.oom.expect("a message");
             assert_eq!(m.stack, *stack, "{line}");
@@ -273,11 +301,11 @@ mod tests {
     #[test]
     fn host_memory_and_other_errors_are_failures() {
         for line in NOT_OOM {
-            let c = classify(Exit::Code(1), &traceback(line), "");
+            let c = classify(Exit::Code(1), &traceback(line), "", ALL);
             assert_eq!(c.status, Status::Failed, "{line}");
             assert!(c.oom.is_none());
         }
-        let c = classify(Exit::Signal(9), "", "");
+        let c = classify(Exit::Signal(9), "", "", ALL);
         assert_eq!(c.status, Status::Failed);
         assert!(c.reason.contains("out-of-memory killer"), "{}", c.reason);
     }
@@ -286,19 +314,19 @@ mod tests {
     fn the_exit_status_decides_first() {
         let oom = traceback(OOM_MESSAGES[0].1);
         // A program that caught an out-of-memory and finished is fine.
-        assert_eq!(classify(Exit::Code(0), &oom, "").status, Status::Ok);
+        assert_eq!(classify(Exit::Code(0), &oom, "", ALL).status, Status::Ok);
         // Killed by a signal after the message: still the message's answer.
-        assert_eq!(classify(Exit::Signal(6), &oom, "").status, Status::Oom);
+        assert_eq!(classify(Exit::Signal(6), &oom, "", ALL).status, Status::Oom);
         // A hang with no message is a hang; after an out-of-memory it is the out-of-memory.
         assert_eq!(
-            classify(Exit::TimedOut, "step 3\n", "").status,
+            classify(Exit::TimedOut, "step 3\n", "", ALL).status,
             Status::Hang
         );
-        let c = classify(Exit::TimedOut, &oom, "");
+        let c = classify(Exit::TimedOut, &oom, "", ALL);
         assert_eq!(c.status, Status::Oom);
         assert!(c.reason.contains("then hung"));
         // A traceback logged to stdout counts too.
-        assert_eq!(classify(Exit::Code(1), "", &oom).status, Status::Oom);
+        assert_eq!(classify(Exit::Code(1), "", &oom, ALL).status, Status::Oom);
     }
 
     #[test]
@@ -317,5 +345,20 @@ mod tests {
             s,
             ["\"OK\"", "\"OOM\"", "\"HANG\"", "\"FAILED\"", "\"SKIPPED\""]
         );
+    }
+
+    #[test]
+    fn fewer_steps_than_told_is_incomplete_and_a_stop_at_the_message_is_oom() {
+        let some = Steps { reported: 1, told: 4 };
+        let c = classify(Exit::Code(0), "", "", some);
+        assert_eq!(c.status, Status::Incomplete);
+        assert!(c.reason.contains("1 of the 4"), "{}", c.reason);
+        let none = Steps { reported: 0, told: 4 };
+        assert_eq!(classify(Exit::Code(0), "", "", none).status, Status::Ok);
+        assert_eq!(classify(Exit::Stopped, "step 3\n", "", some).status, Status::Ok);
+        let oom = traceback("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB");
+        let c = classify(Exit::Stopped, &oom, "", some);
+        assert_eq!(c.status, Status::Oom);
+        assert!(c.reason.contains("stopped at the message"));
     }
 }

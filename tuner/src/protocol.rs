@@ -22,6 +22,9 @@ pub struct StepRecord {
     pub optimizer_s: Option<f64>,
     /// Peak device memory the framework saw (bytes).
     pub peak_memory_bytes: Option<u64>,
+    /// The share of the step the GPU was working (0..1), as the program measured it.
+    #[serde(default)]
+    pub gpu_busy: Option<f64>,
 }
 
 /// The program's closing line, `"kind": "end"`.
@@ -30,6 +33,9 @@ pub struct EndRecord {
     /// The program's own count of samples per second.
     pub samples_per_s: Option<f64>,
     pub peak_memory_bytes: Option<u64>,
+    /// The share of the measured steps the GPU was working (0..1).
+    #[serde(default)]
+    pub gpu_busy: Option<f64>,
 }
 
 /// The program's `"kind": "device"` line: the GPU as the framework sees it, written once the
@@ -138,6 +144,7 @@ fn parse_line(line: &str) -> Result<Line, String> {
         "end" => Ok(Line::End(EndRecord {
             samples_per_s: seconds_like(&o, "samples_per_s")?,
             peak_memory_bytes: whole(&o, "peak_memory_bytes")?,
+            gpu_busy: share(&o, "gpu_busy")?,
         })),
         "device" => Ok(Line::Device(DeviceRecord {
             name: match o.get("name") {
@@ -175,7 +182,24 @@ fn step(o: &Map<String, Value>) -> Result<StepRecord, String> {
         backward_s: seconds_like(o, "backward_s")?,
         optimizer_s: seconds_like(o, "optimizer_s")?,
         peak_memory_bytes: whole(o, "peak_memory_bytes")?,
+        gpu_busy: share(o, "gpu_busy")?,
     })
+}
+
+/// A step line's record, or None for any other line (used while the program runs; the whole
+/// file is read again at the end).
+pub fn step_of(line: &str) -> Option<StepRecord> {
+    match parse_line(line) {
+        Ok(Line::Step(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn share(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, String> {
+    match seconds_like(o, key)? {
+        Some(x) if x > 1.0 => Err(format!("'{key}' must be a share in 0..1, found {x}")),
+        v => Ok(v),
+    }
 }
 
 /// A non-negative finite number, or absent (null counts as absent).
@@ -266,6 +290,10 @@ pub struct Measured {
     /// The GPU as the program reported it.
     #[serde(default)]
     pub device: Option<DeviceRecord>,
+    /// The share of the measured steps the GPU was working, as the program measured it: the
+    /// median of its steps' figures, else its end line's.
+    #[serde(default)]
+    pub gpu_busy: Option<f64>,
 }
 
 impl Measured {
@@ -340,6 +368,9 @@ impl Measured {
             clock_samples_per_s,
             clock_difference,
             device: report.device.clone(),
+            gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
+                .map(|m| m.median)
+                .or(report.end.as_ref().and_then(|e| e.gpu_busy)),
         }
     }
 }
@@ -437,6 +468,7 @@ mod tests {
                     backward_s: None,
                     optimizer_s: None,
                     peak_memory_bytes: Some((t * 1e6) as u64),
+                    gpu_busy: None,
                 })
                 .collect(),
             ..ReportFile::default()
@@ -450,6 +482,7 @@ mod tests {
         r.end = Some(EndRecord {
             samples_per_s: Some(990.0),
             peak_memory_bytes: None,
+            gpu_busy: None,
         });
         let m = Measured::from_report(&r, 2, Some((600, 100.0)), &[]);
         assert_eq!(m.source, ThroughputSource::Protocol);

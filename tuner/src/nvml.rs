@@ -7,9 +7,9 @@
 //! reports one, is kept beside this reading.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,11 @@ pub trait MemoryProbe: Send + Sync {
     }
     /// The device's name.
     fn device_name(&self) -> Option<String> {
+        None
+    }
+    /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
+    /// product) in which a kernel ran.
+    fn utilization(&self) -> Option<u32> {
         None
     }
 }
@@ -84,6 +89,9 @@ impl MemoryProbe for NvmlProbe {
 
     fn device_name(&self) -> Option<String> {
         self.device()?.name().ok()
+    }
+    fn utilization(&self) -> Option<u32> {
+        self.device()?.utilization_rates().ok().map(|u| u.gpu)
     }
 }
 
@@ -148,6 +156,8 @@ pub struct Watch {
     /// NVML listed processes, none of them the trial's.
     pub only_strangers: bool,
     pub device_peak: Option<u64>,
+    /// NVML's utilization samples: (seconds since the sampler started, percent).
+    pub utilization: Vec<(f64, u32)>,
 }
 
 impl Watch {
@@ -180,6 +190,13 @@ impl Watch {
         if let Some(used) = device_used {
             self.device_peak = Some(self.device_peak.map_or(used, |p| p.max(used)));
         }
+    }
+
+    /// The peak so far in the reading's terms: per-process where accounted, else the device's
+    /// rise over `before`.
+    pub fn peak_so_far(&self, before: Option<u64>) -> Option<u64> {
+        self.group_peak
+            .or_else(|| Some(self.device_peak?.saturating_sub(before?)).filter(|&p| p > 0))
     }
 
     /// The reading: per-process where NVML accounted the trial's processes, else the device's
@@ -244,36 +261,46 @@ impl Watch {
     }
 }
 
-/// Samples a probe every `period` on a thread of its own until finished.
+/// Samples a probe every `period` on a thread of its own until finished; what it saw so far
+/// can be read while it runs.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Watch>>,
+    watch: Arc<Mutex<Watch>>,
+    thread: Option<JoinHandle<()>>,
     before: Option<u64>,
 }
 
 impl Sampler {
     /// Start sampling the processes of group `pgid` (and their descendants). `before` is the
-    /// device's use read just before the trial started.
+    /// device's use read just before the trial started; `start` the trial's clock.
     pub fn start(
         probe: Arc<dyn MemoryProbe>,
         pgid: u32,
         period: Duration,
         before: Option<u64>,
+        start: Instant,
     ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let watch = Arc::new(Mutex::new(Watch::default()));
+        let (flag, shared) = (stop.clone(), watch.clone());
         let thread = std::thread::Builder::new()
             .name("trial-memory".into())
             .spawn(move || {
-                let mut watch = Watch::default();
                 let is_trials = |pid: u32| belongs_to(pid, pgid);
                 loop {
                     // One last sample after the stop, so a short trial is sampled at least once.
                     let stopping = flag.load(Ordering::Relaxed);
                     let list = probe.processes();
-                    watch.add(list.as_deref(), probe.device_used(), &is_trials);
+                    let used = probe.device_used();
+                    let util = probe.utilization();
+                    let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    w.add(list.as_deref(), used, &is_trials);
+                    if let Some(u) = util {
+                        w.utilization.push((start.elapsed().as_secs_f64(), u));
+                    }
+                    drop(w);
                     if stopping {
-                        return watch;
+                        return;
                     }
                     std::thread::park_timeout(period);
                 }
@@ -281,23 +308,31 @@ impl Sampler {
             .ok();
         Sampler {
             stop,
+            watch,
             thread,
             before,
         }
     }
 
-    /// Stop and read. Call right after the trial's leader exited, before its group is gone
-    /// from NVML's list for long.
-    pub fn finish(mut self) -> MemoryReading {
+    /// The peak so far and the number of samples taken.
+    pub fn so_far(&self) -> (Option<u64>, usize) {
+        let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        (w.peak_so_far(self.before), w.samples)
+    }
+
+    /// Stop and read: the memory reading and the utilization samples. Call right after the
+    /// trial's leader exited, before its group is gone from NVML's list for long.
+    pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
         self.stop.store(true, Ordering::Relaxed);
         let Some(thread) = self.thread.take() else {
-            return MemoryReading::unmeasured("the memory sampler could not start");
+            return (MemoryReading::unmeasured("the memory sampler could not start"), Vec::new());
         };
         thread.thread().unpark();
-        match thread.join() {
-            Ok(watch) => watch.reading(self.before),
-            Err(_) => MemoryReading::unmeasured("the memory sampler failed"),
+        if thread.join().is_err() {
+            return (MemoryReading::unmeasured("the memory sampler failed"), Vec::new());
         }
+        let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        (w.reading(self.before), std::mem::take(&mut w.utilization))
     }
 }
 
@@ -424,9 +459,11 @@ mod tests {
         let me = std::process::id();
         let (_, group) = stat_of(me).expect("/proc is readable");
         let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
-        let s = Sampler::start(probe, group, Duration::from_millis(5), Some(0));
+        let s = Sampler::start(probe, group, Duration::from_millis(5), Some(0), Instant::now());
         std::thread::sleep(Duration::from_millis(100));
-        let r = s.finish();
+        assert_eq!(s.so_far().0, Some(9));
+        let (r, utilization) = s.finish();
+        assert!(utilization.is_empty(), "the probe reads no utilization");
         assert_eq!(r.source, MemorySource::NvmlProcess);
         assert_eq!(r.peak_bytes, Some(9));
         assert!(r.samples >= 3, "{}", r.samples);

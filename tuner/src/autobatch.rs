@@ -1,0 +1,433 @@
+//! `tuner autobatch -- COMMAND`: the largest batch that holds in a real run.
+//!
+//! 1. **Search** ([crate::search]): each trial asks "does batch B fit?" and runs only until the
+//!    program's memory is steady (the optimizer's state exists and two consecutive steps'
+//!    peaks agree, [crate::trial::steady]) or until it runs out of memory, which ends it at the
+//!    message. The largest size seen to fit is the candidate.
+//! 2. **Confirmation**: the candidate trains `--confirm-steps` steps (20 by default) in a
+//!    process of its own, start to end. A step that needs more memory than the first ones
+//!    showed (an allocator that fragments, a workspace chosen late) shows here. When it fails,
+//!    the answer steps down, one size, then two, four..., until a size holds, and is then
+//!    pinned between the largest size that held and the smallest that failed.
+//! 3. **Answer**: the largest size confirmed, with the next size seen to fail; the tiers of the
+//!    one rule under it ([crate::recommend]); the split with gradient accumulation for a target
+//!    effective batch. Printed; written into the config (`--write`) and the team file
+//!    (`--team`) only when asked.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use common::report::Provenance;
+use common::{Error, Result};
+
+use crate::config::{Settings, MAX_BATCH};
+use crate::granularity::{index_below, size_at, Granularity};
+use crate::program::{Params, Program};
+use crate::queue::ResultsFile;
+use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
+use crate::run::{default_margin, kept_at, DeviceSummary, Run};
+use crate::search::{self, Found, Probe};
+use crate::trial::{Stop, TrialResult};
+use crate::writeback::{self, TeamEntry};
+
+pub const SCHEMA: &str = "tuner-autobatch/2";
+
+/// Optimizer steps a search trial may run: one of warmup, then until memory is steady (the
+/// third step at the earliest) or this many.
+pub const SEARCH_WARMUP: usize = 1;
+pub const SEARCH_STEPS: usize = 11;
+
+/// Steps of the confirmation run, by default.
+pub const CONFIRM_STEPS: usize = 20;
+
+/// What the user asks of the finder.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub start: usize,
+    pub granularity: Granularity,
+    pub margin: Option<f64>,
+    pub confirm_steps: usize,
+    pub effective_batch: Option<usize>,
+    /// Write the answer into this config.
+    pub write: Option<PathBuf>,
+    pub team: Option<PathBuf>,
+    /// The team entry's model (default: the command).
+    pub model_name: Option<String>,
+}
+
+/// Check what can be checked before any GPU time.
+pub fn check(o: &Options) -> std::result::Result<(), String> {
+    if o.start == 0 {
+        return Err("--start must be at least 1".into());
+    }
+    if o.granularity == Granularity::Multiple(0) {
+        return Err("--multiple-of must be at least 1".into());
+    }
+    if o.confirm_steps == 0 {
+        return Err("--confirm-steps must be at least 1".into());
+    }
+    if let Some(path) = &o.write {
+        writeback::check_writable(path)?;
+    }
+    Ok(())
+}
+
+/// Why the finder stopped without an answer.
+#[derive(Debug)]
+pub struct Stopped(pub Box<TrialResult>);
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = &self.0;
+        write!(
+            f,
+            "batch {} {}, which says nothing about memory: the search stops here",
+            r.params.batch_size,
+            r.verdict()
+        )?;
+        if !r.stderr_tail.is_empty() {
+            write!(f, "; its stderr ended with:")?;
+            for line in &r.stderr_tail {
+                write!(f, "\n    {line}")?;
+            }
+        }
+        if let Some(folder) = &r.folder {
+            write!(f, "\n(its output is kept in {})", folder.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// One confirmation run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmation {
+    pub batch_size: usize,
+    pub steps: usize,
+    pub held: bool,
+    pub trial: TrialResult,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AutobatchReport {
+    pub schema: &'static str,
+    pub command: Vec<String>,
+    pub device: DeviceSummary,
+    pub gpu_name: String,
+    /// How the trials started.
+    pub launch: String,
+    pub provenance: Provenance,
+    pub settings: Settings,
+    pub amp: bool,
+    pub workers: usize,
+    pub start: usize,
+    pub granularity: Granularity,
+    /// The search: every trial as (batch, fitted), its largest fit.
+    pub found: Found,
+    pub search: Vec<TrialResult>,
+    pub confirmations: Vec<Confirmation>,
+    /// The answer: the largest size that held for the confirmation's steps.
+    pub maximum: usize,
+    /// The smallest size above it seen to fail (in the search or a confirmation).
+    pub next_failing: Option<usize>,
+    pub memory: MemoryFit,
+    pub margin: f64,
+    pub tiers: Tiers,
+    pub accumulation: Option<Accumulation>,
+    /// What the config gets (or would): batch size and accumulation steps.
+    pub batch_size: usize,
+    pub accumulation_steps: usize,
+    pub search_wall_s: f64,
+    pub confirm_wall_s: f64,
+    pub total_wall_s: f64,
+    pub written_config: Option<PathBuf>,
+    pub backup: Option<PathBuf>,
+    pub team_entry: TeamEntry,
+    pub team_file: Option<PathBuf>,
+    pub trials_file: Option<PathBuf>,
+    #[serde(skip)]
+    pub kept: Option<String>,
+}
+
+fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
+    match values {
+        [v] => Ok(*v),
+        _ => Err(Error::invalid(format!("choose one here: {flag}"))),
+    }
+}
+
+/// What a search trial tells the search.
+fn probe(r: &TrialResult) -> std::result::Result<Probe, Stopped> {
+    let fits = r.fits().ok_or_else(|| Stopped(Box::new(r.clone())))?;
+    let (peak, limit) = r.memory_terms();
+    Ok(Probe {
+        fits,
+        peak_bytes: peak.filter(|_| fits),
+        limit_bytes: limit,
+    })
+}
+
+pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
+    check(o).map_err(Error::invalid)?;
+    let amp = one_of(&settings.amp, "--amp on or --amp off")?;
+    let workers = one_of(&settings.workers, "--workers N")?;
+    let device = &run.devices[0];
+    if run.devices.len() > 1 {
+        run.progress.line(&format!(
+            "autobatch searches on one GPU: {} (the answer is per GPU model)",
+            device.label
+        ));
+    }
+    let params = |batch_size, steps, warmup_steps| Params {
+        batch_size,
+        workers,
+        amp,
+        accumulation: 1,
+        steps,
+        warmup_steps,
+    };
+    let mut results = ResultsFile::create(&run.results_path)?;
+    run.announce("autobatch", None);
+    let mut trials: Vec<TrialResult> = Vec::new();
+    let found = search::find(o.start, o.granularity, MAX_BATCH, |batch| {
+        let r = run.one(
+            device,
+            &params(batch, SEARCH_STEPS, SEARCH_WARMUP),
+            trials.len(),
+            Stop::WhenSteady,
+            &mut results,
+        );
+        let answer = probe(&r);
+        trials.push(r);
+        answer
+    })
+    .map_err(|stopped| Error::invalid(stopped.to_string()))?
+    .map_err(Error::invalid)?;
+    let search_wall_s = run.elapsed_s();
+
+    // Confirm the candidate; step down until a size holds.
+    let mut failed: Vec<usize> = found.trials.iter().filter(|t| !t.1).map(|t| t.0).collect();
+    let mut confirmations: Vec<Confirmation> = Vec::new();
+    let mut held: Option<usize> = None;
+    let mut candidate = index_below(o.granularity, found.maximum);
+    let mut step = 1;
+    let floor = index_below(o.granularity, 1).max(usize::from(matches!(o.granularity, Granularity::Multiple(_))));
+    loop {
+        let batch = size_at(o.granularity, candidate);
+        let r = run.one(
+            device,
+            &params(batch, o.confirm_steps, 0),
+            trials.len() + confirmations.len(),
+            Stop::AtExit,
+            &mut results,
+        );
+        let fits = match r.fits() {
+            Some(f) => f && r.reached_steps,
+            None => return Err(Error::invalid(Stopped(Box::new(r)).to_string())),
+        };
+        confirmations.push(Confirmation {
+            batch_size: batch,
+            steps: o.confirm_steps,
+            held: fits,
+            trial: r,
+        });
+        if fits {
+            held = Some(candidate);
+        } else {
+            failed.push(batch);
+        }
+        let smallest_failed = failed
+            .iter()
+            .filter(|&&b| held.is_none_or(|h| b > size_at(o.granularity, h)))
+            .map(|&b| index_below(o.granularity, b).max(floor))
+            .min();
+        candidate = match (held, smallest_failed) {
+            (Some(h), Some(f)) if f > h + 1 => h + (f - h) / 2,
+            (Some(_), _) => break,
+            (None, _) if candidate <= floor => {
+                return Err(Error::invalid(format!(
+                    "no batch held for {} steps: even {batch} ran out of memory in its confirmation run",
+                    o.confirm_steps
+                )))
+            }
+            (None, _) => {
+                let next = candidate.saturating_sub(step).max(floor);
+                step *= 2;
+                next
+            }
+        };
+    }
+    let held = held.expect("the loop ends with a size that held");
+    let maximum = size_at(o.granularity, held);
+    let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
+    let confirm_wall_s = run.elapsed_s() - search_wall_s;
+
+    let all: Vec<&TrialResult> = trials.iter().chain(confirmations.iter().map(|c| &c.trial)).collect();
+    let memory = MemoryFit::of(&all);
+    let margin = o
+        .margin
+        .unwrap_or_else(|| default_margin(&[DeviceSummary::of(device)], &trials));
+    let tiers = memory.tiers(maximum, o.granularity, margin);
+    let target = o
+        .effective_batch
+        .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
+    let accumulation = target.map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
+    let (batch_size, accumulation_steps) = match &accumulation {
+        Some(a) => (a.batch, a.steps),
+        None => (tiers.recommended.max(1), 1),
+    };
+    let gpu_name = run.gpu_name(device, &trials);
+    let team_entry = TeamEntry {
+        gpu: gpu_name.clone(),
+        model: o
+            .model_name
+            .clone()
+            .unwrap_or_else(|| Program::display(&run.program.argv)),
+        batch_size,
+        accumulation_steps,
+        precision: if amp { "amp".into() } else { "fp32".into() },
+    };
+    let backup = match &o.write {
+        Some(path) => Some(writeback::write_config(path, batch_size, accumulation_steps).map_err(Error::invalid)?),
+        None => None,
+    };
+    if let Some(team) = &o.team {
+        writeback::write_team(team, &team_entry).map_err(Error::invalid)?;
+    }
+    let every: Vec<TrialResult> = all.into_iter().cloned().collect();
+    let (kept, trials_file) = run.finish(&every);
+    Ok(AutobatchReport {
+        schema: SCHEMA,
+        command: run.program.argv.clone(),
+        device: DeviceSummary::of(device),
+        gpu_name,
+        launch: run.launch(),
+        provenance: Provenance::now(),
+        settings,
+        amp,
+        workers,
+        start: o.start,
+        granularity: o.granularity,
+        found,
+        search: trials,
+        confirmations,
+        maximum,
+        next_failing,
+        memory,
+        margin,
+        tiers,
+        accumulation,
+        batch_size,
+        accumulation_steps,
+        search_wall_s,
+        confirm_wall_s,
+        total_wall_s: run.elapsed_s(),
+        written_config: o.write.clone(),
+        backup,
+        team_entry,
+        team_file: o.team.clone(),
+        trials_file,
+        kept,
+    })
+}
+
+pub fn render(r: &AutobatchReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "## tuner autobatch: `{}` on {}\n",
+        Program::display(&r.command),
+        r.gpu_name
+    );
+    let sizes = match r.granularity {
+        Granularity::Multiple(m) => format!("multiples of {m}"),
+        Granularity::Pow2 => "powers of two".into(),
+    };
+    let tried: Vec<String> = r
+        .search
+        .iter()
+        .map(|t| {
+            let how = match (t.fits(), t.steady_at) {
+                (Some(true), Some(at)) => format!("fits, steady at step {at}"),
+                (Some(true), None) => "fits".into(),
+                _ => "out of memory".into(),
+            };
+            format!("{} {how} ({:.1} s)", t.params.batch_size, t.wall_s)
+        })
+        .collect();
+    let _ = writeln!(
+        o,
+        "search from {} ({sizes}), each trial until its memory is steady: {} trials in {:.1} s: {}",
+        r.start,
+        r.search.len(),
+        r.search_wall_s,
+        tried.join(", ")
+    );
+    for c in &r.confirmations {
+        let _ = writeln!(
+            o,
+            "confirmation: batch {} for {} steps in a process of its own: {} ({:.1} s)",
+            c.batch_size,
+            c.steps,
+            if c.held { "held".to_string() } else { c.trial.verdict() },
+            c.trial.wall_s
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n**maximum {}**: held for {} steps; {}",
+        r.maximum,
+        r.confirmations.last().map_or(0, |c| c.steps),
+        match r.next_failing {
+            Some(n) => format!("{n} ran out of memory"),
+            None => "no larger size was seen to fail (the search reached its cap)".into(),
+        }
+    );
+    let _ = writeln!(o, "memory: {}", r.memory.describe());
+    let _ = writeln!(o, "{}", recommend::describe(&r.tiers, r.margin));
+    if let Some(a) = &r.accumulation {
+        let _ = writeln!(o, "gradient accumulation: {}", a.advice);
+    }
+    match (&r.written_config, &r.backup) {
+        (Some(c), Some(b)) => {
+            let _ = writeln!(
+                o,
+                "wrote batch_size = {} and accumulation_steps = {} into {} (backup {})",
+                r.batch_size,
+                r.accumulation_steps,
+                c.display(),
+                b.display()
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "for the config: batch_size = {}, accumulation_steps = {} (--write FILE writes them)",
+                r.batch_size, r.accumulation_steps
+            );
+        }
+    }
+    let e = &r.team_entry;
+    let what = format!(
+        "[gpus.\"{}\".\"{}\"] batch_size = {}, accumulation_steps = {}, precision = \"{}\"",
+        e.gpu, e.model, e.batch_size, e.accumulation_steps, e.precision
+    );
+    let _ = match &r.team_file {
+        Some(t) => writeln!(o, "team settings updated: {}: {what}", t.display()),
+        None => writeln!(o, "team entry (--team FILE writes it): {what}"),
+    };
+    let _ = writeln!(
+        o,
+        "\nautobatch: {:.1} s (search {:.1} s, confirmation {:.1} s; {}){}",
+        r.total_wall_s,
+        r.search_wall_s,
+        r.confirm_wall_s,
+        r.launch,
+        kept_at(&r.trials_file)
+    );
+    if let Some(k) = &r.kept {
+        let _ = writeln!(o, "{k}");
+    }
+    o
+}

@@ -1,0 +1,357 @@
+//! How a trial's process starts: spawned as the command says, or, for a Python program, forked
+//! from a parent that has already imported the program's modules ([ForkServer]). Either way the
+//! trial is a process of its own: its own process group (killed whole at the time limit), CUDA
+//! context, environment, working folder, stdout and stderr files.
+//!
+//! Why fork: a Python training program spends seconds importing its framework (PyTorch and
+//! torchvision take 8 to 12 s on a GPU machine) before it touches the GPU, in every trial. The
+//! fork server pays that once. It never initializes CUDA (it checks that the CUDA driver is not
+//! even loaded after the imports, and gives up otherwise), so each forked trial creates its own
+//! CUDA context exactly as a fresh process would.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use common::process::{spawn_in_group, Exit};
+use serde::Serialize;
+
+const SERVER: &str = include_str!("forkserver.py");
+
+/// What to start: the argv (`argv[0]` the program), its environment (added to the tuner's
+/// own), its folder, and where its output goes.
+pub struct Spawn<'a> {
+    pub argv: &'a [String],
+    pub env: Vec<(&'static str, OsString)>,
+    pub stdout: &'a Path,
+    pub stderr: &'a Path,
+}
+
+/// A started trial process.
+pub enum Running {
+    Spawned(Child),
+    Forked { pid: u32, server: Arc<ForkServer> },
+}
+
+impl Running {
+    /// Its process group (its pid: it leads the group).
+    pub fn pgid(&self) -> u32 {
+        match self {
+            Running::Spawned(c) => c.id(),
+            Running::Forked { pid, .. } => *pid,
+        }
+    }
+
+    /// Its exit, once it has one.
+    pub fn exited(&mut self) -> std::io::Result<Option<Exit>> {
+        match self {
+            Running::Spawned(c) => Ok(c.try_wait()?.map(Exit::of)),
+            Running::Forked { pid, server } => Ok(server.exit_of(*pid)),
+        }
+    }
+}
+
+/// Where trials come from.
+pub enum Launcher {
+    /// Every trial is the command, spawned.
+    Spawn,
+    /// Python trials forked from a server that imported the program's modules.
+    Fork(Arc<ForkServer>),
+}
+
+impl Launcher {
+    pub fn start(&self, s: &Spawn) -> std::io::Result<Running> {
+        match self {
+            Launcher::Spawn => spawn(s).map(Running::Spawned),
+            Launcher::Fork(server) => Ok(Running::Forked {
+                pid: server.fork(s)?,
+                server: server.clone(),
+            }),
+        }
+    }
+
+    /// How trials start, in words (for the report).
+    pub fn describe(&self) -> String {
+        match self {
+            Launcher::Spawn => "each trial spawned as the command says".into(),
+            Launcher::Fork(s) => format!(
+                "each trial forked from a Python parent that imported the program's modules once ({:.1} s: {})",
+                s.ready.seconds,
+                s.ready.imported.join(", ")
+            ),
+        }
+    }
+}
+
+fn spawn(s: &Spawn) -> std::io::Result<Child> {
+    let out = std::fs::File::create(s.stdout)?;
+    let err = std::fs::File::create(s.stderr)?;
+    let mut cmd = Command::new(&s.argv[0]);
+    cmd.args(&s.argv[1..])
+        .envs(s.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    spawn_in_group(cmd)
+}
+
+/// The Python program a command runs, where it is one the fork server can run as `python3`
+/// would: `PYTHON SCRIPT.py ARGS` or `PYTHON -m MODULE ARGS`, with no interpreter options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonProgram {
+    pub interpreter: String,
+    /// `["SCRIPT"]` or `["-m", "MODULE"]`.
+    pub target: Vec<String>,
+}
+
+impl PythonProgram {
+    pub fn of(argv: &[String]) -> Option<PythonProgram> {
+        let name = Path::new(argv.first()?).file_name()?.to_str()?;
+        let is_python = name == "python"
+            || name
+                .strip_prefix("python")
+                .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'));
+        if !is_python {
+            return None;
+        }
+        let target = match argv.get(1)?.as_str() {
+            "-m" => vec!["-m".to_string(), argv.get(2)?.clone()],
+            s if s.starts_with('-') => return None,
+            s => vec![s.to_string()],
+        };
+        // Placeholders in the script's name: each trial runs another program.
+        if target.iter().any(|t| t.contains('{')) {
+            return None;
+        }
+        Some(PythonProgram {
+            interpreter: argv[0].clone(),
+            target,
+        })
+    }
+
+    /// `sys.argv` of the forked child, from the command's whole argv: what follows the
+    /// interpreter (for `-m`, the module's name stands where runpy puts the module's file).
+    fn child_argv(&self, argv: &[String]) -> Vec<String> {
+        argv.get(self.target.len()..).unwrap_or_default().to_vec()
+    }
+}
+
+/// What the server said once its imports were done.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ready {
+    pub seconds: f64,
+    pub imported: Vec<String>,
+    /// Modules the program names that could not be imported in the parent (the trials import
+    /// them themselves).
+    pub failed: Vec<String>,
+}
+
+#[derive(Default)]
+struct Events {
+    started: Option<Result<u32, String>>,
+    exited: HashMap<u32, Exit>,
+    /// The server is gone: its children are killed with it.
+    gone: bool,
+}
+
+/// A Python parent process that imported the program's modules and forks trials on request.
+pub struct ForkServer {
+    program: PythonProgram,
+    server: Mutex<Child>,
+    stdin: Mutex<ChildStdin>,
+    events: Arc<(Mutex<Events>, Condvar)>,
+    pub ready: Ready,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ForkServer {
+    /// Start the server for `program` in the current folder and wait (at most `limit`) until it
+    /// has imported the program's modules. Err says why trials cannot be forked (the caller
+    /// spawns them instead, and says so).
+    pub fn start(program: PythonProgram, stderr: &Path, limit: Duration) -> Result<ForkServer, String> {
+        let err = std::fs::File::create(stderr)
+            .map_err(|e| format!("cannot create {}: {e}", stderr.display()))?;
+        let mut cmd = Command::new(&program.interpreter);
+        cmd.arg("-c")
+            .arg(SERVER)
+            .args(&program.target)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("NCCL_NVLS_ENABLE", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(err);
+        let mut child = spawn_in_group(cmd).map_err(|e| format!("could not start {}: {e}", program.interpreter))?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let events: Arc<(Mutex<Events>, Condvar)> = Arc::default();
+        let shared = events.clone();
+        std::thread::Builder::new()
+            .name("fork-server".into())
+            .spawn(move || {
+                let mut first = Some(tx);
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                        continue;
+                    };
+                    if let Some(tx) = first.take() {
+                        let _ = tx.send(v);
+                        continue;
+                    }
+                    let (m, cv) = &*shared;
+                    let mut ev = lock(m);
+                    if let Some(pid) = v.get("started").and_then(|p| p.as_u64()) {
+                        ev.started = Some(Ok(pid as u32));
+                    } else if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+                        ev.started = Some(Err(e.to_string()));
+                    } else if let Some(pid) = v.get("exited").and_then(|p| p.as_u64()) {
+                        let exit = match (v.get("code").and_then(|c| c.as_i64()), v.get("signal").and_then(|s| s.as_i64())) {
+                            (Some(c), _) => Exit::Code(c as i32),
+                            (None, Some(s)) => Exit::Signal(s as i32),
+                            _ => Exit::Code(-1),
+                        };
+                        ev.exited.insert(pid as u32, exit);
+                    }
+                    cv.notify_all();
+                }
+                let (m, cv) = &*shared;
+                lock(m).gone = true;
+                cv.notify_all();
+            })
+            .map_err(|e| format!("could not start the fork server's reader: {e}"))?;
+        let started = Instant::now();
+        let first = loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(v) => break v,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if started.elapsed() < limit => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(format!("the Python parent exited ({status}) before it was ready; see {}", stderr.display()));
+                    }
+                }
+                Err(_) => {
+                    common::process::kill_group(child.id());
+                    let _ = child.wait();
+                    return Err(format!("the Python parent was not ready within {:.0} s", limit.as_secs_f64()));
+                }
+            }
+        };
+        if first.get("ready").and_then(|r| r.as_bool()) != Some(true) {
+            common::process::kill_group(child.id());
+            let _ = child.wait();
+            let why = first.get("why").and_then(|w| w.as_str()).unwrap_or("no reason given");
+            return Err(why.to_string());
+        }
+        let names = |key: &str| -> Vec<String> {
+            first
+                .get(key)
+                .and_then(|v| v.as_array())
+                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .unwrap_or_default()
+        };
+        Ok(ForkServer {
+            ready: Ready {
+                seconds: first.get("seconds").and_then(|s| s.as_f64()).unwrap_or(0.0),
+                imported: names("imported"),
+                failed: names("failed"),
+            },
+            program,
+            server: Mutex::new(child),
+            stdin: Mutex::new(stdin),
+            events,
+        })
+    }
+
+    /// Fork one trial; its pid (the leader of its own process group).
+    fn fork(&self, s: &Spawn) -> std::io::Result<u32> {
+        let mut env: HashMap<String, String> = std::env::vars_os()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+            .collect();
+        for (k, v) in &s.env {
+            env.insert(k.to_string(), v.to_string_lossy().into_owned());
+        }
+        let cwd: PathBuf = std::env::current_dir()?;
+        let request = serde_json::json!({
+            "argv": self.program.child_argv(s.argv),
+            "env": env,
+            "cwd": cwd,
+            "stdout": s.stdout,
+            "stderr": s.stderr,
+        });
+        // One request at a time: the answer that comes next is this request's.
+        let mut stdin = lock(&self.stdin);
+        let (m, cv) = &*self.events;
+        lock(m).started = None;
+        writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
+        let mut ev = lock(m);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(answer) = ev.started.take() {
+                return answer.map_err(std::io::Error::other);
+            }
+            if ev.gone || Instant::now() > deadline {
+                return Err(std::io::Error::other("the Python parent that forks the trials is gone"));
+            }
+            ev = cv.wait_timeout(ev, Duration::from_millis(100)).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn exit_of(&self, pid: u32) -> Option<Exit> {
+        let (m, _) = &*self.events;
+        let ev = lock(m);
+        match ev.exited.get(&pid) {
+            Some(e) => Some(*e),
+            // The parent died: its trials were killed with it.
+            None if ev.gone => Some(Exit::Signal(9)),
+            None => None,
+        }
+    }
+}
+
+impl Drop for ForkServer {
+    fn drop(&mut self) {
+        let mut child = lock(&self.server);
+        common::process::kill_group(child.id());
+        let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn python_programs_the_server_can_run() {
+        let p = PythonProgram::of(&argv(&["python3", "train.py", "--batch-size", "{batch_size}"])).unwrap();
+        assert_eq!(p.target, ["train.py"]);
+        assert_eq!(
+            p.child_argv(&argv(&["python3", "train.py", "--batch-size", "8"])),
+            ["train.py", "--batch-size", "8"]
+        );
+        let p = PythonProgram::of(&argv(&["/opt/venv/bin/python3.12", "-m", "pkg.train", "x"])).unwrap();
+        assert_eq!(p.target, ["-m", "pkg.train"]);
+        assert_eq!(p.child_argv(&argv(&["python3", "-m", "pkg.train", "x"])), ["pkg.train", "x"]);
+        for not in [
+            &["python3", "-u", "train.py"][..],
+            &["python3"],
+            &["python3", "-c", "print(1)"],
+            &["pythonista", "train.py"],
+            &["./train.py"],
+            &["torchrun", "train.py"],
+            &["python3", "{script}"],
+        ] {
+            assert_eq!(PythonProgram::of(&argv(not)), None, "{not:?}");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Peak memory as a straight line in the batch, through measured peaks: how the batch finder
+//! aims and how the tiers know the peak of a batch that was not run. Peaks that are not a line
+//! (an autotuner's workspace that takes the room there is) are told apart by [Line::holding].
+
+use serde::{Deserialize, Serialize};
+
+/// How far a measured peak may lie from the line, as a share of the memory limit, for the peaks
+/// to count as a line: an allocator's rounding is far less, a workspace that fills the room
+/// there is far more.
+pub const LINE_TOLERANCE: f64 = 0.05;
+
+/// Peak memory as a straight line in the batch: `fixed + per_sample x batch` (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub fixed_bytes: f64,
+    pub bytes_per_sample: f64,
+}
+
+impl Line {
+    /// The line through the measured (batch, peak) points with the two largest batches; through
+    /// one point (or when the largest two do not grow), proportional to the batch through the
+    /// largest. None without a usable point.
+    pub fn through(points: &[(usize, u64)]) -> Option<Line> {
+        let mut sorted: Vec<(usize, u64)> = points
+            .iter()
+            .copied()
+            .filter(|&(b, p)| b > 0 && p > 0)
+            .collect();
+        sorted.sort_unstable();
+        sorted.dedup_by_key(|p| p.0);
+        let &(b1, p1) = sorted.last()?;
+        if let Some(&(b0, p0)) = sorted.iter().rev().nth(1) {
+            let slope = (p1 as f64 - p0 as f64) / (b1 - b0) as f64;
+            if slope > 0.0 {
+                return Some(Line {
+                    fixed_bytes: p1 as f64 - slope * b1 as f64,
+                    bytes_per_sample: slope,
+                });
+            }
+        }
+        Some(Line {
+            fixed_bytes: 0.0,
+            bytes_per_sample: p1 as f64 / b1 as f64,
+        })
+    }
+
+    /// The line through `points` ([Line::through]) when every point lies within
+    /// [LINE_TOLERANCE] x `limit` of it; None when the peaks are not a line in the batch.
+    pub fn holding(points: &[(usize, u64)], limit: u64) -> Option<Line> {
+        let line = Line::through(points)?;
+        let tolerance = LINE_TOLERANCE * limit as f64;
+        points
+            .iter()
+            .all(|&(b, p)| (p as f64 - line.peak(b)).abs() <= tolerance)
+            .then_some(line)
+    }
+
+    pub fn peak(&self, batch: usize) -> f64 {
+        self.fixed_bytes + self.bytes_per_sample * batch as f64
+    }
+
+    /// The largest batch (not snapped) whose peak stays within `bytes`; 0 when none does.
+    pub fn batch_within(&self, bytes: f64) -> usize {
+        let b = ((bytes - self.fixed_bytes) / self.bytes_per_sample).floor();
+        if b.is_finite() && b > 0.0 {
+            b.min(usize::MAX as f64 / 2.0) as usize
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_through_the_two_largest_points() {
+        let l = Line::through(&[
+            (8, 1_080_000_000),
+            (100, 2_000_000_000),
+            (50, 1_500_000_000),
+        ])
+        .unwrap();
+        assert!((l.bytes_per_sample - 1e7).abs() < 1e-6);
+        assert!((l.fixed_bytes - 1e9).abs() < 1.0);
+        assert_eq!(l.batch_within(11e9), 1000);
+        let p = Line::through(&[(10, 1000)]).unwrap();
+        assert_eq!((p.fixed_bytes, p.bytes_per_sample), (0.0, 100.0));
+        // Memory that does not grow gives the proportional line through the largest point.
+        let flat = Line::through(&[(10, 1000), (20, 1000)]).unwrap();
+        assert_eq!(flat.bytes_per_sample, 50.0);
+        assert!(Line::through(&[]).is_none());
+        assert_eq!(l.batch_within(0.5e9), 0);
+    }
+
+}

@@ -1,0 +1,458 @@
+//! What the trials of one command share: the program and how its trials start, the GPUs, the
+//! folder their files go to, the results file each result is appended to as it ends, the
+//! progress shown on a terminal, and the parts of a report every command prints.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+use common::report::Provenance;
+use common::{Error, Result};
+
+use crate::classify::Status;
+use crate::config::Settings;
+use crate::gpu::Device;
+use crate::launch::{ForkServer, Launcher, PythonProgram};
+use crate::program::{Params, Program};
+use crate::queue::{larger_batch_after_oom, run_queue, ResultsFile};
+use crate::recommend;
+use crate::trial::{Limits, Runner, Stop, TrialResult};
+
+/// What the user gave for a run.
+pub struct RunOptions {
+    pub program: Program,
+    pub devices: Vec<Device>,
+    pub time_limit_s: f64,
+    pub trials_dir: Option<PathBuf>,
+    /// The final JSON (`-`: stdout); the trials' JSON lines go beside a file.
+    pub json: Option<PathBuf>,
+    pub progress: bool,
+    /// Fork Python trials from a parent that imported the program's modules.
+    pub fork: bool,
+}
+
+/// A GPU the trials ran on, as the report names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceSummary {
+    pub label: String,
+    pub cuda_visible: String,
+    pub name: Option<String>,
+    pub total_bytes: Option<u64>,
+}
+
+impl DeviceSummary {
+    pub fn of(d: &Device) -> DeviceSummary {
+        DeviceSummary {
+            label: d.label.clone(),
+            cuda_visible: d.cuda_visible.clone(),
+            name: d.probe.as_ref().and_then(|p| p.device_name()),
+            total_bytes: d.probe.as_ref().and_then(|p| p.device_total()),
+        }
+    }
+}
+
+/// `run.json` -> `run.trials.jsonl`.
+pub fn trials_file_beside(json: &Path) -> PathBuf {
+    json.with_extension("trials.jsonl")
+}
+
+/// Progress on stderr while trials run: a bar with the trials done, each running trial's
+/// elapsed time and an estimate of the time left, and a line per finished trial. Nothing is
+/// drawn when stderr is not a terminal or `--quiet` is given.
+pub struct Progress {
+    bar: ProgressBar,
+    running: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+impl Progress {
+    fn new(enabled: bool) -> Progress {
+        let target = if enabled {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(None, target);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        Progress {
+            bar,
+            running: Arc::default(),
+        }
+    }
+
+    /// A line above the bar.
+    pub fn line(&self, text: &str) {
+        self.bar.println(text);
+    }
+
+    fn started(&self, what: String) {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((what, Instant::now()));
+    }
+
+    fn ended(&self, what: &str) {
+        let mut r = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = r.iter().position(|(w, _)| w == what) {
+            r.remove(i);
+        }
+        drop(r);
+        self.bar.inc(1);
+    }
+
+    /// Redraw the running trials every quarter second until `done` is set.
+    fn tick_until(&self, done: &std::sync::atomic::AtomicBool) {
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            let message: Vec<String> = self
+                .running
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
+                .collect();
+            self.bar.set_message(message.join("; "));
+            self.bar.tick();
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// One command's trials.
+pub struct Run {
+    pub program: Program,
+    pub devices: Vec<Device>,
+    pub launcher: Launcher,
+    /// Why trials are spawned rather than forked, where a fork server was tried.
+    pub fork_note: Option<String>,
+    pub limits: Limits,
+    pub progress: Progress,
+    pub folder: PathBuf,
+    temporary: bool,
+    pub results_path: PathBuf,
+    started: Instant,
+}
+
+impl Run {
+    pub fn new(o: RunOptions, what: &str) -> Result<Run> {
+        if o.devices.is_empty() {
+            return Err(Error::invalid("no GPU to run trials on"));
+        }
+        let (folder, temporary) = match o.trials_dir {
+            Some(d) => (d, false),
+            None => {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let name = format!("tuner-{what}-{}-{nanos}", std::process::id());
+                (std::env::temp_dir().join(name), true)
+            }
+        };
+        std::fs::create_dir_all(&folder).map_err(|e| Error::File {
+            path: folder.display().to_string(),
+            message: format!("cannot create the trials' folder: {e}"),
+        })?;
+        let results_path = match o.json.as_deref().filter(|j| *j != Path::new("-")) {
+            Some(j) => trials_file_beside(j),
+            None => folder.join("trials.jsonl"),
+        };
+        let progress = Progress::new(o.progress);
+        let (launcher, fork_note) = match (o.fork, PythonProgram::of(&o.program.argv)) {
+            (true, Some(python)) => {
+                progress.line(&format!(
+                    "{what}: importing the modules of {} once, to fork each trial from",
+                    python.target.join(" ")
+                ));
+                match ForkServer::start(python, &folder.join("fork-server.log"), Duration::from_secs_f64(o.time_limit_s)) {
+                    Ok(server) => (Launcher::Fork(Arc::new(server)), None),
+                    Err(why) => (Launcher::Spawn, Some(format!("trials spawned, not forked: {why}"))),
+                }
+            }
+            _ => (Launcher::Spawn, None),
+        };
+        Ok(Run {
+            program: o.program,
+            devices: o.devices,
+            launcher,
+            fork_note,
+            limits: Limits::new(Duration::from_secs_f64(o.time_limit_s)),
+            progress,
+            folder,
+            temporary,
+            results_path,
+            started: Instant::now(),
+        })
+    }
+
+    /// How trials start, in words.
+    pub fn launch(&self) -> String {
+        match &self.fork_note {
+            Some(note) => note.clone(),
+            None => self.launcher.describe(),
+        }
+    }
+
+    pub fn trial_folder(&self, index: usize, p: &Params) -> PathBuf {
+        self.folder.join(format!(
+            "trial-{index:03}-b{}-w{}-amp-{}",
+            p.batch_size,
+            p.workers,
+            if p.amp { "on" } else { "off" }
+        ))
+    }
+
+    fn runner(&self, stop: Stop) -> Runner<'_> {
+        Runner {
+            program: &self.program,
+            launcher: &self.launcher,
+            limits: Limits { stop, ..self.limits },
+        }
+    }
+
+    pub fn announce(&self, what: &str, trials: Option<usize>) {
+        let gpus: Vec<String> = self
+            .devices
+            .iter()
+            .map(|d| format!("{} ({})", d.label, d.cuda_visible))
+            .collect();
+        if let Some(n) = trials {
+            self.progress.bar.set_length(n as u64);
+        }
+        self.progress.line(&format!(
+            "{what}: trials of `{}` on {}; {}; results as they come: {}",
+            Program::display(&self.program.argv),
+            gpus.join(", "),
+            self.launch(),
+            self.results_path.display()
+        ));
+    }
+
+    /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
+    /// larger batches), each result written as it ends.
+    pub fn queue(&self, jobs: &[Params], results: &mut ResultsFile) -> Result<Vec<TrialResult>> {
+        let runner = self.runner(Stop::AtExit);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| self.progress.tick_until(&done));
+            let out = run_queue(
+                jobs,
+                &self.devices,
+                |i, p, d| {
+                    let what = format!("{} {}", d.label, p.describe());
+                    self.progress.started(what.clone());
+                    let r = runner.trial(p, i, d, &self.trial_folder(i, p));
+                    self.progress.ended(&what);
+                    r
+                },
+                larger_batch_after_oom,
+                results,
+                |pr| self.progress.line(&pr.line()),
+            );
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            out
+        })
+    }
+
+    /// One trial on `device`, written to `results` and shown as it ends.
+    pub fn one(&self, device: &Device, p: &Params, index: usize, stop: Stop, results: &mut ResultsFile) -> TrialResult {
+        let what = format!("trial {}: {}", index + 1, p.describe());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let r = std::thread::scope(|scope| {
+            scope.spawn(|| self.progress.tick_until(&done));
+            self.progress.started(what.clone());
+            let r = self.runner(stop).trial(p, index, device, &self.trial_folder(index, p));
+            self.progress.ended(&what);
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            r
+        });
+        if let Err(e) = results.write(&r) {
+            self.progress.line(&format!("warning: {e}"));
+        }
+        let (peak, limit) = r.memory_terms();
+        self.progress.line(&format!(
+            "{what}: {} ({:.1} s){}",
+            r.verdict(),
+            r.wall_s,
+            match (peak, limit) {
+                (Some(p), Some(l)) => format!(", peak {} of {}", gb(p), gb(l)),
+                (Some(p), None) => format!(", peak {}", gb(p)),
+                _ => String::new(),
+            }
+        ));
+        r
+    }
+
+    /// Remove the temporary folder when nothing in it is worth reading; say where it is
+    /// otherwise. Returns that note and the trials' JSON lines where they are kept.
+    pub fn finish(&self, trials: &[TrialResult]) -> (Option<String>, Option<PathBuf>) {
+        self.progress.bar.finish_and_clear();
+        let clean = trials
+            .iter()
+            .all(|r| matches!(r.status, Status::Ok | Status::Oom | Status::Skipped));
+        let note = if self.temporary && clean {
+            let _ = std::fs::remove_dir_all(&self.folder);
+            None
+        } else {
+            Some(format!(
+                "the trials' output (report, stdout, stderr of each) is in {}",
+                self.folder.display()
+            ))
+        };
+        let kept = self
+            .results_path
+            .exists()
+            .then(|| self.results_path.clone());
+        (note, kept)
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The GPU's name: NVML's, else what the program reported.
+    pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
+        DeviceSummary::of(device)
+            .name
+            .or_else(|| {
+                trials
+                    .iter()
+                    .find_map(|r| r.measured.device.as_ref().and_then(|d| d.name.clone()))
+            })
+            .unwrap_or_else(|| "unknown GPU".into())
+    }
+}
+
+/// The margin by the smallest GPU's memory class: NVML's figure, else what the programs
+/// reported (the small class's 20% when neither says).
+pub fn default_margin(devices: &[DeviceSummary], runs: &[TrialResult]) -> f64 {
+    let total = devices
+        .iter()
+        .filter_map(|d| d.total_bytes)
+        .chain(
+            runs.iter()
+                .filter_map(|r| r.measured.device.as_ref()?.total_bytes),
+        )
+        .min();
+    recommend::margin_for(total.unwrap_or(0))
+}
+
+/// What a queue of trials leaves: the part of the sweep's and memory's reports they share.
+#[derive(Debug, Serialize)]
+pub struct Ran {
+    pub command: Vec<String>,
+    pub devices: Vec<DeviceSummary>,
+    /// How the trials started (spawned, or forked from a parent that imported the modules).
+    pub launch: String,
+    pub provenance: Provenance,
+    pub settings: Settings,
+    /// Each trial as it ran: command line, exit, report, memory, stderr's last lines.
+    pub trials: Vec<TrialResult>,
+    /// The rule's margin.
+    pub margin: f64,
+    /// The trials' JSON lines, where kept (beside the JSON, or in a kept trials' folder).
+    pub trials_file: Option<PathBuf>,
+    pub wall_s: f64,
+    #[serde(skip)]
+    pub kept: Option<String>,
+}
+
+impl Run {
+    /// Run `jobs` and gather what every report of a queue holds.
+    pub fn ran(&self, what: &str, jobs: &[Params], settings: Settings, margin: Option<f64>) -> Result<Ran> {
+        let mut results = ResultsFile::create(&self.results_path)?;
+        self.announce(what, Some(jobs.len()));
+        let trials = self.queue(jobs, &mut results)?;
+        let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
+        let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
+        let (kept, trials_file) = self.finish(&trials);
+        Ok(Ran {
+            command: self.program.argv.clone(),
+            devices,
+            launch: self.launch(),
+            provenance: Provenance::now(),
+            settings,
+            trials,
+            margin,
+            trials_file,
+            wall_s: self.elapsed_s(),
+            kept,
+        })
+    }
+}
+
+impl Ran {
+    /// `sweep: 12 trials in 80.1 s; each trial's result: ...`, where a kept folder is, and the
+    /// trials whose report had lines that were not valid (the first one quoted).
+    pub fn footer(&self, what: &str) -> String {
+        let mut o = String::new();
+        for t in self.trials.iter().filter(|t| t.report.bad_lines > 0) {
+            let first = t.report.first_bad.first();
+            o.push_str(&format!(
+                "trial {} ({}): {} report line(s) not valid{}\n",
+                t.index,
+                t.params.describe(),
+                t.report.bad_lines,
+                first.map_or(String::new(), |b| format!("; the first, line {}: {}", b.line, b.reason))
+            ));
+        }
+        for t in self
+            .trials
+            .iter()
+            .filter(|t| matches!(t.status, Status::Hang | Status::Failed | Status::Incomplete))
+        {
+            o.push_str(&format!(
+                "trial {} ({}): {}; stderr ended with: {}\n",
+                t.index,
+                t.params.describe(),
+                t.verdict(),
+                t.stderr_tail.last().map_or("(nothing)", String::as_str)
+            ));
+        }
+        o.push_str(&format!(
+            "\n{what}: {} trials in {:.1} s ({}){}\n",
+            self.trials.len(),
+            self.wall_s,
+            self.launch,
+            kept_at(&self.trials_file)
+        ));
+        if let Some(k) = &self.kept {
+            o.push_str(k);
+            o.push('\n');
+        }
+        o
+    }
+}
+
+/// `; each trial's result: PATH`, where the results were kept.
+pub fn kept_at(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!("; each trial's result: {}", p.display()))
+        .unwrap_or_default()
+}
+
+pub fn gb(b: u64) -> String {
+    format!("{:.2} GB", b as f64 / 1e9)
+}
+
+/// The report: its JSON to the file (`-`: stdout, and the text to stderr), the text to stdout.
+pub fn emit<T: Serialize>(json: &Option<PathBuf>, value: &T, text: &str) -> Result<()> {
+    match json {
+        Some(p) if p == Path::new("-") => {
+            eprint!("{text}");
+            let s = serde_json::to_string_pretty(value).map_err(|e| Error::invalid(e.to_string()))?;
+            println!("{s}");
+        }
+        Some(p) => {
+            print!("{text}");
+            common::files::write_json_file(p, value, "the result")?;
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}

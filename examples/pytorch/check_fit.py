@@ -6,6 +6,8 @@ failure, which says nothing about memory.
 
     python3 examples/pytorch/check_fit.py 1896 --amp off --workers 4
     python3 examples/pytorch/check_fit.py 1903 --step 1      # a finder exact to one sample
+    python3 examples/pytorch/check_fit.py 336 --repeat 3 --steps 20 --warmup 0 \
+        --script scripts/transformer/train_vit.py -- --memory-limit 12
 
 It prints JSON (the batch, whether it fit, the next, whether it fit, each run's exit, seconds and
 last line of stderr) and exits 0 when B fits and B + STEP does not, 1 when either answer is the
@@ -29,6 +31,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("batch", type=positive, help="the batch to check (a finder's answer)")
     p.add_argument("--step", type=positive, default=8, help="the granularity: B + STEP must fail")
+    p.add_argument("--repeat", type=positive, default=1,
+                   help="fresh runs at B (each must fit); B + STEP runs once")
     p.add_argument("--amp", choices=["on", "off"], default="off")
     p.add_argument("--workers", type=non_negative, default=4)
     p.add_argument("--steps", type=positive, default=5, help="measured steps of each run")
@@ -77,16 +81,22 @@ def run(args, batch):
 
 def main(argv=None):
     args = parse_args(argv)
-    first, first_run = run(args, args.batch)
+    at = [run(args, args.batch) for _ in range(args.repeat)]
     second, second_run = run(args, args.batch + args.step)
+    verdicts = [verdict for verdict, _ in at]
+    first = "fits" if all(v == "fits" for v in verdicts) else (
+        "failed" if "failed" in verdicts else "out of memory")
     result = {
         "script": args.script,
         "batch": args.batch,
+        "steps": args.steps + args.warmup,
         "fits": first == "fits",
+        "fits_runs": sum(v == "fits" for v in verdicts),
+        "runs_at_batch": args.repeat,
         "next": args.batch + args.step,
         "next_fits": second == "fits",
         "exact": first == "fits" and second == "out of memory",
-        "runs": [first_run, second_run],
+        "runs": [record for _, record in at] + [second_run],
     }
     text = json.dumps(result, indent=2)
     print(text)

@@ -219,7 +219,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             device,
             &params(batch, o.confirm_steps, 0),
             trials.len() + confirmations.len(),
-            Stop::AtExit,
+            Stop::AfterSteps,
             &mut results,
         );
         let fits = match r.fits() {
@@ -403,7 +403,7 @@ pub fn render(r: &AutobatchReport) -> String {
         _ => {
             let _ = writeln!(
                 o,
-                "for the config: batch_size = {}, accumulation_steps = {} (--write FILE writes them)",
+                "for the config: batch_size = {}, accumulation_steps = {} (--write puts them into the --config file)",
                 r.batch_size, r.accumulation_steps
             );
         }

@@ -27,8 +27,11 @@ use crate::protocol::{step_of, BadLine, Measured, ReportFile};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stop {
-    /// When the program exits (a sweep's and a confirmation's trials: every step is measured).
+    /// When the program exits (a sweep's trials: every step is measured, and how it ends).
     AtExit,
+    /// Once it has reported every step it was told to run (a confirmation: whether memory held
+    /// for those steps is all it asks; winding down would only cost time).
+    AfterSteps,
     /// As soon as its memory is steady ([steady]) or it has reported every step it was told
     /// to run: all a batch finder needs to know.
     WhenSteady,
@@ -283,9 +286,13 @@ impl Watcher<'_> {
                 self.steady_at = Some(self.peaks.len());
             }
         }
+        let all = self.arrivals.len() >= self.told;
         self.oom_seen
-            || (stop == Stop::WhenSteady
-                && (self.steady_at.is_some() || self.arrivals.len() >= self.told))
+            || match stop {
+                Stop::AtExit => false,
+                Stop::AfterSteps => all,
+                Stop::WhenSteady => all || self.steady_at.is_some(),
+            }
     }
 }
 
@@ -459,7 +466,7 @@ impl Runner<'_> {
         } else {
             verdict.reason
         };
-        if !matches!(result.status, Status::Ok | Status::Oom) {
+        if result.status != Status::Ok {
             result.stderr_tail = tail_lines(&stderr, self.limits.tail_lines);
         }
         result

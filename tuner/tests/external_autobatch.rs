@@ -1,162 +1,125 @@
 //! The batch finder over the user's command, against the fake training program: its answer is
-//! the fake's limit at the granularity, and a hang or a failure stops it with the reason.
+//! the largest size that held in a confirmation run, a step that needs more memory late makes
+//! it step down, and a hang or a failure stops it with the reason.
 
 mod fake;
 
-use std::time::Duration;
+use fake::{argv, Scratch};
+use tuner::autobatch::{autobatch, AutobatchReport, Options};
+use tuner::config::Overrides;
+use tuner::gpu::Device;
+use tuner::granularity::Granularity;
+use tuner::program::Program;
+use tuner::run::{Run, RunOptions};
 
-use fake::{params, program, Scratch};
-use tuner::external::{find_batch, Bounds, Device, Limits, ResultsFile, Status, Stopped};
-use tuner::search::Granularity;
-
-fn bounds(granularity: Granularity) -> Bounds {
-    Bounds {
+fn options(granularity: Granularity) -> Options {
+    Options {
         start: 8,
         granularity,
-        cap: 1 << 20,
+        margin: None,
+        confirm_steps: 20,
+        effective_batch: None,
+        write: None,
+        team: None,
+        model_name: None,
     }
 }
 
+fn find(dir: &Scratch, vars: &[(&str, &str)], o: &Options, time_limit_s: f64) -> common::Result<AutobatchReport> {
+    let run = Run::new(
+        RunOptions {
+            program: Program::new(argv(vars)).unwrap(),
+            devices: vec![Device::stand_in("GPU 0", "0")],
+            time_limit_s,
+            trials_dir: Some(dir.path("trials")),
+            json: Some(dir.path("autobatch.json")),
+            progress: false,
+            fork: true,
+        },
+        "autobatch",
+    )?;
+    let settings = Overrides {
+        workers: Some(vec![0]),
+        ..Overrides::default()
+    }
+    .resolve()
+    .unwrap();
+    autobatch(&run, settings, o)
+}
+
 #[test]
-fn the_answer_is_the_fake_s_limit_at_the_granularity() {
-    for (granularity, expected) in [
-        (Granularity::Multiple(8), 96),
-        (Granularity::Multiple(4), 100),
-        (Granularity::Pow2, 64),
+fn the_answer_is_the_fake_s_limit_at_the_granularity_confirmed() {
+    for (granularity, expected, next) in [
+        (Granularity::Multiple(8), 96, 104),
+        (Granularity::Multiple(4), 100, 104),
+        (Granularity::Pow2, 64, 128),
     ] {
         let dir = Scratch::new("find");
-        let prog = program(&[("FAKE_OOM_ABOVE", "100")]);
-        let device = Device::stand_in("GPU 0", "0");
-        let limits = Limits::new(Duration::from_secs(60));
-        let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-        let mut shown = 0;
-        let search = find_batch(
-            &prog,
-            &params(8),
-            &device,
-            &dir.0,
-            &limits,
-            bounds(granularity),
-            &mut results,
-            |_| shown += 1,
-        )
-        .unwrap();
-        let found = search.found.unwrap();
-        assert_eq!(found.maximum, expected, "{granularity:?}");
-        assert!(found.next_failed);
-        // Every trial's verdict is the fake's truth, and each is in the results file.
-        assert_eq!(found.trials.len(), search.trials.len());
-        for (r, &(batch, fitted)) in search.trials.iter().zip(&found.trials) {
-            assert_eq!(r.params.batch_size, batch);
+        let r = find(&dir, &[("FAKE_OOM_ABOVE", "100")], &options(granularity), 60.0).unwrap();
+        assert_eq!((r.maximum, r.next_failing), (expected, Some(next)), "{granularity:?}");
+        // Every search trial's verdict is the fake's truth; fitting ones stopped when steady.
+        for (t, &(batch, fitted)) in r.search.iter().zip(&r.found.trials) {
+            assert_eq!(t.params.batch_size, batch);
             assert_eq!(fitted, batch <= 100);
-            let status = if batch <= 100 {
-                Status::Ok
-            } else {
-                Status::Oom
-            };
-            assert_eq!(r.status, status, "batch {batch}: {:?}", r.stderr_tail);
+            if fitted {
+                assert_eq!(t.steady_at, Some(3), "batch {batch}: {:?}", t.step_peaks);
+            }
         }
-        assert_eq!(shown, search.trials.len());
-        let (written, bad) = ResultsFile::read(&dir.path("results.jsonl")).unwrap();
-        assert_eq!((written.len(), bad), (search.trials.len(), 0));
+        // One confirmation, of the answer, for every step.
+        assert_eq!(r.confirmations.len(), 1);
+        let c = &r.confirmations[0];
+        assert_eq!((c.batch_size, c.steps, c.held), (expected, 20, true));
+        assert_eq!(c.trial.measured.reported_steps, 20);
+        assert!(r.launch.contains("spawned"), "an `env` command is not forked: {}", r.launch);
+        // Every trial is in the results file, the confirmation included.
+        let lines = std::fs::read_to_string(dir.path("autobatch.trials.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), r.search.len() + 1);
     }
 }
 
 #[test]
-fn a_program_that_ignores_its_steps_is_stopped_after_them() {
-    let dir = Scratch::new("ignores");
-    let prog = program(&[("FAKE_OOM_ABOVE", "50"), ("FAKE_MODE", "hang_after_steps")]);
-    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let search = find_batch(
-        &prog,
-        &params(8),
-        &Device::stand_in("GPU 0", "0"),
-        &dir.0,
-        // Were the trials waited for, every fitting batch would be a hang.
-        &Limits::new(Duration::from_secs(30)),
-        bounds(Granularity::Multiple(8)),
-        &mut results,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(search.found.unwrap().maximum, 48);
-    assert!(search
-        .trials
-        .iter()
-        .all(|r| r.wall_s < 25.0 && matches!(r.status, Status::Ok | Status::Oom)));
+fn a_step_that_needs_more_memory_late_makes_the_answer_step_down() {
+    // Batches above 100 run out at once; above 80, only at the fifth step: the search (steady
+    // at the third) sees 96 fit, the 20-step confirmation does not.
+    let dir = Scratch::new("late");
+    let vars = [("FAKE_OOM_ABOVE", "100"), ("FAKE_LATE_OOM", "80,5")];
+    let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 60.0).unwrap();
+    assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
+    assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
+    let tried: Vec<(usize, bool)> = r.confirmations.iter().map(|c| (c.batch_size, c.held)).collect();
+    // Down one size, then two; then pinned between the size that held and the one that failed.
+    assert_eq!(tried, [(96, false), (88, false), (72, true), (80, true)]);
+    assert!(r.tiers.recommended <= 80 && r.tiers.safe < r.tiers.recommended, "{:?}", r.tiers);
 }
 
 #[test]
-fn a_crash_after_every_step_still_fits() {
-    let dir = Scratch::new("crash");
-    let prog = program(&[("FAKE_OOM_ABOVE", "40"), ("FAKE_MODE", "crash_at_exit")]);
-    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let search = find_batch(
-        &prog,
-        &params(8),
-        &Device::stand_in("GPU 0", "0"),
-        &dir.0,
-        &Limits::new(Duration::from_secs(60)),
-        bounds(Granularity::Multiple(8)),
-        &mut results,
-        |_| {},
-    )
-    .unwrap();
-    assert_eq!(search.found.unwrap().maximum, 40);
-    assert!(search
-        .trials
-        .iter()
-        .any(|r| r.status == Status::Failed && r.reached_steps));
+fn a_program_that_ignores_its_steps_is_stopped_when_steady() {
+    let dir = Scratch::new("ignores");
+    let vars = [("FAKE_OOM_ABOVE", "50"), ("FAKE_MODE", "hang_after_steps")];
+    // Were its trials waited for, each would run into the time limit.
+    let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 30.0).unwrap();
+    assert_eq!(r.maximum, 48);
+    let confirmation = &r.confirmations[0].trial;
+    assert!(confirmation.reached_steps && confirmation.wall_s < 20.0, "stopped after its steps");
+    assert!(r.search.iter().all(|t| t.wall_s < 20.0), "stopped when steady");
 }
 
 #[test]
 fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
-    let dir = Scratch::new("stop");
-    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let device = Device::stand_in("GPU 0", "0");
-
-    let fail = program(&[("FAKE_MODE", "fail")]);
-    let e = find_batch(
-        &fail,
-        &params(8),
-        &device,
-        &dir.path("fail"),
-        &Limits::new(Duration::from_secs(60)),
-        bounds(Granularity::Multiple(8)),
-        &mut results,
-        |_| {},
-    )
-    .unwrap_err();
-    let Stopped::Trial(r) = &e else { panic!("{e}") };
-    assert_eq!((r.status, r.params.batch_size), (Status::Failed, 8));
+    let dir = Scratch::new("fail");
+    let e = find(&dir, &[("FAKE_MODE", "fail")], &options(Granularity::Multiple(8)), 60.0).unwrap_err();
     let message = e.to_string();
-    assert!(
-        message.contains("batch 8 failed (exit status 1)"),
-        "{message}"
-    );
-    assert!(
-        message.contains("ValueError: the dataset has no split"),
-        "{message}"
-    );
+    assert!(message.contains("batch 8 FAILED: exit status 1"), "{message}");
+    assert!(message.contains("ValueError: the dataset has no split"), "{message}");
     assert!(message.contains("says nothing about memory"), "{message}");
 
+    let dir = Scratch::new("hang");
     let pids = dir.str("pids");
-    let hang = program(&[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)]);
-    let e = find_batch(
-        &hang,
-        &params(8),
-        &device,
-        &dir.path("hang"),
-        &Limits::new(Duration::from_secs(2)),
-        bounds(Granularity::Multiple(8)),
-        &mut results,
-        |_| {},
-    )
-    .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("batch 8 hung (ran past the time limit of 2 s)"),
-        "{e}"
-    );
-    assert_eq!(ResultsFile::read(results.path()).unwrap().0.len(), 2);
+    let e = find(&dir, &[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)], &options(Granularity::Multiple(8)), 2.0)
+        .unwrap_err();
+    assert!(e.to_string().contains("batch 8 HANG: ran past the time limit of 2 s"), "{e}");
+
+    let dir = Scratch::new("short");
+    let e = find(&dir, &[("FAKE_MODE", "short")], &options(Granularity::Multiple(8)), 60.0).unwrap_err();
+    assert!(e.to_string().contains("INCOMPLETE"), "{e}");
 }

@@ -5,9 +5,13 @@ mod fake;
 
 use std::time::Duration;
 
-use fake::{eventually, gone, log_entries, params, program, Scratch};
-use tuner::external::protocol::ThroughputSource;
-use tuner::external::{trial, Device, Limits, MemorySource, Params, Program, Status};
+use fake::{eventually, gone, log_entries, params, program, trial, Scratch};
+use tuner::classify::Status;
+use tuner::gpu::Device;
+use tuner::nvml::MemorySource;
+use tuner::program::{Params, Program};
+use tuner::protocol::ThroughputSource;
+use tuner::trial::{Limits, Stop};
 
 fn limits(seconds: u64) -> Limits {
     Limits::new(Duration::from_secs(seconds))
@@ -174,7 +178,8 @@ fn out_of_memory_is_told_apart_from_a_crash() {
     let r = trial(&oom, &params(32), 0, &device, &dir.path("oom"), &limits(60));
     assert_eq!(r.status, Status::Oom, "{r:?}");
     assert_eq!(r.oom.as_ref().unwrap().stack, "PyTorch");
-    assert!(r.reason.contains("exit status 1"), "{}", r.reason);
+    // Ended at the message, or by its exit if that came first.
+    assert!(r.reason.starts_with("out of memory (PyTorch)"), "{}", r.reason);
     assert!(!r.reached_steps);
     assert!(r.stderr_tail.last().unwrap().contains("CUDA out of memory"));
     // Below the limit the same program is fine.
@@ -290,12 +295,68 @@ fn a_program_that_goes_on_after_its_steps_can_be_stopped_there() {
     assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
     // Stopped once its steps are in, it is OK, long before the time limit.
     let stop = Limits {
-        stop_after_steps: true,
+        stop: Stop::WhenSteady,
         ..limits(60)
     };
     let r = trial(&prog, &params(8), 1, &device, &dir.path("stop"), &stop);
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
-    assert_eq!(r.reason, "stopped after its last step");
+    assert_eq!(r.reason, "stopped once it had shown what was asked");
     assert!(r.wall_s < 30.0, "{}", r.wall_s);
     assert_eq!(r.measured.reported_steps, 3);
+}
+
+#[test]
+fn fewer_step_lines_than_told_is_incomplete_not_ok() {
+    let dir = Scratch::new("short");
+    let prog = program(&[("FAKE_MODE", "short")]);
+    let p = Params {
+        steps: 3,
+        warmup_steps: 1,
+        ..params(8)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(&prog, &p, 0, &device, &dir.path("trial"), &limits(60));
+    assert_eq!(r.status, Status::Incomplete, "{r:?}");
+    assert!(r.reason.contains("1 of the 4 steps"), "{}", r.reason);
+    assert_eq!(r.fits(), None, "an incomplete trial says nothing about memory");
+    assert!(r.verdict().starts_with("INCOMPLETE"));
+}
+
+#[test]
+fn an_out_of_memory_message_ends_the_trial_at_once() {
+    let dir = Scratch::new("linger");
+    let prog = program(&[("FAKE_MODE", "oom_then_linger")]);
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(&prog, &params(8), 0, &device, &dir.path("trial"), &limits(60));
+    assert_eq!(r.status, Status::Oom, "{r:?}");
+    assert!(r.reason.contains("stopped at the message"), "{}", r.reason);
+    assert!(r.wall_s < 10.0, "it waited for the program to wind down: {} s", r.wall_s);
+    assert_eq!(r.fits(), Some(false));
+}
+
+#[test]
+fn a_finder_trial_stops_once_memory_is_steady() {
+    let dir = Scratch::new("steady");
+    let device = Device::stand_in("GPU 0", "0");
+    let stop = Limits {
+        stop: Stop::WhenSteady,
+        ..limits(60)
+    };
+    let p = Params {
+        steps: 11,
+        warmup_steps: 1,
+        ..params(8)
+    };
+    // The peak grows over the first 5 steps: steady once steps 5 and 6 agree.
+    let prog = program(&[("FAKE_PEAK_GROWS", "5"), ("FAKE_STEP_S", "0.1")]);
+    let r = trial(&prog, &p, 0, &device, &dir.path("grows"), &stop);
+    assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+    assert_eq!(r.steady_at, Some(6), "{:?}", r.step_peaks);
+    assert!(!r.reached_steps);
+    assert_eq!(r.fits(), Some(true));
+    // A flat peak: steady at the third step, the first that can be.
+    let prog = program(&[("FAKE_STEP_S", "0.1")]);
+    let r = trial(&prog, &p, 1, &device, &dir.path("flat"), &stop);
+    assert_eq!(r.steady_at, Some(3), "{:?}", r.step_peaks);
+    assert!(r.measured.reported_steps <= 4, "{}", r.measured.reported_steps);
 }

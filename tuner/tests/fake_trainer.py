@@ -13,6 +13,11 @@ misbehaves on request through its environment:
                      ignores --steps)
             silent   run the steps without reporting anything
             garbage  report, with stray text and a cut-off last line in the report
+            short    report the first step only, then exit 0
+            oom_then_linger  print PyTorch's out-of-memory message, then take 600 s to exit
+  FAKE_LATE_OOM=B,S  batches above B run out of memory at step S (a loop whose steady step
+                     needs more memory than its first steps show)
+  FAKE_PEAK_GROWS=K  the reported peak grows over the first K steps, then stays
   FAKE_STEP_S=S      seconds per step (default 0.01)
   FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
                      part of its loop)
@@ -92,6 +97,10 @@ def main():
         print("waiting for a collective that never comes", file=sys.stderr, flush=True)
         time.sleep(600)
         return 0
+    if mode == "oom_then_linger":
+        print(PYTORCH_OOM, file=sys.stderr, flush=True)
+        time.sleep(600)
+        return 1
     if mode == "fail":
         print("loading the dataset", flush=True)
         raise ValueError("the dataset has no split called 'trian'")
@@ -123,10 +132,21 @@ def main():
 
     samples = args.batch_size * args.accumulation
     measured_start = None
-    for step in range(args.warmup + args.steps):
+    late = os.environ.get("FAKE_LATE_OOM")
+    grows = int(os.environ.get("FAKE_PEAK_GROWS", "1"))
+    steps = 1 if mode == "short" else args.warmup + args.steps
+    full_peak = peak
+    for step in range(steps):
         if step == args.warmup:
             measured_start = time.perf_counter()
+        if late:
+            above, at = (int(v) for v in late.split(","))
+            if args.batch_size > above and step + 1 >= at:
+                print(PYTORCH_OOM, file=sys.stderr, flush=True)
+                report.close()
+                return 1
         time.sleep(step_s)
+        peak = full_peak * min(step + 1, grows) // grows
         report.step(
             samples=samples,
             step_s=reported_s,
@@ -136,7 +156,7 @@ def main():
             optimizer_s=reported_s * 0.1,
             peak_memory_bytes=peak,
         )
-    if measured_start is not None and args.steps > 0:
+    if measured_start is not None and args.steps > 0 and mode != "short":
         report.end(samples_per_s=samples / reported_s)
     if mode == "garbage" and report.enabled:
         with open(os.environ["PERF_LESSONS_REPORT"], "a", encoding="utf-8") as f:

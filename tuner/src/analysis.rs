@@ -404,9 +404,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     let near = trials
         .iter()
         .filter(|x| x.key.same_setting(&t.key))
-        .find(|x| {
-            x.status == Status::Oom || x.ok().is_some() && !within_margin(x, best.margin)
-        });
+        .find(|x| x.status == Status::Oom || x.ok().is_some() && !within_margin(x, best.margin));
     if let Some(x) = near {
         out.push(Diagnosis {
             finding: Finding::MemoryBound,
@@ -433,14 +431,19 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
 fn healthy(t: &TrialResult) -> String {
     let busy = match t.busy() {
         Some((b, how)) => format!("the GPU is busy {:.0}% of the step ({how})", 100.0 * b),
-        None => "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into(),
+        None => {
+            "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into()
+        }
     };
     let data = match t.data_fraction {
         Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
         None => "the data phase was not reported".into(),
     };
     let memory = match (t.peak_bytes, t.memory_limit_bytes) {
-        (Some(p), Some(l)) => format!("the peak is {:.0}% of the memory limit", 100.0 * p as f64 / l as f64),
+        (Some(p), Some(l)) => format!(
+            "the peak is {:.0}% of the memory limit",
+            100.0 * p as f64 / l as f64
+        ),
         _ => "the memory limit is not known".into(),
     };
     format!("{busy}, {data}, {memory}")
@@ -510,10 +513,7 @@ mod tests {
 
     #[test]
     fn all_oom_gives_no_pick_and_says_so() {
-        let trials = vec![
-            oom(1),
-            TrialResult::new(key(2), Status::Skipped),
-        ];
+        let trials = vec![oom(1), TrialResult::new(key(2), Status::Skipped)];
         let b = best(&trials, MARGIN);
         assert!(
             b.highest_throughput.is_none()
@@ -643,18 +643,40 @@ mod tests {
         // Nothing about the GPU's busy share measured: the healthy line says so.
         let mut t = ok(64, 500.0, 10.0);
         t.gpu_busy = None;
-        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
+        let d = diagnose(
+            std::slice::from_ref(&t),
+            &best(std::slice::from_ref(&t), MARGIN),
+        );
         assert_eq!(d[0].finding, Finding::Healthy);
-        assert!(d[0].message.contains("was not measured"), "{}", d[0].message);
+        assert!(
+            d[0].message.contains("was not measured"),
+            "{}",
+            d[0].message
+        );
         assert!(!d[0].message.contains("is busy"), "{}", d[0].message);
         // NVML's utilization stands in, named.
         t.nvml_util_pct = Some(55.0);
-        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
+        let d = diagnose(
+            std::slice::from_ref(&t),
+            &best(std::slice::from_ref(&t), MARGIN),
+        );
         assert_eq!(d[0].finding, Finding::UnderFilled);
-        assert!(d[0].message.contains("NVML utilization"), "{}", d[0].message);
+        assert!(
+            d[0].message.contains("NVML utilization"),
+            "{}",
+            d[0].message
+        );
         t.nvml_util_pct = Some(97.0);
-        let d = diagnose(std::slice::from_ref(&t), &best(std::slice::from_ref(&t), MARGIN));
-        assert!(d[0].message.contains("busy 97% of the step (NVML utilization)"), "{}", d[0].message);
+        let d = diagnose(
+            std::slice::from_ref(&t),
+            &best(std::slice::from_ref(&t), MARGIN),
+        );
+        assert!(
+            d[0].message
+                .contains("busy 97% of the step (NVML utilization)"),
+            "{}",
+            d[0].message
+        );
     }
 
     #[test]

@@ -57,6 +57,14 @@ pub struct Options {
     pub model_name: Option<String>,
 }
 
+/// The one precision and worker count the finder runs with.
+pub fn choices(settings: &Settings) -> Result<(bool, usize)> {
+    Ok((
+        one_of(&settings.amp, "--amp on or --amp off")?,
+        one_of(&settings.workers, "--workers N")?,
+    ))
+}
+
 /// Check what can be checked before any GPU time.
 pub fn check(o: &Options) -> std::result::Result<(), String> {
     if o.start == 0 {
@@ -170,8 +178,7 @@ fn probe(r: &TrialResult) -> std::result::Result<Probe, Stopped> {
 
 pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
     check(o).map_err(Error::invalid)?;
-    let amp = one_of(&settings.amp, "--amp on or --amp off")?;
-    let workers = one_of(&settings.workers, "--workers N")?;
+    let (amp, workers) = choices(&settings)?;
     let device = &run.devices[0];
     if run.devices.len() > 1 {
         run.progress.line(&format!(
@@ -212,7 +219,10 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let mut held: Option<usize> = None;
     let mut candidate = index_below(o.granularity, found.maximum);
     let mut step = 1;
-    let floor = index_below(o.granularity, 1).max(usize::from(matches!(o.granularity, Granularity::Multiple(_))));
+    let floor = index_below(o.granularity, 1).max(usize::from(matches!(
+        o.granularity,
+        Granularity::Multiple(_)
+    )));
     loop {
         let batch = size_at(o.granularity, candidate);
         let r = run.one(
@@ -263,7 +273,10 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
     let confirm_wall_s = run.elapsed_s() - search_wall_s;
 
-    let all: Vec<&TrialResult> = trials.iter().chain(confirmations.iter().map(|c| &c.trial)).collect();
+    let all: Vec<&TrialResult> = trials
+        .iter()
+        .chain(confirmations.iter().map(|c| &c.trial))
+        .collect();
     let memory = MemoryFit::of(&all);
     let margin = o
         .margin
@@ -272,7 +285,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let target = o
         .effective_batch
         .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-    let accumulation = target.map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
+    let accumulation =
+        target.map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
     let (batch_size, accumulation_steps) = match &accumulation {
         Some(a) => (a.batch, a.steps),
         None => (tiers.recommended.max(1), 1),
@@ -289,7 +303,10 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         precision: if amp { "amp".into() } else { "fp32".into() },
     };
     let backup = match &o.write {
-        Some(path) => Some(writeback::write_config(path, batch_size, accumulation_steps).map_err(Error::invalid)?),
+        Some(path) => Some(
+            writeback::write_config(path, batch_size, accumulation_steps)
+                .map_err(Error::invalid)?,
+        ),
         None => None,
     };
     if let Some(team) = &o.team {
@@ -370,7 +387,11 @@ pub fn render(r: &AutobatchReport) -> String {
             "confirmation: batch {} for {} steps in a process of its own: {} ({:.1} s)",
             c.batch_size,
             c.steps,
-            if c.held { "held".to_string() } else { c.trial.verdict() },
+            if c.held {
+                "held".to_string()
+            } else {
+                c.trial.verdict()
+            },
             c.trial.wall_s
         );
     }

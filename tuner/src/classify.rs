@@ -207,7 +207,10 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classif
 mod tests {
     use super::*;
 
-    const ALL: Steps = Steps { reported: 4, told: 4 };
+    const ALL: Steps = Steps {
+        reported: 4,
+        told: 4,
+    };
 
     /// Real messages of each stack (as the stacks print them), with the stack that must be
     /// named.
@@ -349,13 +352,22 @@ mod tests {
 
     #[test]
     fn fewer_steps_than_told_is_incomplete_and_a_stop_at_the_message_is_oom() {
-        let some = Steps { reported: 1, told: 4 };
+        let some = Steps {
+            reported: 1,
+            told: 4,
+        };
         let c = classify(Exit::Code(0), "", "", some);
         assert_eq!(c.status, Status::Incomplete);
         assert!(c.reason.contains("1 of the 4"), "{}", c.reason);
-        let none = Steps { reported: 0, told: 4 };
+        let none = Steps {
+            reported: 0,
+            told: 4,
+        };
         assert_eq!(classify(Exit::Code(0), "", "", none).status, Status::Ok);
-        assert_eq!(classify(Exit::Stopped, "step 3\n", "", some).status, Status::Ok);
+        assert_eq!(
+            classify(Exit::Stopped, "step 3\n", "", some).status,
+            Status::Ok
+        );
         let oom = traceback("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB");
         let c = classify(Exit::Stopped, &oom, "", some);
         assert_eq!(c.status, Status::Oom);

@@ -66,7 +66,7 @@ pub struct RunArgs {
     pub warmup: Option<usize>,
     /// Seconds one trial may run; past it its whole process group is killed and the trial is
     /// a HANG (default 600).
-    #[arg(long, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
     pub time_limit: Option<f64>,
     /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder,
     /// removed unless a trial hung or failed).
@@ -122,6 +122,16 @@ fn parse_count(s: &str) -> Result<usize, String> {
 
 fn parse_positive(s: &str) -> Result<usize, String> {
     common::cli::parse_count_with_max(s, config::MAX_BATCH as u64).map(|v| v as usize)
+}
+
+fn parse_time_limit(s: &str) -> Result<f64, String> {
+    let v = common::cli::parse_seconds(s)?;
+    if v < 1.0 {
+        return Err(format!(
+            "a time limit of '{s}' s leaves no time to start: at least 1"
+        ));
+    }
+    Ok(v)
 }
 
 fn parse_margin(s: &str) -> Result<f64, String> {
@@ -244,7 +254,11 @@ mod tests {
                 if id == "help" || id == "version" {
                     continue;
                 }
-                assert!(arg.get_help().is_some(), "--{id} of `{}` has no help", cmd.get_name());
+                assert!(
+                    arg.get_help().is_some(),
+                    "--{id} of `{}` has no help",
+                    cmd.get_name()
+                );
             }
             for sub in cmd.get_subcommands() {
                 check(sub);
@@ -257,16 +271,40 @@ mod tests {
     fn a_command_is_required_and_flags_parse() {
         assert!(Cli::try_parse_from(["tuner", "sweep"]).is_err());
         let cli = Cli::try_parse_from([
-            "tuner", "autobatch", "--workers", "4", "--amp", "on", "--json", "-", "--", "python3", "t.py",
+            "tuner",
+            "autobatch",
+            "--workers",
+            "4",
+            "--amp",
+            "on",
+            "--json",
+            "-",
+            "--",
+            "python3",
+            "t.py",
         ])
         .unwrap();
-        let Command::Autobatch(a) = cli.command else { panic!() };
+        let Command::Autobatch(a) = cli.command else {
+            panic!()
+        };
         assert_eq!(a.run.json.as_deref(), Some(std::path::Path::new("-")));
         assert_eq!(a.confirm_steps, 20);
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
         let o = a.run.overrides().unwrap();
         assert_eq!((o.workers, o.amp), (Some(vec![4]), Some(Switch::On)));
-        assert!(Cli::try_parse_from(["tuner", "autobatch", "--write", "--", "x"]).is_err(), "--write needs --config");
-        assert!(Cli::try_parse_from(["tuner", "memory", "--pow2", "--multiple-of", "4", "--", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from(["tuner", "autobatch", "--write", "--", "x"]).is_err(),
+            "--write needs --config"
+        );
+        assert!(Cli::try_parse_from([
+            "tuner",
+            "memory",
+            "--pow2",
+            "--multiple-of",
+            "4",
+            "--",
+            "x"
+        ])
+        .is_err());
     }
 }

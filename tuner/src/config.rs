@@ -188,8 +188,10 @@ impl Overrides {
         workers.sort_unstable();
         workers.dedup();
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
-        if !(time_limit_s >= 1.0) {
-            return Err(format!("a time limit of {time_limit_s} s leaves no time to start: at least 1"));
+        if time_limit_s.is_nan() || time_limit_s < 1.0 {
+            return Err(format!(
+                "a time limit of {time_limit_s} s leaves no time to start: at least 1"
+            ));
         }
         Ok(Settings {
             batch_sizes,
@@ -208,7 +210,8 @@ impl Overrides {
 
 /// `1,2,4` or a power-of-two range `1..8192`.
 pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
-    let count = |t: &str| common::cli::parse_count_with_max(t, MAX_BATCH as u64).map(|v| v as usize);
+    let count =
+        |t: &str| common::cli::parse_count_with_max(t, MAX_BATCH as u64).map(|v| v as usize);
     if let Some((a, b)) = s.split_once("..") {
         let (a, b) = (count(a)?, count(b)?);
         if a > b {
@@ -270,18 +273,22 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
             None => message,
         }
     })?;
-    let counts = |what: &str, c: Option<Counts>, max: usize| -> Result<Option<Vec<usize>>, String> {
-        let Some(list) = c.map(Counts::list) else {
-            return Ok(None);
+    let counts =
+        |what: &str, c: Option<Counts>, max: usize| -> Result<Option<Vec<usize>>, String> {
+            let Some(list) = c.map(Counts::list) else {
+                return Ok(None);
+            };
+            if list.is_empty() {
+                return Err(format!("'{what}' is an empty list"));
+            }
+            if let Some(bad) = list
+                .iter()
+                .find(|&&v| v > max || (v == 0 && what != "data.workers"))
+            {
+                return Err(format!("'{what}' holds {bad}: each must be in 1..={max}"));
+            }
+            Ok(Some(list))
         };
-        if list.is_empty() {
-            return Err(format!("'{what}' is an empty list"));
-        }
-        if let Some(bad) = list.iter().find(|&&v| v > max || (v == 0 && what != "data.workers")) {
-            return Err(format!("'{what}' holds {bad}: each must be in 1..={max}"));
-        }
-        Ok(Some(list))
-    };
     let positive = |what: &str, v: Option<usize>| match v {
         Some(0) => Err(format!("'{what}' must be at least 1")),
         v => Ok(v),
@@ -325,18 +332,34 @@ mod tests {
             "# the team's file\n[model]\nname = \"vit\"\n[training]\nlr = 0.1\nbatch_size = 64\noptimizer = \"AdamW\"\n[data]\nworkers = 4\nroot = \"/data\"\n",
         )
         .unwrap();
-        assert_eq!((o.batch_size, o.workers, o.adam_like), (Some(64), Some(vec![4]), Some(true)));
+        assert_eq!(
+            (o.batch_size, o.workers, o.adam_like),
+            (Some(64), Some(vec![4]), Some(true))
+        );
         let e = parse("[training]\nbatch_size = \"big\"\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("invalid type"), "{e}");
         let e = parse("[tuner]\ndevice = 1\n").unwrap_err();
         assert!(e.contains("unknown field") && e.contains("devices"), "{e}");
-        assert!(parse("[training]\nbatch_sizes = []\n").unwrap_err().contains("empty"));
-        assert!(parse("[training]\nbatch_sizes = [0, 8]\n").unwrap_err().contains("holds 0"));
-        assert!(parse("[training]\nsteps = 0\n").unwrap_err().contains("at least 1"));
-        assert!(parse("[training]\namp = \"maybe\"\n").unwrap_err().contains("on, off or both"));
-        assert!(parse("[training]\noptimizer = \"rmsprop\"\n").unwrap_err().contains("sgd or adamw"));
+        assert!(parse("[training]\nbatch_sizes = []\n")
+            .unwrap_err()
+            .contains("empty"));
+        assert!(parse("[training]\nbatch_sizes = [0, 8]\n")
+            .unwrap_err()
+            .contains("holds 0"));
+        assert!(parse("[training]\nsteps = 0\n")
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(parse("[training]\namp = \"maybe\"\n")
+            .unwrap_err()
+            .contains("on, off or both"));
+        assert!(parse("[training]\noptimizer = \"rmsprop\"\n")
+            .unwrap_err()
+            .contains("sgd or adamw"));
         assert!(parse("not toml [").is_err());
-        assert_eq!(parse("[training]\namp = true\n").unwrap().amp, Some(Switch::On));
+        assert_eq!(
+            parse("[training]\namp = true\n").unwrap().amp,
+            Some(Switch::On)
+        );
     }
 
     #[test]

@@ -46,14 +46,24 @@ def imported_names(path):
     return names
 
 
-def cuda_touched():
-    """Whether the CUDA driver is loaded in this process: after that, a forked child cannot use
-    the GPU, so the trials must run as plain processes."""
+def cuda_initialized():
+    """Whether the CUDA driver was initialized in this process: after that, a forked child
+    cannot use the GPU, so the trials must run as plain processes. A framework may load the
+    driver's library when imported; only cuInit makes a fork unsafe, and before it every other
+    call answers CUDA_ERROR_NOT_INITIALIZED (3) without initializing anything."""
     try:
         with open("/proc/self/maps") as f:
-            return any("libcuda.so" in line for line in f)
+            if not any("libcuda.so" in line for line in f):
+                return False
     except OSError:
         return False
+    import ctypes
+
+    try:
+        count = ctypes.c_int()
+        return ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count)) != 3
+    except (OSError, AttributeError):
+        return True
 
 
 def preload(source, home):
@@ -160,8 +170,8 @@ def main():
     # without initializing CUDA (PyTorch reads this variable).
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     imported, failed = preload(source, home)
-    if cuda_touched():
-        say({"ready": False, "why": "importing the program's modules loaded the CUDA driver"})
+    if cuda_initialized():
+        say({"ready": False, "why": "importing the program's modules initialized CUDA"})
         return
     say({"ready": True, "imported": imported, "failed": failed,
          "seconds": time.perf_counter() - started})

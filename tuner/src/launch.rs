@@ -112,9 +112,9 @@ impl PythonProgram {
     pub fn of(argv: &[String]) -> Option<PythonProgram> {
         let name = Path::new(argv.first()?).file_name()?.to_str()?;
         let is_python = name == "python"
-            || name
-                .strip_prefix("python")
-                .is_some_and(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.'));
+            || name.strip_prefix("python").is_some_and(|v| {
+                !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')
+            });
         if !is_python {
             return None;
         }
@@ -175,7 +175,11 @@ impl ForkServer {
     /// Start the server for `program` in the current folder and wait (at most `limit`) until it
     /// has imported the program's modules. Err says why trials cannot be forked (the caller
     /// spawns them instead, and says so).
-    pub fn start(program: PythonProgram, stderr: &Path, limit: Duration) -> Result<ForkServer, String> {
+    pub fn start(
+        program: PythonProgram,
+        stderr: &Path,
+        limit: Duration,
+    ) -> Result<ForkServer, String> {
         let err = std::fs::File::create(stderr)
             .map_err(|e| format!("cannot create {}: {e}", stderr.display()))?;
         let mut cmd = Command::new(&program.interpreter);
@@ -187,7 +191,8 @@ impl ForkServer {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(err);
-        let mut child = spawn_in_group(cmd).map_err(|e| format!("could not start {}: {e}", program.interpreter))?;
+        let mut child = spawn_in_group(cmd)
+            .map_err(|e| format!("could not start {}: {e}", program.interpreter))?;
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -213,7 +218,10 @@ impl ForkServer {
                     } else if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
                         ev.started = Some(Err(e.to_string()));
                     } else if let Some(pid) = v.get("exited").and_then(|p| p.as_u64()) {
-                        let exit = match (v.get("code").and_then(|c| c.as_i64()), v.get("signal").and_then(|s| s.as_i64())) {
+                        let exit = match (
+                            v.get("code").and_then(|c| c.as_i64()),
+                            v.get("signal").and_then(|s| s.as_i64()),
+                        ) {
                             (Some(c), _) => Exit::Code(c as i32),
                             (None, Some(s)) => Exit::Signal(s as i32),
                             _ => Exit::Code(-1),
@@ -233,27 +241,40 @@ impl ForkServer {
                 Ok(v) => break v,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) if started.elapsed() < limit => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!("the Python parent exited ({status}) before it was ready; see {}", stderr.display()));
+                        return Err(format!(
+                            "the Python parent exited ({status}) before it was ready; see {}",
+                            stderr.display()
+                        ));
                     }
                 }
                 Err(_) => {
                     common::process::kill_group(child.id());
                     let _ = child.wait();
-                    return Err(format!("the Python parent was not ready within {:.0} s", limit.as_secs_f64()));
+                    return Err(format!(
+                        "the Python parent was not ready within {:.0} s",
+                        limit.as_secs_f64()
+                    ));
                 }
             }
         };
         if first.get("ready").and_then(|r| r.as_bool()) != Some(true) {
             common::process::kill_group(child.id());
             let _ = child.wait();
-            let why = first.get("why").and_then(|w| w.as_str()).unwrap_or("no reason given");
+            let why = first
+                .get("why")
+                .and_then(|w| w.as_str())
+                .unwrap_or("no reason given");
             return Err(why.to_string());
         }
         let names = |key: &str| -> Vec<String> {
             first
                 .get(key)
                 .and_then(|v| v.as_array())
-                .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         Ok(ForkServer {
@@ -272,7 +293,12 @@ impl ForkServer {
     /// Fork one trial; its pid (the leader of its own process group).
     fn fork(&self, s: &Spawn) -> std::io::Result<u32> {
         let mut env: HashMap<String, String> = std::env::vars_os()
-            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
             .collect();
         for (k, v) in &s.env {
             env.insert(k.to_string(), v.to_string_lossy().into_owned());
@@ -297,9 +323,14 @@ impl ForkServer {
                 return answer.map_err(std::io::Error::other);
             }
             if ev.gone || Instant::now() > deadline {
-                return Err(std::io::Error::other("the Python parent that forks the trials is gone"));
+                return Err(std::io::Error::other(
+                    "the Python parent that forks the trials is gone",
+                ));
             }
-            ev = cv.wait_timeout(ev, Duration::from_millis(100)).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            ev = cv
+                .wait_timeout(ev, Duration::from_millis(100))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
         }
     }
 
@@ -333,15 +364,25 @@ mod tests {
 
     #[test]
     fn python_programs_the_server_can_run() {
-        let p = PythonProgram::of(&argv(&["python3", "train.py", "--batch-size", "{batch_size}"])).unwrap();
+        let p = PythonProgram::of(&argv(&[
+            "python3",
+            "train.py",
+            "--batch-size",
+            "{batch_size}",
+        ]))
+        .unwrap();
         assert_eq!(p.target, ["train.py"]);
         assert_eq!(
             p.child_argv(&argv(&["python3", "train.py", "--batch-size", "8"])),
             ["train.py", "--batch-size", "8"]
         );
-        let p = PythonProgram::of(&argv(&["/opt/venv/bin/python3.12", "-m", "pkg.train", "x"])).unwrap();
+        let p = PythonProgram::of(&argv(&["/opt/venv/bin/python3.12", "-m", "pkg.train", "x"]))
+            .unwrap();
         assert_eq!(p.target, ["-m", "pkg.train"]);
-        assert_eq!(p.child_argv(&argv(&["python3", "-m", "pkg.train", "x"])), ["pkg.train", "x"]);
+        assert_eq!(
+            p.child_argv(&argv(&["python3", "-m", "pkg.train", "x"])),
+            ["pkg.train", "x"]
+        );
         for not in [
             &["python3", "-u", "train.py"][..],
             &["python3"],

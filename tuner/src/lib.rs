@@ -23,30 +23,30 @@
 //! - [sweep], [memory], [autobatch]: the three commands, each one report type and schema
 //! - [cli]: the edge
 
+pub mod classify;
 pub mod config;
 pub mod granularity;
 pub mod line;
 pub mod program;
 pub mod protocol;
-pub mod classify;
 
-pub mod nvml;
 pub mod gpu;
 pub mod launch;
+pub mod nvml;
 
-pub mod trial;
 pub mod queue;
+pub mod trial;
 
-pub mod search;
-pub mod recommend;
 pub mod analysis;
+pub mod recommend;
+pub mod search;
 
-pub mod run;
 pub mod plot;
+pub mod run;
 pub mod writeback;
 
-pub mod sweep;
-pub mod memory;
 pub mod autobatch;
+pub mod memory;
+pub mod sweep;
 
 pub mod cli;

@@ -93,5 +93,4 @@ mod tests {
         assert!(Line::through(&[]).is_none());
         assert_eq!(l.batch_within(0.5e9), 0);
     }
-
 }

@@ -11,21 +11,20 @@ use tuner::program::{Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
 
 fn main() -> ExitCode {
-    common::cli::main_with(|_| {
-        match Cli::parse().command {
-            Command::Sweep(a) => {
-                let mut settings = settings(&a.run)?;
-                if let Some(b) = &a.batch_sizes {
-                    settings.batch_sizes = b.0.clone();
-                }
-                let run = start(&a.run, &settings, "sweep")?;
-                let report = tuner::sweep::sweep(&run, settings, a.margin, a.plot.as_deref())?;
-                emit(&a.run.json, &report, &tuner::sweep::render(&report))?;
-                Ok(code(report.best.highest_throughput.is_some()))
+    common::cli::main_with(|_| match Cli::parse().command {
+        Command::Sweep(a) => {
+            let mut settings = settings(&a.run)?;
+            if let Some(b) = &a.batch_sizes {
+                settings.batch_sizes = b.0.clone();
             }
-            Command::Memory(a) => {
-                let mut settings = settings(&a.run)?;
-                match (&a.batch_sizes, settings.batch_size) {
+            let run = start(&a.run, &settings, "sweep")?;
+            let report = tuner::sweep::sweep(&run, settings, a.margin, a.plot.as_deref())?;
+            emit(&a.run.json, &report, &tuner::sweep::render(&report))?;
+            Ok(code(report.best.highest_throughput.is_some()))
+        }
+        Command::Memory(a) => {
+            let mut settings = settings(&a.run)?;
+            match (&a.batch_sizes, settings.batch_size) {
                     (Some(list), _) => settings.batch_sizes = list.0.clone(),
                     (None, Some(b)) => settings.batch_sizes = vec![b],
                     (None, None) => {
@@ -35,37 +34,44 @@ fn main() -> ExitCode {
                         .into())
                     }
                 }
-                let run = start(&a.run, &settings, "memory")?;
-                let report = tuner::memory::memory(&run, settings, a.sizes.granularity(), a.sizes.margin)?;
-                emit(&a.run.json, &report, &tuner::memory::render(&report))?;
-                Ok(code(report.precisions.iter().any(|p| p.largest_fitting > 0)))
-            }
-            Command::Autobatch(a) => {
-                let settings = settings(&a.run)?;
-                let options = Options {
-                    start: a.start,
-                    granularity: a.sizes.granularity(),
-                    margin: a.sizes.margin,
-                    confirm_steps: a.confirm_steps,
-                    effective_batch: a.effective_batch,
-                    write: a.write.then(|| a.run.config.clone()).flatten(),
-                    team: a.team.clone(),
-                    model_name: a.model_name.clone(),
-                };
-                autobatch::check(&options).map_err(Error::invalid)?;
-                let run = start(&a.run, &settings, "autobatch")?;
-                let report = autobatch::autobatch(&run, settings, &options)?;
-                emit(&a.run.json, &report, &autobatch::render(&report))?;
-                Ok(ExitCode::SUCCESS)
-            }
-            Command::Team(a) => {
-                print!("{}", tuner::writeback::show_team(&a.file).map_err(Error::invalid)?);
-                Ok(ExitCode::SUCCESS)
-            }
-            Command::Plot(a) => {
-                tuner::sweep::replot(&a.from, &a.out).map_err(Error::invalid)?;
-                Ok(ExitCode::SUCCESS)
-            }
+            tuner::memory::workers(&settings)?;
+            let run = start(&a.run, &settings, "memory")?;
+            let report =
+                tuner::memory::memory(&run, settings, a.sizes.granularity(), a.sizes.margin)?;
+            emit(&a.run.json, &report, &tuner::memory::render(&report))?;
+            Ok(code(
+                report.precisions.iter().any(|p| p.largest_fitting > 0),
+            ))
+        }
+        Command::Autobatch(a) => {
+            let settings = settings(&a.run)?;
+            let options = Options {
+                start: a.start,
+                granularity: a.sizes.granularity(),
+                margin: a.sizes.margin,
+                confirm_steps: a.confirm_steps,
+                effective_batch: a.effective_batch,
+                write: a.write.then(|| a.run.config.clone()).flatten(),
+                team: a.team.clone(),
+                model_name: a.model_name.clone(),
+            };
+            autobatch::check(&options).map_err(Error::invalid)?;
+            autobatch::choices(&settings)?;
+            let run = start(&a.run, &settings, "autobatch")?;
+            let report = autobatch::autobatch(&run, settings, &options)?;
+            emit(&a.run.json, &report, &autobatch::render(&report))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Team(a) => {
+            print!(
+                "{}",
+                tuner::writeback::show_team(&a.file).map_err(Error::invalid)?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plot(a) => {
+            tuner::sweep::replot(&a.from, &a.out).map_err(Error::invalid)?;
+            Ok(ExitCode::SUCCESS)
         }
     })
 }

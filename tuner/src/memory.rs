@@ -1,6 +1,5 @@
 //! `tuner memory -- COMMAND`: one trial per batch size (and per precision with `--amp both`),
-//! each run until its memory is steady, and what each one's peak was as the program and NVML
-//! saw it, whether it fit, the line through the peaks and the tiers by the one rule. It is also
+//! each run for all its steps, and what each one's peak was as the program and NVML saw it, whether it fit, the line through the peaks and the tiers by the one rule. It is also
 //! the fresh-process check of an answer: `--batch-sizes B,B+8`.
 
 use std::fmt::Write as _;
@@ -46,11 +45,23 @@ pub struct MemoryReport {
     pub batch_status: Option<BatchStatus>,
 }
 
-pub fn memory(run: &Run, settings: Settings, granularity: Granularity, margin: Option<f64>) -> Result<MemoryReport> {
-    let workers = match settings.workers.as_slice() {
-        [w] => *w,
-        _ => return Err(common::Error::invalid("choose one worker count here: --workers N")),
-    };
+/// The one worker count the trials run with.
+pub fn workers(settings: &Settings) -> Result<usize> {
+    match settings.workers.as_slice() {
+        [w] => Ok(*w),
+        _ => Err(common::Error::invalid(
+            "choose one worker count here: --workers N",
+        )),
+    }
+}
+
+pub fn memory(
+    run: &Run,
+    settings: Settings,
+    granularity: Granularity,
+    margin: Option<f64>,
+) -> Result<MemoryReport> {
+    let workers = workers(&settings)?;
     let mut jobs = Vec::new();
     for &amp in &settings.amp {
         for &b in &settings.batch_sizes {
@@ -70,9 +81,15 @@ pub fn memory(run: &Run, settings: Settings, granularity: Granularity, margin: O
     let precisions: Vec<PrecisionMemory> = amps
         .into_iter()
         .map(|amp| {
-            let of_amp: Vec<&TrialResult> = ran.trials.iter().filter(|r| r.params.amp == amp).collect();
+            let of_amp: Vec<&TrialResult> =
+                ran.trials.iter().filter(|r| r.params.amp == amp).collect();
             let fit = MemoryFit::of(&of_amp);
-            let batches = |fits: bool| of_amp.iter().filter(move |r| r.fits() == Some(fits)).map(|r| r.params.batch_size);
+            let batches = |fits: bool| {
+                of_amp
+                    .iter()
+                    .filter(move |r| r.fits() == Some(fits))
+                    .map(|r| r.params.batch_size)
+            };
             let largest_fitting = batches(true).max().unwrap_or(0);
             PrecisionMemory {
                 amp,
@@ -131,7 +148,9 @@ fn memory_table(trials: &[TrialResult]) -> Table {
             },
             cell(r.measured.framework_peak_bytes, gb),
             cell(r.measured.device.as_ref().and_then(|d| d.free_bytes), gb),
-            cell(peak.zip(limit), |(p, l)| format!("{:.1}%", 100.0 * p as f64 / l as f64)),
+            cell(peak.zip(limit), |(p, l)| {
+                format!("{:.1}%", 100.0 * p as f64 / l as f64)
+            }),
             format!("{:.1}", r.wall_s),
             r.device.clone(),
         ]);
@@ -154,17 +173,27 @@ pub fn render(r: &MemoryReport) -> String {
             d.label,
             d.cuda_visible,
             d.name.as_deref().unwrap_or("name not known (no NVML)"),
-            d.total_bytes.map(gb).unwrap_or_else(|| "memory not known".into())
+            d.total_bytes
+                .map(gb)
+                .unwrap_or_else(|| "memory not known".into())
         );
     }
     o.push('\n');
     o.push_str(&memory_table(&r.ran.trials).markdown());
     o.push('\n');
     for p in &r.precisions {
-        let _ = writeln!(o, "{}: {}", if p.amp { "AMP" } else { "fp32" }, p.fit.describe());
+        let _ = writeln!(
+            o,
+            "{}: {}",
+            if p.amp { "AMP" } else { "fp32" },
+            p.fit.describe()
+        );
         let bound = match p.first_failing {
             Some(f) => format!("{f} ran out of memory"),
-            None => "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)".into(),
+            None => {
+                "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
+                    .into()
+            }
         };
         let _ = writeln!(
             o,

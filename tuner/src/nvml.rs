@@ -325,11 +325,17 @@ impl Sampler {
     pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
         self.stop.store(true, Ordering::Relaxed);
         let Some(thread) = self.thread.take() else {
-            return (MemoryReading::unmeasured("the memory sampler could not start"), Vec::new());
+            return (
+                MemoryReading::unmeasured("the memory sampler could not start"),
+                Vec::new(),
+            );
         };
         thread.thread().unpark();
         if thread.join().is_err() {
-            return (MemoryReading::unmeasured("the memory sampler failed"), Vec::new());
+            return (
+                MemoryReading::unmeasured("the memory sampler failed"),
+                Vec::new(),
+            );
         }
         let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
         (w.reading(self.before), std::mem::take(&mut w.utilization))
@@ -459,7 +465,13 @@ mod tests {
         let me = std::process::id();
         let (_, group) = stat_of(me).expect("/proc is readable");
         let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
-        let s = Sampler::start(probe, group, Duration::from_millis(5), Some(0), Instant::now());
+        let s = Sampler::start(
+            probe,
+            group,
+            Duration::from_millis(5),
+            Some(0),
+            Instant::now(),
+        );
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(s.so_far().0, Some(9));
         let (r, utilization) = s.finish();

@@ -226,10 +226,7 @@ mod tests {
     #[test]
     fn renders_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("tuner-plot-{}", std::process::id()));
-        let trials = vec![
-            trial(1, false, Status::Ok),
-            trial(4, false, Status::Ok),
-        ];
+        let trials = vec![trial(1, false, Status::Ok), trial(4, false, Status::Ok)];
         let (svg, png) = render(&trials, "test", &dir.join("sweep")).unwrap();
         let png_bytes = std::fs::read(&png).unwrap();
         assert_eq!(&png_bytes[1..4], b"PNG");

@@ -12,8 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use common::{Error, Result};
 
 use crate::classify::Status;
-use crate::program::Params;
 use crate::gpu::Device;
+use crate::program::Params;
 use crate::trial::TrialResult;
 
 /// The results file: one [TrialResult] as JSON per line, flushed line by line.

@@ -49,7 +49,6 @@ pub fn leaves_margin(peak: u64, limit: u64, margin: f64) -> bool {
     peak as f64 <= (1.0 - margin) * limit as f64
 }
 
-
 /// How the peak of a batch that was not run is known.
 pub enum PeakModel<'a> {
     /// Measured peaks through a function of the batch (a [Line]), against
@@ -71,7 +70,6 @@ pub struct Tiers {
     /// Why recommended and safe coincide, or why safe was stepped down.
     pub note: Option<String>,
 }
-
 
 /// The largest size at or below `maximum` whose peak leaves `margin` free (0 when none does).
 fn largest_within(
@@ -221,7 +219,12 @@ impl MemoryFit {
         match (self.line, self.limit_bytes) {
             (Some(line), Some(limit)) => {
                 let peak = move |b: usize| line.peak(b);
-                tiers(maximum, granularity, margin, PeakModel::Bytes { peak: &peak, limit })
+                tiers(
+                    maximum,
+                    granularity,
+                    margin,
+                    PeakModel::Bytes { peak: &peak, limit },
+                )
             }
             _ => tiers(maximum, granularity, margin, PeakModel::Proportional),
         }

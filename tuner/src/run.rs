@@ -76,8 +76,10 @@ impl Progress {
         };
         let bar = ProgressBar::with_draw_target(None, target);
         bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
         Progress {
             bar,
@@ -169,9 +171,16 @@ impl Run {
                     "{what}: importing the modules of {} once, to fork each trial from",
                     python.target.join(" ")
                 ));
-                match ForkServer::start(python, &folder.join("fork-server.log"), Duration::from_secs_f64(o.time_limit_s)) {
+                match ForkServer::start(
+                    python,
+                    &folder.join("fork-server.log"),
+                    Duration::from_secs_f64(o.time_limit_s),
+                ) {
                     Ok(server) => (Launcher::Fork(Arc::new(server)), None),
-                    Err(why) => (Launcher::Spawn, Some(format!("trials spawned, not forked: {why}"))),
+                    Err(why) => (
+                        Launcher::Spawn,
+                        Some(format!("trials spawned, not forked: {why}")),
+                    ),
                 }
             }
             _ => (Launcher::Spawn, None),
@@ -211,7 +220,10 @@ impl Run {
         Runner {
             program: &self.program,
             launcher: &self.launcher,
-            limits: Limits { stop, ..self.limits },
+            limits: Limits {
+                stop,
+                ..self.limits
+            },
         }
     }
 
@@ -260,13 +272,22 @@ impl Run {
     }
 
     /// One trial on `device`, written to `results` and shown as it ends.
-    pub fn one(&self, device: &Device, p: &Params, index: usize, stop: Stop, results: &mut ResultsFile) -> TrialResult {
-        let what = format!("trial {}: {}", index + 1, p.describe());
+    pub fn one(
+        &self,
+        device: &Device,
+        p: &Params,
+        index: usize,
+        stop: Stop,
+        results: &mut ResultsFile,
+    ) -> TrialResult {
+        let what = format!("trial {index}: {}", p.describe());
         let done = std::sync::atomic::AtomicBool::new(false);
         let r = std::thread::scope(|scope| {
             scope.spawn(|| self.progress.tick_until(&done));
             self.progress.started(what.clone());
-            let r = self.runner(stop).trial(p, index, device, &self.trial_folder(index, p));
+            let r = self
+                .runner(stop)
+                .trial(p, index, device, &self.trial_folder(index, p));
             self.progress.ended(&what);
             done.store(true, std::sync::atomic::Ordering::Relaxed);
             r
@@ -364,7 +385,13 @@ pub struct Ran {
 
 impl Run {
     /// Run `jobs` and gather what every report of a queue holds.
-    pub fn ran(&self, what: &str, jobs: &[Params], settings: Settings, margin: Option<f64>) -> Result<Ran> {
+    pub fn ran(
+        &self,
+        what: &str,
+        jobs: &[Params],
+        settings: Settings,
+        margin: Option<f64>,
+    ) -> Result<Ran> {
         let mut results = ResultsFile::create(&self.results_path)?;
         self.announce(what, Some(jobs.len()));
         let trials = self.queue(jobs, &mut results)?;
@@ -398,7 +425,10 @@ impl Ran {
                 t.index,
                 t.params.describe(),
                 t.report.bad_lines,
-                first.map_or(String::new(), |b| format!("; the first, line {}: {}", b.line, b.reason))
+                first.map_or(String::new(), |b| format!(
+                    "; the first, line {}: {}",
+                    b.line, b.reason
+                ))
             ));
         }
         for t in self
@@ -445,7 +475,8 @@ pub fn emit<T: Serialize>(json: &Option<PathBuf>, value: &T, text: &str) -> Resu
     match json {
         Some(p) if p == Path::new("-") => {
             eprint!("{text}");
-            let s = serde_json::to_string_pretty(value).map_err(|e| Error::invalid(e.to_string()))?;
+            let s =
+                serde_json::to_string_pretty(value).map_err(|e| Error::invalid(e.to_string()))?;
             println!("{s}");
         }
         Some(p) => {

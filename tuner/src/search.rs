@@ -90,7 +90,7 @@ const BRACKET_JUMPS: usize = 2;
 /// A jump whose peak lands further than this share from the line that aimed it, or whose peak
 /// rises at less than [FLATTER] times the line's slope, shows memory that is not a line (an
 /// autotuner's workspace that takes the room there is): the search stops aiming.
-const OFF_THE_LINE: f64 = 0.05;
+const OFF_THE_LINE: f64 = 0.15;
 const FLATTER: f64 = 0.5;
 
 struct Search<F> {
@@ -547,5 +547,4 @@ mod tests {
             f.trials
         );
     }
-
 }

@@ -97,7 +97,12 @@ pub fn plan(s: &Settings) -> Vec<Params> {
     out
 }
 
-pub fn sweep(run: &Run, settings: Settings, margin: Option<f64>, plot: Option<&Path>) -> Result<SweepReport> {
+pub fn sweep(
+    run: &Run,
+    settings: Settings,
+    margin: Option<f64>,
+    plot: Option<&Path>,
+) -> Result<SweepReport> {
     let jobs = plan(&settings);
     let ran = run.ran("sweep", &jobs, settings, margin)?;
     let rows: Vec<Row> = ran.trials.iter().map(Row::of).collect();
@@ -177,7 +182,14 @@ pub fn trial_table(rows: &[Row]) -> Table {
             cell(r.device.as_ref(), |d| d.clone()),
         ]);
     }
-    t.drop_empty(&["vs program %", "vs clock %", "GPU busy %", "framework GB", "bad lines", "GPU"]);
+    t.drop_empty(&[
+        "vs program %",
+        "vs clock %",
+        "GPU busy %",
+        "framework GB",
+        "bad lines",
+        "GPU",
+    ]);
     t
 }
 

@@ -336,7 +336,13 @@ impl Runner<'_> {
     /// Run trial `index` with `params` on `device`, keeping its files in `folder` (created; an
     /// old report there is removed). Never fails: a program that cannot start is a FAILED
     /// result saying why.
-    pub fn trial(&self, params: &Params, index: usize, device: &Device, folder: &Path) -> TrialResult {
+    pub fn trial(
+        &self,
+        params: &Params,
+        index: usize,
+        device: &Device,
+        folder: &Path,
+    ) -> TrialResult {
         let argv = self.program.argv_for(params);
         let mut result = TrialResult::skipped(index, *params, String::new());
         result.device = device.label.clone();
@@ -412,7 +418,11 @@ impl Runner<'_> {
             result.memory.device_total_bytes = device.probe.as_ref().and_then(|p| p.device_total());
             let from = match params.warmup_steps {
                 0 => 0.0,
-                w => watcher.arrivals.get(w - 1).copied().unwrap_or(f64::INFINITY),
+                w => watcher
+                    .arrivals
+                    .get(w - 1)
+                    .copied()
+                    .unwrap_or(f64::INFINITY),
             };
             let to = watcher.arrivals.last().copied().unwrap_or(0.0);
             let window: Vec<f64> = utilization
@@ -420,7 +430,8 @@ impl Runner<'_> {
                 .filter(|(t, _)| *t > from && *t <= to)
                 .map(|(_, u)| f64::from(*u))
                 .collect();
-            result.nvml_util_pct = (!window.is_empty()).then(|| window.iter().sum::<f64>() / window.len() as f64);
+            result.nvml_util_pct =
+                (!window.is_empty()).then(|| window.iter().sum::<f64>() / window.len() as f64);
         }
         let exit = match finished {
             Ok(e) => e,
@@ -438,7 +449,8 @@ impl Runner<'_> {
                 result.wall_s,
             )
         });
-        result.measured = Measured::from_report(&file, params.warmup_steps, wall, &watcher.arrivals);
+        result.measured =
+            Measured::from_report(&file, params.warmup_steps, wall, &watcher.arrivals);
         result.report = ReportHealth {
             lines: file.lines,
             bad_lines: file.bad_lines,
@@ -482,13 +494,28 @@ mod tests {
     #[test]
     fn memory_is_steady_once_two_steps_after_the_first_agree() {
         assert!(!steady(&[]));
-        assert!(!steady(&[Some(GB), Some(GB)]), "the optimizer's first step may come later");
+        assert!(
+            !steady(&[Some(GB), Some(GB)]),
+            "the optimizer's first step may come later"
+        );
         assert!(steady(&[None, Some(5 * GB), Some(5 * GB)]));
-        assert!(steady(&[Some(GB), Some(5 * GB), Some(5 * GB + 1000)]), "rounding");
+        assert!(
+            steady(&[Some(GB), Some(5 * GB), Some(5 * GB + 1000)]),
+            "rounding"
+        );
         assert!(!steady(&[Some(GB), Some(5 * GB), Some(6 * GB)]));
         assert!(!steady(&[Some(GB), Some(5 * GB), None]));
-        assert!(steady(&[Some(GB), Some(5 * GB), Some(6 * GB), Some(6 * GB)]));
-        assert!(!steady(&[Some(100 * GB), Some(100 * GB + 200_000_000), Some(100 * GB)]));
+        assert!(steady(&[
+            Some(GB),
+            Some(5 * GB),
+            Some(6 * GB),
+            Some(6 * GB)
+        ]));
+        assert!(!steady(&[
+            Some(100 * GB),
+            Some(100 * GB + 200_000_000),
+            Some(100 * GB)
+        ]));
     }
 
     #[test]

@@ -25,7 +25,12 @@ fn options(granularity: Granularity) -> Options {
     }
 }
 
-fn find(dir: &Scratch, vars: &[(&str, &str)], o: &Options, time_limit_s: f64) -> common::Result<AutobatchReport> {
+fn find(
+    dir: &Scratch,
+    vars: &[(&str, &str)],
+    o: &Options,
+    time_limit_s: f64,
+) -> common::Result<AutobatchReport> {
     let run = Run::new(
         RunOptions {
             program: Program::new(argv(vars)).unwrap(),
@@ -55,8 +60,18 @@ fn the_answer_is_the_fake_s_limit_at_the_granularity_confirmed() {
         (Granularity::Pow2, 64, 128),
     ] {
         let dir = Scratch::new("find");
-        let r = find(&dir, &[("FAKE_OOM_ABOVE", "100")], &options(granularity), 60.0).unwrap();
-        assert_eq!((r.maximum, r.next_failing), (expected, Some(next)), "{granularity:?}");
+        let r = find(
+            &dir,
+            &[("FAKE_OOM_ABOVE", "100")],
+            &options(granularity),
+            60.0,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.maximum, r.next_failing),
+            (expected, Some(next)),
+            "{granularity:?}"
+        );
         // Every search trial's verdict is the fake's truth; fitting ones stopped when steady.
         for (t, &(batch, fitted)) in r.search.iter().zip(&r.found.trials) {
             assert_eq!(t.params.batch_size, batch);
@@ -70,7 +85,11 @@ fn the_answer_is_the_fake_s_limit_at_the_granularity_confirmed() {
         let c = &r.confirmations[0];
         assert_eq!((c.batch_size, c.steps, c.held), (expected, 20, true));
         assert_eq!(c.trial.measured.reported_steps, 20);
-        assert!(r.launch.contains("spawned"), "an `env` command is not forked: {}", r.launch);
+        assert!(
+            r.launch.contains("spawned"),
+            "an `env` command is not forked: {}",
+            r.launch
+        );
         // Every trial is in the results file, the confirmation included.
         let lines = std::fs::read_to_string(dir.path("autobatch.trials.jsonl")).unwrap();
         assert_eq!(lines.lines().count(), r.search.len() + 1);
@@ -86,10 +105,18 @@ fn a_step_that_needs_more_memory_late_makes_the_answer_step_down() {
     let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 60.0).unwrap();
     assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
     assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
-    let tried: Vec<(usize, bool)> = r.confirmations.iter().map(|c| (c.batch_size, c.held)).collect();
+    let tried: Vec<(usize, bool)> = r
+        .confirmations
+        .iter()
+        .map(|c| (c.batch_size, c.held))
+        .collect();
     // Down one size, then two; then pinned between the size that held and the one that failed.
     assert_eq!(tried, [(96, false), (88, false), (72, true), (80, true)]);
-    assert!(r.tiers.recommended <= 80 && r.tiers.safe < r.tiers.recommended, "{:?}", r.tiers);
+    assert!(
+        r.tiers.recommended <= 80 && r.tiers.safe < r.tiers.recommended,
+        "{:?}",
+        r.tiers
+    );
 }
 
 #[test]
@@ -100,26 +127,59 @@ fn a_program_that_ignores_its_steps_is_stopped_when_steady() {
     let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 30.0).unwrap();
     assert_eq!(r.maximum, 48);
     let confirmation = &r.confirmations[0].trial;
-    assert!(confirmation.reached_steps && confirmation.wall_s < 20.0, "stopped after its steps");
-    assert!(r.search.iter().all(|t| t.wall_s < 20.0), "stopped when steady");
+    assert!(
+        confirmation.reached_steps && confirmation.wall_s < 20.0,
+        "stopped after its steps"
+    );
+    assert!(
+        r.search.iter().all(|t| t.wall_s < 20.0),
+        "stopped when steady"
+    );
 }
 
 #[test]
 fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
     let dir = Scratch::new("fail");
-    let e = find(&dir, &[("FAKE_MODE", "fail")], &options(Granularity::Multiple(8)), 60.0).unwrap_err();
+    let e = find(
+        &dir,
+        &[("FAKE_MODE", "fail")],
+        &options(Granularity::Multiple(8)),
+        60.0,
+    )
+    .unwrap_err();
     let message = e.to_string();
-    assert!(message.contains("batch 8 FAILED: exit status 1"), "{message}");
-    assert!(message.contains("ValueError: the dataset has no split"), "{message}");
+    assert!(
+        message.contains("batch 8 FAILED: exit status 1"),
+        "{message}"
+    );
+    assert!(
+        message.contains("ValueError: the dataset has no split"),
+        "{message}"
+    );
     assert!(message.contains("says nothing about memory"), "{message}");
 
     let dir = Scratch::new("hang");
     let pids = dir.str("pids");
-    let e = find(&dir, &[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)], &options(Granularity::Multiple(8)), 2.0)
-        .unwrap_err();
-    assert!(e.to_string().contains("batch 8 HANG: ran past the time limit of 2 s"), "{e}");
+    let e = find(
+        &dir,
+        &[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)],
+        &options(Granularity::Multiple(8)),
+        2.0,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("batch 8 HANG: ran past the time limit of 2 s"),
+        "{e}"
+    );
 
     let dir = Scratch::new("short");
-    let e = find(&dir, &[("FAKE_MODE", "short")], &options(Granularity::Multiple(8)), 60.0).unwrap_err();
+    let e = find(
+        &dir,
+        &[("FAKE_MODE", "short")],
+        &options(Granularity::Multiple(8)),
+        60.0,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("INCOMPLETE"), "{e}");
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use fake::Scratch;
-use tuner::external::protocol::ReportFile;
+use tuner::protocol::ReportFile;
 
 fn examples() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/pytorch"))
@@ -211,6 +211,16 @@ fn the_fresh_process_check_tells_an_exact_answer_from_a_wrong_one() {
         (Some(true), Some(104))
     );
     assert_eq!(r["runs"][1]["verdict"], "out of memory");
+    // Several fresh runs at the answer, each of which must fit, and one at the next size.
+    let (code, r) = check_fit(&["96", "--repeat", "3"], &limit);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(
+        (r["fits_runs"].as_u64(), r["runs_at_batch"].as_u64()),
+        (Some(3), Some(3)),
+        "{r}"
+    );
+    assert_eq!(r["runs"].as_array().unwrap().len(), 4, "{r}");
+    assert_eq!(r["runs"][3]["batch"], 104);
     // One sample's granularity, as Lightning answers: 100 fits, 101 does not.
     let (code, r) = check_fit(&["100", "--step", "1"], &limit);
     assert_eq!((code, r["exact"].as_bool()), (0, Some(true)), "{r}");

@@ -7,11 +7,12 @@ mod fake;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fake::{log_entries, params, program, Scratch};
-use tuner::external::{
-    larger_batch_after_oom, run_queue, trial, Device, Limits, Params, Progress, ResultsFile,
-    Status, TrialResult,
-};
+use fake::{log_entries, params, program, trial, Scratch};
+use tuner::classify::Status;
+use tuner::gpu::Device;
+use tuner::program::Params;
+use tuner::queue::{larger_batch_after_oom, run_queue, Progress, ResultsFile};
+use tuner::trial::{Limits, TrialResult};
 
 #[test]
 fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {

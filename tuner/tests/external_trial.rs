@@ -179,7 +179,11 @@ fn out_of_memory_is_told_apart_from_a_crash() {
     assert_eq!(r.status, Status::Oom, "{r:?}");
     assert_eq!(r.oom.as_ref().unwrap().stack, "PyTorch");
     // Ended at the message, or by its exit if that came first.
-    assert!(r.reason.starts_with("out of memory (PyTorch)"), "{}", r.reason);
+    assert!(
+        r.reason.starts_with("out of memory (PyTorch)"),
+        "{}",
+        r.reason
+    );
     assert!(!r.reached_steps);
     assert!(r.stderr_tail.last().unwrap().contains("CUDA out of memory"));
     // Below the limit the same program is fine.
@@ -318,7 +322,11 @@ fn fewer_step_lines_than_told_is_incomplete_not_ok() {
     let r = trial(&prog, &p, 0, &device, &dir.path("trial"), &limits(60));
     assert_eq!(r.status, Status::Incomplete, "{r:?}");
     assert!(r.reason.contains("1 of the 4 steps"), "{}", r.reason);
-    assert_eq!(r.fits(), None, "an incomplete trial says nothing about memory");
+    assert_eq!(
+        r.fits(),
+        None,
+        "an incomplete trial says nothing about memory"
+    );
     assert!(r.verdict().starts_with("INCOMPLETE"));
 }
 
@@ -327,10 +335,21 @@ fn an_out_of_memory_message_ends_the_trial_at_once() {
     let dir = Scratch::new("linger");
     let prog = program(&[("FAKE_MODE", "oom_then_linger")]);
     let device = Device::stand_in("GPU 0", "0");
-    let r = trial(&prog, &params(8), 0, &device, &dir.path("trial"), &limits(60));
+    let r = trial(
+        &prog,
+        &params(8),
+        0,
+        &device,
+        &dir.path("trial"),
+        &limits(60),
+    );
     assert_eq!(r.status, Status::Oom, "{r:?}");
     assert!(r.reason.contains("stopped at the message"), "{}", r.reason);
-    assert!(r.wall_s < 10.0, "it waited for the program to wind down: {} s", r.wall_s);
+    assert!(
+        r.wall_s < 10.0,
+        "it waited for the program to wind down: {} s",
+        r.wall_s
+    );
     assert_eq!(r.fits(), Some(false));
 }
 
@@ -358,5 +377,9 @@ fn a_finder_trial_stops_once_memory_is_steady() {
     let prog = program(&[("FAKE_STEP_S", "0.1")]);
     let r = trial(&prog, &p, 1, &device, &dir.path("flat"), &stop);
     assert_eq!(r.steady_at, Some(3), "{:?}", r.step_peaks);
-    assert!(r.measured.reported_steps <= 4, "{}", r.measured.reported_steps);
+    assert!(
+        r.measured.reported_steps <= 4,
+        "{}",
+        r.measured.reported_steps
+    );
 }

@@ -1,8 +1,11 @@
 //! The `tuner` binary on a program, end to end, against the fake training program: what
-//! reaches the program, how each ending is told apart, the finder's answer and its trial count,
-//! the queue over several (stand-in) GPUs, results written as they come, what is and is not
-//! written back. No GPU: the GPUs are named in CUDA_VISIBLE_DEVICES, and a device order other
-//! than the bus's keeps NVML (where a machine has it) from reading real GPUs for them.
+//! reaches the program, how each ending is told apart, what a program that reports nothing or
+//! reports badly gets, the finder's answer and its trial count, Python trials forked from one
+//! parent, the queue over several (stand-in) GPUs, results written as they come, what is and is
+//! not written back. No GPU: the GPUs are named in CUDA_VISIBLE_DEVICES, and a device order
+//! other than the bus's keeps NVML (where a machine has it) from reading real GPUs for them.
+//! Progress is drawn only on a terminal, so these runs' stderr holds only errors (and the text
+//! of a `--json -` run).
 
 mod fake;
 
@@ -30,14 +33,19 @@ fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: &Pat
     run(cmd, gpus, cwd, tmp)
 }
 
+/// Run `cmd` in `cwd` on the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`;
+/// the test's own PERF_LESSONS_ and FAKE_ variables stay out, those set on `cmd` go in.
 fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
     std::fs::create_dir_all(tmp).unwrap();
+    let set: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
     cmd.current_dir(cwd)
         .env("CUDA_VISIBLE_DEVICES", gpus)
         .env("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
         .env("TMPDIR", tmp);
     for (k, _) in std::env::vars() {
-        if k.starts_with("PERF_LESSONS_") || k.starts_with("FAKE_") {
+        if (k.starts_with("PERF_LESSONS_") || k.starts_with("FAKE_"))
+            && !set.contains(&k.clone().into())
+        {
             cmd.env_remove(k);
         }
     }
@@ -133,16 +141,23 @@ fn placeholders_and_environment_reach_the_program() {
     assert_eq!(e["nccl_nvls_enable"], "0");
     assert_eq!(e["pid"], e["pgid"], "a process group of its own");
 
-    // The report's shape: the tuner's trial table, picks, the program's own count beside ours.
+    // The report's shape: each trial as it ran, picks, the program's own count beside ours.
     let report = json(&work.join("out.json"));
-    assert_eq!(report["schema"], "tuner-sweep-program/1");
+    assert_eq!(report["schema"], "tuner-sweep/2");
     let row = &report["trials"][0];
     assert_eq!(row["status"], "OK");
-    assert_eq!(row["key"]["pin"], Value::Null);
+    assert_eq!(row["params"]["batch_size"], 24);
+    assert_eq!(row["report"]["bad_lines"], 0);
     // 6 steps reported, 2 of them warmup; 48 samples per 10 ms.
-    assert!((row["samples_per_s"].as_f64().unwrap() - 4800.0).abs() < 1e-6);
-    assert_eq!(report["runs"][0]["measured"]["reported_steps"], 6);
+    assert!((row["measured"]["samples_per_s"].as_f64().unwrap() - 4800.0).abs() < 1e-6);
+    assert_eq!(row["measured"]["source"], "protocol");
+    assert_eq!(row["measured"]["reported_steps"], 6);
     assert_eq!(report["best"]["recommended"]["key"]["batch"], 24);
+    assert!(
+        report["launch"].as_str().unwrap().contains("spawned"),
+        "{}",
+        report["launch"]
+    );
     assert!(
         o.stdout.contains("| batch | workers | AMP | data ms |"),
         "{}",
@@ -150,7 +165,7 @@ fn placeholders_and_environment_reach_the_program() {
     );
     assert!(
         o.stdout
-            .contains("- recommended: batch 24, workers 3, AMP bf16"),
+            .contains("- recommended: batch 24, workers 3, AMP: 4800 samples/s"),
         "{}",
         o.stdout
     );
@@ -232,7 +247,15 @@ fn a_hang_is_killed_at_the_time_limit_with_its_children() {
 fn out_of_memory_is_told_apart_from_a_failure() {
     let (_s, work, tmp) = places("endings");
     let o = tuner(
-        &["sweep", "--batch-sizes", "8,64,128", "--steps", "2"],
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8,64,128",
+            "--steps",
+            "2",
+            "--json",
+            "oom.json",
+        ],
         &[("FAKE_OOM_ABOVE", "32")],
         "0",
         &work,
@@ -249,7 +272,7 @@ fn out_of_memory_is_told_apart_from_a_failure() {
         "{rows:?}"
     );
     assert!(
-        rows[3].starts_with("| 128 |") && rows[3].contains("| skipped |"),
+        rows[3].starts_with("| 128 |") && rows[3].contains("| SKIPPED |"),
         "{rows:?}"
     );
     assert!(
@@ -258,7 +281,24 @@ fn out_of_memory_is_told_apart_from_a_failure() {
         "{}",
         o.stdout
     );
-    assert!(o.stderr.contains("OOM (PyTorch)"), "{}", o.stderr);
+    let trials = &json(&work.join("oom.json"))["trials"];
+    assert_eq!(trials[1]["oom"]["stack"], "PyTorch");
+    assert!(
+        trials[1]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("out of memory (PyTorch)"),
+        "{}",
+        trials[1]["reason"]
+    );
+    assert!(
+        trials[2]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("batch 64 of the same setting ran out of memory"),
+        "{}",
+        trials[2]["reason"]
+    );
 
     let o = tuner(
         &["sweep", "--batch-sizes", "8", "--steps", "2"],
@@ -278,17 +318,305 @@ fn out_of_memory_is_told_apart_from_a_failure() {
     assert!(!o.stdout.contains("memory-bound"), "{}", o.stdout);
 }
 
-/// `tuner autobatch --test-only --json ab.json ...` on the fake; the JSON report.
-fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
-    let (_s, work, tmp) = places(name);
-    let mut all = vec![
+#[test]
+fn a_program_that_exits_0_after_fewer_steps_than_told_is_incomplete() {
+    let (_s, work, tmp) = places("short");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+        ],
+        &[("FAKE_MODE", "short")],
+        "0",
+        &work,
+        &tmp,
+    );
+    // Not an answer: no pick, exit 1, and its output kept to read.
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("| INCOMPLETE |"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("INCOMPLETE: exit status 0 after 1 of the 4 steps it was told to run"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("- recommended: none"), "{}", o.stdout);
+    assert!(o.stdout.contains("the trials' output"), "{}", o.stdout);
+    assert_eq!(listing(&tmp).len(), 1);
+}
+
+#[test]
+fn a_program_that_reports_no_steps_is_shown_so_and_never_picked() {
+    let (_s, work, tmp) = places("silent");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8,16",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--json",
+            "s.json",
+        ],
+        &[("FAKE_MODE", "silent")],
+        "0",
+        &work,
+        &tmp,
+    );
+    // Nothing to pick from: the exit says so.
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    let rows: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in &rows[1..] {
+        assert!(
+            row.contains("| OK: no step lines: samples/s from the process's wall time, start-up included (never picked) |"),
+            "{row}"
+        );
+    }
+    assert!(
+        o.stdout.contains("- highest throughput: none"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("- recommended: none"), "{}", o.stdout);
+    let report = json(&work.join("s.json"));
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "OK");
+        assert_eq!(t["measured"]["source"], "wall-clock");
+        assert_eq!(t["measured"]["reported_steps"], 0);
+        assert!(
+            t["measured"]["samples_per_s"].as_f64().unwrap() > 0.0,
+            "shown, though never picked"
+        );
+    }
+    for pick in ["highest_throughput", "best_efficiency", "recommended"] {
+        assert_eq!(report["best"][pick], Value::Null, "{pick}");
+    }
+    assert!(
+        report["diagnosis"].as_array().unwrap().is_empty(),
+        "{}",
+        report["diagnosis"]
+    );
+}
+
+#[test]
+fn invalid_report_lines_are_counted_and_the_first_quoted() {
+    let (_s, work, tmp) = places("garbage");
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--json",
+            "g.json",
+        ],
+        &[("FAKE_MODE", "garbage")],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    // The table counts them...
+    let rows: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    let header: Vec<&str> = rows[0].split('|').map(str::trim).collect();
+    let cells: Vec<&str> = rows[1].split('|').map(str::trim).collect();
+    let column = header
+        .iter()
+        .position(|h| *h == "bad lines")
+        .expect("a bad lines column");
+    assert_eq!(cells[column], "2", "{rows:?}");
+    // ...and the first is quoted under it: 3 steps and the end line, then stray text.
+    assert!(
+        o.stdout.contains(
+            "trial 0 (batch 8, workers 4, amp off): 2 report line(s) not valid; the first, line 5: not JSON"
+        ),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("epoch 1 done, loss 0.42"), "{}", o.stdout);
+    // The JSON has the count, each bad line's place and reason, and the cut-off last line.
+    let report = &json(&work.join("g.json"))["trials"][0]["report"];
+    assert_eq!(
+        (report["lines"].as_u64(), report["bad_lines"].as_u64()),
+        (Some(6), Some(2))
+    );
+    assert_eq!(report["truncated_last_line"], true);
+    let first = &report["first_bad"][0];
+    assert_eq!(first["line"], 5);
+    assert!(
+        first["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("epoch 1 done, loss 0.42"),
+        "{first}"
+    );
+    assert_eq!(report["first_bad"][1]["line"], 6);
+}
+
+#[test]
+fn json_to_stdout_leaves_the_text_to_stderr() {
+    let (_s, work, tmp) = places("json-stdout");
+    let o = tuner(
+        &[
+            "memory",
+            "--batch-sizes",
+            "64,1024,2048",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--workers",
+            "0",
+            "--json",
+            "-",
+        ],
+        &[("FAKE_MEMORY", "600000000,40000000,79000000000")],
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let report: Value = serde_json::from_str(&o.stdout).expect("stdout is the JSON alone");
+    assert!(o.stderr.starts_with("## tuner memory: "), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("| 2048 | off | no: OOM (PyTorch) |"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(report["schema"], "tuner-memory/2");
+    assert_eq!(report["trials"].as_array().unwrap().len(), 3);
+    let p = &report["precisions"][0];
+    assert_eq!(p["amp"], false);
+    assert_eq!(
+        (p["largest_fitting"].as_u64(), p["first_failing"].as_u64()),
+        (Some(1024), Some(2048))
+    );
+    // The line through the program's peaks, against the memory it reported free.
+    assert_eq!(p["fit"]["line"]["bytes_per_sample"], 40_000_000.0);
+    assert_eq!(p["fit"]["limit_bytes"], 79_000_000_000u64);
+    assert_eq!(p["tiers"]["maximum"], 1024);
+    // No file beside a `-`, no trials' folder left.
+    assert!(listing(&work).is_empty(), "{:?}", listing(&work));
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+}
+
+/// `tuner ARGS -- python3 fake_trainer.py --batch-size {batch_size} ...`, the fake's settings in
+/// the tuner's own environment: a Python command as a user gives it, so its trials are forked.
+fn python_command(args: &[&str], vars: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(args)
+        .args(["--", "python3", &script()])
+        .args(fake::PLACEHOLDER_FLAGS);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+#[test]
+fn a_python_program_s_trials_are_forked_each_a_process_of_its_own() {
+    let (s, work, tmp) = places("fork");
+    let forked_from =
+        "each trial forked from a Python parent that imported the program's modules once";
+    let limit = [("FAKE_OOM_ABOVE", "100")];
+    let args = ["autobatch", "--json", "ab.json", "--workers", "0"];
+    let o = run(python_command(&args, &limit), "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let forked = json(&work.join("ab.json"));
+    let launch = forked["launch"].as_str().unwrap();
+    assert!(launch.starts_with(forked_from), "{launch}");
+    assert!(o.stdout.contains(forked_from), "{}", o.stdout);
+    assert_eq!(confirmed(&forked), (96, 104));
+    // The parent's files go with the trials' folder.
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+
+    // --no-fork spawns the same command, and the search goes the same way.
+    let no_fork = [
         "autobatch",
-        "--test-only",
+        "--no-fork",
         "--json",
-        "ab.json",
+        "spawned.json",
         "--workers",
         "0",
     ];
+    let o = run(python_command(&no_fork, &limit), "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let spawned = json(&work.join("spawned.json"));
+    assert_eq!(spawned["launch"], "each trial spawned as the command says");
+    assert_eq!(spawned["found"], forked["found"]);
+    assert_eq!(confirmed(&spawned), (96, 104));
+
+    // A sweep's trials run to their end: each one forked is a process of its own, leading its
+    // own group, with its own trial's settings and report.
+    let log = s.str("log.jsonl");
+    let args = [
+        "sweep",
+        "--batch-sizes",
+        "8,16,24",
+        "--steps",
+        "2",
+        "--workers",
+        "0",
+        "--json",
+        "sweep.json",
+    ];
+    let o = run(
+        python_command(&args, &[("FAKE_LOG", &log)]),
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let sweep = json(&work.join("sweep.json"));
+    assert!(
+        sweep["launch"].as_str().unwrap().starts_with(forked_from),
+        "{}",
+        sweep["launch"]
+    );
+    for t in sweep["trials"].as_array().unwrap() {
+        let batch = t["params"]["batch_size"].as_f64().unwrap();
+        assert_eq!(t["status"], "OK", "{t}");
+        // Its own report: batch samples per 10 ms step.
+        assert!(
+            (t["measured"]["samples_per_s"].as_f64().unwrap() - 100.0 * batch).abs() < 1e-6,
+            "{t}"
+        );
+    }
+    let entries = log_entries(Path::new(&log));
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let mut pids = std::collections::BTreeSet::new();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e["pid"], e["pgid"], "a process group of its own");
+        assert!(
+            pids.insert(e["pid"].as_u64().unwrap()),
+            "a pid used twice: {entries:?}"
+        );
+        assert_eq!(e["args"]["batch_size"], 8 * (i + 1));
+        assert_eq!(
+            e["env"]["PERF_LESSONS_BATCH_SIZE"],
+            (8 * (i + 1)).to_string()
+        );
+        assert_eq!(e["env"]["PERF_LESSONS_TRIAL"], i.to_string());
+        assert_eq!(e["cuda_visible_devices"], "0");
+    }
+    assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+}
+
+/// `tuner autobatch --json ab.json ...` on the fake; the JSON report.
+fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
+    let (_s, work, tmp) = places(name);
+    let mut all = vec!["autobatch", "--json", "ab.json", "--workers", "0"];
     all.extend_from_slice(args);
     let o = tuner(&all, vars, "0", &work, &tmp);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
@@ -299,26 +627,68 @@ fn trial_count(report: &Value) -> usize {
     report["found"]["trials"].as_array().unwrap().len()
 }
 
+/// The answer, the next size seen to fail, and the confirmation that held it: of the answer,
+/// in a run of its own, every step it was told to run reported.
+fn confirmed(r: &Value) -> (u64, u64) {
+    let maximum = r["maximum"].as_u64().unwrap();
+    let c = r["confirmations"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (
+            c["batch_size"].as_u64(),
+            c["steps"].as_u64(),
+            c["held"].as_bool()
+        ),
+        (Some(maximum), Some(20), Some(true)),
+        "{c}"
+    );
+    assert_eq!(c["trial"]["status"], "OK");
+    assert_eq!(c["trial"]["measured"]["reported_steps"], 20);
+    (maximum, r["next_failing"].as_u64().unwrap())
+}
+
 #[test]
 fn the_finder_s_answer_is_the_fake_s_limit() {
-    for (args, expected) in [
-        (vec![], 96),
-        (vec!["--multiple-of", "4"], 100),
-        (vec!["--pow2"], 64),
+    for (args, expected, next) in [
+        (vec![], 96, 104),
+        (vec!["--multiple-of", "4"], 100, 104),
+        (vec!["--pow2"], 64, 128),
     ] {
-        let (r, _) = autobatch("limit", &args, &[("FAKE_OOM_ABOVE", "100")]);
-        assert_eq!(r["found"]["maximum"], expected, "{args:?}");
-        assert_eq!(r["next_fails"], true);
-        assert_eq!(r["check"]["trained"], true);
-        assert_eq!(r["check"]["steps"], 100);
-        // The split's check ran as one more trial: 100 optimizer steps, reported.
-        assert_eq!(r["check_trial"]["measured"]["reported_steps"], 100);
-        for t in r["trials"].as_array().unwrap() {
+        let (r, o) = autobatch("limit", &args, &[("FAKE_OOM_ABOVE", "100")]);
+        assert_eq!(r["schema"], "tuner-autobatch/2");
+        assert_eq!(confirmed(&r), (expected, next), "{args:?}");
+        assert_eq!(r["confirmations"].as_array().unwrap().len(), 1, "{args:?}");
+        // Every search trial's verdict is the fake's truth; those that fit stopped once their
+        // memory was steady, long before the steps they were told to run.
+        for t in r["search"].as_array().unwrap() {
             let batch = t["params"]["batch_size"].as_u64().unwrap();
             let status = if batch <= 100 { "OK" } else { "OOM" };
             assert_eq!(t["status"], status, "batch {batch}");
+            if batch <= 100 {
+                assert_eq!(t["steady_at"], 3, "batch {batch}");
+            }
         }
+        assert!(
+            o.stdout.contains(&format!(
+                "**maximum {expected}**: held for 20 steps; {next} ran out of memory"
+            )),
+            "{}",
+            o.stdout
+        );
     }
+    // --confirm-steps sets the confirmation's length.
+    let (r, _) = autobatch(
+        "confirm",
+        &["--confirm-steps", "7"],
+        &[("FAKE_OOM_ABOVE", "100")],
+    );
+    let c = &r["confirmations"][0];
+    assert_eq!(
+        (
+            c["steps"].as_u64(),
+            c["trial"]["measured"]["reported_steps"].as_u64()
+        ),
+        (Some(7), Some(7))
+    );
 }
 
 #[test]
@@ -327,16 +697,15 @@ fn reported_memory_cuts_the_finder_s_trials() {
     let memory = ("FAKE_MEMORY", "600000000,40000000,79000000000");
     let (guided, o) = autobatch("guided", &[], &[memory, ("FAKE_GPU_NAME", "Fake H100")]);
     let (plain, _) = autobatch("plain", &[], &[("FAKE_OOM_ABOVE", "1960")]);
-    assert_eq!(guided["found"]["maximum"], 1960);
-    assert_eq!(plain["found"]["maximum"], 1960);
-    assert_eq!(guided["next_fails"], true);
+    assert_eq!(confirmed(&guided), (1960, 1968));
+    assert_eq!(confirmed(&plain), (1960, 1968));
     // Start, the proportional jump, the line's prediction, the size above it: 4 trials where
     // doubling and bisecting take 16.
     assert_eq!(trial_count(&guided), 4, "{}", guided["found"]["trials"]);
     assert_eq!(trial_count(&plain), 16, "{}", plain["found"]["trials"]);
     assert!(
         o.stdout
-            .contains("peak = 0.600 GB + 40.00 MB per sample, limit 79.00 GB"),
+            .contains("peak = 0.60 GB + 40.00 MB per sample, limit 79.00 GB"),
         "{}",
         o.stdout
     );
@@ -345,6 +714,13 @@ fn reported_memory_cuts_the_finder_s_trials() {
     // (0.95 x 79 GB - 0.6 GB) / 40 MB = 1861 samples, 1856 at multiples of 8.
     assert_eq!(guided["tiers"]["recommended"], 1856);
     assert_eq!(guided["tiers"]["safe"], 1760);
+    assert_eq!(
+        (
+            guided["batch_size"].as_u64(),
+            guided["accumulation_steps"].as_u64()
+        ),
+        (Some(1856), Some(1))
+    );
 
     // Where the report is 3% off the truth, the answer is still exact, in fewer trials.
     let (off, _) = autobatch(
@@ -353,9 +729,8 @@ fn reported_memory_cuts_the_finder_s_trials() {
         &[memory, ("FAKE_MEMORY_REAL_FREE", "76630000000")],
     );
     let (plain_off, _) = autobatch("plain-off", &[], &[("FAKE_OOM_ABOVE", "1900")]);
-    assert_eq!(off["found"]["maximum"], 1896);
-    assert_eq!(plain_off["found"]["maximum"], 1896);
-    assert_eq!(off["next_fails"], true);
+    assert_eq!(confirmed(&off), (1896, 1904));
+    assert_eq!(confirmed(&plain_off), (1896, 1904));
     assert!(
         trial_count(&off) + 4 <= trial_count(&plain_off),
         "{} against {}",
@@ -375,7 +750,7 @@ fn the_queue_spreads_trials_over_several_gpus_one_each_at_a_time() {
             "8,16,24,32,40,48,56,64,72",
             "--steps",
             "3",
-            "--warmup-steps",
+            "--warmup",
             "0",
             "--json",
             "q.json",
@@ -387,8 +762,9 @@ fn the_queue_spreads_trials_over_several_gpus_one_each_at_a_time() {
     );
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let report = json(&work.join("q.json"));
-    let runs = report["runs"].as_array().unwrap();
+    let runs = report["trials"].as_array().unwrap();
     assert_eq!(runs.len(), 9);
+    assert!(runs.iter().all(|r| r["status"] == "OK"), "{runs:?}");
     let visible: HashMap<&str, &str> = [("GPU 0", "3"), ("GPU 1", "5"), ("GPU 2", "7")].into();
     let mut spans: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
     for e in log_entries(Path::new(&log)) {
@@ -421,8 +797,13 @@ fn the_queue_spreads_trials_over_several_gpus_one_each_at_a_time() {
             .any(|(d1, a)| all.iter().any(|(d2, b)| d1 != d2 && a.0 < b.1 && b.0 < a.1)),
         "no two GPUs ran at once: {spans:?}"
     );
-    assert!(o.stderr.contains("[9/9]"), "{}", o.stderr);
-    assert!(o.stderr.contains("0 running, 0 left"), "{}", o.stderr);
+    // Every trial in the results file, none twice.
+    let mut written: Vec<u64> = lines(&work.join("q.trials.jsonl"))
+        .iter()
+        .map(|t| t["index"].as_u64().unwrap())
+        .collect();
+    written.sort_unstable();
+    assert_eq!(written, (0..9).collect::<Vec<u64>>());
 
     // --devices chooses among the visible ones.
     let log2 = s.str("log2.jsonl");
@@ -495,20 +876,11 @@ fn results_are_written_as_each_trial_ends() {
 const CONFIG: &str = "# our run\n[training]\n# tuned by hand\nbatch_size = 64 # before the tuner\naccumulation_steps = 4\n";
 
 #[test]
-fn test_only_writes_nothing() {
-    let (_s, work, tmp) = places("test-only");
+fn the_answer_is_printed_and_nothing_written_unless_asked() {
+    let (_s, work, tmp) = places("print-only");
     std::fs::write(work.join("run.toml"), CONFIG).unwrap();
     let o = tuner(
-        &[
-            "autobatch",
-            "--test-only",
-            "--config",
-            "run.toml",
-            "--team",
-            "team.toml",
-            "--workers",
-            "0",
-        ],
+        &["autobatch", "--config", "run.toml", "--workers", "0"],
         &[("FAKE_OOM_ABOVE", "50")],
         "0",
         &work,
@@ -516,17 +888,21 @@ fn test_only_writes_nothing() {
     );
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("maximum 48"), "{}", o.stdout);
+    // The config's effective batch, 64 x 4, in steps of at most the recommended 32 (80% of 48,
+    // no memory limit known), printed for the config.
     assert!(
-        o.stdout.contains("test only: nothing written"),
+        o.stdout.contains(
+            "for the config: batch_size = 32, accumulation_steps = 8 (--write puts them into the --config file)"
+        ),
         "{}",
         o.stdout
     );
     assert!(
-        o.stdout.contains("team entry (not written)"),
+        o.stdout.contains("team entry (--team FILE writes it)"),
         "{}",
         o.stdout
     );
-    // Not the config, not a backup, not the team file, no trials left behind.
+    // Not the config, not a backup, not a team file, no trials left behind.
     assert_eq!(listing(&work), ["run.toml"]);
     assert_eq!(
         std::fs::read_to_string(work.join("run.toml")).unwrap(),
@@ -546,6 +922,7 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
             "autobatch",
             "--config",
             "run.toml",
+            "--write",
             "--team",
             "team.toml",
             "--model-name",
@@ -575,7 +952,13 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
     );
     assert!(
         o.stdout
-            .contains("batch 1024 x 4 accumulation step(s) trained 100 optimizer steps: yes"),
+            .contains("wrote batch_size = 1024 and accumulation_steps = 4 into run.toml (backup run.toml.bak)"),
+        "{}",
+        o.stdout
+    );
+    // The answer under the split held for 20 steps in a run of its own.
+    assert!(
+        o.stdout.contains("**maximum 1960**: held for 20 steps"),
         "{}",
         o.stdout
     );
@@ -600,19 +983,25 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
     );
 }
 
+/// `tuner ARGS` with no trial expected: its output.
+fn refused(args: &[&str], gpus: &str, work: &Path, tmp: &Path) -> Out {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    c.args(args);
+    run(c, gpus, work, tmp)
+}
+
 #[test]
 fn bad_input_is_one_line_before_any_trial() {
     let (_s, work, tmp) = places("bad");
     let fake = script();
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
-        (vec!["sweep", "--"], "0", "no command after --"),
         (
             vec!["sweep", "--", "/nonexistent/train", "{batch_size}"],
             "0",
             "not an executable file",
         ),
         (
-            vec!["autobatch", "--test-only", "--", "no-such-trainer"],
+            vec!["autobatch", "--", "no-such-trainer"],
             "0",
             "not on PATH",
         ),
@@ -627,32 +1016,22 @@ fn bad_input_is_one_line_before_any_trial() {
             "GPU 9 is not visible",
         ),
         (
-            vec!["sweep", "--devices", "0"],
-            "0",
-            "--devices: only for a program's trials",
-        ),
-        (
-            vec!["sweep", "--preset", "large", "--", "python3", &fake],
-            "0",
-            "--preset / model.preset",
-        ),
-        (
             vec!["memory", "--", "python3", &fake],
             "0",
-            "give --batch-size",
+            "give --batch-sizes",
         ),
         (
             vec![
                 "autobatch",
-                "--test-only",
-                "--amp",
-                "both",
+                "--config",
+                "missing.toml",
+                "--write",
                 "--",
                 "python3",
                 &fake,
             ],
             "0",
-            "choose one precision",
+            "missing.toml",
         ),
         (
             vec!["sweep", "--", "python3", &fake],
@@ -661,16 +1040,7 @@ fn bad_input_is_one_line_before_any_trial() {
         ),
     ];
     for (args, gpus, says) in cases {
-        let o = run(
-            {
-                let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
-                c.args(&args);
-                c
-            },
-            gpus,
-            &work,
-            &tmp,
-        );
+        let o = refused(&args, gpus, &work, &tmp);
         assert_ne!(o.code, 0, "{args:?}");
         assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
         assert_eq!(
@@ -682,10 +1052,95 @@ fn bad_input_is_one_line_before_any_trial() {
         assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
     }
     assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
-    // Flags clap checks answer with its usage error (exit 2).
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
-    c.args(["sweep", "--time-limit", "0.5", "--", "python3", &fake]);
-    let o = run(c, "0", &work, &tmp);
-    assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("at least 1"), "{}", o.stderr);
+    // What clap checks answers with its usage error (exit 2): a command is required, the
+    // in-process model's flags are gone, --write needs the config it writes.
+    let clap: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["sweep", "--"], "<COMMAND>"),
+        (vec!["sweep", "--devices", "0"], "<COMMAND>"),
+        (
+            vec!["sweep", "--preset", "large", "--", "python3", &fake],
+            "unexpected argument '--preset'",
+        ),
+        (
+            vec!["sweep", "--batch-size", "8", "--", "python3", &fake],
+            "unexpected argument '--batch-size'",
+        ),
+        (
+            vec!["autobatch", "--test-only", "--", "python3", &fake],
+            "unexpected argument '--test-only'",
+        ),
+        (
+            vec!["autobatch", "--write", "--", "python3", &fake],
+            "--config <FILE>",
+        ),
+        (
+            vec!["sweep", "--batch-sizes", "8,x", "--", "python3", &fake],
+            "'x' is not a count",
+        ),
+        (
+            vec!["sweep", "--time-limit", "0.5", "--", "python3", &fake],
+            "at least 1",
+        ),
+    ];
+    for (args, says) in clap {
+        let o = refused(&args, "0", &work, &tmp);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.starts_with("error: ") && o.stderr.contains(says),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+    }
+    assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
+}
+
+/// A choice the command cannot make (one precision, one worker count for a finder or a memory
+/// run) is refused before anything starts: no trial, no trials' folder, no Python parent
+/// importing the program's modules.
+#[test]
+fn a_choice_the_command_cannot_make_is_refused_before_anything_starts() {
+    let (_s, work, tmp) = places("one-choice");
+    let fake = script();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["autobatch", "--amp", "both", "--", "python3", &fake],
+            "--amp on or --amp off",
+        ),
+        (
+            vec!["autobatch", "--workers", "0,4", "--", "python3", &fake],
+            "--workers N",
+        ),
+        (
+            vec![
+                "memory",
+                "--batch-sizes",
+                "8",
+                "--workers",
+                "0,4",
+                "--",
+                "python3",
+                &fake,
+            ],
+            "--workers N",
+        ),
+    ];
+    for (args, says) in cases {
+        let o = refused(&args, "0", &work, &tmp);
+        assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
+        assert_eq!(
+            o.stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line: {}",
+            o.stderr
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+        assert!(
+            listing(&tmp).is_empty(),
+            "{args:?} left {:?}",
+            listing(&tmp)
+        );
+    }
+    assert!(listing(&work).is_empty());
 }

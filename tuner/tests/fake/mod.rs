@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tuner::external::{Params, Program};
+use tuner::gpu::Device;
+use tuner::launch::Launcher;
+use tuner::program::{Params, Program};
+use tuner::trial::{Limits, Runner, TrialResult};
 
 pub fn script() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_trainer.py").to_string()
@@ -53,6 +56,23 @@ pub fn params(batch: usize) -> Params {
         steps: 2,
         warmup_steps: 1,
     }
+}
+
+/// One trial of `program`, spawned.
+pub fn trial(
+    program: &Program,
+    params: &Params,
+    index: usize,
+    device: &Device,
+    folder: &Path,
+    limits: &Limits,
+) -> TrialResult {
+    Runner {
+        program,
+        launcher: &Launcher::Spawn,
+        limits: *limits,
+    }
+    .trial(params, index, device, folder)
 }
 
 /// A fresh folder, removed when dropped.

@@ -3,7 +3,7 @@
 //! costs: FLOPs, bytes, device and host memory, and the float64 reference it is checked against.
 
 use common::counters::Work;
-use common::error::human_bytes;
+use plotting::format::human_bytes;
 use common::verify::{normal_f32, Precision};
 use common::{Error, Result};
 

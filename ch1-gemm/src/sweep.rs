@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use common::bench::BenchConfig;
-use common::error::human_bytes;
+use plotting::format::human_bytes;
 use common::gpu::Gpu;
 use common::report::{Metric, Section, Status, VariantReport};
 use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};

@@ -4,7 +4,7 @@
 
 use common::blas::{GemmPrecision, GemmProblem};
 use common::counters::Work;
-use common::error::human_bytes;
+use plotting::format::human_bytes;
 use common::kernels::KernelSource;
 use common::verify::{Precision, Rng, Verification};
 

@@ -11,7 +11,8 @@ use cudarc::driver::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{human_bytes, CudaContext as _, Error, Result};
+use plotting::format::human_bytes;
+use crate::error::{CudaContext as _, Error, Result};
 use crate::nvml::Nvml;
 
 /// What a result needs to say about the device it was measured on.

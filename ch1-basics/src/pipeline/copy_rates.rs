@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use common::bench::BenchConfig;
 use common::ceilings::transfer::TRANSFER_BYTES;
-use common::error::human_bytes;
+use plotting::format::human_bytes;
 use common::gpu::Gpu;
 use common::pinned::Pinned;
 use common::report::Section;

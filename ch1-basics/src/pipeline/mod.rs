@@ -31,7 +31,7 @@ use serde_json::json;
 
 use common::ceilings;
 use common::counters::Work;
-use common::error::human_bytes;
+use plotting::format::human_bytes;
 use common::gpu::{check_host_fits, Gpu};
 use common::nvtx;
 use common::report::{Section, Status, VariantReport};

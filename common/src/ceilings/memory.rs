@@ -4,7 +4,8 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt};
 use crate::bench::{measure, Timer};
-use crate::error::{human_bytes, CudaContext as _, Result};
+use plotting::format::human_bytes;
+use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;
 use crate::kernels;
 use crate::kernels::HARNESS;

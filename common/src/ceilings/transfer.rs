@@ -4,7 +4,8 @@
 
 use super::{best_of, ceiling_bench, Ceiling, RateAt};
 use crate::bench::{self, BenchConfig, Timer};
-use crate::error::{human_bytes, CudaContext as _, Result};
+use plotting::format::human_bytes;
+use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;
 
 pub const TRANSFER_BYTES: usize = 256 << 20;

@@ -3,9 +3,9 @@
 //! costs: FLOPs, bytes, device and host memory, and the float64 reference it is checked against.
 
 use common::counters::Work;
-use plotting::format::human_bytes;
 use common::verify::{normal_f32, Precision};
 use common::{Error, Result};
+use plotting::format::human_bytes;
 
 /// Largest dimension or count: cuBLAS takes them as 32-bit `int`.
 pub const MAX_DIM: u64 = i32::MAX as u64;

@@ -12,13 +12,13 @@ use std::time::Instant;
 use serde_json::json;
 
 use common::bench::BenchConfig;
-use plotting::format::human_bytes;
 use common::gpu::Gpu;
 use common::report::{Metric, Section, Status, VariantReport};
 use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
 use common::stop::StopRule;
 use common::verify::{check, Precision};
 use common::Result;
+use plotting::format::human_bytes;
 
 use crate::batch::GemmBatch;
 use crate::problem::{inputs, reference, tolerance, work, MemoryPlan, Shape};

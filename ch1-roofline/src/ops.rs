@@ -4,9 +4,9 @@
 
 use common::blas::{GemmPrecision, GemmProblem};
 use common::counters::Work;
-use plotting::format::human_bytes;
 use common::kernels::KernelSource;
 use common::verify::{Precision, Rng, Verification};
+use plotting::format::human_bytes;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "roofline",

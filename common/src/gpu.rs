@@ -11,9 +11,9 @@ use cudarc::driver::{
 };
 use serde::{Deserialize, Serialize};
 
-use plotting::format::human_bytes;
 use crate::error::{CudaContext as _, Error, Result};
 use crate::nvml::Nvml;
+use plotting::format::human_bytes;
 
 /// What a result needs to say about the device it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

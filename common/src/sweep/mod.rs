@@ -562,8 +562,13 @@ pub trait Sweep {
     fn metrics(&mut self, _point: usize, _changed: bool) -> Result<Vec<Metric>> {
         Ok(Vec::new())
     }
-    /// Figures of its own at a point, from the point and its change's report.
-    fn figures(&self, _point: &Point, _changed: Option<&VariantReport>) -> Vec<(String, f64)> {
+    /// Figures of its own at point `index`, from the point and its change's report.
+    fn figures(
+        &self,
+        _index: usize,
+        _point: &Point,
+        _changed: Option<&VariantReport>,
+    ) -> Vec<(String, f64)> {
         Vec::new()
     }
     /// The report's sections from the summary, the first keeping it (see [Summary::section]);
@@ -577,11 +582,7 @@ pub fn summarize(sweep: &dyn Sweep, variants: &[VariantReport]) -> Summary {
     let points = (0..plan.points.len())
         .map(|i| {
             let group = sweep.group(i);
-            let report = |side: &str| {
-                variants
-                    .iter()
-                    .find(|v| v.group == group && v.name == side)
-            };
+            let report = |side: &str| variants.iter().find(|v| v.group == group && v.name == side);
             let (b, c) = (report(&plan.sides[0]), report(&plan.sides[1]));
             let skipped = [b, c]
                 .into_iter()
@@ -596,7 +597,7 @@ pub fn summarize(sweep: &dyn Sweep, variants: &[VariantReport]) -> Summary {
                 skipped,
                 figures: Vec::new(),
             };
-            point.figures = sweep.figures(&point, c);
+            point.figures = sweep.figures(i, &point, c);
             point
         })
         .collect();
@@ -619,7 +620,8 @@ impl<S: Sweep> Lesson for SweepLesson<S> {
 
     fn parameters(&self) -> serde_json::Value {
         let mut p = self.0.plan().parameters();
-        if let (Some(all), serde_json::Value::Object(own)) = (p.as_object_mut(), self.0.parameters())
+        if let (Some(all), serde_json::Value::Object(own)) =
+            (p.as_object_mut(), self.0.parameters())
         {
             all.extend(own);
         }

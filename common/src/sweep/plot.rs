@@ -125,10 +125,7 @@ impl Figure for SweepFigure<'_> {
             .filter_map(|p| p.speedup())
             .map(|r| (r.value, r.interval95().0, r.interval95().1))
             .collect();
-        let spread = ratios
-            .iter()
-            .flat_map(|r| [r.1, r.2])
-            .chain([1.0, s.bar]);
+        let spread = ratios.iter().flat_map(|r| [r.1, r.2]).chain([1.0, s.bar]);
         let (y0, y1) = log_range(spread, 1.25);
         let mut chart = panel(
             &panels[0],
@@ -163,7 +160,13 @@ impl Figure for SweepFigure<'_> {
                 .filter_map(|p| {
                     let r = p.speedup()?;
                     let (lo, hi) = r.interval95();
-                    Some((across(p.x), r.value, lo.max(y0), hi, p.pays(s.bar) == Some(true)))
+                    Some((
+                        across(p.x),
+                        r.value,
+                        lo.max(y0),
+                        hi,
+                        p.pays(s.bar) == Some(true),
+                    ))
                 })
                 .collect();
             chart
@@ -248,4 +251,3 @@ impl Figure for SweepFigure<'_> {
         draw_legend(&mut chart)
     }
 }
-

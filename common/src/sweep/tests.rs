@@ -39,9 +39,16 @@ fn axes_read_as_their_unit_sorted_and_each_once() {
     let sizes = Axis::bytes("bytes", &[64 << 20, 32 << 10, 32 << 10]);
     assert_eq!(sizes.values, vec![32 << 10, 64 << 20]);
     assert_eq!(sizes.labels, ["32 KiB", "64 MiB"]);
-    assert_eq!(sizes.label(1536), "1.5 KiB", "a value off the axis reads by its unit");
+    assert_eq!(
+        sizes.label(1536),
+        "1.5 KiB",
+        "a value off the axis reads by its unit"
+    );
     let modes = Axis::names("mode", &["eager", "overlapped"]);
-    assert_eq!((modes.values.clone(), modes.label(1)), (vec![0, 1], "overlapped".into()));
+    assert_eq!(
+        (modes.values.clone(), modes.label(1)),
+        (vec![0, 1], "overlapped".into())
+    );
     let counts = Axis::counts("buffers", &[16, 1]).labelled(|n| format!("{n} per use"));
     assert_eq!(counts.labels, ["1 per use", "16 per use"]);
 }
@@ -59,7 +66,12 @@ fn points_are_the_product_first_axis_outermost_or_a_list() {
     );
     assert_eq!(
         plan.points,
-        vec![vec![0, 32 << 10], vec![0, 1 << 20], vec![1, 32 << 10], vec![1, 1 << 20]]
+        vec![
+            vec![0, 32 << 10],
+            vec![0, 1 << 20],
+            vec![1, 32 << 10],
+            vec![1, 1 << 20]
+        ]
     );
     assert_eq!((plan.x(3), plan.series(3)), (1 << 20, "overlapped".into()));
     assert_eq!(plan.value(2, "mode"), 1);
@@ -129,7 +141,11 @@ fn the_crossover_is_where_every_larger_size_pays() {
     );
     let mut shuffled = pts.clone();
     shuffled.reverse();
-    assert_eq!(judged(&shuffled, "eager", 1.1), c, "any order in, one answer");
+    assert_eq!(
+        judged(&shuffled, "eager", 1.1),
+        c,
+        "any order in, one answer"
+    );
 }
 
 #[test]
@@ -141,15 +157,24 @@ fn a_gain_that_fades_pays_up_to_a_size_and_gaps_are_said() {
         point("b", 4096, 1.0, 1.0),
     ];
     let c = judged(&batch, "b", 1.1);
-    assert_eq!((c.pays_from, c.pays_up_to, c.stops_from), (None, Some(512), Some(4096)));
-    assert_eq!(c.sentence(COUNT), "pays up to 512, not beyond (measured up to 4096)");
+    assert_eq!(
+        (c.pays_from, c.pays_up_to, c.stops_from),
+        (None, Some(512), Some(4096))
+    );
+    assert_eq!(
+        c.sentence(COUNT),
+        "pays up to 512, not beyond (measured up to 4096)"
+    );
     let all = vec![point("a", 1, 2.0, 1.0), point("a", 2, 2.0, 1.0)];
     let c = judged(&all, "a", 1.1);
     assert_eq!((c.pays_from, c.pays_up_to), (Some(1), Some(2)));
     assert_eq!(c.sentence(COUNT), "pays at every size measured (1..2)");
     let none = vec![point("a", 1, 1.0, 1.0), point("a", 2, 1.0, 1.0)];
     let c = judged(&none, "a", 1.1);
-    assert_eq!((c.pays_from, c.pays_up_to, c.stops_from), (None, None, Some(1)));
+    assert_eq!(
+        (c.pays_from, c.pays_up_to, c.stops_from),
+        (None, None, Some(1))
+    );
     assert_eq!(c.sentence(COUNT), "pays at no size measured (1..2)");
     let gaps: Vec<Point> = [(1, 2.0), (2, 1.0), (4, 2.0), (8, 2.0), (16, 1.0)]
         .iter()
@@ -157,9 +182,15 @@ fn a_gain_that_fades_pays_up_to_a_size_and_gaps_are_said() {
         .collect();
     let c = judged(&gaps, "a", 1.1);
     assert_eq!(c.paying, vec![(1, 1), (4, 8)]);
-    assert_eq!((c.pays_from, c.pays_up_to, c.stops_from), (None, Some(1), Some(16)));
+    assert_eq!(
+        (c.pays_from, c.pays_up_to, c.stops_from),
+        (None, Some(1), Some(16))
+    );
     assert_eq!(c.sentence(COUNT), "pays at 1 and 4..8");
-    assert_eq!(crossover("a", vec![]).sentence(BYTES), "nothing measured to judge");
+    assert_eq!(
+        crossover("a", vec![]).sentence(BYTES),
+        "nothing measured to judge"
+    );
     assert_eq!(crossover("a", vec![]).stops_from, None);
     let late = judged(&gaps[..3], "a", 1.1);
     assert_eq!((late.pays_from, late.pays_up_to), (Some(4), Some(1)));
@@ -188,7 +219,11 @@ fn across_lines_a_size_pays_when_any_line_pays_there() {
     let c = s.across_lines();
     assert_eq!((c.pays_up_to, c.stops_from), (Some(256), Some(512)));
     assert_eq!(s.crossovers.len(), 2);
-    assert_eq!(s.crossovers[0].pays_up_to, Some(16), "count 8 pays at 16 only");
+    assert_eq!(
+        s.crossovers[0].pays_up_to,
+        Some(16),
+        "count 8 pays at 16 only"
+    );
 }
 
 #[test]
@@ -202,7 +237,12 @@ fn the_section_lays_out_every_point_and_keeps_the_summary() {
     let mut failed = point("overlapped", 1 << 20, 3.0, 1.0);
     failed.changed.as_mut().unwrap().passed = false;
     pts.push(failed);
-    let summary = Summary::new(across("bytes", Unit::Bytes), ["pageable", "pinned"], pts, 1.1);
+    let summary = Summary::new(
+        across("bytes", Unit::Bytes),
+        ["pageable", "pinned"],
+        pts,
+        1.1,
+    );
     let s = summary.section("pinned copies", vec!["a note".into()]);
     let md = s.markdown();
     for row in [
@@ -230,7 +270,11 @@ impl Sweep for Copies {
         &self.0
     }
     fn group(&self, point: usize) -> String {
-        format!("{} {}", self.0.series(point), Unit::Bytes.label(self.0.x(point)))
+        format!(
+            "{} {}",
+            self.0.series(point),
+            Unit::Bytes.label(self.0.x(point))
+        )
     }
     fn parameters(&self) -> serde_json::Value {
         serde_json::json!({ "seed": 1 })
@@ -254,9 +298,11 @@ impl Sweep for Copies {
     fn bench_config(&self, _point: usize, _changed: bool, cfg: BenchConfig) -> BenchConfig {
         cfg
     }
-    fn figures(&self, p: &Point, changed: Option<&VariantReport>) -> Vec<(String, f64)> {
+    fn figures(&self, _: usize, p: &Point, changed: Option<&VariantReport>) -> Vec<(String, f64)> {
         let ms = changed.and_then(|v| v.time_ms.as_ref()).map(|t| t.median);
-        ms.map(|ms| ("GB/s".into(), p.x as f64 / ms / 1e6)).into_iter().collect()
+        ms.map(|ms| ("GB/s".into(), p.x as f64 / ms / 1e6))
+            .into_iter()
+            .collect()
     }
     fn sections(&mut self, summary: Summary, _bench: BenchConfig) -> Vec<Section> {
         vec![summary.section("copies", Vec::new())]
@@ -266,7 +312,10 @@ impl Sweep for Copies {
 #[test]
 fn a_sweep_is_a_lesson_of_two_variants_per_point_and_its_reports_make_points() {
     let plan = Plan::product(
-        vec![Axis::names("mode", &["eager"]), Axis::bytes("bytes", &[1 << 20, 2 << 20])],
+        vec![
+            Axis::names("mode", &["eager"]),
+            Axis::bytes("bytes", &[1 << 20, 2 << 20]),
+        ],
         "bytes",
         ["pageable", "pinned"],
         1.0,
@@ -276,12 +325,20 @@ fn a_sweep_is_a_lesson_of_two_variants_per_point_and_its_reports_make_points() {
     let ids: Vec<String> = specs.iter().map(VariantSpec::id).collect();
     assert_eq!(
         ids,
-        ["eager 1 MiB:pageable", "eager 1 MiB:pinned", "eager 2 MiB:pageable", "eager 2 MiB:pinned"]
+        [
+            "eager 1 MiB:pageable",
+            "eager 1 MiB:pinned",
+            "eager 2 MiB:pageable",
+            "eager 2 MiB:pinned"
+        ]
     );
     assert_eq!(crate::runner::baseline_of(&specs, 3), 2);
     assert_eq!(specs[3].work.bytes_read, 2 << 20);
     let params = lesson.parameters();
-    assert_eq!((params["seed"].clone(), params["bar"].clone()), (1.into(), 1.0.into()));
+    assert_eq!(
+        (params["seed"].clone(), params["bar"].clone()),
+        (1.into(), 1.0.into())
+    );
 
     let report = |i: usize, ms: Option<f64>, status: Status| {
         let mut v = VariantReport::checked(
@@ -347,7 +404,12 @@ fn the_plot_renders_png_and_svg() {
         failed,
         point("overlapped", 64 << 20, 12.0, 1.6),
     ];
-    let summary = Summary::new(across("bytes", Unit::Bytes), ["pageable", "pinned"], pts, 1.1);
+    let summary = Summary::new(
+        across("bytes", Unit::Bytes),
+        ["pageable", "pinned"],
+        pts,
+        1.1,
+    );
     let (svg, png) = plot::render(&summary, "pinned (test)", &dir.join("pinned")).unwrap();
     let bytes = std::fs::read(&png).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
@@ -356,7 +418,12 @@ fn the_plot_renders_png_and_svg() {
     assert!(text.contains("speedup, pinned over pageable"));
     assert!(text.contains("pays: 95% interval above 1.1x"));
     // A sweep with nothing measured still draws (empty axes), rather than failing.
-    let empty = Summary::new(across("steps", Unit::Count), ["eager", "graph"], Vec::new(), 1.0);
+    let empty = Summary::new(
+        across("steps", Unit::Count),
+        ["eager", "graph"],
+        Vec::new(),
+        1.0,
+    );
     plot::render(&empty, "empty", &dir.join("empty")).unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -502,7 +502,7 @@ mod tests {
         assert!(err.is_out_of_memory());
         assert_eq!(
             err.to_string(),
-            "out of device memory: the buffers needs 3.00 GiB, the GPU has 1.00 GiB free of 2.00 GiB"
+            "out of device memory: the buffers needs 3 GiB, the GPU has 1 GiB free of 2 GiB"
         );
     }
 

@@ -289,7 +289,7 @@ impl Sweep for TrainingSweep<'_> {
     }
 
     /// The graph side of a graphs point: the nodes of its graph.
-    fn metrics(&mut self, point: usize, changed: bool) -> Result<Vec<Metric>> {
+    fn metrics(&mut self, point: usize, changed: bool, _: &VariantReport) -> Result<Vec<Metric>> {
         if self.which != Which::Graphs || !changed {
             return Ok(Vec::new());
         }

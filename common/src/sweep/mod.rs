@@ -559,7 +559,12 @@ pub trait Sweep {
     fn output(&mut self, gpu: &Gpu, point: usize, changed: bool) -> Result<Output>;
     fn bench_config(&self, point: usize, changed: bool, cfg: BenchConfig) -> BenchConfig;
     /// Figures of its own for a side that verified and was timed.
-    fn metrics(&mut self, _point: usize, _changed: bool) -> Result<Vec<Metric>> {
+    fn metrics(
+        &mut self,
+        _point: usize,
+        _changed: bool,
+        _timed: &VariantReport,
+    ) -> Result<Vec<Metric>> {
         Ok(Vec::new())
     }
     /// Figures of its own at point `index`, from the point and its change's report.
@@ -676,11 +681,11 @@ impl<S: Sweep> Lesson for SweepLesson<S> {
         &mut self,
         _gpu: &Gpu,
         index: usize,
-        _timed: &VariantReport,
+        timed: &VariantReport,
         _meter: &mut Meter,
     ) -> Result<Vec<Metric>> {
         let (point, changed) = Plan::locate(index);
-        self.0.metrics(point, changed)
+        self.0.metrics(point, changed, timed)
     }
 
     fn sections(

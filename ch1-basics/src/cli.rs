@@ -12,11 +12,12 @@ use common::counters::Work;
 use common::gpu::Gpu;
 use common::report::{LessonReport, Startup};
 use common::runner::{run_lesson, run_parts, select, Lesson, LessonPart, VariantSpec};
+use common::sweep::{plot, SweepLesson};
 use common::verify::Precision;
 
 use crate::pipeline::{PipelineConfig, PipelineLesson};
 use crate::sweep::training::{TrainingSweep, Which, MICROBATCHES, STEPS_PER_GRAPH};
-use crate::sweep::{allocations, copies, plot, Kind, Summary};
+use crate::sweep::{allocations, copies, Kind};
 use crate::training::{TrainConfig, TrainingLesson, Variant};
 use crate::transpose::{Transpose, TransposeVariant, MAX_SIDE};
 
@@ -250,6 +251,13 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
+fn which_name(which: Which) -> &'static str {
+    match which {
+        Which::Batch => Kind::Batch.name(),
+        Which::Graphs => Kind::Graphs.name(),
+    }
+}
+
 /// The training a sweep of `which` runs and its sizes, checked without a GPU.
 fn training_sweep_plan(args: &Args, which: Which) -> anyhow::Result<(TrainConfig, Vec<usize>)> {
     let xs: &[usize] = match which {
@@ -260,7 +268,7 @@ fn training_sweep_plan(args: &Args, which: Which) -> anyhow::Result<(TrainConfig
     let cfg = which.config(base, xs);
     let plan = which
         .plan(&cfg, xs)
-        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", which.kind().name()))?;
+        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", which_name(which)))?;
     Ok((base, plan))
 }
 
@@ -274,18 +282,14 @@ fn run_sweep(
     let options = args.common.options(startup);
     let report = match kind {
         Kind::Pinned => {
-            let mut lesson =
+            let sweep =
                 copies::CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, args.seed)?;
-            run_lesson(gpu, &mut lesson, &options)?
+            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
         }
         Kind::Prealloc => {
-            let mut lesson = allocations::AllocationSweep::new(
-                gpu,
-                &allocations::SIZES,
-                &allocations::COUNTS,
-                args.seed,
-            )?;
-            run_lesson(gpu, &mut lesson, &options)?
+            let (sizes, counts) = (&allocations::SIZES, &allocations::COUNTS);
+            let sweep = allocations::AllocationSweep::new(gpu, sizes, counts, args.seed)?;
+            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
         }
         Kind::Batch | Kind::Graphs => {
             let which = if kind == Kind::Batch {
@@ -294,8 +298,8 @@ fn run_sweep(
                 Which::Graphs
             };
             let (base, xs) = training_sweep_plan(args, which)?;
-            let mut lesson = TrainingSweep::new(gpu, which, base, &xs)?;
-            run_lesson(gpu, &mut lesson, &options)?
+            let sweep = TrainingSweep::new(gpu, which, base, &xs)?;
+            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
         }
         Kind::All => anyhow::bail!("--sweep all runs each sweep in turn"),
     };
@@ -336,10 +340,9 @@ fn run_sweeps(
             report.write_json(&path)?;
             println!("wrote {}", path.display());
         }
-        if let Some(summary) = report.sections.first().and_then(Summary::from_section) {
-            let title = format!("{} on {}", k.lesson(), report.device.name);
-            let stem = args.sweep_out.join(k.lesson());
-            let (svg, png) = plot::render(&summary, &title, &stem).map_err(anyhow::Error::msg)?;
+        if let Some((svg, png)) =
+            plot::render_report(&report, &args.sweep_out).map_err(anyhow::Error::msg)?
+        {
             println!("plot: {} and {}", svg.display(), png.display());
         }
         println!();

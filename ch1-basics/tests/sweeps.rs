@@ -7,11 +7,12 @@ use std::process::Command;
 use ch1_basics::sweep::allocations::AllocationSweep;
 use ch1_basics::sweep::copies::CopySweep;
 use ch1_basics::sweep::training::{TrainingSweep, Which};
-use ch1_basics::sweep::{Kind, Summary};
+use ch1_basics::sweep::{Kind, BAR};
 use ch1_basics::training::TrainConfig;
 use common::gpu::Gpu;
 use common::report::{LessonReport, Status};
 use common::runner::{run_lesson, Lesson, RunOptions};
+use common::sweep::{Summary, SweepLesson};
 
 /// Every variant verified and timed, every point with a speedup, the summary of `kind` with a
 /// crossover per line.
@@ -31,7 +32,7 @@ fn every_point_verified(report: &LessonReport, kind: Kind, points: usize) -> Sum
         assert!(v.speedup.is_some(), "{}", v.id());
     }
     let summary = Summary::from_section(&report.sections[0]).expect("the sweep's summary");
-    assert_eq!(summary.kind, kind);
+    assert_eq!(report.lesson, kind.lesson());
     assert_eq!(summary.points.len(), points);
     for p in &summary.points {
         let r = p.speedup().unwrap_or_else(|| panic!("{p:?}"));
@@ -53,7 +54,7 @@ fn short() -> RunOptions {
 fn every_copy_point_verifies_and_large_pinned_copies_pay() {
     let gpu = Gpu::open(0).unwrap();
     let sizes = [32 << 10, 1 << 20, 64 << 20];
-    let mut sweep = CopySweep::new(&gpu, &sizes, 64, 3).unwrap();
+    let mut sweep = SweepLesson(CopySweep::new(&gpu, &sizes, 64, 3).unwrap());
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     let summary = every_point_verified(&report, Kind::Pinned, 6);
     // The overlapped side checks the compute too.
@@ -66,14 +67,15 @@ fn every_copy_point_verifies_and_large_pinned_copies_pay() {
         .iter()
         .find(|p| p.series == "eager" && p.x == 64 << 20)
         .unwrap();
-    assert_eq!(largest.pays(), Some(true), "{largest:?}");
+    assert_eq!(largest.pays(BAR), Some(true), "{largest:?}");
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn every_allocation_point_verifies_with_its_cost_per_buffer() {
     let gpu = Gpu::open(0).unwrap();
-    let mut sweep = AllocationSweep::new(&gpu, &[4 << 10, 4 << 20], &[1, 4], 3).unwrap();
+    let mut sweep =
+        SweepLesson(AllocationSweep::new(&gpu, &[4 << 10, 4 << 20], &[1, 4], 3).unwrap());
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     let summary = every_point_verified(&report, Kind::Prealloc, 4);
     for p in &summary.points {
@@ -94,7 +96,8 @@ fn every_batch_point_trains_what_the_reference_trains() {
         lr: 0.05,
         seed: 7,
     };
-    let mut sweep = TrainingSweep::new(&gpu, Which::Batch, base, &[8, 512, 4096]).unwrap();
+    let mut sweep =
+        SweepLesson(TrainingSweep::new(&gpu, Which::Batch, base, &[8, 512, 4096]).unwrap());
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     every_point_verified(&report, Kind::Batch, 3);
     for v in &report.variants {
@@ -126,7 +129,7 @@ fn every_graphs_point_replays_exactly_what_eager_launches_do() {
         lr: 0.05,
         seed: 5,
     };
-    let mut sweep = TrainingSweep::new(&gpu, Which::Graphs, base, &[1, 2, 8]).unwrap();
+    let mut sweep = SweepLesson(TrainingSweep::new(&gpu, Which::Graphs, base, &[1, 2, 8]).unwrap());
     assert_eq!(sweep.variants().len(), 6);
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     let summary = every_point_verified(&report, Kind::Graphs, 3);
@@ -163,7 +166,7 @@ fn every_graphs_point_replays_exactly_what_eager_launches_do() {
 fn a_wrong_side_fails_its_check() {
     use common::bench::BenchConfig;
     use common::runner::{Meter, Output, Reference, VariantSpec};
-    struct Wrong(CopySweep);
+    struct Wrong(SweepLesson<CopySweep>);
     impl Lesson for Wrong {
         fn name(&self) -> &str {
             self.0.name()
@@ -205,7 +208,7 @@ fn a_wrong_side_fails_its_check() {
     }
     let gpu = Gpu::open(0).unwrap();
     let sweep = CopySweep::new(&gpu, &[32 << 10], 8, 1).unwrap();
-    let mut wrong = Wrong(sweep);
+    let mut wrong = Wrong(SweepLesson(sweep));
     let report = run_lesson(&gpu, &mut wrong, &short()).unwrap();
     assert_eq!(
         report.variant("eager 32 KiB:pageable").unwrap().status,
@@ -217,7 +220,7 @@ fn a_wrong_side_fails_its_check() {
     );
     let summary = Summary::from_section(&report.sections[0]).unwrap();
     assert!(summary.points[0].failed());
-    assert_eq!(summary.points[0].pays(), None);
+    assert_eq!(summary.points[0].pays(BAR), None);
     assert!(report.sections[0].markdown().contains("FAILED"));
 }
 

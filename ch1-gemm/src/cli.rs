@@ -7,6 +7,7 @@ use common::cli::{finish, parse_count_with_max, parse_seconds, CommonArgs};
 use common::gpu::Gpu;
 use common::report::Startup;
 use common::runner::run_lesson;
+use common::sweep::SweepLesson;
 use common::verify::Precision;
 
 use crate::problem::{Shape, MAX_DIM};
@@ -120,7 +121,7 @@ fn run_sweep(
     }
     let gpu = Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
-    let mut lesson = GemmSweep::new(
+    let sweep = GemmSweep::new(
         &gpu,
         &args.sweep_sizes,
         &args.sweep_counts,
@@ -128,6 +129,7 @@ fn run_sweep(
         args.seed,
         args.sweep_time_cap,
     )?;
+    let mut lesson = SweepLesson(sweep);
     let options = args.common.options(&startup);
     let report = run_lesson(&gpu, &mut lesson, &options)?;
     Ok(finish(&report, args.common.json.as_deref())?)

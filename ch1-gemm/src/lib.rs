@@ -11,7 +11,6 @@ pub mod cli;
 pub mod layout;
 pub mod problem;
 pub mod sweep;
-pub mod table;
 
 use serde_json::json;
 

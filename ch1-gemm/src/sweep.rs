@@ -9,20 +9,21 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
+use plotting::format::human_bytes;
 use serde_json::json;
 
 use common::bench::BenchConfig;
-use common::error::human_bytes;
 use common::gpu::Gpu;
-use common::report::{Metric, Section, Status, VariantReport};
-use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::report::{Metric, Section, VariantReport};
+use common::runner::{Output, VariantSpec};
 use common::stop::StopRule;
+use common::sweep::{Axis, Plan, Point, Side, Summary, Sweep};
+use common::table::{three_figures, Table, EMPTY};
 use common::verify::{check, Precision};
 use common::Result;
 
 use crate::batch::GemmBatch;
 use crate::problem::{inputs, reference, tolerance, work, MemoryPlan, Shape};
-use crate::table::{crossover, sections, Point, Timing, MATTERS_ABOVE};
 use crate::{can_hold, per_product, Variant};
 
 /// Sizes past 1024: on an H200 a single 1024^3 product still leaves SMs idle, so the grid goes
@@ -30,8 +31,9 @@ use crate::{can_hold, per_product, Variant};
 pub const SIZES: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 pub const COUNTS: [usize; 8] = [8, 16, 32, 64, 128, 256, 512, 1024];
 
-/// The two sides of every point, in order: the first is the group's baseline.
-pub const SIDES: [Variant; 2] = [Variant::Baseline, Variant::Strided];
+/// Batching matters at a point when the strided call's speedup has its 95% interval above
+/// this.
+pub const BAR: f64 = 1.1;
 
 /// Most FLOPs one run of a point may cost (2^41, 2.2 TFLOP: 1024 products of 1024^3, 128 of
 /// 2048^3, 16 of 4096^3; about 40 ms at fp32): larger points are skipped, so the sweep's time
@@ -115,8 +117,7 @@ impl SizeBatch {
 }
 
 pub struct GemmSweep {
-    sizes: Vec<usize>,
-    counts: Vec<usize>,
+    plan: Plan,
     precision: Precision,
     seed: u64,
     time_cap_s: f64,
@@ -127,6 +128,17 @@ pub struct GemmSweep {
     /// so the time cap never leaves a point half measured.
     decided: Vec<Option<Option<String>>>,
     current: Option<SizeBatch>,
+}
+
+/// Every count at every size, a size's points together; one call per product first.
+pub fn plan(sizes: &[usize], counts: &[usize]) -> Plan {
+    let values = |v: &[usize]| v.iter().map(|&x| x as u64).collect::<Vec<_>>();
+    let axes = vec![
+        Axis::counts("size", &values(sizes)),
+        Axis::counts("count", &values(counts)).labelled(|c| format!("{c} products")),
+    ];
+    let sides = [Variant::Baseline.name(), Variant::Strided.name()];
+    Plan::product(axes, "size", sides, BAR)
 }
 
 impl GemmSweep {
@@ -157,53 +169,35 @@ impl GemmSweep {
         (free, host): (u64, Option<u64>),
     ) -> Result<GemmSweep> {
         crate::batch::math_mode(precision)?;
-        let start = Instant::now();
-        let mut sizes = sizes.to_vec();
-        let mut counts = counts.to_vec();
-        for v in [&mut sizes, &mut counts] {
-            v.sort_unstable();
-            v.dedup();
-        }
-        let limits: Vec<Option<String>> = sizes
+        let plan = plan(sizes, counts);
+        let limits: Vec<Option<String>> = plan
+            .points
             .iter()
-            .flat_map(|&s| counts.iter().map(move |&c| (s, c)))
-            .map(|(s, c)| skip_reason(s, c, free, host))
+            .map(|p| skip_reason(p[0] as usize, p[1] as usize, free, host))
             .collect();
         Ok(GemmSweep {
             decided: vec![None; limits.len()],
-            sizes,
-            counts,
+            plan,
             precision,
             seed,
             time_cap_s,
-            start,
+            start: Instant::now(),
             limits,
             current: None,
         })
     }
 
-    /// (point, side) of variant `index`.
-    fn locate(&self, index: usize) -> (usize, Variant) {
-        (index / SIDES.len(), SIDES[index % SIDES.len()])
-    }
-
     /// (size, count) of point `point`.
     fn point(&self, point: usize) -> (usize, usize) {
-        (
-            self.sizes[point / self.counts.len()],
-            self.counts[point % self.counts.len()],
-        )
+        let p = &self.plan.points[point];
+        (p[0] as usize, p[1] as usize)
     }
 
     /// The largest count measured at `size`: the batch the inputs are made for.
     fn capacity(&self, size: usize) -> Option<usize> {
-        let row = self.sizes.iter().position(|&s| s == size)?;
-        let limits = &self.limits[row * self.counts.len()..][..self.counts.len()];
-        self.counts
-            .iter()
-            .zip(limits)
-            .filter(|(_, limit)| limit.is_none())
-            .map(|(&c, _)| c)
+        (0..self.limits.len())
+            .filter(|&i| self.limits[i].is_none() && self.point(i).0 == size)
+            .map(|i| self.point(i).1)
             .max()
     }
 
@@ -228,127 +222,158 @@ impl GemmSweep {
         Ok(self.current.as_mut().expect("made above"))
     }
 
-    /// The batch of variant `index`'s size, which its poison made.
-    fn prepared(&mut self, index: usize) -> Result<&mut SizeBatch> {
-        let (size, _) = self.point(self.locate(index).0);
+    /// The batch of point `point`'s size, which its poison made.
+    fn prepared(&mut self, point: usize) -> Result<&mut SizeBatch> {
+        let (size, _) = self.point(point);
         self.current
             .as_mut()
             .filter(|c| c.size == size)
             .ok_or_else(|| common::Error::invalid(format!("size {size} was not set up")))
     }
 
-    /// The point of every group that ran or was skipped, from the runner's variant reports;
-    /// `bench` is the run's measuring settings (whether a side was held follows from them).
-    pub fn points(&self, variants: &[VariantReport], bench: BenchConfig) -> Vec<Point> {
-        (0..self.limits.len())
-            .filter_map(|point| {
-                let (size, count) = self.point(point);
-                let group = point_group(size, count);
-                let side = |s: usize| {
-                    let v = variants
-                        .iter()
-                        .find(|v| v.group == group && v.name == SIDES[s].name())?;
-                    let held = self.bench_config(point * SIDES.len() + s, bench).hold;
-                    Some((v, timing(v, held)))
-                };
-                let (one_by_one, strided) = (side(0), side(1));
-                let (first, _) = one_by_one.as_ref().or(strided.as_ref())?;
-                if first.status == Status::Skipped {
-                    let why = first.note.clone().unwrap_or_default();
-                    return Some(Point::skipped(size, count, why));
-                }
-                Some(Point {
-                    size,
-                    count,
-                    one_by_one: one_by_one.and_then(|(_, t)| t),
-                    strided: strided.and_then(|(_, t)| t),
-                    skipped: None,
-                })
-            })
-            .collect()
-    }
-
-    /// The grids, the crossover and the skipped points of a sweep that took `wall_s`.
-    pub fn sections_of(&self, points: &[Point], wall_s: f64) -> Vec<Section> {
-        let crossover = crossover(points, MATTERS_ABOVE);
-        let mut out = sections(points, &crossover);
-        out[0].lines.insert(
-            0,
-            format!(
-                "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
-                self.precision.label(),
-                self.time_cap_s
-            ),
-        );
-        if let Some(data) = out[0].data.as_object_mut() {
-            data.insert("wall_s".into(), json!(wall_s));
+    /// The grids, the crossover and the skipped points of a sweep that took `wall_s`; `bench`
+    /// is the run's measuring settings (whether a side was held follows from them).
+    pub fn sections_of(&self, summary: &Summary, bench: BenchConfig, wall_s: f64) -> Vec<Section> {
+        let pts = &summary.points;
+        let held = |i: usize| self.bench_config(i, false, bench).hold;
+        let per_product = |i: usize, side: &Option<Side>| {
+            let s = side.as_ref().filter(|s| s.passed)?;
+            Some(three_figures(s.median_ms * 1e3 / self.point(i).1 as f64))
+        };
+        let mut speedup = Section::new(SPEEDUP_TITLE);
+        speedup.table = Some(self.grid(pts, |_, p| {
+            p.speedup().map(|r| format!("{}x", three_figures(r.value)))
+        }));
+        speedup.lines.push(format!(
+            "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
+            self.precision.label(),
+            self.time_cap_s
+        ));
+        for size in self.plan.values_of("size") {
+            let at: Vec<(usize, f64)> = (0..pts.len())
+                .filter(|&i| pts[i].x == size)
+                .filter_map(|i| Some((self.point(i).1, pts[i].speedup()?.value)))
+                .collect();
+            let Some(&(best, max)) = at.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+                continue;
+            };
+            let min = at.iter().map(|a| a.1).fold(f64::INFINITY, f64::min);
+            speedup.lines.push(format!(
+                "size {size}: strided is {}x..{}x faster (best at {best} products)",
+                three_figures(min),
+                three_figures(max)
+            ));
         }
-        out
+        speedup.lines.push(summary.rule_line());
+        speedup.lines.push(match summary.across_lines().stops_from {
+            Some(size) => format!(
+                "batching stops mattering from size {size}: at no count does the speedup's 95% interval lie above {BAR}x from there on"
+            ),
+            None => format!(
+                "batching still pays (95% interval above {BAR}x) at some count at the largest size measured"
+            ),
+        });
+        let skipped: Vec<String> = (0..pts.len())
+            .filter_map(|i| {
+                let (size, count) = self.point(i);
+                Some(format!("{size}x{count}: {}", pts[i].skipped.as_ref()?))
+            })
+            .collect();
+        if !skipped.is_empty() {
+            speedup.lines.push(format!(
+                "skipped {} point(s): {}",
+                skipped.len(),
+                skipped.join("; ")
+            ));
+        }
+        speedup.data = serde_json::to_value(summary).unwrap_or_default();
+        speedup.data["wall_s"] = json!(wall_s);
+
+        let mut one_by_one = Section::new(LOOP_TITLE);
+        one_by_one.table = Some(self.grid(pts, |i, p| {
+            let mark = if held(i) { "" } else { "*" };
+            per_product(i, &p.baseline).map(|t| format!("{t}{mark}"))
+        }));
+        if (0..pts.len()).any(|i| pts[i].baseline.is_some() && !held(i)) {
+            one_by_one.lines.push("* launched without the blocking kernel (too many calls to queue): includes the host's launch cost".into());
+        }
+        let mut strided = Section::new(STRIDED_TITLE);
+        strided.table = Some(self.grid(pts, |i, p| per_product(i, &p.changed)));
+        vec![speedup, one_by_one, strided]
+    }
+
+    /// One size-by-count table whose cells `cell` fills; "-" where a point is skipped or has
+    /// nothing to show, "FAILED" where a side did not verify.
+    fn grid(&self, pts: &[Point], cell: impl Fn(usize, &Point) -> Option<String>) -> Table {
+        let counts = self.plan.values_of("count");
+        let mut table = Table::new().left("size \\ count");
+        for c in &counts {
+            table = table.right(c.to_string());
+        }
+        for size in self.plan.values_of("size") {
+            let mut row = vec![size.to_string()];
+            for i in (0..pts.len()).filter(|&i| pts[i].x == size) {
+                row.push(match &pts[i] {
+                    p if p.failed() => "FAILED".to_string(),
+                    p => cell(i, p).unwrap_or_else(|| EMPTY.into()),
+                });
+            }
+            table.row(row);
+        }
+        table
     }
 }
 
-/// One side's timing from its variant report: None when it did not run.
-fn timing(v: &VariantReport, held: bool) -> Option<Timing> {
-    if v.status == Status::Skipped {
-        return None;
-    }
-    Some(Timing {
-        median_ms: v.time_ms.as_ref().map_or(f64::INFINITY, |t| t.median),
-        rel_stddev: v.time_ms.as_ref().map_or(f64::INFINITY, |t| t.rel_stddev),
-        held,
-        rel_l2_error: v.worst_error(),
-        passed: v.status == Status::Ok,
-    })
-}
+/// Titles of the sweep's sections, in the order they are printed.
+pub const SPEEDUP_TITLE: &str = "speedup of one strided-batched call over one call per product";
+pub const LOOP_TITLE: &str = "one call per product: time per product (us)";
+pub const STRIDED_TITLE: &str = "one strided-batched call: time per product (us)";
 
-impl Lesson for GemmSweep {
+impl Sweep for GemmSweep {
     fn name(&self) -> &str {
         "ch1-gemm-sweep"
     }
 
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn group(&self, point: usize) -> String {
+        let (size, count) = self.point(point);
+        point_group(size, count)
+    }
+
     fn parameters(&self) -> serde_json::Value {
         json!({
-            "sizes": self.sizes, "counts": self.counts, "seed": self.seed,
+            "seed": self.seed,
             "precision": self.precision.label(),
             "time_cap_s": self.time_cap_s,
             "stop_rule": sweep_bench(false, 1).stop,
             "max_held_calls": crate::MAX_HELD_CALLS,
             "max_run_flops": MAX_RUN_FLOPS,
-            "speedup_that_matters": MATTERS_ABOVE,
             "checked_products": "0 and count-1 of every side, relative L2 against float64",
             "tolerance_rel_l2": self
-                .sizes
+                .plan
+                .values_of("size")
                 .iter()
-                .map(|&s| tolerance(self.precision, s))
+                .map(|&s| tolerance(self.precision, s as usize))
                 .collect::<Vec<_>>(),
         })
     }
 
-    fn variants(&self) -> Vec<VariantSpec> {
-        (0..self.limits.len())
-            .flat_map(|point| {
-                let (size, count) = self.point(point);
-                SIDES.map(|side| {
-                    VariantSpec::new(
-                        side.name(),
-                        side.description(),
-                        self.precision,
-                        work(&Shape::square(size, count), false),
-                    )
-                    .in_group(point_group(size, count))
-                    .with_tolerance(tolerance(self.precision, size))
-                })
-            })
-            .collect()
+    fn spec(&self, point: usize, strided: bool) -> VariantSpec {
+        let (size, count) = self.point(point);
+        let side = if strided {
+            Variant::Strided
+        } else {
+            Variant::Baseline
+        };
+        let work = work(&Shape::square(size, count), false);
+        VariantSpec::new("", side.description(), self.precision, work)
+            .with_tolerance(tolerance(self.precision, size))
     }
 
-    /// Each side's checks are made in [Lesson::output], against the products it checks.
-    fn reference(&self, _index: usize) -> Option<&Reference> {
-        None
-    }
-
-    fn skip(&mut self, index: usize) -> Option<String> {
-        let (point, _) = self.locate(index);
+    fn skip(&mut self, point: usize) -> Option<String> {
         if self.decided[point].is_none() {
             let why = self.limits[point].clone().or_else(|| {
                 (self.start.elapsed().as_secs_f64() > self.time_cap_s).then(|| TIME_CAP.into())
@@ -358,23 +383,26 @@ impl Lesson for GemmSweep {
         self.decided[point].clone().flatten()
     }
 
-    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (size, _) = self.point(self.locate(index).0);
+    fn poison(&mut self, gpu: &Gpu, point: usize) -> Result<()> {
+        let (size, _) = self.point(point);
         self.batch_for(gpu, size)?.batch.poison(gpu)
     }
 
-    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (point, side) = self.locate(index);
+    fn run(&mut self, gpu: &Gpu, point: usize, strided: bool) -> Result<()> {
         let (_, count) = self.point(point);
-        self.prepared(index)?.batch.run(gpu, side, count)
+        let side = if strided {
+            Variant::Strided
+        } else {
+            Variant::Baseline
+        };
+        self.prepared(point)?.batch.run(gpu, side, count)
     }
 
     /// Products 0 and count-1 against float64: the first and last a run writes.
-    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
-        let (point, _) = self.locate(index);
+    fn output(&mut self, gpu: &Gpu, point: usize, _strided: bool) -> Result<Output> {
         let (size, count) = self.point(point);
         let tol = tolerance(self.precision, size);
-        let current = self.prepared(index)?;
+        let current = self.prepared(point)?;
         let mut checks = Vec::new();
         for (part, i) in [("first product", 0), ("last product", count - 1)] {
             let got = current.batch.product(gpu, i)?;
@@ -384,43 +412,31 @@ impl Lesson for GemmSweep {
         Ok(Output::checked(checks))
     }
 
-    fn bench_config(&self, index: usize, cfg: BenchConfig) -> BenchConfig {
-        let (point, side) = self.locate(index);
+    fn bench_config(&self, point: usize, strided: bool, cfg: BenchConfig) -> BenchConfig {
         let (_, count) = self.point(point);
-        let calls = if side == Variant::Baseline { count } else { 1 };
-        let sweep = sweep_bench(cfg.cold, calls);
+        let sweep = sweep_bench(cfg.cold, if strided { 1 } else { count });
         BenchConfig {
             hold: cfg.hold && sweep.hold,
             ..sweep
         }
     }
 
-    fn metrics(
-        &mut self,
-        _gpu: &Gpu,
-        index: usize,
-        timed: &VariantReport,
-        _meter: &mut Meter,
-    ) -> Result<Vec<Metric>> {
-        let (_, count) = self.point(self.locate(index).0);
-        Ok(per_product(timed, count))
+    fn metrics(&mut self, point: usize, _: bool, timed: &VariantReport) -> Result<Vec<Metric>> {
+        Ok(per_product(timed, self.point(point).1))
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        variants: &[VariantReport],
-        meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
+    fn sections(&mut self, summary: Summary, bench: BenchConfig) -> Vec<Section> {
         self.current = None;
-        let points = self.points(variants, meter.bench);
-        Ok(self.sections_of(&points, self.start.elapsed().as_secs_f64()))
+        self.sections_of(&summary, bench, self.start.elapsed().as_secs_f64())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::report::Status;
+    use common::runner::Lesson;
+    use common::sweep::{summarize, SweepLesson};
 
     const PLENTY: u64 = 1 << 40;
 
@@ -446,7 +462,7 @@ mod tests {
         // 1024 products of 1024^2: 12 GiB of A, B and C.
         let why = skip_reason(1024, 1024, 8 << 30, None).unwrap();
         assert!(
-            why.starts_with("needs 12.03 GiB of device memory, 8.00 GiB free"),
+            why.starts_with("needs 12.03 GiB of device memory, 8 GiB free"),
             "{why}"
         );
         let why = skip_reason(1024, 1024, PLENTY, Some(4 << 30)).unwrap();
@@ -454,18 +470,18 @@ mod tests {
         assert_eq!(skip_reason(1024, 1024, PLENTY, None), None);
     }
 
-    fn plan(time_cap_s: f64) -> GemmSweep {
+    fn plan(time_cap_s: f64) -> SweepLesson<GemmSweep> {
         // Listed out of order and with a repeat: the grid is sorted, each point once.
         let grid = (&[4096, 16, 16][..], &[32, 8][..]);
-        GemmSweep::planned(
+        let sweep = GemmSweep::planned(
             grid.0,
             grid.1,
             Precision::Fp32,
             1,
             time_cap_s,
             (PLENTY, None),
-        )
-        .unwrap()
+        );
+        SweepLesson(sweep.unwrap())
     }
 
     /// A side as the runner reports it: checked, and timed at `ms` unless it failed.
@@ -531,8 +547,8 @@ mod tests {
         let why = sweep.skip(6).unwrap();
         assert!(why.contains("TFLOP per run, over the sweep's"), "{why}");
         assert_eq!(sweep.skip(7), Some(why));
-        assert_eq!(sweep.capacity(16), Some(32));
-        assert_eq!(sweep.capacity(4096), Some(8));
+        assert_eq!(sweep.0.capacity(16), Some(32));
+        assert_eq!(sweep.0.capacity(4096), Some(8));
         // Past the time cap, every point not yet begun is skipped, both of its sides.
         let mut capped = plan(0.0);
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -572,24 +588,30 @@ mod tests {
             skipped.note = sweep.skip(i);
             reports.push(skipped);
         }
-        let points = sweep.points(&reports, BenchConfig::default());
+        let summary = summarize(&sweep.0, &reports);
+        let points = &summary.points;
         assert_eq!(points.len(), 4);
-        assert_eq!((points[0].size, points[0].count), (16, 8));
-        assert!((points[0].speedup().unwrap() - 10.0).abs() < 1e-9);
-        assert!((points[0].strided.as_ref().unwrap().per_product_us(8) - 0.5).abs() < 1e-9);
+        assert_eq!((points[0].x, points[0].series.as_str()), (16, "8 products"));
+        assert!((points[0].speedup().unwrap().value - 10.0).abs() < 1e-9);
         assert!(points[1].failed(), "a side that did not verify");
         assert_eq!(points[1].speedup(), None);
-        assert_eq!(points[1].strided.as_ref().unwrap().median_ms, f64::INFINITY);
-        assert!(points[2].one_by_one.as_ref().unwrap().held);
         let why = points[3].skipped.as_deref().unwrap();
         assert!(why.contains("TFLOP per run"), "{why}");
         // The grids, the crossover and the skipped point are the report's sections.
-        let sections = sweep.sections_of(&points, 1.5);
+        let sections = sweep.0.sections_of(&summary, BenchConfig::default(), 1.5);
         let md: String = sections.iter().map(Section::markdown).collect();
+        assert!(md.contains("| size \\ count | 8 | 32 |"), "{md}");
         assert!(md.contains("| 16 | 10.0x | FAILED |"), "{md}");
+        assert!(md.contains("| 16 | 5.00 | FAILED |"), "{md}");
+        assert!(md.contains("| 4096 | 1.01x | - |"), "{md}");
         assert!(md.contains("skipped 1 point(s): 4096x32: "), "{md}");
         assert!(md.contains("whole sweep 1.5 s"), "{md}");
+        assert!(
+            md.contains("batching stops mattering from size 4096"),
+            "{md}"
+        );
         assert_eq!(sections[0].data["wall_s"], 1.5);
+        assert_eq!(Summary::from_section(&sections[0]).as_ref(), Some(&summary));
     }
 
     #[test]

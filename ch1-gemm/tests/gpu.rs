@@ -4,14 +4,14 @@ use std::process::Command;
 
 use ch1_gemm::layout::ColumnMajorCall;
 use ch1_gemm::problem::{tolerance, Shape};
-use ch1_gemm::sweep::{point_group, GemmSweep, TIME_CAP};
-use ch1_gemm::table::{Crossover, Point, MATTERS_ABOVE, SPEEDUP_TITLE};
+use ch1_gemm::sweep::{point_group, GemmSweep, BAR, SPEEDUP_TITLE, TIME_CAP};
 use ch1_gemm::{GemmLesson, Variant, PER_PRODUCT};
 use common::blas::BlasContext as _;
 use common::gpu::Gpu;
 use common::report::{LessonReport, Status};
 use common::runner::{run_lesson, Lesson, RunOptions, Values};
 use common::stop::StopRule;
+use common::sweep::{Summary, SweepLesson};
 use common::testing::Planted;
 use common::verify::{check, rel_l2_error, Precision};
 use cudarc::cublas::Gemm;
@@ -212,17 +212,14 @@ fn the_chapter_run_is_held_and_batching_wins() {
     }
 }
 
-/// The sweep's points and crossover, as its report keeps them.
-fn sweep_data(report: &LessonReport) -> (Vec<Point>, Crossover) {
+/// The sweep's summary, as its report keeps it.
+fn sweep_data(report: &LessonReport) -> Summary {
     let section = report
         .sections
         .iter()
         .find(|s| s.title == SPEEDUP_TITLE)
         .expect("the speedup section");
-    (
-        serde_json::from_value(section.data["points"].clone()).unwrap(),
-        serde_json::from_value(section.data["crossover"].clone()).unwrap(),
-    )
+    Summary::from_section(section).expect("the sweep's summary")
 }
 
 #[test]
@@ -230,36 +227,39 @@ fn sweep_data(report: &LessonReport) -> (Vec<Point>, Crossover) {
 fn a_small_sweep_measures_and_verifies_every_point() {
     let gpu = Gpu::open(0).unwrap();
     let options = RunOptions::default();
-    let mut sweep = GemmSweep::new(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0).unwrap();
-    let report = run_lesson(&gpu, &mut sweep, &options).unwrap();
-    let (points, crossover) = sweep_data(&report);
-    assert_eq!(points.len(), 4);
+    let sweep = GemmSweep::new(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0).unwrap();
+    let report = run_lesson(&gpu, &mut SweepLesson(sweep), &options).unwrap();
+    let summary = sweep_data(&report);
+    assert_eq!(summary.points.len(), 4);
     assert_eq!(report.variants.len(), 8, "two sides per point");
     assert!(report.all_passed());
-    for p in &points {
+    for (i, p) in summary.points.iter().enumerate() {
         assert!(p.skipped.is_none(), "{p:?}");
-        assert!(p.speedup().is_some(), "{p:?}");
-        let one_by_one = p.one_by_one.as_ref().unwrap();
+        let count = [8, 300][i % 2];
         // 300 calls are too many to hold; 8 are not.
-        assert_eq!(one_by_one.held, p.count == 8);
-        assert!(p.strided.as_ref().unwrap().held);
+        let baseline = report
+            .variant(&format!("{}:baseline", point_group(p.x as usize, count)))
+            .unwrap();
+        assert_eq!(baseline.measurement.as_ref().unwrap().held, count == 8);
         // The strided side's speedup is the point's, taken by the runner within its group.
         let strided = report
-            .variant(&format!("{}:strided", point_group(p.size, p.count)))
+            .variant(&format!("{}:strided", point_group(p.x as usize, count)))
             .unwrap();
+        assert!(strided.measurement.as_ref().unwrap().held);
         let s = strided.speedup.unwrap();
-        assert!((s - p.speedup().unwrap()).abs() < 1e-9 * s, "{p:?}");
+        assert!((s - p.speedup().unwrap().value).abs() < 1e-9 * s, "{p:?}");
         assert_eq!(strided.checks.len(), 2, "products 0 and count-1");
     }
-    assert_eq!(crossover.threshold, MATTERS_ABOVE);
-    assert_eq!(crossover.per_size.len(), 2);
+    assert_eq!(summary.bar, BAR);
+    assert_eq!(summary.crossovers.len(), 2, "a line per count");
     assert!(report.markdown().contains("| 48 |"));
     // A zero time cap skips everything after the first check.
-    let mut capped = GemmSweep::new(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0).unwrap();
-    let capped = run_lesson(&gpu, &mut capped, &options).unwrap();
-    let (points, _) = sweep_data(&capped);
-    assert_eq!(points.len(), 2);
-    assert!(points
+    let capped = GemmSweep::new(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0).unwrap();
+    let capped = run_lesson(&gpu, &mut SweepLesson(capped), &options).unwrap();
+    let summary = sweep_data(&capped);
+    assert_eq!(summary.points.len(), 2);
+    assert!(summary
+        .points
         .iter()
         .all(|p| p.skipped.as_deref() == Some(TIME_CAP)));
     assert!(capped
@@ -280,6 +280,6 @@ fn buffers_beyond_device_memory_exit_with_a_clear_message() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("out of device memory"), "{stderr}");
-    assert!(stderr.contains("needs 3.00 TiB"), "{stderr}");
+    assert!(stderr.contains("needs 3 TiB"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT};
 
 use crate::report::RooflineReport;
@@ -47,35 +48,10 @@ pub fn axis_ranges(report: &RooflineReport) -> ((f64, f64), (f64, f64)) {
         xs.push(r.ridge_flop_per_byte);
         ys.push(r.gflops);
     }
-    let decade_below = |v: f64| 10f64.powf(v.log10().floor());
-    let decade_above = |v: f64| 10f64.powf(v.log10().ceil());
-    let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
-    let max = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    if xs.is_empty() {
-        return ((0.01, 1e4), (1.0, 1e6));
+    match (decades(xs.into_iter(), 2.0), decades(ys.into_iter(), 2.0)) {
+        (Some(x), Some(y)) => (x, y),
+        _ => ((0.01, 1e4), (1.0, 1e6)),
     }
-    (
-        (decade_below(min(&xs) / 2.0), decade_above(max(&xs) * 2.0)),
-        (decade_below(min(&ys) / 2.0), decade_above(max(&ys) * 2.0)),
-    )
-}
-
-/// "0.01", "1", "1k", "10k", "1M": short tick labels for a log axis.
-pub fn short_number(v: f64) -> String {
-    let a = v.abs();
-    if a >= 1e6 {
-        format!("{}M", trim(v / 1e6))
-    } else if a >= 1e3 {
-        format!("{}k", trim(v / 1e3))
-    } else {
-        trim(v)
-    }
-}
-
-fn trim(v: f64) -> String {
-    let s = format!("{v:.3}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_string()
 }
 
 /// A labelled rectangle in pixels, for keeping labels off each other and off the points.
@@ -441,15 +417,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn short_numbers() {
-        assert_eq!(short_number(0.01), "0.01");
-        assert_eq!(short_number(1.0), "1");
-        assert_eq!(short_number(1000.0), "1k");
-        assert_eq!(short_number(1e6), "1M");
-        assert_eq!(short_number(250_000.0), "250k");
-    }
 
     #[test]
     fn nearby_points_share_a_cluster() {

@@ -28,8 +28,8 @@ pub fn blas_error(gpu: &Gpu, e: CublasError, what: &str) -> Error {
             Error::OutOfMemory {
                 what: what.to_string(),
                 needed: "workspace beyond what is free".into(),
-                free: crate::error::human_bytes(free),
-                total: crate::error::human_bytes(total),
+                free: plotting::format::human_bytes(free),
+                total: plotting::format::human_bytes(total),
             }
         }
         _ => Error::invalid(format!("cuBLAS error in {what}: {e:?}")),

@@ -67,32 +67,9 @@ impl<T> CudaContext<T> for std::result::Result<T, DriverError> {
     }
 }
 
-/// Bytes as a short human string: 1.50 GiB, 12.0 MiB, 512 B.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.2} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn human_bytes_picks_the_unit() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(1536), "1.50 KiB");
-        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
-    }
 
     #[test]
     fn out_of_memory_is_recognised_from_the_driver_code() {

@@ -11,8 +11,9 @@ use cudarc::driver::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{human_bytes, CudaContext as _, Error, Result};
+use crate::error::{CudaContext as _, Error, Result};
 use crate::nvml::Nvml;
+use plotting::format::human_bytes;
 
 /// What a result needs to say about the device it was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -501,7 +502,7 @@ mod tests {
         assert!(err.is_out_of_memory());
         assert_eq!(
             err.to_string(),
-            "out of device memory: the buffers needs 3.00 GiB, the GPU has 1.00 GiB free of 2.00 GiB"
+            "out of device memory: the buffers needs 3 GiB, the GPU has 1 GiB free of 2 GiB"
         );
     }
 

@@ -14,6 +14,7 @@
 //! - [ceilings]: measured device limits, cached per device
 //! - [report]: the one report type, its markdown and JSON
 //! - [runner]: the one runner (the [runner::Lesson] trait, [runner::run_lesson])
+//! - [sweep]: a pair across the size that decides it (axes, points, the crossover rule, the plot)
 //! - [cli]: the edge: shared flags, parsers, `main` and exit codes
 //! - [testing]: support for the lessons' tests
 
@@ -42,6 +43,7 @@ pub mod ceilings;
 
 pub mod report;
 pub mod runner;
+pub mod sweep;
 
 pub mod cli;
 pub mod testing;

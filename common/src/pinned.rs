@@ -8,8 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, PinnedHostSlice};
 
-use crate::error::{human_bytes, CudaContext as _, Error, Result};
+use crate::error::{CudaContext as _, Error, Result};
 use crate::gpu::{check_host_fits, Gpu};
+use plotting::format::human_bytes;
 
 /// Page-locked host memory, cacheable (not write-combined: the CPU reads it back), used
 /// through raw asynchronous copies so that nothing synchronizes behind the caller's back.

@@ -6,7 +6,6 @@ use serde::Serialize;
 
 use common::bench::BenchConfig;
 use common::ceilings::transfer::TRANSFER_BYTES;
-use common::error::human_bytes;
 use common::gpu::Gpu;
 use common::pinned::Pinned;
 use common::report::Section;
@@ -15,6 +14,7 @@ use common::stats::Summary;
 use common::stop::StopRule;
 use common::table::Table;
 use common::Result;
+use plotting::format::human_bytes;
 
 /// Bytes of one input microbatch (32 samples of 256 fp32 features) and of one batch (256
 /// samples) of the training part at its default sizes.

@@ -31,7 +31,6 @@ use serde_json::json;
 
 use common::ceilings;
 use common::counters::Work;
-use common::error::human_bytes;
 use common::gpu::{check_host_fits, Gpu};
 use common::nvtx;
 use common::report::{Section, Status, VariantReport};
@@ -39,6 +38,7 @@ use common::runner::{range_name, Lesson, Meter, Output, Reference, VariantSpec};
 use common::stats::Summary;
 use common::verify::Precision;
 use common::Result;
+use plotting::format::human_bytes;
 
 use overlap::{Measured, OverlapFigures};
 

@@ -15,12 +15,13 @@ use common::error::CudaContext as _;
 use common::gpu::Gpu;
 use common::kernels::{self, KernelSource};
 use common::report::{Section, VariantReport};
-use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::runner::{Output, VariantSpec};
+use common::sweep::{Axis, Plan, Point, Summary, Sweep};
 use common::verify::{check_by, uniform_f32, Precision};
 use common::Result;
 use mlp::{Allocator, DeviceBuf};
 
-use super::{points, size_label, sweep_bench, Kind, Planned, Summary};
+use super::{sweep_bench, BAR};
 use crate::pipeline::engine::grid_stride;
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -29,7 +30,7 @@ pub const KERNELS: KernelSource = KernelSource {
 };
 
 /// Buffer sizes (bytes): 4 KiB to 64 MiB, by fours.
-pub const SIZES: [usize; 8] = [
+pub const SIZES: [u64; 8] = [
     4 << 10,
     16 << 10,
     64 << 10,
@@ -41,10 +42,7 @@ pub const SIZES: [usize; 8] = [
 ];
 
 /// Buffers per use.
-pub const COUNTS: [usize; 2] = [1, 16];
-
-/// The two sides of every point: the first is the group's baseline.
-pub const SIDES: [&str; 2] = ["cuMemAlloc", "reuse"];
+pub const COUNTS: [u64; 2] = [1, 16];
 
 /// dst = A * src + B, the write of every buffer.
 const A: f32 = 0.5;
@@ -62,36 +60,18 @@ pub const TOLERANCE: f64 = 1e-5;
 /// The figure each point gets: what one allocation and its free cost, in microseconds.
 pub const ALLOCATION_US: &str = "alloc+free us";
 
-/// The points: every count at every size (each sorted, each once), a count's points together.
-pub fn plan(sizes: &[usize], counts: &[usize]) -> Vec<(usize, usize)> {
-    let sorted = |v: &[usize]| {
-        let mut v = v.to_vec();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let (sizes, counts) = (sorted(sizes), sorted(counts));
-    counts
-        .iter()
-        .flat_map(|&c| sizes.iter().map(move |&s| (c, s)))
-        .collect()
-}
-
-/// "16 x 1 MiB": the group of a point.
-pub fn group(count: usize, bytes: usize) -> String {
-    format!("{count} x {}", size_label(bytes as u64))
-}
-
-/// "16 buffers per use": the line of a count.
-pub fn series(count: usize) -> String {
-    match count {
+/// Every count at every size, a count's points together; `cuMemAlloc` per use first.
+pub fn plan(sizes: &[u64], counts: &[u64]) -> Plan {
+    let lines = Axis::counts("buffers per use", counts).labelled(|n| match n {
         1 => "1 buffer per use".into(),
         n => format!("{n} buffers per use"),
-    }
+    });
+    let axes = vec![lines, Axis::bytes("bytes", sizes)];
+    Plan::product(axes, "bytes", ["cuMemAlloc", "reuse"], BAR)
 }
 
 pub struct AllocationSweep {
-    points: Vec<(usize, usize)>,
+    plan: Plan,
     src_host: Vec<f32>,
     src: CudaSlice<f32>,
     out: CudaSlice<f32>,
@@ -103,10 +83,10 @@ pub struct AllocationSweep {
 }
 
 impl AllocationSweep {
-    pub fn new(gpu: &Gpu, sizes: &[usize], counts: &[usize], seed: u64) -> Result<AllocationSweep> {
-        let points = plan(sizes, counts);
-        let largest = points.iter().map(|p| p.1).max().unwrap_or(4) / 4;
-        let most = points.iter().map(|p| p.0).max().unwrap_or(1);
+    pub fn new(gpu: &Gpu, sizes: &[u64], counts: &[u64], seed: u64) -> Result<AllocationSweep> {
+        let plan = plan(sizes, counts);
+        let largest = sizes.iter().copied().max().unwrap_or(4) as usize / 4;
+        let most = counts.iter().copied().max().unwrap_or(1) as usize;
         // Source, accumulator, the reused buffers and one allocated per use.
         gpu.check_fits(
             "the preallocation sweep's buffers",
@@ -115,7 +95,7 @@ impl AllocationSweep {
         let src_host = uniform_f32(seed, largest, -1.0, 1.0);
         let module = kernels::load(gpu, KERNELS, &[])?;
         Ok(AllocationSweep {
-            points,
+            plan,
             src: gpu.upload(&src_host, "the sweep's source")?,
             src_host,
             out: gpu.alloc::<f32>(largest, "the sweep's accumulator")?,
@@ -128,26 +108,11 @@ impl AllocationSweep {
         })
     }
 
-    fn locate(&self, index: usize) -> (usize, usize, bool) {
-        let (count, bytes) = self.points[index / SIDES.len()];
-        (count, bytes, index % SIDES.len() == 1)
+    /// (buffers per use, floats per buffer) of point `point`.
+    fn locate(&self, point: usize) -> (usize, usize) {
+        let count = self.plan.value(point, "buffers per use");
+        (count as usize, self.plan.x(point) as usize / 4)
     }
-
-    pub fn plan(&self) -> Vec<Planned> {
-        planned(&self.points)
-    }
-}
-
-/// The runner's groups and the plot's lines of (count, bytes) points.
-pub fn planned(points: &[(usize, usize)]) -> Vec<Planned> {
-    points
-        .iter()
-        .map(|&(count, bytes)| Planned {
-            group: group(count, bytes),
-            series: series(count),
-            x: bytes as u64,
-        })
-        .collect()
 }
 
 /// The use of one buffer: write its first `len` elements from `src`, add them into `out`.
@@ -172,65 +137,49 @@ fn use_buffer(
     Ok(())
 }
 
-impl Lesson for AllocationSweep {
+impl Sweep for AllocationSweep {
     fn name(&self) -> &str {
         "ch1-basics-sweep-prealloc"
     }
 
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// "16 x 1 MiB".
+    fn group(&self, point: usize) -> String {
+        let (count, _) = self.locate(point);
+        format!("{count} x {}", self.plan.axes[1].label(self.plan.x(point)))
+    }
+
     fn parameters(&self) -> serde_json::Value {
-        let mut sizes: Vec<usize> = self.points.iter().map(|p| p.1).collect();
-        let mut counts: Vec<usize> = self.points.iter().map(|p| p.0).collect();
-        for v in [&mut sizes, &mut counts] {
-            v.sort_unstable();
-            v.dedup();
-        }
         json!({
-            "sizes_bytes": sizes,
-            "buffers_per_use": counts,
             "stop_rule": sweep_bench(BenchConfig::default()).stop,
             "tolerance": TOLERANCE,
             "allocator": "cuMemAlloc/cuMemFree per use (what cudaMalloc/cudaFree do); reused buffers come from the stream-ordered pool once",
         })
     }
 
-    fn variants(&self) -> Vec<VariantSpec> {
-        self.points
-            .iter()
-            .flat_map(|&(count, bytes)| {
-                // Per buffer: the source read and the buffer written, the buffer read and the
-                // accumulator read and written.
-                let work = Work {
-                    bytes_read: 3 * (count * bytes) as u64,
-                    bytes_written: 2 * (count * bytes) as u64,
-                    flops: 3 * (count * bytes / 4) as u64,
-                };
-                let descriptions = [
-                    format!(
-                        "{count} cuMemAlloc + cuMemFree of {} per use",
-                        size_label(bytes as u64)
-                    ),
-                    format!(
-                        "{count} buffers of {} allocated once, reused",
-                        size_label(bytes as u64)
-                    ),
-                ];
-                descriptions.map(|d| (d, work)).into_iter().zip(SIDES).map(
-                    move |((description, work), side)| {
-                        VariantSpec::new(side, description, Precision::Fp32, work)
-                            .with_tolerance(TOLERANCE)
-                            .in_group(group(count, bytes))
-                    },
-                )
-            })
-            .collect()
+    fn spec(&self, point: usize, reuse: bool) -> VariantSpec {
+        let (count, len) = self.locate(point);
+        let moved = (count * len * 4) as u64;
+        // Per buffer: the source read and the buffer written, the buffer read and the
+        // accumulator read and written.
+        let work = Work {
+            bytes_read: 3 * moved,
+            bytes_written: 2 * moved,
+            flops: 3 * (count * len) as u64,
+        };
+        let size = self.plan.axes[1].label(self.plan.x(point));
+        let description = if reuse {
+            format!("{count} buffers of {size} allocated once, reused")
+        } else {
+            format!("{count} cuMemAlloc + cuMemFree of {size} per use")
+        };
+        VariantSpec::new("", description, Precision::Fp32, work).with_tolerance(TOLERANCE)
     }
 
-    /// Each side's check is made in [Lesson::output].
-    fn reference(&self, _index: usize) -> Option<&Reference> {
-        None
-    }
-
-    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+    fn poison(&mut self, gpu: &Gpu, _point: usize) -> Result<()> {
         gpu.poison(&mut self.out)?;
         for buf in &mut self.pre {
             gpu.poison(buf)?;
@@ -238,23 +187,16 @@ impl Lesson for AllocationSweep {
         Ok(())
     }
 
-    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (count, bytes, reuse) = self.locate(index);
-        let len = bytes / 4;
+    fn run(&mut self, gpu: &Gpu, point: usize, reuse: bool) -> Result<()> {
+        let (count, len) = self.locate(point);
         gpu.stream
             .memset_zeros(&mut self.out.slice_mut(..len))
             .cuda("clearing the accumulator")?;
         let kernels = (&self.write, &self.accumulate, self.sm_count);
         for i in 0..count {
             if reuse {
-                use_buffer(
-                    gpu,
-                    kernels,
-                    &self.src,
-                    &mut self.out,
-                    &mut self.pre[i],
-                    len,
-                )?;
+                let buf = &mut self.pre[i];
+                use_buffer(gpu, kernels, &self.src, &mut self.out, buf, len)?;
             } else {
                 let mut buf = DeviceBuf::<f32>::new(gpu, Allocator::Driver, len, "a buffer")?;
                 use_buffer(gpu, kernels, &self.src, &mut self.out, &mut buf, len)?;
@@ -264,12 +206,12 @@ impl Lesson for AllocationSweep {
         Ok(())
     }
 
-    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
-        let (count, bytes, _) = self.locate(index);
+    fn output(&mut self, gpu: &Gpu, point: usize, _reuse: bool) -> Result<Output> {
+        let (count, len) = self.locate(point);
         let out = gpu.download(&self.out)?;
         let src = &self.src_host;
         let check = check_by(
-            &out[..bytes / 4],
+            &out[..len],
             |i| expected(src[i], count),
             TOLERANCE,
             "float64",
@@ -277,37 +219,31 @@ impl Lesson for AllocationSweep {
         Ok(Output::checked(vec![check.named("accumulator")]))
     }
 
-    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+    fn bench_config(&self, _point: usize, _reuse: bool, cfg: BenchConfig) -> BenchConfig {
         sweep_bench(cfg)
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        variants: &[VariantReport],
-        _meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
-        Ok(vec![section(&self.points, variants)])
-    }
-}
-
-/// The sweep's section from the variant reports of its (count, bytes) points: each point with
-/// what one allocation and its free cost there.
-pub fn section(plan: &[(usize, usize)], variants: &[VariantReport]) -> Section {
-    let mut pts = points(&planned(plan), variants, (SIDES[0], SIDES[1]));
-    for (p, &(count, _)) in pts.iter_mut().zip(plan) {
-        if let (Some(_), Some(b), Some(r)) = (p.speedup(), &p.baseline, &p.changed) {
-            let per_buffer_us = (b.median_ms - r.median_ms) * 1e3 / count as f64;
-            p.figures.push((ALLOCATION_US.into(), per_buffer_us));
+    /// What one allocation and its free cost at the point.
+    fn figures(&self, index: usize, p: &Point, _: Option<&VariantReport>) -> Vec<(String, f64)> {
+        let (count, _) = self.locate(index);
+        match (p.speedup(), &p.baseline, &p.changed) {
+            (Some(_), Some(b), Some(r)) => {
+                let per_buffer_us = (b.median_ms - r.median_ms) * 1e3 / count as f64;
+                vec![(ALLOCATION_US.into(), per_buffer_us)]
+            }
+            _ => Vec::new(),
         }
     }
-    Summary::new(Kind::Prealloc, (SIDES[0], SIDES[1]), pts).section(
-        "cuMemAlloc/cuMemFree per use vs buffers allocated once, by size",
-        vec![
-            "each use writes every buffer from a source and reads it into an accumulator (two kernels per buffer, the same on both sides); the baseline allocates each buffer for the use and frees it after".into(),
-            format!("{ALLOCATION_US}: (baseline - reuse) / buffers per use, what one allocation and its free (with its wait for the device) cost at that size"),
-        ],
-    )
+
+    fn sections(&mut self, summary: Summary, _bench: BenchConfig) -> Vec<Section> {
+        vec![summary.section(
+            "cuMemAlloc/cuMemFree per use vs buffers allocated once, by size",
+            vec![
+                "each use writes every buffer from a source and reads it into an accumulator (two kernels per buffer, the same on both sides); the baseline allocates each buffer for the use and frees it after".into(),
+                format!("{ALLOCATION_US}: (baseline - reuse) / buffers per use, what one allocation and its free (with its wait for the device) cost at that size"),
+            ],
+        )]
+    }
 }
 
 #[cfg(test)]
@@ -317,16 +253,15 @@ mod tests {
     #[test]
     fn every_count_at_every_size() {
         let p = plan(&[1 << 20, 4 << 10], &[16, 1, 16]);
+        assert_eq!(p.points.len(), 4);
+        assert_eq!((p.series(0), p.x(0)), ("1 buffer per use".into(), 4 << 10));
         assert_eq!(
-            p,
-            vec![(1, 4 << 10), (1, 1 << 20), (16, 4 << 10), (16, 1 << 20)]
+            (p.series(3), p.x(3)),
+            ("16 buffers per use".into(), 1 << 20)
         );
-        assert_eq!(plan(&SIZES, &COUNTS).len(), 16);
+        assert_eq!(p.sides[0], "cuMemAlloc", "the baseline comes first");
+        assert_eq!(plan(&SIZES, &COUNTS).points.len(), 16);
         assert!(SIZES.windows(2).all(|w| w[1] == 4 * w[0]));
-        assert_eq!(group(16, 1 << 20), "16 x 1 MiB");
-        assert_eq!(series(1), "1 buffer per use");
-        assert_eq!(series(16), "16 buffers per use");
-        assert_eq!(SIDES[0], "cuMemAlloc", "the baseline comes first");
     }
 
     #[test]

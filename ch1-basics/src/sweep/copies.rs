@@ -27,15 +27,16 @@ use common::gpu::Gpu;
 use common::kernels;
 use common::pinned::Pinned;
 use common::report::{Section, VariantReport};
-use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::runner::{Output, VariantSpec};
+use common::sweep::{Axis, Plan, Point, Summary, Sweep};
 use common::verify::{check_by, uniform_f32, Precision};
 use common::Result;
 
-use super::{points, size_label, sweep_bench, Kind, Planned, Summary};
+use super::{sweep_bench, BAR};
 use crate::pipeline::engine::{queue_affine, reference_value, KERNELS, TOLERANCE};
 
 /// Copy sizes (bytes): 32 KiB (the chapter's microbatch of 32 samples) to 64 MiB, doubling.
-pub const SIZES: [usize; 12] = [
+pub const SIZES: [u64; 12] = [
     32 << 10,
     64 << 10,
     128 << 10,
@@ -50,44 +51,18 @@ pub const SIZES: [usize; 12] = [
     64 << 20,
 ];
 
-/// The two sides of every point: the first is the group's baseline.
-pub const SIDES: [&str; 2] = ["pageable", "pinned"];
+/// The lines: the host waits for the copy, or the copy runs beside a kernel.
+pub const MODES: [&str; 2] = ["eager", "overlapped"];
+const EAGER: u64 = 0;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Eager,
-    Overlapped,
-}
-
-impl Mode {
-    pub const ALL: [Mode; 2] = [Mode::Eager, Mode::Overlapped];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Eager => "eager",
-            Mode::Overlapped => "overlapped",
-        }
-    }
-}
-
-/// The sweep's points: every mode at every size (sorted, each once), the mode's points together.
-pub fn plan(sizes: &[usize]) -> Vec<(Mode, usize)> {
-    let mut sizes = sizes.to_vec();
-    sizes.sort_unstable();
-    sizes.dedup();
-    Mode::ALL
-        .iter()
-        .flat_map(|&m| sizes.iter().map(move |&s| (m, s)))
-        .collect()
-}
-
-/// "eager 32 KiB": the group of a point.
-pub fn group(mode: Mode, bytes: usize) -> String {
-    format!("{} {}", mode.name(), size_label(bytes as u64))
+/// Every mode at every size, a mode's points together; pageable first.
+pub fn plan(sizes: &[u64]) -> Plan {
+    let axes = vec![Axis::names("mode", &MODES), Axis::bytes("bytes", sizes)];
+    Plan::product(axes, "bytes", ["pageable", "pinned"], BAR)
 }
 
 pub struct CopySweep {
-    points: Vec<(Mode, usize)>,
+    plan: Plan,
     iterations: u32,
     pageable: Vec<f32>,
     pinned: Pinned<f32>,
@@ -106,9 +81,9 @@ pub struct CopySweep {
 impl CopySweep {
     /// Host data (pageable and page-locked, the same values) and device buffers for the largest
     /// size; the compute's map with `iterations` FMAs per element.
-    pub fn new(gpu: &Gpu, sizes: &[usize], iterations: u32, seed: u64) -> Result<CopySweep> {
-        let points = plan(sizes);
-        let largest = points.iter().map(|p| p.1).max().unwrap_or(4) / 4;
+    pub fn new(gpu: &Gpu, sizes: &[u64], iterations: u32, seed: u64) -> Result<CopySweep> {
+        let plan = plan(sizes);
+        let largest = sizes.iter().copied().max().unwrap_or(4) as usize / 4;
         gpu.check_fits("the copy sweep's buffers", 8 * largest as u64)?;
         let pageable = uniform_f32(seed, largest, -1.0, 1.0);
         let mut pinned = Pinned::<f32>::new(gpu, largest, "the page-locked copy source")?;
@@ -116,7 +91,7 @@ impl CopySweep {
         let work_init = uniform_f32(seed.wrapping_add(1), largest, -1.0, 1.0);
         let event = || gpu.ctx.new_event(None).cuda("creating an event");
         Ok(CopySweep {
-            points,
+            plan,
             iterations,
             pageable,
             pinned,
@@ -131,9 +106,10 @@ impl CopySweep {
         })
     }
 
-    fn locate(&self, index: usize) -> (Mode, usize, bool) {
-        let (mode, bytes) = self.points[index / SIDES.len()];
-        (mode, bytes, index % SIDES.len() == 1)
+    /// (eager, floats copied) of point `point`.
+    fn locate(&self, point: usize) -> (bool, usize) {
+        let eager = self.plan.value(point, "mode") == EAGER;
+        (eager, self.plan.x(point) as usize / 4)
     }
 
     /// Copy the first `len` floats of the host data to the target on `stream`.
@@ -147,87 +123,62 @@ impl CopySweep {
                 .cuda("copying from pageable memory")
         }
     }
-
-    pub fn plan(&self) -> Vec<Planned> {
-        self.points
-            .iter()
-            .map(|&(mode, bytes)| Planned {
-                group: group(mode, bytes),
-                series: mode.name().into(),
-                x: bytes as u64,
-            })
-            .collect()
-    }
 }
 
-impl Lesson for CopySweep {
+impl Sweep for CopySweep {
     fn name(&self) -> &str {
         "ch1-basics-sweep-pinned"
     }
 
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// "eager 32 KiB".
+    fn group(&self, point: usize) -> String {
+        let bytes = self.plan.axes[1].label(self.plan.x(point));
+        format!("{} {bytes}", self.plan.series(point))
+    }
+
     fn parameters(&self) -> serde_json::Value {
-        let sizes: Vec<usize> = self
-            .points
-            .iter()
-            .filter(|p| p.0 == Mode::Eager)
-            .map(|p| p.1)
-            .collect();
         json!({
-            "sizes_bytes": sizes,
-            "modes": Mode::ALL.map(Mode::name),
             "iterations": self.iterations,
             "stop_rule": sweep_bench(BenchConfig::default()).stop,
             "checks": "copied bytes against the host's, exactly; the overlapped compute against the float64 closed form",
         })
     }
 
-    fn variants(&self) -> Vec<VariantSpec> {
-        self.points
-            .iter()
-            .flat_map(|&(mode, bytes)| {
-                let flops = match mode {
-                    Mode::Eager => 0,
-                    Mode::Overlapped => 2 * self.iterations as u64 * (bytes / 4) as u64,
-                };
-                let work = Work {
-                    bytes_read: bytes as u64,
-                    bytes_written: 0,
-                    flops,
-                };
-                let what = match mode {
-                    Mode::Eager => "the host waits for the copy",
-                    Mode::Overlapped => "copy on a second stream beside a compute kernel",
-                };
-                SIDES.map(|side| {
-                    VariantSpec::new(
-                        side,
-                        format!("{} host-to-device copy, {what}", size_label(bytes as u64)),
-                        Precision::Fp32,
-                        work,
-                    )
-                    .host_device()
-                    .in_group(group(mode, bytes))
-                })
-            })
-            .collect()
+    fn spec(&self, point: usize, _pinned: bool) -> VariantSpec {
+        let (eager, len) = self.locate(point);
+        let work = Work {
+            bytes_read: 4 * len as u64,
+            bytes_written: 0,
+            flops: if eager {
+                0
+            } else {
+                2 * self.iterations as u64 * len as u64
+            },
+        };
+        let what = if eager {
+            "the host waits for the copy"
+        } else {
+            "copy on a second stream beside a compute kernel"
+        };
+        let bytes = self.plan.axes[1].label(self.plan.x(point));
+        let description = format!("{bytes} host-to-device copy, {what}");
+        VariantSpec::new("", description, Precision::Fp32, work).host_device()
     }
 
-    /// Each side's checks are made in [Lesson::output].
-    fn reference(&self, _index: usize) -> Option<&Reference> {
-        None
-    }
-
-    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+    fn poison(&mut self, gpu: &Gpu, _point: usize) -> Result<()> {
         gpu.poison(&mut self.target)?;
         gpu.stream
             .memcpy_htod(&self.work_init, &mut self.work)
             .cuda("resetting the compute's buffer")
     }
 
-    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let (mode, bytes, pinned) = self.locate(index);
-        let len = bytes / 4;
-        if mode == Mode::Eager {
+    fn run(&mut self, gpu: &Gpu, point: usize, pinned: bool) -> Result<()> {
+        let (eager, len) = self.locate(point);
+        if eager {
             self.copy(&gpu.stream, len, pinned)?;
             return gpu.sync();
         }
@@ -252,15 +203,14 @@ impl Lesson for CopySweep {
         gpu.stream.wait(&self.join).cuda("joining the copy stream")
     }
 
-    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
-        let (mode, bytes, _) = self.locate(index);
-        let len = bytes / 4;
+    fn output(&mut self, gpu: &Gpu, point: usize, _pinned: bool) -> Result<Output> {
+        let (eager, len) = self.locate(point);
         let copied = gpu.download(&self.target)?;
         let source = &self.pageable;
         let mut checks = vec![
             check_by(&copied[..len], |i| source[i] as f64, 0.0, "the host data").named("copy"),
         ];
-        if mode == Mode::Overlapped {
+        if !eager {
             let mapped = gpu.download(&self.work)?;
             let (init, iterations) = (&self.work_init, self.iterations);
             checks.push(
@@ -276,38 +226,30 @@ impl Lesson for CopySweep {
         Ok(Output::checked(checks))
     }
 
-    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+    fn bench_config(&self, _point: usize, _pinned: bool, cfg: BenchConfig) -> BenchConfig {
         sweep_bench(cfg)
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        variants: &[VariantReport],
-        _meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
-        Ok(vec![section(&self.plan(), variants, self.iterations)])
+    /// Eager points: each side's copy rate, the wait included.
+    fn figures(&self, _: usize, p: &Point, _: Option<&VariantReport>) -> Vec<(String, f64)> {
+        [("pageable GB/s", &p.baseline), ("pinned GB/s", &p.changed)]
+            .into_iter()
+            .filter_map(|(name, side)| {
+                let s = side.as_ref().filter(|s| s.passed && p.series == MODES[0])?;
+                Some((name.into(), p.x as f64 / (s.median_ms / 1e3) / 1e9))
+            })
+            .collect()
     }
-}
 
-/// The sweep's section from the variant reports: each point with the pinned side's copy rate.
-pub fn section(plan: &[Planned], variants: &[VariantReport], iterations: u32) -> Section {
-    let mut pts = points(plan, variants, (SIDES[0], SIDES[1]));
-    for p in &mut pts {
-        for (name, side) in [("pageable GB/s", &p.baseline), ("pinned GB/s", &p.changed)] {
-            if let Some(s) = side.as_ref().filter(|s| s.passed && p.series == "eager") {
-                p.figures
-                    .push((name.into(), p.x as f64 / (s.median_ms / 1e3) / 1e9));
-            }
-        }
+    fn sections(&mut self, summary: Summary, _bench: BenchConfig) -> Vec<Section> {
+        vec![summary.section(
+            "pinned vs pageable host-to-device copies, by size",
+            vec![
+                "eager: the host waits for each copy; GB/s are the copy's bytes over its median time, the wait included".into(),
+                format!("overlapped: the copy on a second stream, queued before a compute kernel of {} FMAs per element over as many elements on the lesson's stream", self.iterations),
+            ],
+        )]
     }
-    Summary::new(Kind::Pinned, (SIDES[0], SIDES[1]), pts).section(
-        "pinned vs pageable host-to-device copies, by size",
-        vec![
-            "eager: the host waits for each copy; GB/s are the copy's bytes over its median time, the wait included".into(),
-            format!("overlapped: the copy on a second stream, queued before a compute kernel of {iterations} FMAs per element over as many elements on the lesson's stream"),
-        ],
-    )
 }
 
 #[cfg(test)]
@@ -317,24 +259,16 @@ mod tests {
     #[test]
     fn every_mode_at_every_size_pageable_first() {
         let p = plan(&[1 << 20, 32 << 10, 1 << 20]);
-        assert_eq!(
-            p,
-            vec![
-                (Mode::Eager, 32 << 10),
-                (Mode::Eager, 1 << 20),
-                (Mode::Overlapped, 32 << 10),
-                (Mode::Overlapped, 1 << 20)
-            ]
-        );
-        assert_eq!(group(Mode::Overlapped, 64 << 20), "overlapped 64 MiB");
-        assert_eq!(plan(&SIZES).len(), 24);
+        assert_eq!(p.points.len(), 4);
+        assert_eq!((p.series(1), p.x(1)), ("eager".into(), 1 << 20));
+        assert_eq!((p.series(2), p.x(2)), ("overlapped".into(), 32 << 10));
+        assert_eq!(p.sides[0], "pageable", "the baseline comes first");
+        assert_eq!(plan(&SIZES).points.len(), 24);
         assert_eq!(
             SIZES[0],
             32 * 256 * 4,
             "the chapter's microbatch of 32 samples"
         );
-        assert_eq!(*SIZES.last().unwrap(), 64 << 20);
         assert!(SIZES.windows(2).all(|w| w[1] == 2 * w[0]));
-        assert_eq!(SIDES[0], "pageable", "the baseline comes first");
     }
 }

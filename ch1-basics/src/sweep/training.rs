@@ -19,12 +19,13 @@ use serde_json::json;
 use common::bench::BenchConfig;
 use common::gpu::Gpu;
 use common::report::{Metric, Section, VariantReport};
-use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
+use common::runner::{Lesson, Output, Reference, VariantSpec};
+use common::sweep::{Axis, Plan, Point, Summary, Sweep};
 use common::verify::Precision;
 use common::Result;
 use mlp::Exec;
 
-use super::{points, sweep_bench, Kind, Planned, Summary};
+use super::{sweep_bench, BAR};
 use crate::training::engine::{Captured, Engine};
 use crate::training::lesson::{run_work, WEIGHT_CHANGE_TOLERANCE};
 use crate::training::{baseline, batch, TrainConfig, TrainingLesson};
@@ -47,13 +48,6 @@ pub enum Which {
 }
 
 impl Which {
-    pub fn kind(self) -> Kind {
-        match self {
-            Which::Batch => Kind::Batch,
-            Which::Graphs => Kind::Graphs,
-        }
-    }
-
     /// The two sides: the group's baseline first.
     pub fn sides(self) -> [&'static str; 2] {
         match self {
@@ -102,6 +96,14 @@ impl Which {
         match self {
             Which::Batch => format!("microbatch {x}"),
             Which::Graphs => format!("{x} steps per graph"),
+        }
+    }
+
+    /// What its size counts: the axis across.
+    pub fn axis(self) -> &'static str {
+        match self {
+            Which::Batch => "samples per microbatch",
+            Which::Graphs => "steps per graph",
         }
     }
 
@@ -171,40 +173,38 @@ pub fn graphed(e: &mut Engine, per_graph: usize) -> Result<()> {
 pub struct TrainingSweep<'g> {
     which: Which,
     training: TrainingLesson<'g>,
-    xs: Vec<usize>,
+    plan: Plan,
 }
 
 impl<'g> TrainingSweep<'g> {
     /// The training lesson of `which`'s training from the lesson's `base` (its engine and its
-    /// float64 reference when affordable), and the sizes of [Which::plan].
+    /// float64 reference when affordable), over the sizes of [Which::plan].
     pub fn new(gpu: &'g Gpu, which: Which, base: TrainConfig, xs: &[usize]) -> Result<Self> {
         let cfg = which.config(base, xs);
         let xs = which.plan(&cfg, xs).map_err(common::Error::invalid)?;
         Ok(TrainingSweep {
             which,
+            plan: plan(which, &cfg, &xs),
             training: TrainingLesson::new(gpu, cfg)?,
-            xs,
         })
     }
 
-    fn locate(&self, index: usize) -> (usize, bool) {
-        (self.xs[index / 2], index % 2 == 1)
-    }
-
-    pub fn plan(&self) -> Vec<Planned> {
-        let series = self.which.series(&self.training.config());
-        self.xs
-            .iter()
-            .map(|&x| Planned {
-                group: self.which.group(x),
-                series: series.clone(),
-                x: x as u64,
-            })
-            .collect()
+    fn x(&self, point: usize) -> usize {
+        self.plan.x(point) as usize
     }
 }
 
-impl Lesson for TrainingSweep<'_> {
+/// The sweep's one line across its sizes; the baseline's side first.
+pub fn plan(which: Which, cfg: &TrainConfig, xs: &[usize]) -> Plan {
+    let xs: Vec<u64> = xs.iter().map(|&x| x as u64).collect();
+    let axes = vec![
+        Axis::names("line", &[which.series(cfg).as_str()]),
+        Axis::counts(which.axis(), &xs),
+    ];
+    Plan::product(axes, which.axis(), which.sides(), BAR)
+}
+
+impl Sweep for TrainingSweep<'_> {
     fn name(&self) -> &str {
         match self.which {
             Which::Batch => "ch1-basics-sweep-batch",
@@ -212,65 +212,56 @@ impl Lesson for TrainingSweep<'_> {
         }
     }
 
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn group(&self, point: usize) -> String {
+        self.which.group(self.x(point))
+    }
+
     fn parameters(&self) -> serde_json::Value {
         let cfg = self.training.config();
         json!({
             "config": cfg,
             "steps": cfg.steps(),
-            "sizes": self.xs,
             "stop_rule": sweep_bench(BenchConfig::default()).stop,
             "weight_change_tolerance": WEIGHT_CHANGE_TOLERANCE,
         })
     }
 
-    fn variants(&self) -> Vec<VariantSpec> {
-        let c = self.training.config();
-        let work = run_work(&c);
-        let which = self.which;
-        self.xs
-            .iter()
-            .flat_map(|&x| {
-                let descriptions = match which {
-                    Which::Batch => [
-                        format!(
-                            "{} microbatches of {x} per step, the naive loop",
-                            c.step_batch / x
-                        ),
-                        format!("one pass of {} per step, the naive loop", c.step_batch),
-                    ],
-                    Which::Graphs => [
-                        format!("every operation launched, a wait per {x} steps"),
-                        format!("one CUDA graph per {x} steps, a wait per graph"),
-                    ],
-                };
-                which
-                    .sides()
-                    .into_iter()
-                    .zip(descriptions)
-                    .map(move |(side, description)| {
-                        VariantSpec::new(side, description, Precision::Fp32, work)
-                            .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
-                            .host_device()
-                            .in_group(which.group(x))
-                    })
-            })
-            .collect()
+    fn spec(&self, point: usize, changed: bool) -> VariantSpec {
+        let (c, x) = (self.training.config(), self.x(point));
+        let description = match (self.which, changed) {
+            (Which::Batch, false) => format!(
+                "{} microbatches of {x} per step, the naive loop",
+                c.step_batch / x
+            ),
+            (Which::Batch, true) => {
+                format!("one pass of {} per step, the naive loop", c.step_batch)
+            }
+            (Which::Graphs, false) => format!("every operation launched, a wait per {x} steps"),
+            (Which::Graphs, true) => format!("one CUDA graph per {x} steps, a wait per graph"),
+        };
+        VariantSpec::new("", description, Precision::Fp32, run_work(&c))
+            .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
+            .host_device()
     }
 
-    fn reference(&self, _index: usize) -> Option<&Reference> {
+    fn reference(&self, _point: usize) -> Option<&Reference> {
         self.training.reference(0)
     }
 
-    fn check_against_baseline(&self, _index: usize) -> bool {
+    fn check_against_baseline(&self) -> bool {
         true
     }
 
-    fn poison(&mut self, gpu: &Gpu, _index: usize) -> Result<()> {
+    fn poison(&mut self, gpu: &Gpu, _point: usize) -> Result<()> {
         self.training.poison(gpu, 0)
     }
 
-    fn run(&mut self, _gpu: &Gpu, index: usize) -> Result<()> {
-        let (x, changed) = self.locate(index);
+    fn run(&mut self, _gpu: &Gpu, point: usize, changed: bool) -> Result<()> {
+        let x = self.x(point);
         let e = self.training.engine();
         e.reset()?;
         match (self.which, changed) {
@@ -289,84 +280,56 @@ impl Lesson for TrainingSweep<'_> {
         }
     }
 
-    fn output(&mut self, gpu: &Gpu, _index: usize) -> Result<Output> {
+    fn output(&mut self, gpu: &Gpu, _point: usize, _changed: bool) -> Result<Output> {
         self.training.output(gpu, 0)
     }
 
-    fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
+    fn bench_config(&self, _point: usize, _changed: bool, cfg: BenchConfig) -> BenchConfig {
         sweep_bench(cfg)
     }
 
-    fn metrics(
-        &mut self,
-        _gpu: &Gpu,
-        index: usize,
-        _timed: &VariantReport,
-        _meter: &mut Meter,
-    ) -> Result<Vec<Metric>> {
-        let (x, changed) = self.locate(index);
+    /// The graph side of a graphs point: the nodes of its graph.
+    fn metrics(&mut self, point: usize, changed: bool, _: &VariantReport) -> Result<Vec<Metric>> {
         if self.which != Which::Graphs || !changed {
             return Ok(Vec::new());
         }
-        let key = Captured::Steps { first: 0, count: x };
-        Ok(self
-            .training
-            .engine()
-            .graphs
-            .nodes(key)
+        let key = Captured::Steps {
+            first: 0,
+            count: self.x(point),
+        };
+        let nodes = self.training.engine().graphs.nodes(key);
+        Ok(nodes
             .map(|n| vec![Metric::new(GRAPH_NODES, n as f64, "")])
             .unwrap_or_default())
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        variants: &[VariantReport],
-        _meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
-        let cfg = self.training.config();
-        Ok(vec![section(self.which, &cfg, &self.plan(), variants)])
+    fn figures(&self, _: usize, _: &Point, changed: Option<&VariantReport>) -> Vec<(String, f64)> {
+        let nodes = changed.and_then(|v| v.metric(GRAPH_NODES));
+        nodes.map(|n| (GRAPH_NODES.into(), n)).into_iter().collect()
     }
-}
 
-/// The sweep's section from the variant reports (the graphs sweep's points with the nodes of
-/// their graphs).
-pub fn section(
-    which: Which,
-    cfg: &TrainConfig,
-    plan: &[Planned],
-    variants: &[VariantReport],
-) -> Section {
-    let [baseline, changed] = which.sides();
-    let mut pts = points(plan, variants, (baseline, changed));
-    for (p, planned) in pts.iter_mut().zip(plan) {
-        let nodes = variants
-            .iter()
-            .find(|v| v.group == planned.group && v.name == changed)
-            .and_then(|v| v.metric(GRAPH_NODES));
-        if let Some(n) = nodes {
-            p.figures.push((GRAPH_NODES.into(), n));
-        }
+    fn sections(&mut self, summary: Summary, _bench: BenchConfig) -> Vec<Section> {
+        let cfg = self.training.config();
+        let (title, note) = match self.which {
+            Which::Batch => (
+                "one pass of the whole batch vs accumulated microbatches, by microbatch",
+                format!(
+                    "both sides run the naive loop (cuMemAlloc per pass, pageable copies, a wait after every operation) over {} samples in steps of {}; the line reads where splitting the step into microbatches stops costing",
+                    cfg.samples, cfg.step_batch
+                ),
+            ),
+            Which::Graphs => (
+                "a CUDA graph per k steps vs launching every operation, by steps per graph",
+                format!(
+                    "{} steps of {} microbatches of {}, each microbatch copied from page-locked memory; both sides wait once per k steps, so the difference is launching each operation against launching the graph; {GRAPH_NODES}: the captured graph's copies and kernels",
+                    cfg.steps(),
+                    cfg.step_batch / cfg.microbatch,
+                    cfg.microbatch
+                ),
+            ),
+        };
+        vec![summary.section(title, vec![note])]
     }
-    let (title, notes) = match which {
-        Which::Batch => (
-            "one pass of the whole batch vs accumulated microbatches, by microbatch",
-            vec![format!(
-                "both sides run the naive loop (cuMemAlloc per pass, pageable copies, a wait after every operation) over {} samples in steps of {}; the line reads where splitting the step into microbatches stops costing",
-                cfg.samples, cfg.step_batch
-            )],
-        ),
-        Which::Graphs => (
-            "a CUDA graph per k steps vs launching every operation, by steps per graph",
-            vec![format!(
-                "{} steps of {} microbatches of {}, each microbatch copied from page-locked memory; both sides wait once per k steps, so the difference is launching each operation against launching the graph; {GRAPH_NODES}: the captured graph's copies and kernels",
-                cfg.steps(),
-                cfg.step_batch / cfg.microbatch,
-                cfg.microbatch
-            )],
-        ),
-    };
-    Summary::new(which.kind(), (baseline, changed), pts).section(title, notes)
 }
 
 #[cfg(test)]

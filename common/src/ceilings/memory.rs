@@ -4,10 +4,11 @@ use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt};
 use crate::bench::{measure, Timer};
-use crate::error::{human_bytes, CudaContext as _, Result};
+use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;
 use crate::kernels;
 use crate::kernels::HARNESS;
+use plotting::format::human_bytes;
 
 /// (read-only, write-only) bandwidth in GB/s.
 pub fn measure_read_write(gpu: &Gpu, timer: &mut Timer) -> Result<(Ceiling, Ceiling)> {

@@ -434,7 +434,7 @@ pub fn measure_copy_bandwidth(gpu: &Gpu, timer: &mut Timer) -> Result<Ceiling> {
             format!(
                 "{name}, median of {} samples, 2 x {} buffers, read+write bytes",
                 s.samples,
-                crate::error::human_bytes(bytes)
+                plotting::format::human_bytes(bytes)
             )
         },
     )?;

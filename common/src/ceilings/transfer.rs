@@ -4,8 +4,9 @@
 
 use super::{best_of, ceiling_bench, Ceiling, RateAt};
 use crate::bench::{self, BenchConfig, Timer};
-use crate::error::{human_bytes, CudaContext as _, Result};
+use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;
+use plotting::format::human_bytes;
 
 pub const TRANSFER_BYTES: usize = 256 << 20;
 

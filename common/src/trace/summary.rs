@@ -242,7 +242,7 @@ impl TraceSummary {
                 "{}: {} calls, {}, {} in all\n",
                 t.name,
                 t.calls,
-                crate::error::human_bytes(t.bytes),
+                plotting::format::human_bytes(t.bytes),
                 ms(t.total_s)
             ));
         }

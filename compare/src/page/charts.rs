@@ -2,8 +2,8 @@
 //! per GPU with each pair drawn from its baseline to its optimized side. Elements the
 //! page's self-check counts carry a class: `bar`, `pair-point`.
 
-use ch1_roofline::plot::short_number;
 use ch1_roofline::report::RooflineReport;
+use plotting::format::{decade_ticks, decades, nice_above, nice_below, short_number, ticks_125};
 use plotting::COLORS;
 
 use super::html::escape;
@@ -22,42 +22,6 @@ pub struct Bar {
 pub fn color(i: usize) -> String {
     let c = COLORS[i % COLORS.len()];
     format!("rgb({},{},{})", c.0, c.1, c.2)
-}
-
-/// 1, 2, 5, 10, 20, ... from `lo` to `hi`.
-fn ticks_125(lo: f64, hi: f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    let mut decade = 10f64.powf(lo.log10().floor());
-    while decade <= hi {
-        for m in [1.0, 2.0, 5.0] {
-            let v = decade * m;
-            if v >= lo * (1.0 - 1e-9) && v <= hi * (1.0 + 1e-9) {
-                out.push(v);
-            }
-        }
-        decade *= 10.0;
-    }
-    out
-}
-
-/// The largest of 1, 2, 5 x 10^k at or below `v`.
-fn nice_below(v: f64) -> f64 {
-    let decade = 10f64.powf(v.log10().floor());
-    [5.0, 2.0, 1.0]
-        .iter()
-        .map(|m| decade * m)
-        .find(|x| *x <= v * (1.0 + 1e-9))
-        .unwrap_or(decade)
-}
-
-/// The smallest of 1, 2, 5 x 10^k at or above `v`.
-fn nice_above(v: f64) -> f64 {
-    let decade = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| decade * m)
-        .find(|x| *x >= v * (1.0 - 1e-9))
-        .unwrap_or(decade * 10.0)
 }
 
 /// A log axis mapping values in [lo, hi] to pixels [from, to].
@@ -237,20 +201,7 @@ pub fn roofline(r: &RooflineReport, pairs: &[(usize, &Placed)], id: usize) -> (S
             ys.push(q.gflops);
         }
     }
-    let range = |v: &[f64]| {
-        let pos = v.iter().copied().filter(|x| *x > 0.0 && x.is_finite());
-        let (lo, hi) = pos.fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
-            (lo.min(x), hi.max(x))
-        });
-        if hi == 0.0 {
-            (0.01, 1e4)
-        } else {
-            (
-                10f64.powf((lo / 2.0).log10().floor()),
-                10f64.powf((hi * 2.0).log10().ceil()),
-            )
-        }
-    };
+    let range = |v: &[f64]| decades(v.iter().copied(), 2.0).unwrap_or((0.01, 1e4));
     let ((x0, x1), (y0, y1)) = (range(&xs), range(&ys));
     let ax = LogAxis {
         lo: x0,
@@ -270,16 +221,7 @@ pub fn roofline(r: &RooflineReport, pairs: &[(usize, &Placed)], id: usize) -> (S
         right - left,
         bottom - top
     );
-    let decades = |lo: f64, hi: f64| {
-        let mut v = Vec::new();
-        let mut d = lo;
-        while d <= hi * (1.0 + 1e-9) {
-            v.push(d);
-            d *= 10.0;
-        }
-        v
-    };
-    for t in decades(x0, x1) {
+    for t in decade_ticks(x0, x1) {
         let x = ax.at(t);
         s.push_str(&format!(
             r#"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{bottom}" class="grid"/><text x="{x:.1}" y="{}" class="tick" text-anchor="middle">{}</text>"#,
@@ -287,7 +229,7 @@ pub fn roofline(r: &RooflineReport, pairs: &[(usize, &Placed)], id: usize) -> (S
             short_number(t)
         ));
     }
-    for t in decades(y0, y1) {
+    for t in decade_ticks(y0, y1) {
         let y = ay.at(t);
         s.push_str(&format!(
             r#"<line x1="{left}" y1="{y:.1}" x2="{right}" y2="{y:.1}" class="grid"/><text x="{}" y="{:.1}" class="tick" text-anchor="end">{}</text>"#,
@@ -395,18 +337,6 @@ pub fn roofline(r: &RooflineReport, pairs: &[(usize, &Placed)], id: usize) -> (S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ticks_and_nice_bounds() {
-        assert_eq!(ticks_125(1.0, 50.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0]);
-        assert_eq!(ticks_125(0.1, 1.0), vec![0.1, 0.2, 0.5, 1.0]);
-        assert_eq!(nice_above(37.0), 50.0);
-        assert_eq!(nice_above(2.0), 2.0);
-        assert_eq!(nice_above(6.0), 10.0);
-        assert_eq!(nice_below(0.98), 0.5);
-        assert_eq!(nice_below(0.3), 0.2);
-        assert_eq!(nice_below(0.1), 0.1);
-    }
 
     #[test]
     fn bars_start_at_one_and_count() {

@@ -1,5 +1,5 @@
 //! A sweep's picture: the speedup at each size with its 95% interval (left; a filled point where
-//! the change pays, a hollow one where it does not; 1.0 and the threshold drawn across), and both
+//! the change pays, a hollow one where it does not; 1.0 and the bar drawn across), and both
 //! sides' time per run (right; the baseline dashed, the change solid), one colour per line of the
 //! sweep. Sizes are powers of two, drawn evenly spaced. PNG and SVG through the `plotting` crate.
 
@@ -8,16 +8,32 @@ use std::path::{Path, PathBuf};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotting::format::log_range;
 use plotting::{draw_legend, titled_panels, Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
-use super::{Axis, Point, Summary};
+use super::{Point, Summary, Unit};
+use crate::report::LessonReport;
 
 pub const WIDTH: u32 = 1600;
 pub const HEIGHT: u32 = 720;
 
+/// The plot of a sweep's report (its first section's summary), `<dir>/<lesson>.svg` and `.png`,
+/// titled by the lesson and the GPU; None when the report keeps no summary.
+pub fn render_report(
+    report: &LessonReport,
+    dir: &Path,
+) -> Result<Option<(PathBuf, PathBuf)>, String> {
+    let Some(summary) = report.sections.first().and_then(Summary::from_section) else {
+        return Ok(None);
+    };
+    let title = format!("{} on {}", report.lesson, report.device.name);
+    render(&summary, &title, &dir.join(&report.lesson)).map(Some)
+}
+
 /// Write `<stem>.svg` and `<stem>.png`; returns their paths.
 pub fn render(summary: &Summary, title: &str, stem: &Path) -> Result<(PathBuf, PathBuf), String> {
-    let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", stem.display()));
+    let (svg, png) = (with("svg"), with("png"));
     let figure = SweepFigure { summary, title };
     plotting::render(&figure, (WIDTH, HEIGHT), &svg, &png)?;
     Ok((svg, png))
@@ -45,23 +61,10 @@ pub fn across_range(points: &[Point]) -> (f64, f64) {
     }
 }
 
-/// A range for log axes holding every value (positive, finite), padded by `pad` either way.
-pub fn log_range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
-    let (lo, hi) = values
-        .filter(|v| *v > 0.0 && v.is_finite())
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    if hi == 0.0 {
-        return (0.5, 2.0);
-    }
-    (lo / pad, hi * pad)
-}
-
 /// The tick label of a place across: the size when it is a whole power of two.
-pub fn tick(axis: Axis, v: f64) -> String {
+pub fn tick(unit: Unit, v: f64) -> String {
     if (v - v.round()).abs() < 1e-9 && v >= 0.0 {
-        axis.label(2f64.powf(v.round()) as u64)
+        unit.label(2f64.powf(v.round()) as u64)
     } else {
         String::new()
     }
@@ -71,7 +74,7 @@ pub fn tick(axis: Axis, v: f64) -> String {
 /// drawn and the ticks named.
 fn panel<'a, DB: DrawingBackend>(
     area: &'a DrawingArea<DB, Shift>,
-    axis: Axis,
+    (axis, unit): (&str, Unit),
     x: (f64, f64),
     y: (f64, f64),
     y_desc: &str,
@@ -89,12 +92,12 @@ where
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc(axis.title())
+        .x_desc(axis)
         .y_desc(y_desc)
         .axis_desc_style((FONT, 18))
         .label_style((FONT, 15))
         .x_labels((x.1 - x.0).round() as usize + 1)
-        .x_label_formatter(&|v| tick(axis, *v))
+        .x_label_formatter(&|v| tick(unit, *v))
         .y_label_formatter(y_label)
         .light_line_style(GRID_LIGHT)
         .bold_line_style(GRID_BOLD)
@@ -111,7 +114,7 @@ impl Figure for SweepFigure<'_> {
         let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
         let panels = titled_panels(root, self.title, 2)?;
         let s = self.summary;
-        let axis = s.kind.axis();
+        let axis = (s.axis.name.as_str(), s.axis.unit);
         let series: Vec<&str> = s.crossovers.iter().map(|c| c.series.as_str()).collect();
         let (x0, x1) = across_range(&s.points);
 
@@ -122,10 +125,7 @@ impl Figure for SweepFigure<'_> {
             .filter_map(|p| p.speedup())
             .map(|r| (r.value, r.interval95().0, r.interval95().1))
             .collect();
-        let spread = ratios
-            .iter()
-            .flat_map(|r| [r.1, r.2])
-            .chain([1.0, s.pays_above]);
+        let spread = ratios.iter().flat_map(|r| [r.1, r.2]).chain([1.0, s.bar]);
         let (y0, y1) = log_range(spread, 1.25);
         let mut chart = panel(
             &panels[0],
@@ -143,13 +143,13 @@ impl Figure for SweepFigure<'_> {
             .map_err(err)?;
         chart
             .draw_series(DashedLineSeries::new(
-                [(x0, s.pays_above), (x1, s.pays_above)],
+                [(x0, s.bar), (x1, s.bar)],
                 8,
                 6,
                 BLACK.mix(0.5).stroke_width(1),
             ))
             .map_err(err)?
-            .label(format!("pays: {}x, interval above 1.0", s.pays_above))
+            .label(format!("pays: 95% interval above {}x", s.bar))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], BLACK.mix(0.5)));
         for (i, name) in series.iter().enumerate() {
             let color = COLORS[i % COLORS.len()];
@@ -160,7 +160,13 @@ impl Figure for SweepFigure<'_> {
                 .filter_map(|p| {
                     let r = p.speedup()?;
                     let (lo, hi) = r.interval95();
-                    Some((across(p.x), r.value, lo.max(y0), hi, p.pays() == Some(true)))
+                    Some((
+                        across(p.x),
+                        r.value,
+                        lo.max(y0),
+                        hi,
+                        p.pays(s.bar) == Some(true),
+                    ))
                 })
                 .collect();
             chart
@@ -243,75 +249,5 @@ impl Figure for SweepFigure<'_> {
                 });
         }
         draw_legend(&mut chart)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sweep::{Kind, Side};
-
-    fn point(series: &str, x: u64, baseline_ms: f64, changed_ms: f64) -> Point {
-        let side = |ms| {
-            Some(Side {
-                median_ms: ms,
-                noise: 0.02,
-                samples: 10,
-                passed: true,
-            })
-        };
-        Point {
-            series: series.into(),
-            x,
-            baseline: side(baseline_ms),
-            changed: side(changed_ms),
-            figures: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn sizes_sit_by_their_logarithm_and_ticks_name_them() {
-        assert_eq!(across(1 << 20), 20.0);
-        assert_eq!(across(0), 0.0);
-        let pts = vec![point("a", 1 << 15, 1.0, 1.0), point("a", 1 << 26, 1.0, 1.0)];
-        assert_eq!(across_range(&pts), (14.5, 26.5));
-        assert_eq!(across_range(&[]), (0.0, 1.0));
-        assert_eq!(tick(Axis::Bytes, 15.0), "32 KiB");
-        assert_eq!(tick(Axis::Bytes, 15.5), "");
-        assert_eq!(tick(Axis::Count("steps"), 3.0), "8");
-        assert_eq!(log_range([2.0, 8.0].into_iter(), 2.0), (1.0, 16.0));
-        assert_eq!(log_range([f64::INFINITY, 0.0].into_iter(), 2.0), (0.5, 2.0));
-    }
-
-    #[test]
-    fn renders_png_and_svg() {
-        let dir =
-            std::env::temp_dir().join(format!("ch1-basics-sweep-plot-{}", std::process::id()));
-        let mut failed = point("overlapped", 1 << 20, 3.0, 1.0);
-        failed.changed.as_mut().unwrap().passed = false;
-        let pts = vec![
-            point("eager", 32 << 10, 0.02, 0.019),
-            point("eager", 1 << 20, 0.3, 0.03),
-            point("eager", 64 << 20, 10.0, 1.3),
-            point("overlapped", 32 << 10, 0.05, 0.05),
-            failed,
-            point("overlapped", 64 << 20, 12.0, 1.6),
-        ];
-        let summary = Summary::new(Kind::Pinned, ("pageable", "pinned"), pts);
-        let (svg, png) = render(
-            &summary,
-            "ch1-basics --sweep pinned (test)",
-            &dir.join("pinned"),
-        )
-        .unwrap();
-        let bytes = std::fs::read(&png).unwrap();
-        assert_eq!(&bytes[1..4], b"PNG");
-        let text = std::fs::read_to_string(&svg).unwrap();
-        assert!(text.contains("<svg") && text.contains("32 KiB") && text.contains("64 MiB"));
-        assert!(text.contains("speedup, pinned over pageable"));
-        // A sweep with nothing measured still draws (empty axes), rather than failing.
-        let empty = Summary::new(Kind::Graphs, ("eager", "graph"), Vec::new());
-        render(&empty, "empty", &dir.join("empty")).unwrap();
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

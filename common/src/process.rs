@@ -252,7 +252,10 @@ mod tests {
         let p = dir.join("log");
         std::fs::write(&p, "one\ntwo\n\nthree\nfour\n\n").unwrap();
         assert_eq!(tail_lines(&p, 3), vec!["two", "three", "four"]);
-        assert_eq!(read_from(&p, Some(4), 1000), ("two\n\nthree\nfour\n\n".into(), 21));
+        assert_eq!(
+            read_from(&p, Some(4), 1000),
+            ("two\n\nthree\nfour\n\n".into(), 21)
+        );
         assert_eq!(read_from(&p, Some(4), 3).0, "two");
         let long = format!("{}\nlast\n", "x".repeat(100_000));
         std::fs::write(&p, long).unwrap();

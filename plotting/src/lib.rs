@@ -10,6 +10,8 @@ use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
+pub mod roofline;
+
 /// The family every text style names; it resolves to the bundled font.
 pub const FONT: &str = "sans-serif";
 static FONT_BYTES: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");

@@ -1,11 +1,15 @@
 //! Support for tests: run a built binary with every GPU hidden, so the no-GPU path is taken on
-//! GPU machines too, and check it never panics; a device description for reports built by hand.
+//! GPU machines too, and check it never panics; a device description for reports built by hand;
+//! a crate's modules checked for import loops.
 
 use std::process::Command;
 
 use crate::bench::BenchConfig;
 use crate::gpu::Gpu;
 use crate::runner::{Lesson, Output, Reference, VariantSpec};
+
+mod imports;
+pub use imports::{assert_no_import_cycles, import_cycles};
 
 /// Run `bin args...` without a GPU; returns (exit code, stderr). Fails the test on a panic or
 /// a backtrace hint.

@@ -102,7 +102,7 @@ impl Session {
             source: format!("CUPTI {version}, {layout} prefix"),
             version,
         });
-        match cupti::start() {
+        match cupti::start(deliver) {
             Ok(recording) => {
                 nvtx::record_with(cupti::now);
                 Ok(Session {

@@ -157,7 +157,7 @@ impl<'g> TrainingLesson<'g> {
 
     /// Run `v` once from the initial weights and bring its parameters and losses back.
     pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
-        self.engine.run_checked(|e| v.run(e))
+        v.run_checked(&mut self.engine)
     }
 
     /// The check table: every variant's errors against the reference and the baseline.

@@ -249,3 +249,27 @@ impl MeasuredRoofline {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_roofline_is_read_and_another_report_refused() {
+        let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/h100");
+        let r = MeasuredRoofline::read(&results.join(ROOFLINE_FILE)).unwrap();
+        assert!(r.gpu.contains("H100"), "{}", r.gpu);
+        assert!(r.roofs.memory_gbps > 0.0 && r.roofs.compute_roof("fp32").is_some());
+        assert!(r
+            .operations
+            .iter()
+            .all(|o| o.intensity > 0.0 && o.gflops > 0.0));
+        assert!(!r.operations.is_empty());
+        let other = results.join("ch1-gemm.json");
+        let err = MeasuredRoofline::read(&other).unwrap_err();
+        assert!(
+            err.contains("not a roofline result: it is a ch1-gemm report"),
+            "{err}"
+        );
+    }
+}

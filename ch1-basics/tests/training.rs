@@ -231,10 +231,10 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     let cfg = small(256);
     let mut t = Engine::new(&gpu, cfg).unwrap();
     // Same microbatches, same operations, same order: eager (prealloc) and replayed (graphs).
-    let eager = t.run_checked(Variant::Prealloc).unwrap();
-    let graphs = t.run_checked(Variant::Graphs).unwrap();
-    let eager_batch = t.run_checked(Variant::Batch).unwrap();
-    let optimized = t.run_checked(Variant::Optimized).unwrap();
+    let eager = Variant::Prealloc.run_checked(&mut t).unwrap();
+    let graphs = Variant::Graphs.run_checked(&mut t).unwrap();
+    let eager_batch = Variant::Batch.run_checked(&mut t).unwrap();
+    let optimized = Variant::Optimized.run_checked(&mut t).unwrap();
     let close = |a: &[f32], b: &[f32]| {
         let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
         let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
@@ -248,7 +248,7 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     assert_eq!(graphs.losses.len(), eager.losses.len());
     assert!(graphs.losses.iter().all(|l| l.is_finite()));
     // A second run of the same graphs starts again from the initial weights.
-    let again = t.run_checked(Variant::Optimized).unwrap();
+    let again = Variant::Optimized.run_checked(&mut t).unwrap();
     assert_eq!(again.params, optimized.params);
 }
 

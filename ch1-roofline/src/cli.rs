@@ -119,7 +119,7 @@ fn read_intensity(path: &Path, device: &DeviceInfo) -> Result<(LessonReport, Str
             device.name
         ));
     }
-    Ok((report, path.display().to_string()))
+    Ok((report, common::files::recorded_path(path)))
 }
 
 fn run_intensity(device: usize) -> Result<(LessonReport, String), String> {

@@ -21,38 +21,16 @@ pub const CEILINGS_TITLE: &str = "Ceilings (measured)";
 pub const ROOFS_TITLE: &str = "Roofs";
 pub const OPERATIONS_TITLE: &str = "Operations";
 
-/// A compute ceiling as drawn: its key (points name the roof they are held to), label and
-/// ridge point against the memory roof.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ComputeRoof {
-    pub key: String,
-    pub name: String,
-    pub gflops: f64,
-    pub ridge_flop_per_byte: f64,
-}
+pub use plotting::roofline::{ComputeRoof, Roofs};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Roofs {
-    /// The memory slope: the best measured DRAM bandwidth.
-    pub memory_name: String,
-    pub memory_gbps: f64,
-    pub compute: Vec<ComputeRoof>,
-}
-
-impl Roofs {
-    pub fn compute_roof(&self, key: &str) -> Option<&ComputeRoof> {
-        self.compute.iter().find(|r| r.key == key)
-    }
-
-    /// The roof an operation computing in `precision` is held to: FP32 on CUDA cores, TF32 and
-    /// BF16 (fp16 too) on tensor cores.
-    pub fn for_precision(&self, precision: Precision) -> Option<&ComputeRoof> {
-        self.compute_roof(match precision {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-            Precision::Bf16 | Precision::Fp16 => "bf16",
-        })
-    }
+/// The roof an operation computing in `precision` is held to: FP32 on CUDA cores, TF32 and BF16
+/// (fp16 too) on tensor cores.
+pub fn roof_for(roofs: &Roofs, precision: Precision) -> Option<&ComputeRoof> {
+    roofs.compute_roof(match precision {
+        Precision::Fp32 => "fp32",
+        Precision::Tf32 => "tf32",
+        Precision::Bf16 | Precision::Fp16 => "bf16",
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,7 +112,7 @@ impl Point {
             return None;
         }
         let time_ms = v.time_ms.clone()?;
-        let roof = roofs.for_precision(v.precision)?;
+        let roof = roof_for(roofs, v.precision)?;
         Some(Point::place(
             family,
             label,

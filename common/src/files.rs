@@ -1,6 +1,6 @@
 //! Files the harness writes and reads: atomic writes (readers never see half a file), pretty
 //! JSON with errors that name the file, versioned documents read back with one clear line per
-//! failure, the cache folder, and UTC timestamps.
+//! failure, the cache folder, UTC timestamps, and paths as results record them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -120,9 +120,138 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// `path` as a result records it: relative to the repository the current directory is in (the
+/// nearest folder above it that holds `.git`), or to the current directory outside a
+/// repository, so that a result names no machine's folders. A path outside that folder is
+/// reached through `..`.
+pub fn recorded_path(path: &Path) -> String {
+    let Ok(cwd) = std::env::current_dir() else {
+        return path.display().to_string();
+    };
+    let base = repository_root(&cwd).unwrap_or_else(|| cwd.clone());
+    relative_to(&cwd.join(path), &base).display().to_string()
+}
+
+/// A command line as a result records it: the program by its file name, and each argument that
+/// is an absolute path (alone or after `--flag=`) as [recorded_path] gives it.
+pub fn recorded_command_line(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut args = args.into_iter();
+    let program = args.next().map(|p| {
+        Path::new(&p)
+            .file_name()
+            .map_or(p.clone(), |n| n.to_string_lossy().to_string())
+    });
+    let arg = |a: String| match a.split_once('=') {
+        _ if a.starts_with('/') => recorded_path(Path::new(&a)),
+        Some((flag, value)) if flag.starts_with('-') && value.starts_with('/') => {
+            format!("{flag}={}", recorded_path(Path::new(value)))
+        }
+        _ => a,
+    };
+    program.into_iter().chain(args.map(arg)).collect()
+}
+
+/// The nearest folder at or above `dir` that holds `.git`.
+fn repository_root(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| d.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+/// `path` from `base`, both absolute, by their components alone (no link is followed).
+fn relative_to(path: &Path, base: &Path) -> PathBuf {
+    use std::path::Component;
+    fn normal(p: &Path) -> Vec<Component<'_>> {
+        let mut out: Vec<Component> = Vec::new();
+        for c in p.components() {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                    out.pop();
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+    let (path, base) = (normal(path), normal(base));
+    let common = path.iter().zip(&base).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..base.len() {
+        out.push("..");
+    }
+    for c in &path[common..] {
+        out.push(c);
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_are_taken_from_the_base_by_their_parts() {
+        let r = |p: &str, b: &str| {
+            relative_to(Path::new(p), Path::new(b))
+                .display()
+                .to_string()
+        };
+        assert_eq!(
+            r("/repo/results/h100/a.json", "/repo"),
+            "results/h100/a.json"
+        );
+        assert_eq!(
+            r("/repo/./results/../results/a.json", "/repo"),
+            "results/a.json"
+        );
+        assert_eq!(r("/repo", "/repo"), ".");
+        assert_eq!(r("/tmp/out/x.json", "/repo/sub"), "../../tmp/out/x.json");
+        assert_eq!(r("/repo/a", "/repo/b/c"), "../../a");
+    }
+
+    #[test]
+    fn results_record_paths_from_the_repository_root() {
+        let cwd = std::env::current_dir().unwrap();
+        // The tests run in the crate's folder, inside the repository.
+        let root = repository_root(&cwd).expect("the tests run inside the repository");
+        assert_ne!(root, cwd);
+        let file = root.join("results/h100/compare.json");
+        assert_eq!(recorded_path(&file), "results/h100/compare.json");
+        assert_eq!(recorded_path(Path::new("src/lib.rs")), "common/src/lib.rs");
+        assert!(repository_root(Path::new("/")).is_none());
+    }
+
+    #[test]
+    fn command_lines_name_the_program_and_record_paths() {
+        let root = repository_root(&std::env::current_dir().unwrap()).unwrap();
+        let json = root.join("results/h100/x.json").display().to_string();
+        let line = recorded_command_line([
+            "/opt/bin/ch1-gemm".to_string(),
+            "--json".into(),
+            json.clone(),
+            format!("--out={json}"),
+            "--elements".into(),
+            "10M".into(),
+            "relative/path".into(),
+        ]);
+        assert_eq!(
+            line,
+            [
+                "ch1-gemm",
+                "--json",
+                "results/h100/x.json",
+                "--out=results/h100/x.json",
+                "--elements",
+                "10M",
+                "relative/path"
+            ]
+        );
+        assert!(recorded_command_line(std::iter::empty()).is_empty());
+    }
     use std::time::{Duration, UNIX_EPOCH};
 
     #[test]

@@ -5,6 +5,23 @@
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use serde::{Deserialize, Serialize};
 
+/// NVML's library as drivers ship it: often only the soname, with no development symlink.
+const LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Open NVML: by its soname first, then by the name nvml-wrapper looks for. The error is one
+/// line saying what is missing, for a caller that cannot go on without NVML.
+pub fn open_nvml() -> crate::Result<nvml_wrapper::Nvml> {
+    nvml_wrapper::Nvml::builder()
+        .lib_path(std::ffi::OsStr::new(LIBRARY))
+        .init()
+        .or_else(|_| nvml_wrapper::Nvml::init())
+        .map_err(|e| {
+            crate::Error::invalid(format!(
+                "NVML could not be opened ({e}): it is {LIBRARY}, part of the NVIDIA driver"
+            ))
+        })
+}
+
 pub struct Nvml(nvml_wrapper::Nvml);
 
 /// One reading of the GPU's state, taken before or after a timed region.
@@ -17,15 +34,14 @@ pub struct GpuState {
 }
 
 impl Nvml {
-    /// Drivers often ship only libnvidia-ml.so.1 (no development symlink): try that first.
+    /// NVML where present; its readings are optional, so a missing library is None.
     pub fn open() -> Option<Nvml> {
-        let by_soname = nvml_wrapper::Nvml::builder()
-            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-            .init();
-        by_soname
-            .or_else(|_| nvml_wrapper::Nvml::init())
-            .ok()
-            .map(Nvml)
+        open_nvml().ok().map(Nvml)
+    }
+
+    /// The library itself, for readings this type does not wrap.
+    pub fn library(&self) -> &nvml_wrapper::Nvml {
+        &self.0
     }
 
     pub fn driver_version(&self) -> Option<String> {
@@ -83,6 +99,16 @@ pub fn clock_dropped(before: Option<u32>, after: Option<u32>, tolerance: f64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_library_is_one_line_naming_it() {
+        // Where NVML is installed this opens it; elsewhere the error names the library.
+        if let Err(e) = open_nvml() {
+            let line = e.to_string();
+            assert!(line.contains(LIBRARY), "{line}");
+            assert_eq!(line.lines().count(), 1, "{line}");
+        }
+    }
 
     #[test]
     fn a_drop_beyond_tolerance_is_flagged() {

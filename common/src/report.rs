@@ -11,7 +11,7 @@ use crate::bench::Measurement;
 use crate::ceilings::CeilingRef;
 use crate::counters::{Throughput, Work};
 use crate::error::Result;
-use crate::files::{read_versioned, rfc3339_utc, write_json_file};
+use crate::files::{read_versioned, recorded_command_line, rfc3339_utc, write_json_file};
 use crate::gpu::DeviceInfo;
 use crate::stats::Summary;
 use crate::table::{cell, format_ms, percent, three_figures, Table, EMPTY};
@@ -71,7 +71,7 @@ impl Provenance {
         Provenance {
             git_commit: env!("PERF_LESSONS_GIT_COMMIT").to_string(),
             time: rfc3339_utc(std::time::SystemTime::now()),
-            command_line: std::env::args().collect(),
+            command_line: recorded_command_line(std::env::args()),
             host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),

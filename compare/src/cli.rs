@@ -315,7 +315,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         expectations: expected
             .as_ref()
             .ok()
-            .map(|_| exp_path.display().to_string()),
+            .map(|_| common::files::recorded_path(&exp_path)),
         variants: runs,
         pairs: pair_rows,
         wall_s: started.elapsed().as_secs_f64(),

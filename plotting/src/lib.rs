@@ -11,6 +11,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 pub mod format;
+pub mod roofline;
 
 /// The family every text style names; it resolves to the bundled font.
 pub const FONT: &str = "sans-serif";

@@ -19,7 +19,7 @@ use mlp::{
     Mlp, Model, Optimizer, Samples, BLAS_WORKSPACE_BYTES,
 };
 
-use super::TrainConfig;
+use super::config::TrainConfig;
 
 /// The model, its operations and every sample's loss of the run.
 pub struct Trainer {
@@ -398,11 +398,15 @@ impl<'g> Engine<'g> {
         })
     }
 
-    /// Poison the losses, run `v` once from the initial weights, and bring the result back.
-    pub fn run_checked(&mut self, v: super::Variant) -> Result<RunOutput> {
+    /// Poison the losses, queue one run (`run`, a variant's loop) from the initial weights, and
+    /// bring the result back.
+    pub fn run_checked(
+        &mut self,
+        run: impl FnOnce(&mut Engine) -> Result<()>,
+    ) -> Result<RunOutput> {
         self.gpu.poison(&mut self.train.losses.values)?;
         self.reset()?;
-        v.run(self)?;
+        run(self)?;
         self.gpu.sync()?;
         self.download()
     }

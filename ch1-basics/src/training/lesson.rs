@@ -17,9 +17,10 @@ use common::verify::Precision;
 use common::Result;
 use mlp::reference::{loss_curve, train_sgd};
 
+use super::config::TrainConfig;
 use super::engine::{Engine, RunOutput};
 use super::host::{self, COMPUTE_MS, HOST_MS, HOST_SHARE, STEP_MS};
-use super::{TrainConfig, Variant};
+use super::variant::Variant;
 
 /// Relative L2 tolerance on the weight change (final - initial weights). The change is about
 /// 1e-2 of the weights it is added to, so fp32 rounding of the weights alone is ~1e-5 of it;
@@ -156,7 +157,7 @@ impl<'g> TrainingLesson<'g> {
 
     /// Run `v` once from the initial weights and bring its parameters and losses back.
     pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
-        self.engine.run_checked(v)
+        v.run_checked(&mut self.engine)
     }
 
     /// The check table: every variant's errors against the reference and the baseline.

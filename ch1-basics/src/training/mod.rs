@@ -44,6 +44,7 @@
 
 pub mod baseline;
 pub mod batch;
+mod config;
 pub mod engine;
 pub mod graphs;
 pub mod host;
@@ -51,155 +52,12 @@ pub mod lesson;
 pub mod optimized;
 pub mod pinned;
 pub mod prealloc;
+mod variant;
 
-use std::ops::Range;
-
-use serde::Serialize;
-
-use common::Result;
-use mlp::Arch;
-
+pub use config::TrainConfig;
 pub use engine::{Engine, RunOutput};
 pub use lesson::{TrainingLesson, LOSS_CURVE_TOLERANCE, WEIGHT_CHANGE_TOLERANCE};
-
-/// The sizes of one training run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct TrainConfig {
-    /// Hidden units of the MLP (256 -> hidden -> 10).
-    pub hidden: usize,
-    /// Samples trained on (one pass).
-    pub samples: usize,
-    /// Samples per optimizer step (the effective batch).
-    pub step_batch: usize,
-    /// Samples per microbatch of the gradient-accumulating variants.
-    pub microbatch: usize,
-    pub lr: f32,
-    pub seed: u64,
-}
-
-impl TrainConfig {
-    /// The chapter's training, as the command line gives it by default: hidden 256, 16384
-    /// samples, 64 steps of 256 in microbatches of 32, seed 42.
-    pub fn chapter() -> TrainConfig {
-        TrainConfig {
-            hidden: 256,
-            samples: 16384,
-            step_batch: 256,
-            microbatch: 32,
-            lr: TrainConfig::default_lr(256),
-            seed: 42,
-        }
-    }
-
-    /// The learning rate unless one is given: 0.05, scaled down for layers wider than 256
-    /// (wider layers need smaller steps; 0.05 diverges at hidden 4096).
-    pub fn default_lr(hidden: usize) -> f32 {
-        0.05 * (256.0 / hidden as f32).min(1.0)
-    }
-
-    pub fn arch(&self) -> Arch {
-        Arch::one_hidden_layer(self.hidden)
-    }
-
-    pub fn steps(&self) -> usize {
-        self.samples / self.step_batch
-    }
-
-    /// The dataset's samples of the pass `first..first + n` of step `step`.
-    pub fn samples_of(&self, step: usize, first: usize, n: usize) -> Range<usize> {
-        let start = step * self.step_batch + first;
-        start..start + n
-    }
-
-    /// The sizes must be sane and divide evenly; every message says what to change.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.samples == 0 || self.step_batch == 0 || self.microbatch == 0 {
-            return Err("samples, batch and microbatch must be at least 1".into());
-        }
-        self.arch().validate()?;
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(format!("--lr must be a positive number, got {}", self.lr));
-        }
-        if self.samples % self.step_batch != 0 {
-            return Err(format!(
-                "the batch ({}) does not divide the samples ({}): every step must be full; use a multiple of the batch",
-                self.step_batch, self.samples
-            ));
-        }
-        if self.step_batch % self.microbatch != 0 {
-            return Err(format!(
-                "the microbatch ({}) does not divide the batch ({}): gradient accumulation needs equal microbatches",
-                self.microbatch, self.step_batch
-            ));
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Variant {
-    Baseline,
-    Pinned,
-    Prealloc,
-    Batch,
-    Graphs,
-    Optimized,
-}
-
-impl Variant {
-    pub const ALL: [Variant; 6] = [
-        Variant::Baseline,
-        Variant::Pinned,
-        Variant::Prealloc,
-        Variant::Batch,
-        Variant::Graphs,
-        Variant::Optimized,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Baseline => "baseline",
-            Variant::Pinned => "pinned",
-            Variant::Prealloc => "prealloc",
-            Variant::Batch => "batch",
-            Variant::Graphs => "graphs",
-            Variant::Optimized => "optimized",
-        }
-    }
-
-    pub fn description(self) -> &'static str {
-        match self {
-            Variant::Baseline => "8 x 32 accumulated; cuMemAlloc/cuMemFree per microbatch, pageable copies, sync after every op",
-            Variant::Pinned => "baseline, but the data sits in page-locked host memory: each copy is one asynchronous DMA",
-            Variant::Prealloc => "baseline, but device buffers allocated once and reused",
-            Variant::Batch => "baseline, but one batch of 256 per step instead of 8 x 32",
-            Variant::Graphs => "8 x 32, the whole step (copies in, forward, backward, update) one CUDA graph, one sync per step",
-            Variant::Optimized => "pinned + prealloc + batch 256 + graphs; next batch copied while this one computes, no per-step sync",
-        }
-    }
-
-    /// Samples per forward/backward pass.
-    pub fn pass_batch(self, cfg: &TrainConfig) -> usize {
-        match self {
-            Variant::Batch | Variant::Optimized => cfg.step_batch,
-            _ => cfg.microbatch,
-        }
-    }
-
-    /// Queue one whole training run of this variant from the engine's current state (the eager
-    /// variants have finished when it returns).
-    pub fn run(self, e: &mut Engine) -> Result<()> {
-        match self {
-            Variant::Baseline => baseline::run(e),
-            Variant::Pinned => pinned::run(e),
-            Variant::Prealloc => prealloc::run(e),
-            Variant::Batch => batch::run(e),
-            Variant::Graphs => graphs::run(e),
-            Variant::Optimized => optimized::run(e),
-        }
-    }
-}
+pub use variant::Variant;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{best_of, ceiling_bench, Ceiling, RateAt, Theoretical};
+use super::ceiling::{best_of, ceiling_bench, Ceiling, RateAt, Theoretical};
 use crate::bench::{measure, BenchConfig, Timer};
 use crate::blas::{self, GemmPrecision, GemmProblem};
 use crate::error::{CudaContext as _, Error, Result};

@@ -2,7 +2,9 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::{best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt};
+use super::ceiling::{
+    best_of, ceiling_bench, copy_buffer_bytes, dram_theoretical, Ceiling, RateAt,
+};
 use crate::bench::{measure, Timer};
 use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;

@@ -2,7 +2,7 @@
 //! the ceiling for any lesson that copies data in, and from ordinary pageable memory for
 //! comparison; device-to-host into pinned memory, the ceiling for copies out.
 
-use super::{best_of, ceiling_bench, Ceiling, RateAt};
+use super::ceiling::{best_of, ceiling_bench, Ceiling, RateAt};
 use crate::bench::{self, BenchConfig, Timer};
 use crate::error::{CudaContext as _, Result};
 use crate::gpu::Gpu;

@@ -88,9 +88,18 @@ pub struct Recording {
 // SAFETY: the handle is an opaque token CUPTI accepts from any thread.
 unsafe impl Send for Recording {}
 
+/// Where completed buffers' records go: set by [start], called from CUPTI's callback thread.
+static DELIVER: Mutex<Option<Deliver>> = Mutex::new(None);
+
+/// Receives a completed buffer's records and how many CUPTI dropped.
+pub type Deliver = fn(Vec<Activity>, u64);
+
 /// Subscribe (so a second client is refused clearly), register the buffer callbacks and
-/// enable the kinds.
-pub fn start() -> Result<Recording> {
+/// enable the kinds; every completed buffer's records go to `deliver`.
+pub fn start(deliver: Deliver) -> Result<Recording> {
+    if let Ok(mut d) = DELIVER.lock() {
+        *d = Some(deliver);
+    }
     let mut subscriber: sys::CUpti_SubscriberHandle = std::ptr::null_mut();
     // SAFETY: no callback function, so no user data is ever read.
     check("cuptiSubscribe", unsafe {
@@ -119,7 +128,7 @@ pub fn start() -> Result<Recording> {
     }
 }
 
-/// Deliver every buffered record now (to [super::deliver]).
+/// Deliver every buffered record now (to the function given to [start]).
 pub fn flush() -> Result<()> {
     // SAFETY: plain call; the completion callback runs before it returns.
     check("cuptiActivityFlushAll", unsafe {
@@ -200,7 +209,9 @@ unsafe extern "C" fn buffer_completed(
     let mut dropped = 0usize;
     // SAFETY: context and stream as CUPTI passed them; writes one usize.
     unsafe { sys::cuptiActivityGetNumDroppedRecords(context, stream_id, &mut dropped) };
-    super::deliver(activities, dropped as u64);
+    if let Some(deliver) = DELIVER.lock().ok().and_then(|d| *d) {
+        deliver(activities, dropped as u64);
+    }
     // SAFETY: allocated in buffer_requested with the same layout.
     unsafe { std::alloc::dealloc(buffer, buffer_layout()) };
 }

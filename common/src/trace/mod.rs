@@ -102,7 +102,7 @@ impl Session {
             source: format!("CUPTI {version}, {layout} prefix"),
             version,
         });
-        match cupti::start() {
+        match cupti::start(deliver) {
             Ok(recording) => {
                 nvtx::record_with(cupti::now);
                 Ok(Session {
@@ -147,7 +147,7 @@ impl Session {
             ranges: &ranges,
             harness_kernels: &HARNESS_KERNEL_NAMES,
             other_data: serde_json::json!({
-                "command_line": std::env::args().collect::<Vec<_>>(),
+                "command_line": crate::files::recorded_command_line(std::env::args()),
                 "source": state.source,
                 "cupti_api_version": state.version,
                 "clock": "cuptiGetTimestamp (ns); GPU records converted to it by CUPTI",

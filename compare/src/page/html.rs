@@ -1,48 +1,31 @@
-//! The page as one HTML document: styles and charts inline, images as data URIs, and a
-//! self-check script that writes what the browser drew into the page.
+//! The page as one HTML document, written with maud (which escapes every value it is given):
+//! styles and charts inline, images as base64 data URIs, and a self-check script that writes
+//! what the browser drew into the page.
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use common::table::format_ms;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::charts::{self, color, Bar};
-use super::{Counts, Folder};
+use super::folder::{Folder, Image, Placed};
 use crate::outcome::RunStatus;
 
-/// Text safe inside HTML and SVG elements and attributes.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// What the page holds, for its self-check and the caller's summary line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub bars: usize,
+    pub points: usize,
+    pub images: usize,
 }
 
 /// `data:<mime>;base64,...`, so an image travels inside the page.
-pub fn data_uri(mime: &str, bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = format!("data:{mime};base64,");
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
-        for k in 0..4 {
-            if k <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * k) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+pub fn data_uri(image: &Image) -> String {
+    format!(
+        "data:{};base64,{}",
+        image.mime,
+        STANDARD.encode(&image.bytes)
+    )
 }
 
 const STYLE: &str = r#"
@@ -62,19 +45,11 @@ ul.notes li { color: #8a5a00; }
 ol.legend { font-size: 0.9em; }
 img.sweep-plot { width: 100%; height: auto; border: 1px solid #eee; }
 svg.chart { max-width: 100%; height: auto; font-size: 12px; }
+.roofline-chart svg { max-width: 100%; height: auto; }
 svg .grid { stroke: #e6e6e6; }
 svg .grid.one { stroke: #888; }
-svg .tick, svg .legend, svg .value, svg .label, svg .axis, svg .roof-label { fill: #333; }
-svg .axis { font-size: 13px; }
-svg .roof { stroke: #111; stroke-width: 2.5; }
-svg .roof.compute { stroke: #555; stroke-width: 2; }
-svg .roof-label { font-size: 11px; }
-svg .op { fill: #bbb; }
+svg .tick, svg .legend, svg .value, svg .label { fill: #333; }
 svg .whisker { stroke: #111; stroke-width: 1.3; fill: none; }
-svg .pair-arrow { stroke-width: 2; }
-svg .pair-point.baseline { fill: #fff; stroke-width: 2.5; }
-svg .pair-number { font-weight: bold; }
-svg .frame { fill: none; stroke: #999; }
 #self-check { color: #777; font-size: 0.85em; }
 "#;
 
@@ -90,7 +65,10 @@ const SELF_CHECK: &str = r#"addEventListener('load', function () {
   var images = Array.prototype.filter.call(document.images, function (i) { return i.complete && i.naturalWidth > 0; }).length;
   var out = document.getElementById('self-check');
   out.setAttribute('data-bars', count('svg .bar'));
-  out.setAttribute('data-points', count('svg .pair-point'));
+  var points = Array.prototype.filter.call(document.querySelectorAll('.roofline-chart'), function (c) {
+    var svg = c.querySelector('svg'); return svg && shown(svg);
+  }).reduce(function (n, c) { return n + Number(c.getAttribute('data-points')); }, 0);
+  out.setAttribute('data-points', points);
   out.setAttribute('data-images', images);
   out.setAttribute('data-errors', pageErrors.length);
   out.setAttribute('data-done', 'yes');
@@ -113,140 +91,152 @@ fn pair_ids(folders: &[Folder]) -> Vec<String> {
     ids
 }
 
-fn pairs_table(folders: &[Folder], gpus: &[String], ids: &[String]) -> String {
-    let mut s = String::from("<table class=\"pairs\"><thead><tr><th rowspan=\"2\">pair</th>");
-    for g in gpus {
-        s.push_str(&format!("<th colspan=\"4\">{}</th>", escape(g)));
-    }
-    s.push_str("</tr><tr>");
-    for _ in gpus {
-        s.push_str("<th>baseline → optimized</th><th>speedup ± u</th><th>verified</th><th>of its ceiling</th>");
-    }
-    s.push_str("</tr></thead><tbody>");
-    for id in ids {
-        s.push_str(&format!("<tr><td>{}</td>", escape(id)));
-        for f in folders {
-            match f.pair(id) {
-                None => s.push_str("<td colspan=\"4\" class=\"num\">not run</td>"),
-                Some(p) => {
-                    let ms = |v: Option<f64>| v.map(|s| format_ms(s * 1e3)).unwrap_or("-".into());
-                    s.push_str(&format!(
-                        "<td class=\"num\">{} → {}</td><td class=\"num\">{}</td><td class=\"{}\">{}</td><td class=\"num\">{}</td>",
-                        ms(p.baseline_s),
-                        ms(p.optimized_s),
-                        match (p.speedup, p.speedup_uncertainty) {
-                            (Some(x), Some(u)) => format!("{x:.2}x ± {u:.2}"),
-                            _ => "-".into(),
-                        },
-                        if p.verified { "yes" } else { "no" },
-                        if p.verified { "yes" } else { "NO" },
-                        p.of_ceiling
-                            .as_ref()
-                            .map(|(n, f)| format!("{:.0}% {}", 100.0 * f, escape(n)))
-                            .unwrap_or("-".into()),
-                    ));
+fn ms(seconds: Option<f64>) -> String {
+    seconds.map(|s| format_ms(s * 1e3)).unwrap_or("-".into())
+}
+
+fn pairs_table(folders: &[Folder], gpus: &[String], ids: &[String]) -> Markup {
+    html! {
+        table class="pairs" {
+            thead {
+                tr {
+                    th rowspan="2" { "pair" }
+                    @for g in gpus { th colspan="4" { (g) } }
+                }
+                tr {
+                    @for _ in gpus {
+                        th { "baseline → optimized" } th { "speedup ± u" } th { "verified" } th { "of its ceiling" }
+                    }
+                }
+            }
+            tbody {
+                @for id in ids {
+                    tr {
+                        td { (id) }
+                        @for f in folders {
+                            @match f.pair(id) {
+                                None => td colspan="4" class="num" { "not run" },
+                                Some(p) => {
+                                    td class="num" { (ms(p.baseline_s)) " → " (ms(p.optimized_s)) }
+                                    td class="num" {
+                                        @match (p.speedup, p.speedup_uncertainty) {
+                                            (Some(x), Some(u)) => (format!("{x:.2}x ± {u:.2}")),
+                                            _ => "-",
+                                        }
+                                    }
+                                    td class=(if p.verified { "yes" } else { "no" }) {
+                                        (if p.verified { "yes" } else { "NO" })
+                                    }
+                                    td class="num" {
+                                        @match &p.of_ceiling {
+                                            Some((n, f)) => { (format!("{:.0}% ", 100.0 * f)) (n) },
+                                            None => "-",
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
-        s.push_str("</tr>");
     }
-    s.push_str("</tbody></table>");
-    s
 }
 
-fn verdicts(f: &Folder) -> String {
+fn verdicts(f: &Folder) -> Markup {
     let Some(c) = &f.compare else {
-        return "<p>No compare results.</p>".into();
+        return html! { p { "No compare results." } };
     };
-    let mut s = format!(
-        "<details><summary>{}</summary><table><thead><tr><th>variant</th><th>paced by</th><th>median</th><th>noise</th><th>expected</th><th>change</th><th>verdict</th></tr></thead><tbody>",
-        escape(&c.verdict_counts())
-    );
-    for v in &c.variants {
-        let status = match &v.status {
-            RunStatus::Ok => None,
-            RunStatus::Failed => Some("FAILED".to_string()),
-            RunStatus::Error(e) => Some(format!("ERROR: {e}")),
-        };
-        let verdict = status
-            .clone()
-            .or_else(|| v.verdict.map(|v| v.label().to_string()))
-            .unwrap_or("-".into());
-        s.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"{}\" title=\"{}\">{}</td></tr>",
-            escape(&v.id()),
-            v.paced_by.map(|p| p.label()).unwrap_or("-"),
-            v.timing.map(|t| format_ms(t.median_s * 1e3)).unwrap_or("-".into()),
-            v.timing.map(|t| format!("{:.1}%", 100.0 * t.noise)).unwrap_or("-".into()),
-            v.expected.map(|t| format_ms(t.median_s * 1e3)).unwrap_or("-".into()),
-            v.change
-                .filter(|c| c.is_finite())
-                .map(|c| format!("{:+.1}%", 100.0 * c))
-                .unwrap_or("-".into()),
-            if status.is_some() || verdict == "SLOWER" { "bad" } else { "" },
-            escape(v.note.as_deref().unwrap_or("")),
-            escape(&verdict)
-        ));
+    html! {
+        details {
+            summary { (c.verdict_counts()) }
+            table {
+                thead {
+                    tr {
+                        th { "variant" } th { "paced by" } th { "median" } th { "noise" }
+                        th { "expected" } th { "change" } th { "verdict" }
+                    }
+                }
+                tbody {
+                    @for v in &c.variants {
+                        @let status = match &v.status {
+                            RunStatus::Ok => None,
+                            RunStatus::Failed => Some("FAILED".to_string()),
+                            RunStatus::Error(e) => Some(format!("ERROR: {e}")),
+                        };
+                        @let bad = status.is_some() || v.verdict.is_some_and(|v| v.label() == "SLOWER");
+                        @let verdict = status
+                            .or_else(|| v.verdict.map(|v| v.label().to_string()))
+                            .unwrap_or("-".into());
+                        tr {
+                            td { (v.id()) }
+                            td { (v.paced_by.map(|p| p.label()).unwrap_or("-")) }
+                            td class="num" { (ms(v.timing.map(|t| t.median_s))) }
+                            td class="num" {
+                                (v.timing.map(|t| format!("{:.1}%", 100.0 * t.noise)).unwrap_or("-".into()))
+                            }
+                            td class="num" { (ms(v.expected.map(|t| t.median_s))) }
+                            td class="num" {
+                                (v.change
+                                    .filter(|c| c.is_finite())
+                                    .map(|c| format!("{:+.1}%", 100.0 * c))
+                                    .unwrap_or("-".into()))
+                            }
+                            td class=(if bad { "bad" } else { "" }) title=(v.note.as_deref().unwrap_or("")) {
+                                (verdict)
+                            }
+                        }
+                    }
+                }
+            }
+            @if let Some(h) = &c.host {
+                p class="caption" { "machine: " (h.label()) }
+            }
+        }
     }
-    s.push_str("</tbody></table>");
-    if let Some(h) = &c.host {
-        s.push_str(&format!(
-            "<p class=\"caption\">machine: {}</p>",
-            escape(&h.label())
-        ));
+}
+
+/// A GPU's roofline with its pairs and their legend; adds the pair points drawn to `points`.
+fn roofline_figure(gpu: &str, f: &Folder, points: &mut usize) -> Markup {
+    let placements = f.placements();
+    let placed: Vec<(usize, &Placed)> = placements
+        .iter()
+        .enumerate()
+        .filter_map(|(n, (_, p))| p.as_ref().ok().map(|p| (n, p)))
+        .collect();
+    let chart = f.roofline.as_ref().map(|r| charts::roofline(r, &placed));
+    if let Some(Ok((_, n))) = &chart {
+        *points += n;
     }
-    s.push_str("</details>");
-    s
+    html! {
+        figure {
+            figcaption { (gpu) }
+            @match chart {
+                None => p { "No roofline for this GPU (see the notes)." },
+                Some(Err(e)) => p { "The roofline could not be drawn: " (e) },
+                Some(Ok((svg, _))) => (svg),
+            }
+            @if !placements.is_empty() {
+                ol class="legend" {
+                    @for (n, (id, p)) in placements.iter().enumerate() {
+                        @match p {
+                            Ok(_) if f.roofline.is_some() => li style={ "color:" (color(n)) } {
+                                span style="color:#222" { (id) ": baseline (ring) → optimized (dot)" }
+                            },
+                            Ok(_) => li { (id) },
+                            Err(why) => li { (id) ": not on the roofline: " (why) },
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The whole page and what it draws.
 pub fn page(folders: &[Folder]) -> (String, Counts) {
     let gpus: Vec<String> = folders.iter().map(Folder::gpu).collect();
     let ids = pair_ids(folders);
-    let mut s = String::from("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
-    s.push_str("<title>Chapter 1: performance basics, pair by pair</title>");
-    s.push_str(&format!(
-        "<style>{STYLE}</style><script>{ERROR_CAPTURE}</script></head><body>"
-    ));
-    s.push_str("<header><h1>Chapter 1: performance basics, pair by pair</h1><p class=\"lead\">Each pair computes the same thing two ways; both sides are verified against a float64 reference and timed with CUDA events on the GPU, each in its own process. From ");
-    let sources: Vec<String> = folders
-        .iter()
-        .zip(&gpus)
-        .map(|(f, g)| {
-            let when = f
-                .compare
-                .as_ref()
-                .map(|c| {
-                    format!(
-                        ", compare of {} (commit {})",
-                        c.provenance.time, c.provenance.git_commit
-                    )
-                })
-                .unwrap_or_default();
-            format!(
-                "<b>{}</b>: {}{}",
-                escape(g),
-                escape(&f.path.display().to_string()),
-                escape(&when)
-            )
-        })
-        .collect();
-    s.push_str(&sources.join("; "));
-    s.push_str(".</p></header>");
-
-    let notes: Vec<&String> = folders.iter().flat_map(|f| &f.notes).collect();
-    if !notes.is_empty() {
-        s.push_str("<section id=\"notes\"><h2>Notes</h2><ul class=\"notes\">");
-        for n in notes {
-            s.push_str(&format!("<li>{}</li>", escape(n)));
-        }
-        s.push_str("</ul></section>");
-    }
-
-    s.push_str("<section id=\"pairs\"><h2>Pairs</h2>");
-    s.push_str(&pairs_table(folders, &gpus, &ids));
-    s.push_str("<p class=\"caption\">Times are medians; u is the speedup's standard uncertainty, from each median's standard error. \"Of its ceiling\" is the optimized side's rate over the measured ceiling that bounds it.</p></section>");
-
     let bars: Vec<Bar> = folders
         .iter()
         .enumerate()
@@ -264,92 +254,108 @@ pub fn page(folders: &[Folder]) -> (String, Counts) {
         })
         .collect();
     let (bar_svg, bar_count) = charts::speedup_bars(&ids, &gpus, &bars);
-    s.push_str("<section id=\"speedups\"><h2>Speedups</h2>");
-    if bar_count == 0 {
-        s.push_str("<p>No verified pair to show.</p>");
-    } else {
-        s.push_str(&bar_svg);
-        s.push_str("<p class=\"caption\">Log scale from 1x; whiskers span 95% (1.96 standard uncertainties).</p>");
-    }
-    s.push_str("</section>");
-
-    s.push_str("<section id=\"roofline\"><h2>Roofline</h2><div class=\"gpus\">");
     let mut points = 0;
-    for (i, (f, g)) in folders.iter().zip(&gpus).enumerate() {
-        s.push_str(&format!("<figure><figcaption>{}</figcaption>", escape(g)));
-        let placements = f.placements();
-        match &f.roofline {
-            None => s.push_str("<p>No roofline for this GPU (see the notes).</p>"),
-            Some(r) => {
-                let placed: Vec<(usize, &super::Placed)> = placements
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(n, (_, p))| p.as_ref().ok().map(|p| (n, p)))
-                    .collect();
-                let (svg, n) = charts::roofline(r, &placed, i);
-                points += n;
-                s.push_str(&svg);
-            }
-        }
-        if !placements.is_empty() {
-            s.push_str("<ol class=\"legend\">");
-            for (n, (id, p)) in placements.iter().enumerate() {
-                match p {
-                    Ok(_) if f.roofline.is_some() => s.push_str(&format!(
-                        "<li style=\"color:{}\"><span style=\"color:#222\">{}: baseline (ring) → optimized (dot)</span></li>",
-                        color(n),
-                        escape(id)
-                    )),
-                    Ok(_) => s.push_str(&format!("<li>{}</li>", escape(id))),
-                    Err(why) => s.push_str(&format!(
-                        "<li>{}: not on the roofline: {}</li>",
-                        escape(id),
-                        escape(why)
-                    )),
-                }
-            }
-            s.push_str("</ol>");
-        }
-        s.push_str("</figure>");
-    }
-    s.push_str("</div><p class=\"caption\">Roofs from the ceilings measured on each GPU (ch1-roofline); grey dots are the roofline lesson's own operations, for scale. A pair is placed when both sides do floating-point work on DRAM traffic.</p></section>");
-
-    s.push_str("<section id=\"sweep\"><h2>Tuner sweep</h2><div class=\"gpus\">");
-    let mut images = 0;
-    for (f, g) in folders.iter().zip(&gpus) {
-        s.push_str(&format!("<figure><figcaption>{}</figcaption>", escape(g)));
-        match &f.sweep_plot {
-            Some((name, uri)) => {
-                images += 1;
-                s.push_str(&format!(
-                    "<img class=\"sweep-plot\" alt=\"tuner sweep on the {} ({})\" src=\"{uri}\">",
-                    escape(g),
-                    escape(name)
-                ));
-            }
-            None => s.push_str("<p>No sweep plot for this GPU (see the notes).</p>"),
-        }
-        s.push_str("</figure>");
-    }
-    s.push_str("</div></section>");
-
-    s.push_str("<section id=\"gate\"><h2>The gate</h2><p class=\"caption\">Each variant against the expectations: a device-paced one against its GPU model's timing, a host-paced one against the runs recorded on the same machine. NO EXPECTATION is never a failure.</p><div class=\"gpus\">");
-    for (f, g) in folders.iter().zip(&gpus) {
-        s.push_str(&format!("<div><h3>{}</h3>{}</div>", escape(g), verdicts(f)));
-    }
-    s.push_str("</div></section>");
-
+    let rooflines: Vec<Markup> = folders
+        .iter()
+        .zip(&gpus)
+        .map(|(f, g)| roofline_figure(g, f, &mut points))
+        .collect();
+    let images = folders.iter().filter(|f| f.sweep_plot.is_some()).count();
     let counts = Counts {
         bars: bar_count,
         points,
         images,
     };
-    s.push_str(&format!(
-        "<footer><p id=\"self-check\" data-expected-bars=\"{}\" data-expected-points=\"{}\" data-expected-images=\"{}\">This page draws {} bars, {} roofline points and {} images.</p><p class=\"caption\">Written by <code>compare --html</code> from committed results; nothing on it is fetched from the network.</p></footer>",
-        counts.bars, counts.points, counts.images, counts.bars, counts.points, counts.images
-    ));
-    s.push_str(&format!("<script>{SELF_CHECK}</script></body></html>\n"));
-    (s, counts)
+    let notes: Vec<&String> = folders.iter().flat_map(|f| &f.notes).collect();
+    let title = "Chapter 1: performance basics, pair by pair";
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
+                script { (PreEscaped(ERROR_CAPTURE)) }
+            }
+            body {
+                header {
+                    h1 { (title) }
+                    p class="lead" {
+                        "Each pair computes the same thing two ways; both sides are verified against a float64 reference and timed with CUDA events on the GPU, each in its own process. From "
+                        @for (i, (f, g)) in folders.iter().zip(&gpus).enumerate() {
+                            @if i > 0 { "; " }
+                            b { (g) } ": " (f.path.display())
+                            @if let Some(c) = &f.compare {
+                                ", compare of " (c.provenance.time) " (commit " (c.provenance.git_commit) ")"
+                            }
+                        }
+                        "."
+                    }
+                }
+                @if !notes.is_empty() {
+                    section id="notes" {
+                        h2 { "Notes" }
+                        ul class="notes" { @for n in &notes { li { (n) } } }
+                    }
+                }
+                section id="pairs" {
+                    h2 { "Pairs" }
+                    (pairs_table(folders, &gpus, &ids))
+                    p class="caption" { "Times are medians; u is the speedup's standard uncertainty, from each median's standard error. \"Of its ceiling\" is the optimized side's rate over the measured ceiling that bounds it." }
+                }
+                section id="speedups" {
+                    h2 { "Speedups" }
+                    @if bar_count == 0 {
+                        p { "No verified pair to show." }
+                    } @else {
+                        (bar_svg)
+                        p class="caption" { "Log scale from 1x; whiskers span 95% (1.96 standard uncertainties)." }
+                    }
+                }
+                section id="roofline" {
+                    h2 { "Roofline" }
+                    div class="gpus" { @for r in &rooflines { (r) } }
+                    p class="caption" { "Roofs from the ceilings measured on each GPU (ch1-roofline); grey dots are the roofline lesson's own operations, for scale. A pair is placed when both sides do floating-point work on DRAM traffic." }
+                }
+                section id="sweep" {
+                    h2 { "Tuner sweep" }
+                    div class="gpus" {
+                        @for (f, g) in folders.iter().zip(&gpus) {
+                            figure {
+                                figcaption { (g) }
+                                @match &f.sweep_plot {
+                                    Some(image) => img class="sweep-plot"
+                                        alt={ "tuner sweep on the " (g) " (" (image.name) ")" }
+                                        src=(data_uri(image));,
+                                    None => p { "No sweep plot for this GPU (see the notes)." },
+                                }
+                            }
+                        }
+                    }
+                }
+                section id="gate" {
+                    h2 { "The gate" }
+                    p class="caption" { "Each variant against the expectations: a device-paced one against its GPU model's timing, a host-paced one against the runs recorded on the same machine. NO EXPECTATION is never a failure." }
+                    div class="gpus" {
+                        @for (f, g) in folders.iter().zip(&gpus) {
+                            div { h3 { (g) } (verdicts(f)) }
+                        }
+                    }
+                }
+                footer {
+                    p id="self-check" data-expected-bars=(counts.bars) data-expected-points=(counts.points)
+                        data-expected-images=(counts.images) {
+                        "This page draws " (counts.bars) " bars, " (counts.points) " roofline points and "
+                        (counts.images) " images."
+                    }
+                    p class="caption" { "Written by " code { "compare --html" } " from committed results; nothing on it is fetched from the network." }
+                }
+                script { (PreEscaped(SELF_CHECK)) }
+            }
+        }
+    };
+    (page.into_string() + "\n", counts)
 }
 
 #[cfg(test)]
@@ -357,16 +363,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escaping_and_base64() {
+    fn images_travel_as_base64() {
+        let image = |bytes: &[u8]| Image {
+            name: "x".into(),
+            mime: "image/png",
+            bytes: bytes.to_vec(),
+        };
+        assert_eq!(data_uri(&image(b"")), "data:image/png;base64,");
+        assert_eq!(data_uri(&image(b"fo")), "data:image/png;base64,Zm8=");
         assert_eq!(
-            escape(r#"<a href="x">&'"#),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+            data_uri(&image(&[0xff, 0xfe])),
+            "data:image/png;base64,//4="
         );
-        assert_eq!(data_uri("text/plain", b""), "data:text/plain;base64,");
-        assert_eq!(data_uri("t", b"f"), "data:t;base64,Zg==");
-        assert_eq!(data_uri("t", b"fo"), "data:t;base64,Zm8=");
-        assert_eq!(data_uri("t", b"foo"), "data:t;base64,Zm9v");
-        assert_eq!(data_uri("t", b"foobar"), "data:t;base64,Zm9vYmFy");
-        assert_eq!(data_uri("t", &[0xff, 0xfe]), "data:t;base64,//4=");
     }
 }

@@ -33,6 +33,9 @@ def parse_args(argv=None):
     p.add_argument("--step", type=positive, default=8, help="the granularity: B + STEP must fail")
     p.add_argument("--repeat", type=positive, default=1,
                    help="fresh runs at B (each must fit); B + STEP runs once")
+    p.add_argument("--parallel", action="store_true",
+                   help="start every run at once (each within its own --memory-limit share of "
+                        "a GPU large enough for all of them)")
     p.add_argument("--amp", choices=["on", "off"], default="off")
     p.add_argument("--workers", type=non_negative, default=4)
     p.add_argument("--steps", type=positive, default=5, help="measured steps of each run")
@@ -50,20 +53,27 @@ def parse_args(argv=None):
     return args
 
 
-def run(args, batch):
-    """One fresh process of the script at `batch`: (verdict, the run's record)."""
+def start(args, batch):
+    """One fresh process of the script at `batch`, started: (batch, process, start time)."""
     command = [sys.executable, args.script, "--batch-size", str(batch), "--workers",
                str(args.workers), "--amp", args.amp, "--steps", str(args.steps),
                "--warmup", str(args.warmup)] + args.rest
     # Outside the tuner: no report file, no trial settings.
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_LESSONS_")}
     started = time.perf_counter()
-    done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          errors="replace")
+    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               errors="replace")
+    return batch, process, started
+
+
+def finish(running):
+    """Wait for a started run: (verdict, the run's record)."""
+    batch, process, started = running
+    _, stderr = process.communicate()
     seconds = time.perf_counter() - started
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    if done.returncode == 0:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if process.returncode == 0:
         verdict = "fits"
     elif any("out of memory" in line.lower() for line in lines):
         verdict = "out of memory"
@@ -72,7 +82,7 @@ def run(args, batch):
     record = {
         "batch": batch,
         "verdict": verdict,
-        "exit": done.returncode,
+        "exit": process.returncode,
         "seconds": round(seconds, 3),
         "stderr_last_line": lines[-1][:400] if lines else "",
     }
@@ -81,13 +91,18 @@ def run(args, batch):
 
 def main(argv=None):
     args = parse_args(argv)
-    at = [run(args, args.batch) for _ in range(args.repeat)]
-    second, second_run = run(args, args.batch + args.step)
+    batches = [args.batch] * args.repeat + [args.batch + args.step]
+    if args.parallel:
+        done = [finish(r) for r in [start(args, b) for b in batches]]
+    else:
+        done = [finish(start(args, b)) for b in batches]
+    at, (second, second_run) = done[:-1], done[-1]
     verdicts = [verdict for verdict, _ in at]
     first = "fits" if all(v == "fits" for v in verdicts) else (
         "failed" if "failed" in verdicts else "out of memory")
     result = {
         "script": args.script,
+        "parallel": args.parallel,
         "batch": args.batch,
         "steps": args.steps + args.warmup,
         "fits": first == "fits",

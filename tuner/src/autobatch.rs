@@ -34,10 +34,10 @@ use crate::writeback::{self, TeamEntry};
 
 pub const SCHEMA: &str = "tuner-autobatch/2";
 
-/// Optimizer steps a search trial may run: one of warmup, then until memory is steady (the
-/// third step at the earliest) or this many.
-pub const SEARCH_WARMUP: usize = 1;
-pub const SEARCH_STEPS: usize = 11;
+/// Optimizer steps a search trial may run: no warmup (nothing is timed), then until memory is
+/// steady (the third step at the earliest) or this many.
+pub const SEARCH_WARMUP: usize = 0;
+pub const SEARCH_STEPS: usize = 12;
 
 /// Steps of the confirmation run, by default.
 pub const CONFIRM_STEPS: usize = 20;

@@ -16,7 +16,8 @@
 //! bisects: a good prediction costs four or five trials in all, a poor one about twice a
 //! bisection of the error. Memory that is not a line (cuDNN's autotuner takes workspace from
 //! whatever room there is, so the peaks climb to the limit long before the batch that runs out)
-//! shows itself when a jump lands more than 5% off the line that aimed it or the peaks flatten;
+//! shows itself when a jump lands more than 15% off the line that aimed it, the peaks flatten,
+//! or a larger batch peaks lower than a smaller one;
 //! from there the search doubles and bisects as it would without peaks. The answer is exact
 //! either way: the largest size at the granularity that was seen to fit, with the next size
 //! seen to fail.
@@ -121,6 +122,11 @@ where
             self.lo = self.lo.max(batch);
             if let Some(peak) = p.peak_bytes {
                 let before = Line::through(&self.points);
+                // A larger batch that needed less than a smaller one: the peaks are the room
+                // there was, not what the batch needs.
+                if self.points.iter().any(|&(b, q)| b < batch && q > peak) {
+                    self.elastic = true;
+                }
                 self.points.push((batch, peak));
                 // Only a line through two points or more is a claim about this batch's peak: the
                 // jump lands off it, or the peaks flatten as they do against a limit that the
@@ -546,5 +552,27 @@ mod tests {
             "{:?}",
             f.trials
         );
+    }
+
+    #[test]
+    fn a_larger_batch_that_peaks_lower_stops_the_aiming() {
+        // A workspace that takes the room there is: 2 GB fixed, 10 MB per sample up to 1600, then
+        // flat at the 18 GB limit whatever the batch, and out of memory above 2000.
+        let mut peaks = Vec::new();
+        let found = find(8, Granularity::Multiple(8), 1 << 20, |b: usize| {
+            let fits = b <= 2000;
+            let peak = if b <= 1600 { 2e9 + 1e7 * b as f64 } else { 18e9 - (b % 7) as f64 * 1e8 };
+            peaks.push(b);
+            Ok::<_, ()>(Probe {
+                fits,
+                peak_bytes: fits.then_some(peak as u64),
+                limit_bytes: Some(18_000_000_000),
+            })
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!(found.maximum, 2000);
+        assert!(found.next_failed);
+        assert!(found.trials.len() <= 14, "{:?}", found.trials);
     }
 }

@@ -9,21 +9,31 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-basics");
 
+const BINS: [&str; 11] = [
+    MAIN,
+    env!("CARGO_BIN_EXE_ch1-basics-baseline"),
+    env!("CARGO_BIN_EXE_ch1-basics-pinned"),
+    env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
+    env!("CARGO_BIN_EXE_ch1-basics-batch"),
+    env!("CARGO_BIN_EXE_ch1-basics-graphs"),
+    env!("CARGO_BIN_EXE_ch1-basics-optimized"),
+    env!("CARGO_BIN_EXE_ch1-basics-transpose-naive"),
+    env!("CARGO_BIN_EXE_ch1-basics-transpose-tiled"),
+    env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
+    env!("CARGO_BIN_EXE_ch1-basics-pipeline-overlapped"),
+];
+
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
-    for bin in [
-        MAIN,
-        env!("CARGO_BIN_EXE_ch1-basics-baseline"),
-        env!("CARGO_BIN_EXE_ch1-basics-pinned"),
-        env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
-        env!("CARGO_BIN_EXE_ch1-basics-batch"),
-        env!("CARGO_BIN_EXE_ch1-basics-graphs"),
-        env!("CARGO_BIN_EXE_ch1-basics-optimized"),
-        env!("CARGO_BIN_EXE_ch1-basics-transpose-naive"),
-        env!("CARGO_BIN_EXE_ch1-basics-transpose-tiled"),
-        env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
-        env!("CARGO_BIN_EXE_ch1-basics-pipeline-overlapped"),
-    ] {
+fn every_binary_takes_the_shared_flags_and_says_its_version() {
+    for bin in BINS {
+        common::testing::assert_accepts_shared_flags(bin);
+        common::testing::assert_prints_version(bin);
+    }
+}
+
+#[test]
+fn no_gpu_is_one_line_and_exit_3() {
+    for bin in BINS {
         common::testing::assert_refused_without_gpu(bin, &[]);
     }
     common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "pinned"]);

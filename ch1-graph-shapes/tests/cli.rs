@@ -2,13 +2,23 @@
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-graph-shapes");
 
+const BINS: [&str; 3] = [
+    MAIN,
+    env!("CARGO_BIN_EXE_ch1-graph-shapes-baseline"),
+    env!("CARGO_BIN_EXE_ch1-graph-shapes-optimized"),
+];
+
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
-    for bin in [
-        MAIN,
-        env!("CARGO_BIN_EXE_ch1-graph-shapes-baseline"),
-        env!("CARGO_BIN_EXE_ch1-graph-shapes-optimized"),
-    ] {
+fn every_binary_takes_the_shared_flags_and_says_its_version() {
+    for bin in BINS {
+        common::testing::assert_accepts_shared_flags(bin);
+        common::testing::assert_prints_version(bin);
+    }
+}
+
+#[test]
+fn no_gpu_is_one_line_and_exit_3() {
+    for bin in BINS {
         common::testing::assert_refused_without_gpu(bin, &[]);
     }
 }

@@ -47,7 +47,10 @@ impl Bin {
     }
 
     fn logging(&self, name: &str) -> &Bin {
-        self.add(name, &format!("echo \"{name} $*\" >> {}", self.log.display()))
+        self.add(
+            name,
+            &format!("echo \"{name} $*\" >> {}", self.log.display()),
+        )
     }
 
     fn user(&self, uid: u32) -> &Bin {
@@ -81,7 +84,10 @@ fn stderr(out: &Output) -> String {
 #[test]
 fn with_everything_there_it_runs_the_workspace_tests() {
     let bin = Bin::new("ready");
-    bin.user(1000).logging("python3").logging("chromium").logging("cargo");
+    bin.user(1000)
+        .logging("python3")
+        .logging("chromium")
+        .logging("cargo");
     let (out, log) = bin.run(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(log, "cargo test --workspace --locked --quiet\n");

@@ -32,6 +32,7 @@ pub const CHILD_FLAG: &str = "__run-variant";
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "Run every lesson's baseline/optimized pairs and compare them with the expected figures"
 )]
 pub struct Args {
@@ -141,7 +142,9 @@ pub fn main() -> ExitCode {
 /// Child side: `compare __run-variant LESSON VARIANT [lesson flags...]`.
 fn run_child(rest: &[String], startup: Startup) -> anyhow::Result<ExitCode> {
     let [lesson, variant, flags @ ..] = rest else {
-        anyhow::bail!("usage: compare {CHILD_FLAG} LESSON VARIANT [FLAGS]");
+        return Err(common::exit::usage(format!(
+            "usage: compare {CHILD_FLAG} LESSON VARIANT[,VARIANT...] [FLAGS]"
+        )));
     };
     let entry =
         lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
@@ -179,10 +182,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if pairs.is_empty() {
-        anyhow::bail!(
+        return Err(common::exit::usage(format!(
             "no pair matches '{}': `--list` shows them",
             args.filter.as_deref().unwrap_or_default()
-        );
+        )));
     }
     // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
     // children instead need no GPU, and name their GPUs).
@@ -193,9 +196,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let scratch = child::scratch_dir()?;
     if let Some(devices) = &args.devices {
         if *devices == DeviceList::All && args.child_program.is_some() {
-            anyhow::bail!(
-                "--devices: name the GPUs (0,1,...) when the variants are not this binary's"
-            );
+            return Err(common::exit::usage(
+                "--devices: name the GPUs (0,1,...) when the variants are not this binary's",
+            ));
         }
         if let Some(requested) = devices.missing(count) {
             return Err(common::Error::BadDevice { requested, count }.into());
@@ -255,7 +258,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 VariantRun::from_report(lesson, variant, r.variant(variant), None, wall)
             }
             Outcome::Failed(why) => VariantRun::from_report(lesson, variant, None, Some(why), wall),
-            Outcome::NoGpu(line) => anyhow::bail!("{line}"),
+            Outcome::NoGpu(line) => {
+                return Err(common::exit::no_gpu(
+                    line.strip_prefix("error: ").unwrap_or(&line),
+                ))
+            }
         };
         runs.push(run.with_args(key.args));
     }

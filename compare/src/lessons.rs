@@ -86,8 +86,7 @@ fn run_parsed<A: Parser>(
     startup: Startup,
     run: fn(&A, &[&str], Startup) -> anyhow::Result<ExitCode>,
 ) -> anyhow::Result<ExitCode> {
-    let args = A::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
-    run(&args, only, startup)
+    run(&common::cli::try_parse::<A>(argv)?, only, startup)
 }
 
 pub fn lessons() -> Vec<LessonEntry> {

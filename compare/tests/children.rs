@@ -268,12 +268,22 @@ fn malformed_expectations_are_a_clear_note() {
 }
 
 #[test]
+fn compare_takes_the_shared_flags_and_says_its_version() {
+    common::testing::assert_accepts_shared_flags(BIN);
+    common::testing::assert_prints_version(BIN);
+}
+
+#[test]
 fn cli_errors() {
     let out = Command::new(BIN)
         .args(["--filter", "nothing-matches-this"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a filter naming nothing is bad usage"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--list"));
     let out = Command::new(BIN)
         .args(["--threshold", "0"])
@@ -287,13 +297,13 @@ fn cli_errors() {
         list.contains("ch1-basics/pinned  (training:baseline -> training:pinned)\n    at --batch 4096 --microbatch 4096: 4 MiB copies"),
         "{list}"
     );
-    // Without a GPU (CI), the real run is one line and exit 2.
+    // Without a GPU (CI), the real run is one line and exit 3.
     let out = Command::new(BIN)
         .env("CUDA_VISIBLE_DEVICES", "")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
         err.contains("no NVIDIA driver") || err.contains("no CUDA-capable GPU"),
         "{err}"

@@ -36,6 +36,10 @@ pub struct CommonArgs {
     /// Least number of samples per variant.
     #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
     pub min_samples: Option<usize>,
+    /// Also stop once the median is known this well: its relative standard error (1.2533 x
+    /// noise / sqrt(samples)) at or under this, for runs whose noise never comes down.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub max_median_error: Option<f64>,
     /// Flush L2 before every sample (cold cache); the default keeps it warm (hot).
     #[arg(long)]
     pub cold: bool,
@@ -53,6 +57,10 @@ pub struct CommonArgs {
     /// tests to catch. Verification is unaffected.
     #[arg(long, hide = true, value_name = "VARIANT")]
     pub plant_slowdown: Option<String>,
+    /// Verify and time the variants, and skip the lesson's own figures (per-variant metrics,
+    /// sections): what the compare reads of a lesson.
+    #[arg(long, hide = true)]
+    pub measure_only: bool,
 }
 
 impl CommonArgs {
@@ -74,6 +82,9 @@ impl CommonArgs {
         }
         if let Some(n) = self.max_noise {
             rule.max_noise = n;
+        }
+        if let Some(e) = self.max_median_error {
+            rule.max_median_error = Some(e);
         }
         if let Some(n) = self.min_samples {
             rule.min_samples = n;
@@ -99,6 +110,7 @@ impl CommonArgs {
             trace: self.trace.clone(),
             plant_slowdown: self.plant_slowdown.clone(),
             startup: Some(startup.clone()),
+            skip_figures: self.measure_only,
         }
     }
 }

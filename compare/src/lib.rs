@@ -10,6 +10,7 @@ pub mod host;
 pub mod lessons;
 pub mod outcome;
 pub mod page;
+pub mod phases;
 pub mod rule;
 
 /// A versioned JSON document of any of `versions` (the newest last, whose error is the one

@@ -1,5 +1,5 @@
-//! `cargo run --release -p compare`: every pair of every lesson, each variant in its own child
-//! process, one table, and a verdict against the expected figures of this GPU (and, for
+//! `cargo run --release -p compare`: every pair of every lesson in child processes (one per
+//! lesson and set of flags), one table, and a verdict against the expected figures of this GPU (and, for
 //! host-paced variants, of this machine). `--html FILE` writes the chapter's report page from
 //! results folders instead, with no GPU.
 

@@ -184,11 +184,11 @@ mod tests {
                 .collect()
         };
         let bounded = StopRule {
-            max_median_error: Some(0.04),
+            max_median_error: Some(0.045),
             ..rule()
         };
         assert_eq!(rule().check(&noisy(10), 0.1), None);
-        // 1.2533 x 0.1 / sqrt(n) <= 0.04 from n = 10.
+        // 1.2533 x noise / sqrt(n), the noise about 0.105: over 0.045 at 8 samples, under at 10.
         assert_eq!(bounded.check(&noisy(8), 0.1), None);
         assert_eq!(
             bounded.check(&noisy(10), 0.1),

@@ -24,18 +24,8 @@ const BINS: [&str; 11] = [
 ];
 
 #[test]
-fn every_binary_takes_the_shared_flags_and_says_its_version() {
-    for bin in BINS {
-        common::testing::assert_accepts_shared_flags(bin);
-        common::testing::assert_prints_version(bin);
-    }
-}
-
-#[test]
-fn no_gpu_is_one_line_and_exit_3() {
-    for bin in BINS {
-        common::testing::assert_refused_without_gpu(bin, &[]);
-    }
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&BINS);
     common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "pinned"]);
     common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "all"]);
 }

@@ -46,11 +46,8 @@ fn bad_sizes_are_one_line_and_exit_2() {
 }
 
 #[test]
-fn every_binary_takes_the_shared_flags_and_says_its_version() {
-    for bin in [MAIN, SIDES[0], SIDES[1]] {
-        common::testing::assert_accepts_shared_flags(bin);
-        common::testing::assert_prints_version(bin);
-    }
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&[MAIN, SIDES[0], SIDES[1]]);
 }
 
 #[test]

@@ -10,15 +10,12 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-gemm");
 
 #[test]
-fn every_binary_takes_the_shared_flags_and_says_its_version() {
-    for bin in [
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&[
         MAIN,
         env!("CARGO_BIN_EXE_ch1-gemm-baseline"),
         env!("CARGO_BIN_EXE_ch1-gemm-optimized"),
-    ] {
-        common::testing::assert_accepts_shared_flags(bin);
-        common::testing::assert_prints_version(bin);
-    }
+    ]);
 }
 
 #[test]

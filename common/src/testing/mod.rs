@@ -107,6 +107,17 @@ pub fn assert_accepts_shared_flags(bin: &str) {
     assert_eq!(code, 3, "{bin} {all:?}: {stderr}");
 }
 
+/// What every lesson binary owes its users without a GPU: it takes the README's shared flags
+/// ([assert_accepts_shared_flags]), answers `--version` ([assert_prints_version]) and says in
+/// one line that there is no GPU ([assert_refused_without_gpu]).
+pub fn assert_lesson_binaries(bins: &[&str]) {
+    for bin in bins {
+        assert_accepts_shared_flags(bin);
+        assert_prints_version(bin);
+        assert_refused_without_gpu(bin, &[]);
+    }
+}
+
 /// `bin --version` prints the project's version and the commit ([crate::cli::VERSION]), exit 0.
 pub fn assert_prints_version(bin: &str) {
     let out = Command::new(bin)

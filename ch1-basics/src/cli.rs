@@ -41,6 +41,7 @@ pub enum Part {
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "Performance basics: the training-loop pairs, coalescing (transpose) and double buffering"
 )]
 pub struct Args {

@@ -9,23 +9,23 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-basics");
 
+const BINS: [&str; 11] = [
+    MAIN,
+    env!("CARGO_BIN_EXE_ch1-basics-baseline"),
+    env!("CARGO_BIN_EXE_ch1-basics-pinned"),
+    env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
+    env!("CARGO_BIN_EXE_ch1-basics-batch"),
+    env!("CARGO_BIN_EXE_ch1-basics-graphs"),
+    env!("CARGO_BIN_EXE_ch1-basics-optimized"),
+    env!("CARGO_BIN_EXE_ch1-basics-transpose-naive"),
+    env!("CARGO_BIN_EXE_ch1-basics-transpose-tiled"),
+    env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
+    env!("CARGO_BIN_EXE_ch1-basics-pipeline-overlapped"),
+];
+
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
-    for bin in [
-        MAIN,
-        env!("CARGO_BIN_EXE_ch1-basics-baseline"),
-        env!("CARGO_BIN_EXE_ch1-basics-pinned"),
-        env!("CARGO_BIN_EXE_ch1-basics-prealloc"),
-        env!("CARGO_BIN_EXE_ch1-basics-batch"),
-        env!("CARGO_BIN_EXE_ch1-basics-graphs"),
-        env!("CARGO_BIN_EXE_ch1-basics-optimized"),
-        env!("CARGO_BIN_EXE_ch1-basics-transpose-naive"),
-        env!("CARGO_BIN_EXE_ch1-basics-transpose-tiled"),
-        env!("CARGO_BIN_EXE_ch1-basics-pipeline-serial"),
-        env!("CARGO_BIN_EXE_ch1-basics-pipeline-overlapped"),
-    ] {
-        common::testing::assert_refused_without_gpu(bin, &[]);
-    }
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&BINS);
     common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "pinned"]);
     common::testing::assert_refused_without_gpu(MAIN, &["--sweep", "all"]);
 }

@@ -1,13 +1,16 @@
 //! The command line: which GPUs, the model and batch sizes, the bucket size, how many timed
-//! runs; `--allreduce` measures the all-reduce alone. Checks run before anything starts: bad
-//! sizes and unknown GPUs are one line; no GPU or driver, and no NCCL, exit with code 2.
+//! runs, and the flags every lesson shares; `--allreduce` measures the all-reduce alone. Checks
+//! run before anything starts: bad sizes and unknown GPUs are one line and exit 2 (bad usage);
+//! no GPU or driver, and no NCCL, exit 3 ([common::exit]).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
-use common::cli::{finish, parse_count_with_max, parse_positive_usize};
+use common::bench::BenchConfig;
+use common::cli::{finish, parse_count_with_max, parse_positive_usize, CommonArgs};
+use common::exit::{no_gpu, usage, Exit};
 use common::gpu::{probe_driver, DeviceList};
 use common::report::Startup;
 use common::runner::{run_lesson, RunOptions};
@@ -20,12 +23,14 @@ use crate::train::{DataParallel, TrainConfig};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "Data-parallel training over NCCL: one all-reduce after backward against bucketed all-reduces overlapped with backward"
 )]
 pub struct Args {
-    /// GPUs to train on, one rank each: `all`, or CUDA ordinals `0,1`.
-    #[arg(long, default_value = "all", value_name = "all|LIST")]
-    pub devices: String,
+    /// GPUs to train on, one rank each: `all` (the default), or CUDA ordinals `0,1`; the shared
+    /// `--device N` alone means one rank on GPU N.
+    #[arg(long, value_name = "all|LIST", conflicts_with = "device")]
+    pub devices: Option<String>,
     /// Width of the hidden layers.
     #[arg(long, default_value = "4096", value_parser = parse_positive_usize, value_name = "N")]
     pub hidden: usize,
@@ -44,15 +49,16 @@ pub struct Args {
     /// Timed runs per side (each a whole run of --steps steps), after two warmup runs.
     #[arg(long, default_value = "3", value_parser = parse_positive_usize, value_name = "N")]
     pub runs: usize,
-    /// Write the full result as JSON here.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
     /// Measure the all-reduce's bus bandwidth over 1 MiB .. 1 GiB instead of training.
     #[arg(long)]
     pub allreduce: bool,
     /// Largest all-reduce message of `--allreduce` (K, M, G suffixes).
     #[arg(long, default_value = "1G", value_parser = parse_bytes, value_name = "BYTES")]
     pub max_size: u64,
+    /// The flags every lesson shares: the stopping rule's flags count whole runs as samples
+    /// (`--quick`: two runs a side).
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 fn parse_mib(s: &str) -> Result<usize, String> {
@@ -68,6 +74,43 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 impl Args {
+    /// The command line of this process.
+    pub fn from_command_line() -> Args {
+        Args::parse_argv(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// Parse `argv`; `--device N` without `--devices` is one rank on GPU N (clap's defaults
+    /// cannot tell `--device 0` from no flag, so the matches are asked).
+    pub fn parse_argv<I, T>(argv: I) -> Result<Args, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let matches = Args::command().try_get_matches_from(argv)?;
+        let mut args = Args::from_arg_matches(&matches)?;
+        if args.devices.is_none()
+            && matches.value_source("device") == Some(ValueSource::CommandLine)
+        {
+            args.devices = Some(args.common.device.to_string());
+        }
+        Ok(args)
+    }
+
+    /// How whole runs are measured: `--runs` of them (two with `--quick`, `--min-samples` when
+    /// given), the shared stopping-rule flags applied on top.
+    pub fn bench(&self) -> BenchConfig {
+        let c = &self.common;
+        let runs = if c.quick { self.runs.min(2) } else { self.runs };
+        let mut bench = DataParallel::bench(runs);
+        if c.min_time.is_some() || c.max_noise.is_some() {
+            // A time or noise bound decides when to stop, not the count of runs.
+            bench.stop.max_samples = 100_000;
+        }
+        bench.stop = c.overlay(bench.stop);
+        bench.cold = c.cold;
+        bench
+    }
+
     pub fn config(&self) -> TrainConfig {
         TrainConfig {
             hidden: self.hidden,
@@ -84,16 +127,17 @@ impl Args {
 pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
     nccl_lib::disable_nvlink_multicast();
     let cfg = args.config();
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    cfg.validate().map_err(usage)?;
+    args.bench().stop.validate().map_err(usage)?;
     // The list's words are checked before looking for GPUs, the ordinals against them after.
-    let devices: DeviceList = args.devices.parse().map_err(anyhow::Error::msg)?;
-    let ordinals = devices
-        .resolve(probe_driver()?)
-        .map_err(anyhow::Error::msg)?;
-    if let Err(line) = nccl_lib::ensure_loadable() {
-        eprintln!("error: {line}");
-        return Ok(ExitCode::from(2));
-    }
+    let devices: DeviceList = args
+        .devices
+        .as_deref()
+        .unwrap_or("all")
+        .parse()
+        .map_err(usage)?;
+    let ordinals = devices.resolve(probe_driver()?).map_err(usage)?;
+    nccl_lib::ensure_loadable().map_err(no_gpu)?;
     let gpus = ordinals
         .iter()
         .map(|&o| Gpu::open(o))
@@ -115,7 +159,7 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
         if gpus.len() == 1 {
             println!("\nOne rank: nothing crosses a link, so bus bandwidth is undefined (the nccl-tests factor 2(n-1)/n is 0); algbw is the copy NCCL makes.");
         }
-        if let Some(path) = &args.json {
+        if let Some(path) = &args.common.json {
             common::files::write_json_file(
                 path,
                 &allreduce::to_json(&results, &gpus),
@@ -124,20 +168,14 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
             println!("wrote {}", path.display());
         }
         let ok = results.iter().all(|r| r.check.passed);
-        return Ok(if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
+        return Ok(if ok { Exit::Done } else { Exit::Problem }.into());
     }
     let mut lesson = DataParallel::new(&gpus, cfg)?;
     startup.mark("ranks ready (communicators, data, one-GPU reference)");
     let options = RunOptions {
-        only: only.iter().map(|s| s.to_string()).collect(),
-        bench: DataParallel::bench(args.runs),
-        startup: Some(startup),
-        ..RunOptions::default()
+        bench: args.bench(),
+        ..args.common.options(&startup).only(only)
     };
     let report = run_lesson(gpus[0], &mut lesson, &options)?;
-    Ok(finish(&report, args.json.as_deref())?)
+    Ok(finish(&report, args.common.json.as_deref())?)
 }

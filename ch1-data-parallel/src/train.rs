@@ -405,6 +405,7 @@ impl<'g> DataParallel<'g> {
                 min_time_s: 0.0,
                 max_time_s: 600.0,
                 max_noise: 1.0,
+                max_median_error: None,
             },
             cold: false,
             warmup_runs: 2,

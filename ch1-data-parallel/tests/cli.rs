@@ -1,5 +1,5 @@
 //! The binaries' command line without a GPU: bad input is one line and a non-zero exit, and no
-//! GPU is one line saying so with exit code 2.
+//! GPU is one line saying so with exit code 3.
 
 use std::process::Command;
 
@@ -46,10 +46,48 @@ fn bad_sizes_are_one_line_and_exit_2() {
 }
 
 #[test]
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&[MAIN, SIDES[0], SIDES[1]]);
+}
+
+#[test]
+fn device_alone_is_one_rank_and_conflicts_with_devices() {
+    use ch1_data_parallel::cli::Args;
+    let args = Args::parse_argv(["ch1-data-parallel", "--device", "0"]).unwrap();
+    assert_eq!(args.devices.as_deref(), Some("0"), "--device 0 is one rank");
+    let args = Args::parse_argv(["ch1-data-parallel"]).unwrap();
+    assert_eq!(args.devices, None, "every GPU by default");
+    let args = Args::parse_argv(["ch1-data-parallel", "--devices", "0,1"]).unwrap();
+    assert_eq!(args.devices.as_deref(), Some("0,1"));
+    let err =
+        Args::parse_argv(["ch1-data-parallel", "--devices", "0,1", "--device", "1"]).unwrap_err();
+    assert!(err.to_string().contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn the_shared_measuring_flags_count_whole_runs() {
+    use ch1_data_parallel::cli::Args;
+    let bench = |argv: &[&str]| {
+        let argv = std::iter::once("ch1-data-parallel").chain(argv.iter().copied());
+        Args::parse_argv(argv).unwrap().bench()
+    };
+    let plain = bench(&[]);
+    assert_eq!((plain.stop.min_samples, plain.stop.max_samples), (3, 3));
+    let quick = bench(&["--quick"]);
+    assert_eq!((quick.stop.min_samples, quick.stop.max_samples), (2, 2));
+    let more = bench(&["--min-samples", "7"]);
+    assert_eq!((more.stop.min_samples, more.stop.max_samples), (7, 7));
+    let timed = bench(&["--min-time", "2"]);
+    assert_eq!(timed.stop.min_time_s, 2.0);
+    assert!(timed.stop.max_samples > 1000, "a time bound decides");
+    assert!(bench(&["--cold"]).cold);
+}
+
+#[test]
 fn unknown_devices_are_one_line() {
     for list in ["x", "0,0", "0,,1"] {
         let (code, err) = run(MAIN, &["--devices", list]);
-        assert_eq!(code, Some(1), "{list}: {err}");
+        assert_eq!(code, Some(2), "{list}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("error: --devices"), "{err}");
     }
@@ -63,7 +101,7 @@ fn a_model_too_large_is_refused_before_any_gpu() {
 }
 
 #[test]
-fn no_gpu_is_one_line_with_exit_2() {
+fn no_gpu_is_one_line_with_exit_3() {
     if has_gpu() {
         eprintln!("a GPU is present: nothing to check here");
         return;
@@ -77,7 +115,7 @@ fn no_gpu_is_one_line_with_exit_2() {
     ];
     for (bin, args) in runs {
         let (code, err) = run(bin, args);
-        assert_eq!(code, Some(2), "{bin} {args:?}: {err}");
+        assert_eq!(code, Some(3), "{bin} {args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(
             err.contains("NVIDIA driver") || err.contains("GPU"),

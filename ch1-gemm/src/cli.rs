@@ -16,6 +16,7 @@ use crate::{sweep, GemmLesson};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "Many small GEMMs: one cuBLAS call per product vs one batched call",
     long_about = "Many small GEMMs: one cuBLAS call per product vs one batched call.\n\n\
         Computes COUNT independent row-major products C_i (M x N) = A_i (M x K) B_i (K x N) \

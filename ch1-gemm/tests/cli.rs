@@ -10,7 +10,16 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-gemm");
 
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&[
+        MAIN,
+        env!("CARGO_BIN_EXE_ch1-gemm-baseline"),
+        env!("CARGO_BIN_EXE_ch1-gemm-optimized"),
+    ]);
+}
+
+#[test]
+fn no_gpu_is_one_line_and_exit_3() {
     // `baseline` and `optimized` share their file names with other lessons' binaries in the
     // workspace's target folder (cargo warns of the collision), so a workspace build may leave
     // another lesson's there: they get only the arguments every lesson accepts.

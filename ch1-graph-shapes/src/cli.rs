@@ -14,6 +14,7 @@ pub const MAX_LENGTH: u64 = 1 << 26;
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "CUDA graphs with changing shapes: a graph per shape vs one per padded size bucket"
 )]
 pub struct Args {

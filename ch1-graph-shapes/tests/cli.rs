@@ -2,15 +2,15 @@
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-graph-shapes");
 
+const BINS: [&str; 3] = [
+    MAIN,
+    env!("CARGO_BIN_EXE_ch1-graph-shapes-baseline"),
+    env!("CARGO_BIN_EXE_ch1-graph-shapes-optimized"),
+];
+
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
-    for bin in [
-        MAIN,
-        env!("CARGO_BIN_EXE_ch1-graph-shapes-baseline"),
-        env!("CARGO_BIN_EXE_ch1-graph-shapes-optimized"),
-    ] {
-        common::testing::assert_refused_without_gpu(bin, &[]);
-    }
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&BINS);
 }
 
 #[test]

@@ -10,7 +10,10 @@ use crate::vector_add::VectorAdd;
 use crate::Intensity;
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "Arithmetic intensity: one elementwise function written five ways")]
+#[command(
+    version = common::cli::VERSION,
+    about = "Arithmetic intensity: one elementwise function written five ways"
+)]
 pub struct Args {
     /// Number of float32 elements; K, M, G are powers of two (10M = 10 * 2^20).
     #[arg(long, default_value = "10M", value_parser = parse_elements)]

@@ -9,16 +9,16 @@ fn run(bin: &str, args: &[&str]) -> (i32, String) {
 
 const MAIN: &str = env!("CARGO_BIN_EXE_ch1-intensity");
 
+const BINS: [&str; 4] = [
+    MAIN,
+    env!("CARGO_BIN_EXE_ch1-intensity-baseline"),
+    env!("CARGO_BIN_EXE_ch1-intensity-optimized"),
+    env!("CARGO_BIN_EXE_vector_add"),
+];
+
 #[test]
-fn no_gpu_is_one_line_and_exit_2() {
-    for bin in [
-        MAIN,
-        env!("CARGO_BIN_EXE_ch1-intensity-baseline"),
-        env!("CARGO_BIN_EXE_ch1-intensity-optimized"),
-        env!("CARGO_BIN_EXE_vector_add"),
-    ] {
-        common::testing::assert_refused_without_gpu(bin, &[]);
-    }
+fn every_binary_takes_the_shared_flags_says_its_version_and_needs_a_gpu() {
+    common::testing::assert_lesson_binaries(&BINS);
 }
 
 #[test]

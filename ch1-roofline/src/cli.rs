@@ -18,7 +18,10 @@ use crate::plot;
 use crate::report::{Point, RooflineReport, Roofs};
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "The roofline: measured ceilings, operations placed against them, and the plot")]
+#[command(
+    version = common::cli::VERSION,
+    about = "The roofline: measured ceilings, operations placed against them, and the plot"
+)]
 pub struct Args {
     /// Folder for roofline.svg and roofline.png.
     #[arg(long, default_value = "roofline-out", value_name = "DIR")]

@@ -308,9 +308,15 @@ fn bad_from_json_files_are_clear_errors() {
 }
 
 #[test]
-fn without_a_gpu_the_measuring_path_exits_2() {
+fn the_binary_takes_the_shared_flags_and_says_its_version() {
+    common::testing::assert_accepts_shared_flags(BIN);
+    common::testing::assert_prints_version(BIN);
+}
+
+#[test]
+fn without_a_gpu_the_measuring_path_exits_3() {
     let (code, _, stderr) = run(&[]);
-    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(code, 3, "{stderr}");
     assert!(
         stderr.contains("no NVIDIA driver") || stderr.contains("no CUDA-capable GPU"),
         "{stderr}"

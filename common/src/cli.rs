@@ -1,14 +1,13 @@
 //! The edge of every binary: the flags every lesson binary shares (clap) and the plain
 //! [RunOptions] they become, the parsers that turn bad input into one clear line, the `main`
-//! wrapper that maps errors to exit codes (2 when there is no GPU or driver, and for usage
-//! errors, as clap does; 1 for everything else that failed), and [finish], which prints a
-//! report, writes its JSON and exits by it.
+//! wrapper that maps errors to the exit codes of [crate::exit], the version every binary
+//! prints, and [finish], which prints a report, writes its JSON and exits by it.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::bench::BenchConfig;
-use crate::error::Error;
+use crate::exit::Exit;
 use crate::gpu::Gpu;
 use crate::report::{LessonReport, Startup};
 use crate::runner::{run_lesson, Lesson, RunOptions};
@@ -37,6 +36,10 @@ pub struct CommonArgs {
     /// Least number of samples per variant.
     #[arg(long, value_name = "N", value_parser = parse_positive_usize)]
     pub min_samples: Option<usize>,
+    /// Also stop once the median is known this well: its relative standard error (1.2533 x
+    /// noise / sqrt(samples)) at or under this, for runs whose noise never comes down.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub max_median_error: Option<f64>,
     /// Flush L2 before every sample (cold cache); the default keeps it warm (hot).
     #[arg(long)]
     pub cold: bool,
@@ -54,15 +57,23 @@ pub struct CommonArgs {
     /// tests to catch. Verification is unaffected.
     #[arg(long, hide = true, value_name = "VARIANT")]
     pub plant_slowdown: Option<String>,
+    /// Verify and time the variants, and skip the lesson's own figures (per-variant metrics,
+    /// sections): what the compare reads of a lesson.
+    #[arg(long, hide = true)]
+    pub measure_only: bool,
 }
 
 impl CommonArgs {
     pub fn stop_rule(&self) -> StopRule {
-        let mut rule = if self.quick {
+        self.overlay(if self.quick {
             StopRule::quick()
         } else {
             StopRule::default()
-        };
+        })
+    }
+
+    /// `rule` with the stopping-rule flags that were given put over it.
+    pub fn overlay(&self, mut rule: StopRule) -> StopRule {
         if let Some(t) = self.min_time {
             rule.min_time_s = t;
         }
@@ -71,6 +82,9 @@ impl CommonArgs {
         }
         if let Some(n) = self.max_noise {
             rule.max_noise = n;
+        }
+        if let Some(e) = self.max_median_error {
+            rule.max_median_error = Some(e);
         }
         if let Some(n) = self.min_samples {
             rule.min_samples = n;
@@ -96,6 +110,7 @@ impl CommonArgs {
             trace: self.trace.clone(),
             plant_slowdown: self.plant_slowdown.clone(),
             startup: Some(startup.clone()),
+            skip_figures: self.measure_only,
         }
     }
 }
@@ -168,17 +183,18 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     Ok(v / 100.0)
 }
 
-/// Exit code for a failed run: 2 when there is no GPU or driver to run on, 1 otherwise.
+/// What every binary prints for `--version`: the workspace version and the git commit it was
+/// built from. Give it to clap as `#[command(version = common::cli::VERSION)]`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("PERF_LESSONS_GIT_COMMIT"),
+    ")"
+);
+
+/// Exit code for a failed run ([Exit::of_error]).
 pub fn exit_code_for(error: &anyhow::Error) -> u8 {
-    match error.downcast_ref::<Error>() {
-        Some(
-            Error::NoDriver
-            | Error::NoDevice(_)
-            | Error::BadDevice { .. }
-            | Error::MissingLibrary(..),
-        ) => 2,
-        _ => 1,
-    }
+    Exit::of_error(error).code()
 }
 
 /// Each problem as an `error:` line on stderr; exit 0 when there is none, else 1.
@@ -187,10 +203,22 @@ pub fn exit_for_problems(problems: &[String]) -> ExitCode {
         eprintln!("error: {p}");
     }
     if problems.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Done.into()
     } else {
-        ExitCode::from(1)
+        Exit::Problem.into()
     }
+}
+
+/// Parse `argv` as `A`; a refusal is a usage error ([Exit::Usage]), `--help` and `--version`
+/// print and exit 0 as clap does. For a program that parses another's flags in process.
+pub fn try_parse<A: clap::Parser>(argv: &[String]) -> anyhow::Result<A> {
+    A::try_parse_from(argv).map_err(|e| {
+        if e.use_stderr() {
+            crate::exit::usage(e.to_string().trim())
+        } else {
+            e.exit()
+        }
+    })
 }
 
 /// Run a binary's body with the process's start-up clock, and turn its error into one line
@@ -229,10 +257,11 @@ pub fn finish(report: &LessonReport, json: Option<&Path>) -> crate::Result<ExitC
         println!("wrote {}", path.display());
     }
     Ok(if report.all_passed() {
-        ExitCode::SUCCESS
+        Exit::Done
     } else {
-        ExitCode::from(1)
-    })
+        Exit::Problem
+    }
+    .into())
 }
 
 #[cfg(test)]
@@ -318,13 +347,30 @@ mod tests {
     }
 
     #[test]
-    fn no_gpu_errors_exit_with_2() {
-        assert_eq!(exit_code_for(&anyhow::Error::new(Error::NoDriver)), 2);
+    fn no_gpu_errors_exit_with_3_and_bad_usage_with_2() {
+        use crate::error::Error;
+        assert_eq!(exit_code_for(&anyhow::Error::new(Error::NoDriver)), 3);
         assert_eq!(
             exit_code_for(&anyhow::Error::new(Error::NoDevice(String::new()))),
-            2
+            3
         );
         assert_eq!(exit_code_for(&anyhow::anyhow!("anything else")), 1);
         assert_eq!(exit_code_for(&anyhow::Error::new(Error::invalid("x"))), 1);
+        #[derive(clap::Parser, Debug)]
+        struct Lesson {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let err = try_parse::<Lesson>(&argv(&["lesson", "--min-samples", "0"])).unwrap_err();
+        assert_eq!(exit_code_for(&err), 2);
+        assert!(err.to_string().contains("--min-samples"), "{err}");
+        assert!(try_parse::<Lesson>(&argv(&["lesson", "--quick"])).is_ok());
+    }
+
+    #[test]
+    fn the_version_names_the_commit() {
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")), "{VERSION}");
+        assert!(VERSION.ends_with(')'), "{VERSION}");
     }
 }

@@ -4,7 +4,9 @@
 //! milliseconds instead of paying ~200 ms of compilation per module.
 
 use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{CudaFunction, CudaModule, LaunchConfig};
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys, Ptx};
@@ -95,8 +97,50 @@ pub fn cache_key(source: &str, options: &[String], arch: &str, nvrtc_version: &s
     ])
 }
 
-/// Compile (or load from the cache) one source for `gpu`.
+/// What this process spent on kernels: modules compiled by NVRTC and loaded from the cache,
+/// and the seconds each took (a cold cache pays ~200 ms per module, a warm one milliseconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KernelClock {
+    pub compiled: u64,
+    pub compile_s: f64,
+    pub cached: u64,
+    pub load_s: f64,
+}
+
+static COMPILED: AtomicU64 = AtomicU64::new(0);
+static COMPILE_NS: AtomicU64 = AtomicU64::new(0);
+static CACHED: AtomicU64 = AtomicU64::new(0);
+static LOAD_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The process's kernel clock so far.
+pub fn clock() -> KernelClock {
+    let s = |ns: &AtomicU64| ns.load(Ordering::Relaxed) as f64 / 1e9;
+    KernelClock {
+        compiled: COMPILED.load(Ordering::Relaxed),
+        compile_s: s(&COMPILE_NS),
+        cached: CACHED.load(Ordering::Relaxed),
+        load_s: s(&LOAD_NS),
+    }
+}
+
+fn count(modules: &AtomicU64, ns: &AtomicU64, since: Instant) {
+    modules.fetch_add(1, Ordering::Relaxed);
+    ns.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Compile (or load from the cache) one source for `gpu`, counted in [clock].
 pub fn load(gpu: &Gpu, source: KernelSource, extra_options: &[&str]) -> Result<Module> {
+    let start = Instant::now();
+    let module = load_uncounted(gpu, source, extra_options)?;
+    if module.cached {
+        count(&CACHED, &LOAD_NS, start);
+    } else {
+        count(&COMPILED, &COMPILE_NS, start);
+    }
+    Ok(module)
+}
+
+fn load_uncounted(gpu: &Gpu, source: KernelSource, extra_options: &[&str]) -> Result<Module> {
     let arch = gpu.info.arch();
     let options = compile_options(&arch, extra_options);
     let key = cache_key(source.code, &options, &arch, &gpu.info.nvrtc_version);

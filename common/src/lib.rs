@@ -3,9 +3,9 @@
 //!
 //! Modules in layers, each using only those above it:
 //!
-//! - [error], [par], [files], [table], [affinity], [process]: errors, parallel host work, files,
-//!   the table printer, keeping the measuring thread on one CPU core, child processes in groups
-//!   of their own
+//! - [error], [exit], [par], [files], [table], [affinity], [process]: errors, the exit codes,
+//!   parallel host work, files, the table printer, keeping the measuring thread on one CPU core,
+//!   child processes in groups of their own
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
 //! - [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: the device, page-locked host
@@ -20,6 +20,7 @@
 
 pub mod affinity;
 pub mod error;
+pub mod exit;
 pub mod files;
 pub mod par;
 pub mod process;

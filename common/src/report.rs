@@ -13,6 +13,7 @@ use crate::counters::{Throughput, Work};
 use crate::error::Result;
 use crate::files::{read_versioned, recorded_command_line, rfc3339_utc, write_json_file};
 use crate::gpu::DeviceInfo;
+use crate::kernels::KernelClock;
 use crate::stats::Summary;
 use crate::table::{cell, format_ms, percent, three_figures, Table, EMPTY};
 use crate::verify::{Precision, Verification};
@@ -64,6 +65,47 @@ pub struct Provenance {
     /// When each startup phase ended, seconds since process start.
     #[serde(default)]
     pub startup_phases: Vec<(String, f64)>,
+    /// Where the process's time went, phase by phase (absent in reports written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ProcessClock>,
+}
+
+/// Where one lesson process spent its time, for a table of phases (the compare's): the kernels
+/// compiled or loaded, the ceilings, each variant's check, warmup, samples and figures, and
+/// when the report was complete. What none of these covers is the GPU context, the lesson's
+/// inputs and references, and the process's own start and exit.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessClock {
+    pub kernels: KernelClock,
+    /// Ceilings read from the cache or measured, seconds.
+    pub ceilings_s: f64,
+    pub variants: Vec<VariantClock>,
+    /// The lesson's figures from all its variants (sections), seconds.
+    pub sections_s: f64,
+    /// Seconds from process start to the complete report.
+    pub finished_s: f64,
+}
+
+impl ProcessClock {
+    /// Add a later part of the same process (one more part of a lesson run in parts).
+    pub fn absorb(&mut self, later: ProcessClock) {
+        self.kernels = later.kernels; // the process's totals so far
+        self.ceilings_s += later.ceilings_s;
+        self.variants.extend(later.variants);
+        self.sections_s += later.sections_s;
+        self.finished_s = self.finished_s.max(later.finished_s);
+    }
+}
+
+/// One variant's time, seconds: its checked run, warmup, timed samples (wall time) and the
+/// lesson's figures of it (metrics).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VariantClock {
+    pub id: String,
+    pub verify_s: f64,
+    pub warmup_s: f64,
+    pub sampling_s: f64,
+    pub metrics_s: f64,
 }
 
 impl Provenance {
@@ -77,6 +119,7 @@ impl Provenance {
                 .unwrap_or_default(),
             startup_to_first_sample_s: None,
             startup_phases: Vec::new(),
+            clock: None,
         }
     }
 }

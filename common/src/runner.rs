@@ -16,6 +16,7 @@
 //! CUPTI trace of the timed regions.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 
@@ -24,10 +25,11 @@ use crate::ceilings;
 use crate::counters::Work;
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
+use crate::kernels;
 use crate::nvtx;
 use crate::report::{
-    variant_id, LessonReport, Metric, Provenance, Section, Startup, Status, VariantReport,
-    SCHEMA_VERSION,
+    variant_id, LessonReport, Metric, ProcessClock, Provenance, Section, Startup, Status,
+    VariantClock, VariantReport, SCHEMA_VERSION,
 };
 use crate::stats::Summary;
 use crate::trace;
@@ -225,6 +227,9 @@ pub struct RunOptions {
     pub plant_slowdown: Option<String>,
     /// The process's start-up clock, for the report's start-up phases.
     pub startup: Option<Startup>,
+    /// Verify and time only: skip the lesson's own figures ([Lesson::metrics],
+    /// [Lesson::sections]), as the compare does, which reads neither.
+    pub skip_figures: bool,
 }
 
 impl RunOptions {
@@ -431,8 +436,11 @@ pub fn run_lesson(
     let selected = select(&specs, &options.only)?;
     options.bench.stop.validate().map_err(Error::invalid)?;
     let mut startup = options.startup.clone();
+    let mut clock = ProcessClock::default();
     let mut timer = Timer::new(gpu)?;
+    let ceilings_start = Instant::now();
     let copy = ceilings::copy_bandwidth(gpu, &mut timer, options.refresh_ceilings)?;
+    clock.ceilings_s = ceilings_start.elapsed().as_secs_f64();
     if let Some(s) = startup.as_mut() {
         s.mark("timer and ceilings ready");
     }
@@ -462,6 +470,11 @@ pub fn run_lesson(
             continue;
         }
         let _variant_range = nvtx::range(&range_name(lesson.name(), &id));
+        let verify_start = Instant::now();
+        let mut variant_clock = VariantClock {
+            id: id.clone(),
+            ..VariantClock::default()
+        };
         let verify_range = nvtx::range("verify");
         lesson.poison(gpu, index)?;
         lesson.run(gpu, index)?;
@@ -495,9 +508,11 @@ pub fn run_lesson(
             baselines.push((index, parts));
         }
         drop(output);
+        variant_clock.verify_s = verify_start.elapsed().as_secs_f64();
         if report.status == Status::Failed {
             report.note = Some("not timed: a wrong answer has no speed".into());
             variants.push(report);
+            clock.variants.push(variant_clock);
             continue;
         }
         if provenance.startup_to_first_sample_s.is_none() {
@@ -513,9 +528,12 @@ pub fn run_lesson(
             1
         };
         let cfg = lesson.bench_config(index, options.bench);
+        let measure_start = Instant::now();
         let timed = meter.measure(&cfg, &mut || {
             (0..repeats).try_for_each(|_| lesson.run(gpu, index))
         })?;
+        variant_clock.sampling_s = timed.measurement.wall_s;
+        variant_clock.warmup_s = measure_start.elapsed().as_secs_f64() - timed.measurement.wall_s;
         let throughput = spec.work.throughput(timed.time_ms.median / 1e3);
         report.fraction_of_copy_bandwidth = (spec.work.bytes() > 0
             && spec.traffic == Traffic::DeviceMemory)
@@ -523,14 +541,30 @@ pub fn run_lesson(
         report.throughput = Some(throughput);
         report.time_ms = Some(timed.time_ms);
         report.measurement = Some(timed.measurement);
-        report.metrics = lesson.metrics(gpu, index, &report, &mut meter)?;
+        if !options.skip_figures {
+            let metrics_start = Instant::now();
+            report.metrics = lesson.metrics(gpu, index, &report, &mut meter)?;
+            variant_clock.metrics_s = metrics_start.elapsed().as_secs_f64();
+        }
         variants.push(report);
+        clock.variants.push(variant_clock);
     }
     apply_speedups(&mut variants, &specs);
-    let sections = lesson.sections(gpu, &variants, &mut meter)?;
+    let sections_start = Instant::now();
+    let sections = if options.skip_figures {
+        Vec::new()
+    } else {
+        lesson.sections(gpu, &variants, &mut meter)?
+    };
+    clock.sections_s = sections_start.elapsed().as_secs_f64();
     if let Some(t) = trace {
         t.finish()?;
     }
+    clock.kernels = kernels::clock();
+    if let Some(s) = &startup {
+        clock.finished_s = s.elapsed_s();
+    }
+    provenance.clock = Some(clock);
 
     Ok(LessonReport {
         schema_version: SCHEMA_VERSION,
@@ -629,6 +663,11 @@ pub fn run_parts<'a>(
         match merged.as_mut() {
             None => merged = Some(report),
             Some(m) => {
+                if let (Some(first), Some(later)) =
+                    (m.provenance.clock.as_mut(), report.provenance.clock.take())
+                {
+                    first.absorb(later);
+                }
                 m.variants.append(&mut report.variants);
                 m.sections.append(&mut report.sections);
                 for c in report.ceilings {

@@ -1,11 +1,17 @@
 //! When to stop taking samples, like nvbench's "stdrel" criterion: at least `min_samples`
 //! samples and `min_time` seconds of measured GPU time, then stop as soon as the relative
-//! standard deviation is at or under `max_noise`; never go past `max_samples` samples or
-//! `max_time` seconds of wall time, and say which rule ended the run.
+//! standard deviation is at or under `max_noise` or, where a bound on it is given, the median
+//! is known well enough (its relative standard error, 1.2533 x noise / sqrt(n), at or under
+//! `max_median_error`); never go past `max_samples` samples or `max_time` seconds of wall time,
+//! and say which rule ended the run.
+//!
+//! The second test is for runs whose noise is their nature (a host-paced loop at 10% noise never
+//! comes under 1%): more samples do not make them quieter, only their median surer, so they stop
+//! once the median is as sure as the comparison that reads it needs.
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::rel_stddev;
+use crate::stats::{median_rel_error, rel_stddev};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct StopRule {
@@ -17,6 +23,10 @@ pub struct StopRule {
     pub max_time_s: f64,
     /// Relative standard deviation (a fraction, 0.01 = 1%) that counts as converged.
     pub max_noise: f64,
+    /// Relative standard error of the median (a fraction) that also counts as converged; none:
+    /// only the noise test stops the run.
+    #[serde(default)]
+    pub max_median_error: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +38,8 @@ pub enum StopReason {
     MaxSamples,
     /// Hit the wall-time cap before the noise came down: the result is noisier than asked.
     MaxTime,
+    /// Noisier than the bound, but the median known within its bound (`max_median_error`).
+    MedianKnown,
 }
 
 impl StopReason {
@@ -36,6 +48,7 @@ impl StopReason {
             StopReason::Converged => "noise under threshold",
             StopReason::MaxSamples => "sample cap reached",
             StopReason::MaxTime => "time cap reached before noise came under threshold",
+            StopReason::MedianKnown => "median known within its bound",
         }
     }
 }
@@ -48,6 +61,7 @@ impl Default for StopRule {
             min_time_s: 0.25,
             max_time_s: 5.0,
             max_noise: 0.01,
+            max_median_error: None,
         }
     }
 }
@@ -61,6 +75,7 @@ impl StopRule {
             min_time_s: 0.05,
             max_time_s: 1.0,
             max_noise: 0.03,
+            max_median_error: None,
         }
     }
 
@@ -73,6 +88,7 @@ impl StopRule {
             min_time_s: 0.02,
             max_time_s: 0.5,
             max_noise: 0.03,
+            max_median_error: None,
         }
     }
 
@@ -105,6 +121,14 @@ impl StopRule {
                 self.max_noise
             ));
         }
+        if let Some(e) = self
+            .max_median_error
+            .filter(|e| !(*e > 0.0 && e.is_finite()))
+        {
+            return Err(format!(
+                "max median error must be a positive fraction, got {e}"
+            ));
+        }
         Ok(())
     }
 
@@ -116,11 +140,17 @@ impl StopRule {
             return Some(StopReason::MaxSamples);
         }
         let measured: f64 = samples.iter().sum();
-        if n >= self.min_samples
-            && measured >= self.min_time_s
-            && rel_stddev(samples) <= self.max_noise
-        {
-            return Some(StopReason::Converged);
+        if n >= self.min_samples && measured >= self.min_time_s {
+            let noise = rel_stddev(samples);
+            if noise <= self.max_noise {
+                return Some(StopReason::Converged);
+            }
+            if self
+                .max_median_error
+                .is_some_and(|bound| median_rel_error(noise, n) <= bound)
+            {
+                return Some(StopReason::MedianKnown);
+            }
         }
         // The time cap still honours the minimum sample count, so every result has a spread.
         if wall_s >= self.max_time_s && n >= self.min_samples.min(self.max_samples) {
@@ -141,7 +171,43 @@ mod tests {
             min_time_s: 0.01,
             max_time_s: 1.0,
             max_noise: 0.02,
+            max_median_error: None,
         }
+    }
+
+    #[test]
+    fn noisy_samples_stop_once_the_median_is_known() {
+        // 10% noise never comes under 2%; its median's standard error falls as 1/sqrt(n).
+        let noisy = |n: usize| -> Vec<f64> {
+            (0..n)
+                .map(|i| if i % 2 == 0 { 0.0027 } else { 0.0033 })
+                .collect()
+        };
+        let bounded = StopRule {
+            max_median_error: Some(0.045),
+            ..rule()
+        };
+        assert_eq!(rule().check(&noisy(10), 0.1), None);
+        // 1.2533 x noise / sqrt(n), the noise about 0.105: over 0.045 at 8 samples, under at 10.
+        assert_eq!(bounded.check(&noisy(8), 0.1), None);
+        assert_eq!(
+            bounded.check(&noisy(10), 0.1),
+            Some(StopReason::MedianKnown)
+        );
+        // The minimums still hold.
+        let late = StopRule {
+            min_samples: 30,
+            max_samples: 100,
+            ..bounded
+        };
+        assert_eq!(late.check(&noisy(20), 0.1), None);
+        // A quiet run still stops on its noise.
+        assert_eq!(bounded.check(&[0.003; 5], 0.1), Some(StopReason::Converged));
+        let bad = StopRule {
+            max_median_error: Some(0.0),
+            ..rule()
+        };
+        assert!(bad.validate().unwrap_err().contains("max median error"));
     }
 
     #[test]

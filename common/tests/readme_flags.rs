@@ -5,26 +5,10 @@
 use clap::{Args, Command};
 
 fn readme_flags() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("the workspace README");
-    let start = readme
-        .find("## Flags every lesson binary and `compare` share")
-        .expect("the shared flags section");
-    let table: String = readme[start..]
-        .lines()
-        .skip(1)
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .map(|l| l.split('|').nth(1).unwrap_or_default().to_string() + "\n")
-        .collect();
-    let mut flags: Vec<String> = table
-        .split('`')
-        .filter_map(|t| t.strip_prefix("--"))
-        .map(|t| t.split_whitespace().next().unwrap_or_default().to_string())
-        .collect();
-    flags.sort();
-    flags.dedup();
-    flags
+    common::testing::readme_shared_flags()
+        .into_iter()
+        .map(|(flag, _)| flag)
+        .collect()
 }
 
 fn common_args_flags() -> Vec<String> {

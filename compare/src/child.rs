@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::exit::Exit;
 use common::report::LessonReport;
 
 /// How a child ended.
@@ -69,27 +70,46 @@ pub fn run(
         .unwrap_or("")
         .trim()
         .to_string();
-    match status.code() {
-        // 0: all verified; 1 with a report: a variant failed verification (the report says so).
-        Some(0) | Some(1) if json.exists() => match LessonReport::read_json(&json) {
+    read_outcome(status.code(), &json, last_line, || describe_signal(&status))
+}
+
+/// What a child's exit code (None: killed by a signal) and its report say. The code alone tells
+/// a missing GPU from bad flags ([Exit]); its last stderr line only explains.
+fn read_outcome(
+    code: Option<i32>,
+    json: &Path,
+    last_line: String,
+    signal: impl FnOnce() -> String,
+) -> Outcome {
+    let Some(code) = code else {
+        return Outcome::Failed(signal());
+    };
+    match Exit::from_code(code) {
+        // Done, or a problem found with a report (a variant failed verification: it says so).
+        Some(Exit::Done | Exit::Problem) if json.exists() => match LessonReport::read_json(json) {
             Ok(r) => Outcome::Report(Box::new(r)),
             Err(e) => Outcome::Failed(format!("bad output: {e}")),
         },
-        Some(2)
-            if last_line.contains("no NVIDIA driver")
-                || last_line.contains("no CUDA-capable GPU") =>
-        {
-            Outcome::NoGpu(last_line)
+        Some(Exit::NoGpu) => Outcome::NoGpu(if last_line.is_empty() {
+            "no GPU or driver to run on".to_string()
+        } else {
+            last_line
+        }),
+        Some(Exit::Usage) => {
+            Outcome::Failed(format!("refused its flags: {}", or_no_message(&last_line)))
         }
-        Some(code) => Outcome::Failed(format!(
+        _ => Outcome::Failed(format!(
             "exited with code {code}: {}",
-            if last_line.is_empty() {
-                "(no message)"
-            } else {
-                &last_line
-            }
+            or_no_message(&last_line)
         )),
-        None => Outcome::Failed(describe_signal(&status)),
+    }
+}
+
+fn or_no_message(line: &str) -> &str {
+    if line.is_empty() {
+        "(no message)"
+    } else {
+        line
     }
 }
 
@@ -112,4 +132,45 @@ pub fn scratch_dir() -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("perf-lessons-compare-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(code: Option<i32>, line: &str) -> Outcome {
+        let missing = std::env::temp_dir().join("compare-child-test-no-such-report.json");
+        read_outcome(code, &missing, line.to_string(), || {
+            "crashed (signal 11)".into()
+        })
+    }
+
+    #[test]
+    fn the_exit_code_alone_tells_a_missing_gpu_from_bad_flags() {
+        // The line says nothing of GPUs: the code decides.
+        assert!(
+            matches!(outcome(Some(3), "error: something"), Outcome::NoGpu(l) if l == "error: something")
+        );
+        assert!(matches!(outcome(Some(3), ""), Outcome::NoGpu(_)));
+        // A line that names the driver does not make bad flags a missing GPU.
+        match outcome(Some(2), "error: no NVIDIA driver found, --device 7") {
+            Outcome::Failed(why) => assert!(
+                why.starts_with("refused its flags: error: no NVIDIA"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        match outcome(Some(1), "") {
+            Outcome::Failed(why) => assert_eq!(why, "exited with code 1: (no message)"),
+            other => panic!("{other:?}"),
+        }
+        match outcome(Some(101), "thread 'main' panicked") {
+            Outcome::Failed(why) => assert!(why.starts_with("exited with code 101"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match outcome(None, "") {
+            Outcome::Failed(why) => assert_eq!(why, "crashed (signal 11)"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -1,5 +1,5 @@
-//! `cargo run --release -p compare`: every pair of every lesson, each variant in its own child
-//! process, one table, and a verdict against the expected figures of this GPU (and, for
+//! `cargo run --release -p compare`: every pair of every lesson in child processes (one per
+//! lesson and set of flags), one table, and a verdict against the expected figures of this GPU (and, for
 //! host-paced variants, of this machine). `--html FILE` writes the chapter's report page from
 //! results folders instead, with no GPU.
 
@@ -19,19 +19,28 @@ use crate::child::{self, Outcome};
 use crate::expectations::{self, Expectations};
 use crate::fleet;
 use crate::host::{Host, Pacing};
-use crate::lessons;
+use crate::lessons::{self, Child};
 use crate::outcome::{CompareReport, PairRow, RunStatus, VariantRun, COMPARE_SCHEMA_VERSION};
 use crate::page;
+use crate::phases::{self, CeilingsTime, ChildTime};
 use crate::rule::Rule;
 
-/// The time cap per variant in the default mode, seconds.
+/// The stopping rule of the compare's variants unless flags say otherwise (`--quick` takes the
+/// quick rule instead): at least [MIN_SAMPLES] samples and [MIN_TIME_S] of them, then stop once
+/// the noise is at or under the harness's 1% or the median is known within [MAX_MEDIAN_ERROR];
+/// never past [MAX_TIME_S]. Why these: docs/compare.md, "Where the time goes".
 pub const MAX_TIME_S: f64 = 2.0;
+pub const MIN_TIME_S: f64 = 0.1;
+pub const MIN_SAMPLES: usize = 10;
+/// The median's relative standard error that is enough (a fraction).
+pub const MAX_MEDIAN_ERROR: f64 = 0.04;
 
 /// First argument that makes this binary a child running one variant.
 pub const CHILD_FLAG: &str = "__run-variant";
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version = common::cli::VERSION,
     about = "Run every lesson's baseline/optimized pairs and compare them with the expected figures"
 )]
 pub struct Args {
@@ -68,7 +77,17 @@ pub struct Args {
     /// the median of its model's GPUs.
     #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
     pub fleet_bar: f64,
-    /// Seconds before a variant's process is killed.
+    /// Run each variant in a process of its own (the default runs the variants of one lesson
+    /// at one set of flags in one process, and a process that fails without a report is run
+    /// again one variant at a time).
+    #[arg(long)]
+    pub isolate: bool,
+    /// Print where the time went: per child process (start and exit, GPU context, kernels,
+    /// inputs and references, ceilings, checks, warmup, samples) and per variant.
+    #[arg(long)]
+    pub phases: bool,
+    /// Seconds before a variant's process is killed (a process of several variants gets this
+    /// for each).
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = common::cli::parse_seconds)]
     pub timeout: f64,
     /// Smallest change that counts, in percent.
@@ -84,11 +103,11 @@ pub struct Args {
     pub common: CommonArgs,
 }
 
-/// The flags a variant's process gets: the GPU, and the measuring flags given to the compare,
-/// with the time cap lowered to [MAX_TIME_S] unless one was given or `--quick` asks for less
-/// (the harness's default rule otherwise: noisy variants, such as a host-bound training loop at
-/// 5-10% noise, then stop in 2 s instead of 5).
-pub fn child_flags(common: &CommonArgs, lesson: &str, variant: &str) -> Vec<String> {
+/// The flags a child process of `lesson`'s `variants` gets: the GPU, the measuring flags
+/// given to the compare with the compare's own rule where none is given ([MAX_TIME_S] and the
+/// rest; `--quick` keeps the quick rule), and `--measure-only` (the compare reads no lesson's
+/// own figures).
+pub fn child_flags(common: &CommonArgs, lesson: &str, variants: &[&str]) -> Vec<String> {
     let mut flags = vec!["--device".to_string(), common.device.to_string()];
     let mut push = |flag: &str, value: Option<String>| {
         if let Some(v) = value {
@@ -96,32 +115,47 @@ pub fn child_flags(common: &CommonArgs, lesson: &str, variant: &str) -> Vec<Stri
             flags.push(v);
         }
     };
-    push("--min-time", common.min_time.map(|v| v.to_string()));
-    let max_time = match (common.max_time, common.quick) {
-        (Some(t), _) => Some(t),
-        (None, false) => Some(MAX_TIME_S),
+    let ours = |given: Option<f64>, default: f64| match (given, common.quick) {
+        (Some(v), _) => Some(v),
+        (None, false) => Some(default),
         (None, true) => None,
     };
-    push("--max-time", max_time.map(|v| v.to_string()));
+    push(
+        "--min-time",
+        ours(common.min_time, MIN_TIME_S).map(|v| v.to_string()),
+    );
+    push(
+        "--max-time",
+        ours(common.max_time, MAX_TIME_S).map(|v| v.to_string()),
+    );
     push(
         "--max-noise",
         common.max_noise.map(|v| format!("{}", v * 100.0)),
     );
-    push("--min-samples", common.min_samples.map(|v| v.to_string()));
+    push(
+        "--min-samples",
+        ours(common.min_samples.map(|n| n as f64), MIN_SAMPLES as f64).map(|v| v.to_string()),
+    );
+    push(
+        "--max-median-error",
+        ours(common.max_median_error, MAX_MEDIAN_ERROR).map(|v| format!("{}", v * 100.0)),
+    );
     push(
         "--trace",
         common.trace.as_ref().map(|t| {
             let stem = t.with_extension("");
-            format!("{}-{lesson}-{variant}.json", stem.display())
+            format!("{}-{lesson}-{}.json", stem.display(), variants.join("+"))
         }),
     );
-    if common.plant_slowdown.as_deref() == Some(&format!("{lesson}/{variant}")) {
-        push("--plant-slowdown", Some(variant.to_string()));
-    }
+    let planted = variants
+        .iter()
+        .find(|v| common.plant_slowdown.as_deref() == Some(&format!("{lesson}/{v}")));
+    push("--plant-slowdown", planted.map(|v| v.to_string()));
     for (on, flag) in [
         (common.quick, "--quick"),
         (common.cold, "--cold"),
         (common.refresh_ceilings, "--refresh-ceilings"),
+        (true, "--measure-only"),
     ] {
         if on {
             flags.push(flag.to_string());
@@ -138,17 +172,20 @@ pub fn main() -> ExitCode {
     common::cli::main_with(|_| run(&Args::parse()))
 }
 
-/// Child side: `compare __run-variant LESSON VARIANT [lesson flags...]`.
+/// Child side: `compare __run-variant LESSON VARIANT[,VARIANT...] [lesson flags...]`.
 fn run_child(rest: &[String], startup: Startup) -> anyhow::Result<ExitCode> {
-    let [lesson, variant, flags @ ..] = rest else {
-        anyhow::bail!("usage: compare {CHILD_FLAG} LESSON VARIANT [FLAGS]");
+    let [lesson, variants, flags @ ..] = rest else {
+        return Err(common::exit::usage(format!(
+            "usage: compare {CHILD_FLAG} LESSON VARIANT[,VARIANT...] [FLAGS]"
+        )));
     };
     let entry =
         lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
     let argv: Vec<String> = std::iter::once(lesson.clone())
         .chain(flags.iter().cloned())
         .collect();
-    (entry.run)(&argv, &[variant.as_str()], startup)
+    let only: Vec<&str> = variants.split(',').collect();
+    (entry.run)(&argv, &only, startup)
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -179,10 +216,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if pairs.is_empty() {
-        anyhow::bail!(
+        return Err(common::exit::usage(format!(
             "no pair matches '{}': `--list` shows them",
             args.filter.as_deref().unwrap_or_default()
-        );
+        )));
     }
     // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
     // children instead need no GPU, and name their GPUs).
@@ -193,9 +230,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let scratch = child::scratch_dir()?;
     if let Some(devices) = &args.devices {
         if *devices == DeviceList::All && args.child_program.is_some() {
-            anyhow::bail!(
-                "--devices: name the GPUs (0,1,...) when the variants are not this binary's"
-            );
+            return Err(common::exit::usage(
+                "--devices: name the GPUs (0,1,...) when the variants are not this binary's",
+            ));
         }
         if let Some(requested) = devices.missing(count) {
             return Err(common::Error::BadDevice { requested, count }.into());
@@ -218,51 +255,97 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => std::env::current_exe()?,
     };
     let variants = lessons::variants_of(&pairs);
+    // A trace file is named for one variant, so each runs in a process of its own.
+    let isolate = args.isolate || args.common.trace.is_some();
     let started = Instant::now();
     let progress = std::io::stderr().is_terminal();
     let mut runs: Vec<VariantRun> = Vec::new();
+    let mut children: Vec<ChildTime> = Vec::new();
     let mut device = None;
-    for (i, key) in variants.iter().enumerate() {
-        let (lesson, variant) = (key.lesson, key.variant);
+    let mut queue: std::collections::VecDeque<Child> =
+        lessons::children_of(&variants, isolate).into();
+    let mut done = 0;
+    while let Some(child) = queue.pop_front() {
         if progress {
             eprint!(
-                "\r[{}/{}] {lesson}/{variant} ({:.0} s)   ",
-                i + 1,
+                "\r[{}/{}] {}/{} ({:.0} s)   ",
+                done + 1,
                 variants.len(),
+                child.lesson,
+                child.variants.join(","),
                 started.elapsed().as_secs_f64()
             );
             let _ = std::io::stderr().flush();
         }
-        let mut child_args = vec![
-            CHILD_FLAG.to_string(),
-            lesson.to_string(),
-            variant.to_string(),
-        ];
-        child_args.extend(child_flags(&args.common, lesson, variant));
-        child_args.extend(key.args.iter().map(|a| a.to_string()));
+        let (lesson, names) = (child.lesson, &child.variants);
+        let mut child_args = vec![CHILD_FLAG.to_string(), lesson.to_string(), names.join(",")];
+        child_args.extend(child_flags(&args.common, lesson, names));
+        child_args.extend(child.args.iter().map(|a| a.to_string()));
         let t0 = Instant::now();
         let outcome = child::run(
             &program,
             &child_args,
-            Duration::from_secs_f64(args.timeout),
+            Duration::from_secs_f64(args.timeout * names.len() as f64),
             &scratch,
-            &format!("{i}-{lesson}-{variant}"),
+            &format!("{}-{lesson}", children.len()),
         );
         let wall = t0.elapsed().as_secs_f64();
-        let run = match outcome {
-            Outcome::Report(r) => {
-                device.get_or_insert_with(|| r.device.clone());
-                VariantRun::from_report(lesson, variant, r.variant(variant), None, wall)
+        let report = match outcome {
+            Outcome::Report(r) => Some(r),
+            Outcome::NoGpu(line) => {
+                return Err(common::exit::no_gpu(
+                    line.strip_prefix("error: ").unwrap_or(&line),
+                ))
             }
-            Outcome::Failed(why) => VariantRun::from_report(lesson, variant, None, Some(why), wall),
-            Outcome::NoGpu(line) => anyhow::bail!("{line}"),
+            // Which of several variants went wrong is found by running each on its own.
+            Outcome::Failed(why) if names.len() > 1 => {
+                eprintln!(
+                    "note: {lesson} ({}) in one process: {why}; each runs in a process of its own",
+                    names.join(", ")
+                );
+                children.push(ChildTime::new(lesson, child.args, names, wall, None));
+                for run in child.runs().into_iter().rev() {
+                    queue.push_front(Child {
+                        lesson: run.lesson,
+                        args: run.args,
+                        variants: vec![run.variant],
+                    });
+                }
+                continue;
+            }
+            Outcome::Failed(why) => {
+                let run = VariantRun::from_report(lesson, names[0], None, Some(why), wall);
+                runs.push(run.with_args(child.args));
+                children.push(ChildTime::new(lesson, child.args, names, wall, None));
+                done += 1;
+                continue;
+            }
         };
-        runs.push(run.with_args(key.args));
+        let report = report.expect("a report: the other outcomes went on above");
+        device.get_or_insert_with(|| report.device.clone());
+        for &variant in names {
+            let run = VariantRun::from_report(lesson, variant, report.variant(variant), None, wall);
+            runs.push(run.with_args(child.args));
+        }
+        children.push(ChildTime::new(
+            lesson,
+            child.args,
+            names,
+            wall,
+            Some(&report),
+        ));
+        done += names.len();
     }
     if progress {
         eprintln!("\r{:60}", "");
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    // The pairs' order, whatever order the processes ran them in.
+    runs.sort_by_key(|r| {
+        variants
+            .iter()
+            .position(|k| k.lesson == r.lesson && k.variant == r.variant && r.args == k.args)
+    });
 
     let slug = device
         .as_ref()
@@ -299,9 +382,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             r.judge(expected.as_ref().map_err(String::as_str), h, &rule);
         }
     }
-    let cached = device
-        .as_ref()
-        .and_then(|d| ceilings_for(&pairs, d, &args.common));
+    let ceilings_start = Instant::now();
+    let (cached, ceilings_what) = match device.as_ref() {
+        Some(d) => ceilings_for(&pairs, d, &args.common),
+        None => (None, "none: no variant ran"),
+    };
+    let ceilings_time = CeilingsTime {
+        seconds: ceilings_start.elapsed().as_secs_f64(),
+        what: ceilings_what.to_string(),
+    };
     let pair_rows = pairs
         .iter()
         .map(|p| PairRow::build(p, &runs, cached.as_ref(), rule.threshold))
@@ -319,8 +408,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         variants: runs,
         pairs: pair_rows,
         wall_s: started.elapsed().as_secs_f64(),
+        children,
+        ceilings_time: Some(ceilings_time),
     };
     print!("{}", report.markdown());
+    if args.phases {
+        print!(
+            "\n{}",
+            phases::markdown(
+                &report.children,
+                report.ceilings_time.as_ref(),
+                report.wall_s
+            )
+        );
+    }
     if let Some(path) = &args.common.json {
         common::files::write_json_file(path, &report, "the comparison")?;
         println!("wrote {}", path.display());
@@ -337,35 +438,43 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(common::cli::exit_for_problems(&problems))
 }
 
-/// Record every verified variant's timing as expected (see [Expectations::record]), keeping
-/// the others.
-/// The ceilings the pairs are placed against: the cached ones, with the GEMM ceilings measured
-/// here when a GEMM pair runs and they were never measured on this machine (a note, and no
-/// "of ceiling" for those pairs, when they cannot be).
+/// The ceilings the pairs are placed against, and what getting them took: the cached ones,
+/// with the SGEMM ceiling measured here when a GEMM pair runs and it was never measured on
+/// this machine (a note, and no "of ceiling" for those pairs, when it cannot be). Only SGEMM:
+/// the GEMM pairs run in fp32, and the other precisions' ceilings would triple the time.
 fn ceilings_for(
     pairs: &[lessons::Pair],
     device: &common::gpu::DeviceInfo,
     common: &CommonArgs,
-) -> Option<ceilings::DeviceCeilings> {
-    if !pairs
+) -> (Option<ceilings::DeviceCeilings>, &'static str) {
+    let cached = ceilings::load_cached(device);
+    let needs_sgemm = pairs
         .iter()
-        .any(|p| p.ceiling == lessons::CeilingKind::Sgemm)
-    {
-        return ceilings::load_cached(device);
+        .any(|p| p.ceiling == lessons::CeilingKind::Sgemm);
+    let have_sgemm = cached.as_ref().is_some_and(|c| c.sgemm_fp32.is_some());
+    if !needs_sgemm || (have_sgemm && !common.refresh_ceilings) {
+        return (cached, "cached");
     }
     let measured = common::gpu::Gpu::open(common.device).and_then(|gpu| {
         let mut timer = common::bench::Timer::new(&gpu)?;
-        ceilings::with_gemms(&gpu, &mut timer, common.refresh_ceilings)
+        ceilings::with_gemm(
+            &gpu,
+            &mut timer,
+            common::blas::GemmPrecision::Fp32,
+            common.refresh_ceilings,
+        )
     });
     match measured {
-        Ok(c) => Some(c),
+        Ok(c) => (Some(c), "measured SGEMM fp32"),
         Err(e) => {
             eprintln!("note: no GEMM ceilings to place the GEMM pairs against: {e}");
-            ceilings::load_cached(device)
+            (cached, "SGEMM could not be measured")
         }
     }
 }
 
+/// Record every verified variant's timing as expected (see [Expectations::record]), keeping
+/// the others.
 fn update_expectations(
     report: &CompareReport,
     existing: Option<Expectations>,
@@ -400,14 +509,30 @@ mod tests {
     }
 
     #[test]
-    fn children_get_the_measuring_flags_and_the_lowered_time_cap() {
+    fn children_get_the_measuring_flags_and_the_compares_own_rule() {
         assert_eq!(
-            child_flags(&args(&[]), "ch1-gemm", "strided"),
-            ["--device", "0", "--max-time", "2"]
+            child_flags(&args(&[]), "ch1-gemm", &["strided"]),
+            [
+                "--device",
+                "0",
+                "--min-time",
+                "0.1",
+                "--max-time",
+                "2",
+                "--min-samples",
+                "10",
+                "--max-median-error",
+                "4",
+                "--measure-only"
+            ]
         );
         assert_eq!(
-            child_flags(&args(&["--quick", "--device", "1"]), "ch1-gemm", "strided"),
-            ["--device", "1", "--quick"]
+            child_flags(
+                &args(&["--quick", "--device", "1"]),
+                "ch1-gemm",
+                &["strided"]
+            ),
+            ["--device", "1", "--quick", "--measure-only"]
         );
         let f = child_flags(
             &args(&[
@@ -418,22 +543,31 @@ mod tests {
                 "30",
                 "--max-time",
                 "9",
+                "--min-time",
+                "1",
+                "--max-median-error",
+                "1",
             ]),
             "ch1-intensity",
-            "fused",
+            &["fused"],
         );
         assert_eq!(
             f,
             [
                 "--device",
                 "0",
+                "--min-time",
+                "1",
                 "--max-time",
                 "9",
                 "--max-noise",
                 "0.5",
                 "--min-samples",
                 "30",
-                "--cold"
+                "--max-median-error",
+                "1",
+                "--cold",
+                "--measure-only"
             ]
         );
     }
@@ -446,12 +580,15 @@ mod tests {
             "--plant-slowdown",
             "ch1-intensity/fused",
         ]);
-        let fused = child_flags(&a, "ch1-intensity", "fused");
+        let fused = child_flags(&a, "ch1-intensity", &["fused"]);
         assert!(fused
             .windows(2)
             .any(|w| w == ["--trace", "out/t-ch1-intensity-fused.json"]));
         assert!(fused.windows(2).any(|w| w == ["--plant-slowdown", "fused"]));
-        let baseline = child_flags(&a, "ch1-intensity", "baseline");
+        let baseline = child_flags(&a, "ch1-intensity", &["baseline"]);
         assert!(!baseline.contains(&"--plant-slowdown".to_string()));
+        // In a process of several variants, the planted one is named.
+        let both = child_flags(&a, "ch1-intensity", &["baseline", "fused"]);
+        assert!(both.windows(2).any(|w| w == ["--plant-slowdown", "fused"]));
     }
 }

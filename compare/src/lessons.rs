@@ -86,8 +86,7 @@ fn run_parsed<A: Parser>(
     startup: Startup,
     run: fn(&A, &[&str], Startup) -> anyhow::Result<ExitCode>,
 ) -> anyhow::Result<ExitCode> {
-    let args = A::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim()))?;
-    run(&args, only, startup)
+    run(&common::cli::try_parse::<A>(argv)?, only, startup)
 }
 
 pub fn lessons() -> Vec<LessonEntry> {
@@ -231,6 +230,50 @@ pub fn variants_of(pairs: &[Pair]) -> Vec<VariantKey> {
     out
 }
 
+/// Variant runs that share one child process: one lesson at one set of flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    pub lesson: &'static str,
+    pub args: &'static [&'static str],
+    pub variants: Vec<&'static str>,
+}
+
+impl Child {
+    /// Its variant runs, in order.
+    pub fn runs(&self) -> Vec<VariantKey> {
+        self.variants
+            .iter()
+            .map(|&variant| VariantKey {
+                lesson: self.lesson,
+                variant,
+                args: self.args,
+            })
+            .collect()
+    }
+}
+
+/// The child processes that run `runs`: with `isolate`, one per variant; otherwise one per
+/// lesson and set of flags, its variants in the order of `runs` (a lesson run in parts builds
+/// each part when its turn comes and drops it after, so no part's buffers sit beside
+/// another's, as in a process of its own).
+pub fn children_of(runs: &[VariantKey], isolate: bool) -> Vec<Child> {
+    let mut out: Vec<Child> = Vec::new();
+    for run in runs {
+        let shared = out
+            .iter_mut()
+            .find(|c| !isolate && c.lesson == run.lesson && c.args == run.args);
+        match shared {
+            Some(child) => child.variants.push(run.variant),
+            None => out.push(Child {
+                lesson: run.lesson,
+                args: run.args,
+                variants: vec![run.variant],
+            }),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +338,49 @@ mod tests {
         );
         // 4096 samples of 256 fp32 features: 4 MiB per copy.
         assert_eq!(pinned.microbatch * 256 * 4, 4 << 20);
+    }
+
+    #[test]
+    fn variants_of_one_lesson_at_one_size_share_a_child() {
+        let runs = variants_of(&select(None));
+        let children = children_of(&runs, false);
+        let summary: Vec<(&str, usize, usize)> = children
+            .iter()
+            .map(|c| (c.lesson, c.args.len(), c.variants.len()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("ch1-intensity", 0, 2),
+                ("ch1-gemm", 0, 3),
+                ("ch1-basics", 0, 8),
+                ("ch1-basics", 4, 2),
+                ("ch1-basics", 8, 2),
+                ("ch1-graph-shapes", 0, 2),
+            ]
+        );
+        // Every run once, none lost.
+        let mut again: Vec<VariantKey> = children.iter().flat_map(Child::runs).collect();
+        assert_eq!(again.len(), runs.len());
+        again.retain(|r| runs.contains(r));
+        assert_eq!(again.len(), runs.len());
+        assert_eq!(
+            children[2].variants,
+            [
+                "training:baseline",
+                "training:optimized",
+                "training:batch",
+                "training:graphs",
+                "transpose:naive",
+                "transpose:tiled32-vec4",
+                "pipeline:serial",
+                "pipeline:overlapped"
+            ]
+        );
+        // Isolated: one child per run, in the same order.
+        let isolated = children_of(&runs, true);
+        assert_eq!(isolated.len(), runs.len());
+        assert!(isolated.iter().all(|c| c.variants.len() == 1));
     }
 
     #[test]

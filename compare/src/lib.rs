@@ -1,6 +1,7 @@
 //! The cross-lesson compare: how readers see the whole chapter at once, and how the project
-//! catches regressions. Each variant runs in its own process (this binary re-run in child mode),
-//! so a crash, a hang or a sticky CUDA error costs one variant, not the run.
+//! catches regressions. The variants run in child processes (this binary re-run in child mode, one
+//! process per lesson and set of flags, one per variant when a process fails),
+//! so a crash, a hang or a sticky CUDA error costs that process, not the run.
 
 pub mod child;
 pub mod cli;
@@ -10,6 +11,7 @@ pub mod host;
 pub mod lessons;
 pub mod outcome;
 pub mod page;
+pub mod phases;
 pub mod rule;
 
 /// A versioned JSON document of any of `versions` (the newest last, whose error is the one

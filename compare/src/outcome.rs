@@ -15,6 +15,7 @@ use common::verify::Precision;
 use crate::expectations::{Expectations, Expected};
 use crate::host::{Host, Pacing};
 use crate::lessons::{CeilingKind, Pair};
+use crate::phases::{CeilingsTime, ChildTime};
 use crate::rule::{speedup, Rule, RunSpread, Timing, Verdict, MIN_RUNS};
 
 /// 2: each variant says what paces it and why it has no verdict; the machine is recorded;
@@ -48,6 +49,7 @@ pub struct VariantRun {
     pub verdict: Option<Verdict>,
     /// current / expected - 1.
     pub change: Option<f64>,
+    /// Wall time of the child process it ran in (shared by the variants that ran together).
     pub wall_s: f64,
     /// What set its time, from its report (None when it was not timed).
     #[serde(default)]
@@ -344,6 +346,12 @@ pub struct CompareReport {
     pub variants: Vec<VariantRun>,
     pub pairs: Vec<PairRow>,
     pub wall_s: f64,
+    /// Where the time went, child process by child process (absent in older files).
+    #[serde(default)]
+    pub children: Vec<ChildTime>,
+    /// The ceilings the compare measured or read itself.
+    #[serde(default)]
+    pub ceilings_time: Option<CeilingsTime>,
 }
 
 impl CompareReport {

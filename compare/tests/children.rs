@@ -100,7 +100,9 @@ fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> Le
 
 /// A fake variant program: what it does for each variant is read from files next to it
 /// (`<variant>.mode`, or `<variant>-dev<N>.mode` for `--device N`: crash, hang, garbage, or the
-/// name of a report file to copy).
+/// name of a report file to copy). Several variants at once (`baseline,fused`) read
+/// `baseline,fused.mode`; without one, the program fails without a report, and the compare
+/// runs each variant on its own.
 fn fake_program(d: &Path) -> PathBuf {
     let script = d.join("fake-variant.sh");
     std::fs::write(
@@ -115,6 +117,7 @@ dev=""; p=""
 for a in "$@"; do [ "$p" = "--device" ] && dev="$a"; p="$a"; done
 mode_file="$(dirname "$0")/$variant-dev$dev.mode"
 [ -f "$mode_file" ] || mode_file="$(dirname "$0")/$variant.mode"
+if [ ! -f "$mode_file" ]; then echo "error: no fake report for $variant" >&2; exit 1; fi
 mode=$(cat "$mode_file")
 case "$mode" in
   crash) kill -SEGV $$ ;;
@@ -145,6 +148,18 @@ fn put_timed(d: &Path, variant: &str, median_ms: f64, timed: Timed) {
     put(d, variant, timed_report(variant, median_ms, true, timed));
 }
 
+/// One report of several variants, handed back when they run in one process.
+fn put_together(d: &Path, variants: &[(&str, f64)]) {
+    let mut together = report(variants[0].0, variants[0].1, true);
+    for (variant, median_ms) in &variants[1..] {
+        together
+            .variants
+            .extend(report(variant, *median_ms, true).variants);
+    }
+    let names: Vec<&str> = variants.iter().map(|(v, _)| *v).collect();
+    put(d, &names.join(","), together);
+}
+
 /// The report the fake program hands back for `variant`.
 fn put(d: &Path, variant: &str, report: LessonReport) {
     let file = format!("{variant}-report.json");
@@ -172,6 +187,42 @@ fn compare_pairs(d: &Path, filter: &str, extra: &[&str]) -> (i32, String, String
         String::from_utf8_lossy(&out.stdout).to_string(),
         stderr,
     )
+}
+
+#[test]
+fn a_process_that_fails_is_run_again_one_variant_at_a_time() {
+    let d = dir("fallback");
+    set_mode(&d, "baseline,fused", "crash");
+    put_report(&d, "baseline", 1.0, true);
+    put_report(&d, "fused", 0.2, true);
+    let json = d.join("out.json");
+    let (code, out, err) = compare(&d, &["--json", json.to_str().unwrap(), "--phases"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("note: ch1-intensity (baseline, fused) in one process: crashed (signal 11); each runs in a process of its own"),
+        "{err}"
+    );
+    assert!(out.contains("ch1-intensity/fused | ok"), "{out}");
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    let firsts: Vec<&str> = calls
+        .lines()
+        .map(|l| l.split(' ').nth(2).unwrap())
+        .collect();
+    assert_eq!(firsts, ["baseline,fused", "baseline", "fused"]);
+    // The table of phases names every process, the failed one too (no phases to show).
+    assert!(out.contains("### where the time went (seconds)"), "{out}");
+    assert!(out.contains("| ch1-intensity (baseline, fused) |"), "{out}");
+    assert!(out.contains("| ch1-intensity (fused) |"), "{out}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(written["children"].as_array().unwrap().len(), 3);
+    assert_eq!(written["ceilings_time"]["what"], "cached");
+    // With --isolate, one process per variant from the start.
+    std::fs::remove_file(d.join("calls.log")).unwrap();
+    let (code, _, _) = compare(&d, &["--isolate"]);
+    assert_eq!(code, 0);
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    assert_eq!(calls.lines().count(), 2, "{calls}");
 }
 
 #[test]
@@ -268,12 +319,22 @@ fn malformed_expectations_are_a_clear_note() {
 }
 
 #[test]
+fn compare_takes_the_shared_flags_and_says_its_version() {
+    common::testing::assert_accepts_shared_flags(BIN);
+    common::testing::assert_prints_version(BIN);
+}
+
+#[test]
 fn cli_errors() {
     let out = Command::new(BIN)
         .args(["--filter", "nothing-matches-this"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a filter naming nothing is bad usage"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--list"));
     let out = Command::new(BIN)
         .args(["--threshold", "0"])
@@ -287,13 +348,13 @@ fn cli_errors() {
         list.contains("ch1-basics/pinned  (training:baseline -> training:pinned)\n    at --batch 4096 --microbatch 4096: 4 MiB copies"),
         "{list}"
     );
-    // Without a GPU (CI), the real run is one line and exit 2.
+    // Without a GPU (CI), the real run is one line and exit 3.
     let out = Command::new(BIN)
         .env("CUDA_VISIBLE_DEVICES", "")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(
         err.contains("no NVIDIA driver") || err.contains("no CUDA-capable GPU"),
         "{err}"
@@ -303,18 +364,26 @@ fn cli_errors() {
 #[test]
 fn a_pair_at_other_flags_runs_both_sides_with_them_and_judges_its_effect() {
     let d = dir("flags");
-    put_report(&d, "training:baseline", 12.0, true);
-    put_report(&d, "training:pinned", 12.1, true);
+    put_together(
+        &d,
+        &[("training:baseline", 12.0), ("training:pinned", 12.1)],
+    );
     let (code, out, err) = compare_pairs(&d, "ch1-basics/pinned", &[]);
     assert_eq!(code, 0, "{out}{err}");
     let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
-    assert_eq!(calls.lines().count(), 2, "{calls}");
-    for line in calls.lines() {
-        assert!(
-            line.contains("--max-time 2 --batch 4096 --microbatch 4096 --json"),
-            "{line}"
-        );
-    }
+    assert_eq!(
+        calls.lines().count(),
+        1,
+        "both sides in one process: {calls}"
+    );
+    assert!(
+        calls.starts_with("__run-variant ch1-basics training:baseline,training:pinned "),
+        "{calls}"
+    );
+    assert!(
+        calls.contains("--measure-only --batch 4096 --microbatch 4096 --json"),
+        "{calls}"
+    );
     assert!(
         out.contains("ch1-basics/pinned (training:baseline -> training:pinned) at --batch 4096 --microbatch 4096 |"),
         "{out}"

@@ -1,5 +1,5 @@
 //! `scripts/gpu-results` against fake binaries (no GPU): every step runs and writes where it
-//! should, a failed step is reported while the rest go on, no GPU is one line and exit 2, bad
+//! should, a failed step is reported while the rest go on, no GPU is one line and exit 3, bad
 //! flags are refused, and the summary table comes last.
 
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ for a in "$@"; do
     --html) echo '<html></html>' > "$a" ;;
   esac
   if [ "$a" = "--gpu-slug" ]; then
-    if [ -n "$FAKE_NO_GPU" ]; then echo "error: no NVIDIA driver found (libcuda.so.1)" >&2; exit 2; fi
+    if [ -n "$FAKE_NO_GPU" ]; then echo "error: no NVIDIA driver found (libcuda.so.1)" >&2; exit 3; fi
     echo fake; exit 0
   fi
   prev="$a"
@@ -159,11 +159,11 @@ fn a_failed_step_is_reported_and_the_rest_still_run() {
 }
 
 #[test]
-fn no_gpu_and_bad_flags_are_one_line_and_exit_2() {
+fn no_gpu_is_one_line_and_exit_3_and_bad_flags_exit_2() {
     let (bin, out) = fakes("refused");
     let (b, o) = (bin.to_str().unwrap(), out.to_str().unwrap());
     let (code, stdout, stderr) = script(&["--bin", b, "--out", o], &[("FAKE_NO_GPU", "1")]);
-    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert_eq!(code, 3, "{stdout}{stderr}");
     assert_eq!(
         stderr.trim(),
         "gpu-results: error: no NVIDIA driver found (libcuda.so.1)"

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use clap::{Args, Parser, Subcommand};
+use common::exit::Exit;
 
 use crate::command::{resolve_program, ToolCommand};
 use crate::discover::{self, Places, Tool};
@@ -15,6 +16,7 @@ use crate::target::{self, naming, report_base};
 
 #[derive(Parser, Debug)]
 #[command(
+    version = common::cli::VERSION,
     name = "profiling",
     about = "Run a lesson under Nsight Systems or Nsight Compute: print the exact command, run it, say where the report went",
     after_help = "Examples:\n  profiling nsys -- target/release/ch1-intensity --elements 64M\n  profiling ncu --kernel fused_vec4 -- target/release/ch1-intensity --elements 64M\n  profiling ncu --nvtx-include ch1-intensity:fused/ -- target/release/ch1-intensity"
@@ -164,9 +166,9 @@ fn announce(c: &ToolCommand) {
 
 fn exit_for(status: std::process::ExitStatus) -> ExitCode {
     if status.success() {
-        ExitCode::SUCCESS
+        Exit::Done.into()
     } else {
-        ExitCode::from(1)
+        Exit::Problem.into()
     }
 }
 
@@ -212,7 +214,7 @@ pub fn run_nsys(a: &NsysArgs) -> Result<ExitCode> {
                     .join(", ")
             );
         }
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Problem.into());
     }
     if !status.success() {
         println!("nsys {}", describe(status));
@@ -258,7 +260,7 @@ pub fn run_ncu(a: &NcuArgs) -> Result<ExitCode> {
             "no report written ({}): ncu profiled no kernel; check --kernel and the NVTX filters against ncu's messages above",
             describe(status)
         );
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Problem.into());
     }
     println!("report: {}", report.display());
     print_headline(&ncu_path, &report)?;
@@ -303,7 +305,8 @@ pub fn run_headline(a: &HeadlineArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Run the parsed command line; errors are one line on stderr with exit code 2.
+/// Run the parsed command line; an error is one line on stderr, its exit code by
+/// [Error::exit].
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.tool {
@@ -315,7 +318,7 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            e.exit().into()
         }
     }
 }

@@ -16,4 +16,16 @@ pub enum Error {
     Io(String),
 }
 
+impl Error {
+    /// Its exit code: a flag, a file or a tool the command names that is not there is bad
+    /// usage; a tool that ran and failed is a problem found.
+    pub fn exit(&self) -> common::exit::Exit {
+        use common::exit::Exit;
+        match self {
+            Error::ToolNotFound { .. } | Error::BadArgument(_) => Exit::Usage,
+            Error::Spawn { .. } | Error::Io(_) => Exit::Problem,
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -181,3 +181,8 @@ fn a_missing_tool_names_what_to_install() {
         "{stderr}"
     );
 }
+
+#[test]
+fn it_says_its_version() {
+    common::testing::assert_prints_version(env!("CARGO_BIN_EXE_profiling"));
+}

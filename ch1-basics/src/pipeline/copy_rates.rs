@@ -57,6 +57,7 @@ fn copy_bench() -> BenchConfig {
             min_time_s: 0.05,
             max_time_s: 1.0,
             max_noise: 0.01,
+            max_median_error: None,
         },
         ..BenchConfig::default()
     }

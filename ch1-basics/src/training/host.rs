@@ -31,11 +31,15 @@ pub const COMPUTE_MS: &str = "compute/step";
 pub const HOST_MS: &str = "host/step";
 pub const HOST_SHARE: &str = "host share";
 
+/// Samples that fit in a rule's time cap at the least (the default rule's least number).
+pub const SAMPLES_IN_CAP: usize = 20;
+
 /// The shortest time a sample of whole runs should span under `stop`: long enough to average
-/// a scheduling hiccup over several runs ([HOST_BOUND_SAMPLE_S]), short enough that the rule's
-/// least number of samples fits in its time cap.
+/// a scheduling hiccup over several runs ([HOST_BOUND_SAMPLE_S]), short enough that
+/// [SAMPLES_IN_CAP] samples fit in its time cap, whatever its least number of samples (a rule
+/// that stops once the median is known may stop before that many, or need them all).
 pub fn sample_time(stop: &StopRule) -> f64 {
-    (stop.max_time_s / stop.min_samples.max(1) as f64).min(HOST_BOUND_SAMPLE_S)
+    (stop.max_time_s / SAMPLES_IN_CAP as f64).min(HOST_BOUND_SAMPLE_S)
 }
 
 /// The host's part of a step of `step_ms` whose compute alone takes `compute_ms`: (ms, share).
@@ -153,13 +157,15 @@ mod tests {
     #[test]
     fn samples_span_a_quarter_second_unless_the_time_cap_is_short() {
         assert_eq!(sample_time(&StopRule::default()), 0.25);
-        // The compare's 2 s cap with 20 samples, and the quick rule's 1 s with 10: 0.1 s.
+        // The compare's 2 s cap, whatever its least number of samples: 0.1 s; the quick
+        // rule's 1 s: 0.05 s.
         let compare = StopRule {
             max_time_s: 2.0,
+            min_samples: 10,
             ..StopRule::default()
         };
         assert!((sample_time(&compare) - 0.1).abs() < 1e-12);
-        assert!((sample_time(&StopRule::quick()) - 0.1).abs() < 1e-12);
+        assert!((sample_time(&StopRule::quick()) - 0.05).abs() < 1e-12);
         let long = StopRule {
             max_time_s: 60.0,
             ..StopRule::default()

@@ -80,6 +80,7 @@ pub fn ceiling_bench() -> BenchConfig {
             min_time_s: 0.1,
             max_time_s: 2.0,
             max_noise: 0.005,
+            max_median_error: None,
         },
         ..BenchConfig::default()
     }

@@ -141,6 +141,15 @@ pub fn gemm_ceiling_size(free_bytes: u64) -> usize {
 /// the fastest (an 8192^3 bf16 GEMM runs long enough to meet the power limit; seen on an H200,
 /// where 4096^3 ran 10% faster), and runs spaced by L2 flushes beat back-to-back ones.
 pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
+    Ok(GemmCeilings {
+        fp32: measure_gemm(gpu, timer, GemmPrecision::Fp32)?,
+        tf32: measure_gemm(gpu, timer, GemmPrecision::Tf32)?,
+        bf16: measure_gemm(gpu, timer, GemmPrecision::Bf16)?,
+    })
+}
+
+/// One precision's GEMM ceiling (see [measure_gemms]).
+pub fn measure_gemm(gpu: &Gpu, timer: &mut Timer, precision: GemmPrecision) -> Result<Ceiling> {
     let blas = blas::handle(gpu)?;
     let (free, _) = gpu.memory()?;
     let largest = gemm_ceiling_size(free);
@@ -148,65 +157,58 @@ pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
         .into_iter()
         .filter(|&s| s <= largest)
         .collect();
-    let mut one = |precision: GemmPrecision| -> Result<Ceiling> {
-        let name = match precision {
-            GemmPrecision::Fp32 => "cublasGemmEx fp32, CUBLAS_COMPUTE_32F (SGEMM)",
-            GemmPrecision::Tf32 => "cublasGemmEx fp32 in/out, CUBLAS_COMPUTE_32F_FAST_TF32",
-            GemmPrecision::Bf16 => "cublasGemmEx bf16 in/out, CUBLAS_COMPUTE_32F",
-        };
-        let mut best: Option<Ceiling> = None;
-        let mut all = Vec::new();
-        let mut worst_error: f64 = 0.0;
-        for &n in &sizes {
-            let mut p = GemmProblem::new(gpu, n, n, n, precision, 11)?;
-            p.poison(gpu)?;
-            p.run(gpu, &blas)?;
-            let check = p.check_sampled(gpu, 256)?;
-            if !check.passed {
-                return Err(Error::invalid(format!(
-                    "the {precision:?} GEMM ceiling computed wrong values at {n}: {check:?}"
-                )));
-            }
-            worst_error = worst_error.max(check.rel_l2_error);
-            let flops = p.work().flops as f64;
-            // Back-to-back runs heat the chip toward its power limit; runs with an L2 flush
-            // between them do not. Both are real rates; the ceiling is the best.
-            for (mode, cold) in [
-                ("back-to-back", false),
-                ("one per sample after an L2 flush", true),
-            ] {
-                let cfg = BenchConfig {
-                    cold,
-                    ..ceiling_bench()
-                };
-                let m = measure(gpu, timer, &cfg, &mut || p.run(gpu, &blas))?;
-                let label = format!("{name}, {n}x{n}x{n}, {mode}");
-                let c = best_of(
-                    gpu,
-                    vec![(label.clone(), m)],
-                    RateAt::P10,
-                    |s| flops / s / 1e9,
-                    "GFLOP/s",
-                    |name, s| {
-                        format!("{name}, random normal inputs, rate at the 10th-percentile time of {} samples (best of sizes {sizes:?}, hot and cold)", s.samples)
-                    },
-                )?;
-                all.push((label, c.value));
-                if best.as_ref().is_none_or(|b| c.value > b.value) {
-                    best = Some(c);
-                }
+    let name = match precision {
+        GemmPrecision::Fp32 => "cublasGemmEx fp32, CUBLAS_COMPUTE_32F (SGEMM)",
+        GemmPrecision::Tf32 => "cublasGemmEx fp32 in/out, CUBLAS_COMPUTE_32F_FAST_TF32",
+        GemmPrecision::Bf16 => "cublasGemmEx bf16 in/out, CUBLAS_COMPUTE_32F",
+    };
+    let mut best: Option<Ceiling> = None;
+    let mut all = Vec::new();
+    let mut worst_error: f64 = 0.0;
+    for &n in &sizes {
+        let mut p = GemmProblem::new(gpu, n, n, n, precision, 11)?;
+        p.poison(gpu)?;
+        p.run(gpu, &blas)?;
+        let check = p.check_sampled(gpu, 256)?;
+        if !check.passed {
+            return Err(Error::invalid(format!(
+                "the {precision:?} GEMM ceiling computed wrong values at {n}: {check:?}"
+            )));
+        }
+        worst_error = worst_error.max(check.rel_l2_error);
+        let flops = p.work().flops as f64;
+        // Back-to-back runs heat the chip toward its power limit; runs with an L2 flush
+        // between them do not. Both are real rates; the ceiling is the best.
+        for (mode, cold) in [
+            ("back-to-back", false),
+            ("one per sample after an L2 flush", true),
+        ] {
+            let cfg = BenchConfig {
+                cold,
+                ..ceiling_bench()
+            };
+            let m = measure(gpu, timer, &cfg, &mut || p.run(gpu, &blas))?;
+            let label = format!("{name}, {n}x{n}x{n}, {mode}");
+            let c = best_of(
+                gpu,
+                vec![(label.clone(), m)],
+                RateAt::P10,
+                |s| flops / s / 1e9,
+                "GFLOP/s",
+                |name, s| {
+                    format!("{name}, random normal inputs, rate at the 10th-percentile time of {} samples (best of sizes {sizes:?}, hot and cold)", s.samples)
+                },
+            )?;
+            all.push((label, c.value));
+            if best.as_ref().is_none_or(|b| c.value > b.value) {
+                best = Some(c);
             }
         }
-        let mut c = best.ok_or_else(|| Error::invalid("no GEMM size fits in device memory"))?;
-        c.candidates = all;
-        c.verification_error = Some(worst_error);
-        Ok(c)
-    };
-    Ok(GemmCeilings {
-        fp32: one(GemmPrecision::Fp32)?,
-        tf32: one(GemmPrecision::Tf32)?,
-        bf16: one(GemmPrecision::Bf16)?,
-    })
+    }
+    let mut c = best.ok_or_else(|| Error::invalid("no GEMM size fits in device memory"))?;
+    c.candidates = all;
+    c.verification_error = Some(worst_error);
+    Ok(c)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::{measure, Timer};
+use crate::blas::GemmPrecision;
 use crate::counters::Work;
 use crate::error::{CudaContext as _, Result};
 use crate::files::{rfc3339_utc, write_json_file};
@@ -202,14 +203,23 @@ pub fn copy_bandwidth(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Cei
     Ok(c)
 }
 
-/// Every cached ceiling with the GEMM ones (fp32, TF32, bf16) measured where absent or with
-/// `refresh`, and stored.
-pub fn with_gemms(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<DeviceCeilings> {
+/// Every cached ceiling with the one GEMM ceiling of `precision` measured where absent or with
+/// `refresh`, and stored: for a program that needs that one alone (the compare's GEMM pairs are
+/// SGEMM), a third of the time of all three. The others are measured when something asks.
+pub fn with_gemm(
+    gpu: &Gpu,
+    timer: &mut Timer,
+    precision: GemmPrecision,
+    refresh: bool,
+) -> Result<DeviceCeilings> {
     let mut c = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info));
-    if refresh {
-        c.sgemm_fp32 = None;
-    }
-    if fill_gemms(&mut c, gpu, timer)? {
+    let slot = match precision {
+        GemmPrecision::Fp32 => &mut c.sgemm_fp32,
+        GemmPrecision::Tf32 => &mut c.gemm_tf32,
+        GemmPrecision::Bf16 => &mut c.gemm_bf16,
+    };
+    if refresh || slot.is_none() {
+        *slot = Some(compute::measure_gemm(gpu, timer, precision)?);
         c.measured_at = rfc3339_utc(std::time::SystemTime::now());
         // A cache that cannot be written costs a re-measurement next time, nothing more.
         let _ = store(&c);
@@ -219,14 +229,18 @@ pub fn with_gemms(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<DeviceC
 
 /// Measure the GEMM ceilings into `c` where any is absent; whether it measured.
 fn fill_gemms(c: &mut DeviceCeilings, gpu: &Gpu, timer: &mut Timer) -> Result<bool> {
-    if c.sgemm_fp32.is_some() && c.gemm_tf32.is_some() && c.gemm_bf16.is_some() {
-        return Ok(false);
+    let mut measured = false;
+    for (slot, precision) in [
+        (&mut c.sgemm_fp32, GemmPrecision::Fp32),
+        (&mut c.gemm_tf32, GemmPrecision::Tf32),
+        (&mut c.gemm_bf16, GemmPrecision::Bf16),
+    ] {
+        if slot.is_none() {
+            *slot = Some(compute::measure_gemm(gpu, timer, precision)?);
+            measured = true;
+        }
     }
-    let g = compute::measure_gemms(gpu, timer)?;
-    c.sgemm_fp32 = Some(g.fp32);
-    c.gemm_tf32 = Some(g.tf32);
-    c.gemm_bf16 = Some(g.bf16);
-    Ok(true)
+    Ok(measured)
 }
 
 /// Best of a 16-byte-per-thread copy kernel and the driver's device-to-device memcpy.

@@ -32,16 +32,104 @@ pub fn run_without_gpu(bin: &str, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
-/// Run `bin args...` without a GPU and hold it to the answer every lesson gives there: exit 2
-/// and one line saying the driver or the GPU is missing.
+/// Run `bin args...` without a GPU and hold it to the answer every lesson gives there: exit 3
+/// ([crate::exit::Exit::NoGpu]) and one line saying the driver or the GPU is missing.
 pub fn assert_refused_without_gpu(bin: &str, args: &[&str]) {
     let (code, stderr) = run_without_gpu(bin, args);
-    assert_eq!(code, 2, "{bin} {args:?}: {stderr}");
+    assert_eq!(code, 3, "{bin} {args:?}: {stderr}");
     assert!(
         stderr.contains("no NVIDIA driver found") || stderr.contains("no CUDA-capable GPU found"),
         "{stderr}"
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+/// The flags the README's table lists as shared by every lesson binary and compare, each with
+/// the placeholder of its value where it takes one (`--json FILE`: ("json", Some("FILE"))).
+pub fn readme_shared_flags() -> Vec<(String, Option<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the workspace README");
+    let start = readme
+        .find("## Flags every lesson binary and `compare` share")
+        .expect("the shared flags section");
+    let first_cells: String = readme[start..]
+        .lines()
+        .skip(1)
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| l.split('|').nth(1).unwrap_or_default().to_string() + "\n")
+        .collect();
+    let mut flags: Vec<(String, Option<String>)> = first_cells
+        .split('`')
+        .filter_map(|t| t.strip_prefix("--"))
+        .map(|t| {
+            let mut words = t.split_whitespace();
+            let flag = words.next().unwrap_or_default().to_string();
+            (flag, words.next().map(str::to_string))
+        })
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+/// Run `bin` with each flag the README lists as shared (and with all of them at once), every
+/// GPU hidden: each must get past the argument parser to the GPU, so it exits with the code
+/// for no GPU (3), never with bad usage (2).
+pub fn assert_accepts_shared_flags(bin: &str) {
+    let scratch = std::env::temp_dir().join(format!("shared-flags-{}", std::process::id()));
+    let value = |placeholder: &str| -> String {
+        match placeholder {
+            "N" => "1".into(),
+            "S" => "0.5".into(),
+            "PCT" => "2".into(),
+            "FILE" => scratch.join("out.json").display().to_string(),
+            other => panic!("no sample value for the README's placeholder {other}"),
+        }
+    };
+    let mut all: Vec<String> = Vec::new();
+    let flags = readme_shared_flags();
+    assert!(flags.len() >= 8, "read the README's table: {flags:?}");
+    for (flag, placeholder) in &flags {
+        let mut args = vec![format!("--{flag}")];
+        args.extend(placeholder.as_deref().map(value));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stderr) = run_without_gpu(bin, &refs);
+        assert_eq!(
+            code,
+            crate::exit::Exit::NoGpu.code() as i32,
+            "{bin} {args:?} did not reach the GPU: {stderr}"
+        );
+        all.extend(args);
+    }
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (code, stderr) = run_without_gpu(bin, &refs);
+    assert_eq!(code, 3, "{bin} {all:?}: {stderr}");
+}
+
+/// What every lesson binary owes its users without a GPU: it takes the README's shared flags
+/// ([assert_accepts_shared_flags]), answers `--version` ([assert_prints_version]) and says in
+/// one line that there is no GPU ([assert_refused_without_gpu]).
+pub fn assert_lesson_binaries(bins: &[&str]) {
+    for bin in bins {
+        assert_accepts_shared_flags(bin);
+        assert_prints_version(bin);
+        assert_refused_without_gpu(bin, &[]);
+    }
+}
+
+/// `bin --version` prints the project's version and the commit ([crate::cli::VERSION]), exit 0.
+pub fn assert_prints_version(bin: &str) {
+    let out = Command::new(bin)
+        .arg("--version")
+        .output()
+        .expect("binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{bin} --version: {stdout}");
+    assert!(
+        stdout.trim_end().ends_with(crate::cli::VERSION),
+        "{bin} --version: {stdout}"
+    );
 }
 
 /// An H200 as [crate::gpu::DeviceInfo] describes it, for reports built without a GPU.

@@ -1,0 +1,146 @@
+//! The README's test command (`scripts/test`) on a fresh machine: it installs what the tests
+//! drive (python3, Chromium) where it can, as root with apt-get, and otherwise stops with one
+//! line naming what to install; with everything there it runs `cargo test --workspace`. Run
+//! here with stand-ins for every program it calls, on a PATH of only those.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/test")
+}
+
+/// A folder of stand-in programs, each a shell script; a stand-in that logs writes its name
+/// and arguments to `log`.
+struct Bin {
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Bin {
+    fn new(name: &str) -> Bin {
+        let dir = std::env::temp_dir().join(format!("test-command-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = Bin {
+            log: dir.join("log"),
+            dir,
+        };
+        // What the script needs from the system, whatever the test leaves out.
+        for tool in ["bash", "dirname"] {
+            let path = ["/usr/bin", "/bin"]
+                .iter()
+                .map(|d| Path::new(d).join(tool))
+                .find(|p| p.exists())
+                .unwrap();
+            std::os::unix::fs::symlink(path, bin.dir.join(tool)).unwrap();
+        }
+        bin
+    }
+
+    fn add(&self, name: &str, body: &str) -> &Bin {
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("#!/bin/bash\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        self
+    }
+
+    fn logging(&self, name: &str) -> &Bin {
+        self.add(
+            name,
+            &format!("echo \"{name} $*\" >> {}", self.log.display()),
+        )
+    }
+
+    fn user(&self, uid: u32) -> &Bin {
+        self.add("id", &format!("echo {uid}"))
+    }
+
+    fn run(&self, env: &[(&str, &str)]) -> (Output, String) {
+        let out = Command::new(self.dir.join("bash"))
+            .arg(script())
+            .arg("--quiet")
+            .env_clear()
+            .env("PATH", &self.dir)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        (out, log)
+    }
+}
+
+impl Drop for Bin {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn with_everything_there_it_runs_the_workspace_tests() {
+    let bin = Bin::new("ready");
+    bin.user(1000)
+        .logging("python3")
+        .logging("chromium")
+        .logging("cargo");
+    let (out, log) = bin.run(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(log, "cargo test --workspace --locked --quiet\n");
+}
+
+#[test]
+fn without_root_it_names_what_to_install_in_one_line() {
+    let bin = Bin::new("user");
+    bin.user(1000).logging("apt-get").logging("cargo");
+    let (out, log) = bin.run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("error: the tests need python3 chromium: install them"),
+        "{err}"
+    );
+    assert_eq!(log, "", "nothing installed, no tests run");
+    // Skipping the browser test on purpose needs no Chromium.
+    bin.logging("python3");
+    let (out, log) = bin.run(&[("PERF_LESSONS_SKIP_BROWSER", "1")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(log, "cargo test --workspace --locked --quiet\n");
+}
+
+#[test]
+fn as_root_it_installs_what_is_missing_then_tests() {
+    let bin = Bin::new("root");
+    bin.user(0).logging("python3").logging("cargo").add(
+        "apt-get",
+        &format!("echo \"apt-get $*\" >> {}", bin.log.display()),
+    );
+    let (out, log) = bin.run(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "apt-get update -qq",
+            "apt-get install -y -qq chromium",
+            "cargo test --workspace --locked --quiet"
+        ]
+    );
+    // An install that fails stops the command with one line.
+    bin.add("apt-get", "exit 100");
+    let (out, _) = bin.run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .starts_with("error: apt-get could not install chromium"),
+        "{err}"
+    );
+}

@@ -371,7 +371,7 @@ mod tests {
             Some(("1,234.50".into(), "msecond".into()))
         );
         assert_eq!(rows[1].dram_throughput, None);
-        let table = headline_table(&rows);
+        let table = common::table::unpadded(&headline_table(&rows));
         assert!(
             table.contains("| 0 | fused_vec4 | 187.36 us | 91.52% | 41.07% | 91.52% |"),
             "{table}"

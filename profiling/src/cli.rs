@@ -297,7 +297,7 @@ fn print_headline(ncu_path: &Path, report: &Path) -> Result<()> {
     );
     print!("\n{table}");
     let saved = report.with_extension("headline.md");
-    std::fs::write(&saved, &table)
+    common::files::write_atomically(&saved, table.as_bytes())
         .map_err(|e| Error::Io(format!("cannot write {}: {e}", saved.display())))?;
     println!("headline: {}", saved.display());
     Ok(())

@@ -600,6 +600,7 @@ mod tests {
         // The grids, the crossover and the skipped point are the report's sections.
         let sections = sweep.0.sections_of(&summary, BenchConfig::default(), 1.5);
         let md: String = sections.iter().map(Section::markdown).collect();
+        let md = common::table::unpadded(&md);
         assert!(md.contains("| size \\ count | 8 | 32 |"), "{md}");
         assert!(md.contains("| 16 | 10.0x | FAILED |"), "{md}");
         assert!(md.contains("| 16 | 5.00 | FAILED |"), "{md}");

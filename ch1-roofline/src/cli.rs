@@ -131,10 +131,9 @@ fn run_intensity(device: usize) -> Result<(LessonReport, String), String> {
     if !bin.exists() {
         return Err(format!("no results file and no {} to run", bin.display()));
     }
-    let out = std::env::temp_dir().join(format!(
-        "ch1-intensity-for-roofline-{}.json",
-        std::process::id()
-    ));
+    // Removed with everything in it when this returns, whatever happened.
+    let scratch = tempfile::tempdir().map_err(|e| format!("a scratch folder: {e}"))?;
+    let out = scratch.path().join("ch1-intensity.json");
     let status = Command::new(&bin)
         .args(["--elements", INTENSITY_ELEMENTS])
         .args(["--device", &device.to_string(), "--json"])
@@ -146,7 +145,6 @@ fn run_intensity(device: usize) -> Result<(LessonReport, String), String> {
         return Err(format!("{} exited with {status}", bin.display()));
     }
     let report = LessonReport::read_json(&out).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_file(&out);
     Ok((
         report,
         format!("measured now by ch1-intensity --elements {INTENSITY_ELEMENTS}"),

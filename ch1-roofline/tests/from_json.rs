@@ -188,7 +188,10 @@ fn from_json_draws_svg_and_png_without_a_gpu() {
         out_dir.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert!(stdout.contains("| poly D=1024 |"), "{stdout}");
+    assert!(
+        common::table::unpadded(&stdout).contains("| poly D=1024 |"),
+        "{stdout}"
+    );
     assert!(stdout.contains("ridge point"), "{stdout}");
     let svg = std::fs::read_to_string(out_dir.join("roofline.svg")).unwrap();
     assert!(svg.len() > 10_000 && svg.contains("<svg") && svg.contains("poly D=1024"));

@@ -5,8 +5,8 @@
 //! noise in every step the host paces. The core is chosen among those the process may use,
 //! preferring the ones NVML names as near the GPU, and the one the thread runs on already.
 //!
-//! Linux only (`sched_setaffinity` from the C library, declared here as the driver's `dlopen`
-//! is); elsewhere, or where the OS refuses, nothing is pinned and the measurement says so.
+//! Linux only (`sched_setaffinity` from the C library, declared here); elsewhere, or where the
+//! OS refuses, nothing is pinned and the measurement says so.
 
 /// Words of a Linux `cpu_set_t` (1024 CPUs).
 pub const MASK_WORDS: usize = 16;

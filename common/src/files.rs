@@ -9,29 +9,29 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
-/// Write to `.name.tmp-<pid>` beside `path`, then rename, so readers never see half a file.
+/// Write to a temporary file beside `path`, then rename it over `path`, so readers never see
+/// half a file; the temporary file goes away when anything fails.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
-        }
-    }
+    use std::os::unix::fs::PermissionsExt;
     let file_name = path.file_name().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")
     })?;
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{}.", file_name.to_string_lossy()))
+        .suffix(".tmp")
+        // What File::create gives, less the umask: results are read by other people and tools,
+        // where tempfile's default would leave them readable by their owner alone.
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 fn file_error(path: &Path, message: String) -> Error {
@@ -269,27 +269,54 @@ mod tests {
         );
     }
 
+    /// What a folder holds, by name (a test's folder holds a file or two: no order needed).
+    fn names_in(dir: &Path) -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    }
+
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("perf-lessons-test-{}", std::process::id()));
-        let path = dir.join("sub").join("x.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub").join("x.json");
         write_atomically(&path, b"one").unwrap();
         write_atomically(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
-            .collect();
-        assert!(leftovers.is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names_in(path.parent().unwrap()), ["x.json"]);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o644,
+            0o644,
+            "readable by others as File::create makes it"
+        );
+    }
+
+    #[test]
+    fn a_failed_atomic_write_leaves_no_partial_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The rename cannot replace a folder that holds something: the write fails at its end.
+        let target = dir.path().join("report.json");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("kept"), b"old").unwrap();
+        assert!(write_atomically(&target, b"new").is_err());
+        assert_eq!(
+            names_in(dir.path()),
+            ["report.json"],
+            "no temporary file left"
+        );
+        assert_eq!(std::fs::read(target.join("kept")).unwrap(), b"old");
+        // A file name is needed.
+        let e = write_atomically(Path::new("/"), b"x").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
     }
 
     #[test]
     fn versioned_reads_say_what_is_wrong() {
-        let dir =
-            std::env::temp_dir().join(format!("perf-lessons-versioned-{}", std::process::id()));
-        let path = dir.join("doc.json");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("doc.json");
         let read = |text: &str| {
             write_atomically(&path, text.as_bytes()).unwrap();
             read_versioned::<serde_json::Value>(&path, 2, "a document", "regenerate it")
@@ -303,6 +330,5 @@ mod tests {
             old.contains("schema version 1") && old.contains("regenerate it"),
             "{old}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -245,19 +245,18 @@ pub fn ensure_library(
     Err(Error::MissingLibrary(what, "13"))
 }
 
-/// dlopen a library by path, RTLD_GLOBAL, and keep it loaded for the life of the process.
+/// Load a library by path, RTLD_GLOBAL, and keep it loaded for the life of the process.
 fn pin_library(path: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    extern "C" {
-        fn dlopen(filename: *const std::ffi::c_char, flag: i32) -> *mut std::ffi::c_void;
+    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+    // SAFETY: loading a CUDA library; its initialisers are CUDA's own.
+    match unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) } {
+        Ok(library) => {
+            // Never closed, as the caller needs.
+            std::mem::forget(library);
+            true
+        }
+        Err(_) => false,
     }
-    const RTLD_NOW: i32 = 2;
-    const RTLD_GLOBAL: i32 = 0x100;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: a plain dlopen of a shared library; its initialisers are CUDA's own.
-    !unsafe { dlopen(c.as_ptr(), RTLD_NOW | RTLD_GLOBAL) }.is_null()
 }
 
 impl Gpu {

@@ -15,8 +15,10 @@
 //! file whether or not an NVTX library is present.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::sync::{Mutex, OnceLock};
+
+use libloading::Library;
 
 type PushFn = unsafe extern "C" fn(*const c_char) -> c_int;
 type PopFn = unsafe extern "C" fn() -> c_int;
@@ -27,6 +29,8 @@ struct Api {
     pop: PopFn,
     mark: MarkFn,
     library: &'static str,
+    /// Held for the life of the process: the function pointers above point into it.
+    _library: Library,
 }
 
 /// The library names tried, in order.
@@ -37,40 +41,31 @@ pub const LIBRARIES: [&str; 4] = [
     "libnvToolsExt.so",
 ];
 
-extern "C" {
-    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
-    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+/// The three entry points of one library, or `None` when it lacks any of them.
+fn entry_points(library: &Library) -> Option<(PushFn, PopFn, MarkFn)> {
+    // SAFETY: the NVTX C API's signatures, as these libraries export them.
+    unsafe {
+        Some((
+            *library.get::<PushFn>(b"nvtxRangePushA\0").ok()?,
+            *library.get::<PopFn>(b"nvtxRangePop\0").ok()?,
+            *library.get::<MarkFn>(b"nvtxMarkA\0").ok()?,
+        ))
+    }
 }
 
 fn load() -> Option<Api> {
-    const RTLD_NOW: c_int = 2;
-    for name in LIBRARIES {
-        let c_name = CString::new(name).expect("no NUL");
-        // SAFETY: dlopen of an NVTX library by name; the handle is kept for the process.
-        let handle = unsafe { dlopen(c_name.as_ptr(), RTLD_NOW) };
-        if handle.is_null() {
-            continue;
-        }
-        let sym = |s: &str| {
-            let c = CString::new(s).expect("no NUL");
-            // SAFETY: looking up a symbol in a library we just opened.
-            unsafe { dlsym(handle, c.as_ptr()) }
-        };
-        let (push, pop, mark) = (sym("nvtxRangePushA"), sym("nvtxRangePop"), sym("nvtxMarkA"));
-        if push.is_null() || pop.is_null() || mark.is_null() {
-            continue;
-        }
-        // SAFETY: the NVTX C API's signatures, as exported by these libraries.
-        return Some(unsafe {
-            Api {
-                push: std::mem::transmute::<*mut c_void, PushFn>(push),
-                pop: std::mem::transmute::<*mut c_void, PopFn>(pop),
-                mark: std::mem::transmute::<*mut c_void, MarkFn>(mark),
-                library: name,
-            }
-        });
-    }
-    None
+    LIBRARIES.into_iter().find_map(|name| {
+        // SAFETY: loading an NVTX library by name; its initialisers are NVIDIA's own.
+        let library = unsafe { Library::new(name) }.ok()?;
+        let (push, pop, mark) = entry_points(&library)?;
+        Some(Api {
+            push,
+            pop,
+            mark,
+            library: name,
+            _library: library,
+        })
+    })
 }
 
 fn api() -> Option<&'static Api> {

@@ -91,32 +91,86 @@ impl Table {
         }
     }
 
-    /// GitHub-flavoured markdown: a header row, the alignment row, one line per row.
+    /// GitHub-flavoured markdown: a header row, the alignment row (`---:` for right-aligned
+    /// columns), one line per row, every column padded to its widest cell so that the table
+    /// reads as a table in a terminal and renders as one anywhere markdown does.
     pub fn markdown(&self) -> String {
-        let line = |cells: &mut dyn Iterator<Item = &str>| {
-            let mut s = String::from("|");
-            for c in cells {
-                s.push(' ');
-                s.push_str(c);
-                s.push_str(" |");
-            }
-            s.push('\n');
-            s
-        };
-        let mut out = line(&mut self.columns.iter().map(|c| c.name.as_str()));
-        out.push('|');
-        for c in &self.columns {
-            out.push_str(match c.align {
-                Align::Left => "---|",
-                Align::Right => "---:|",
-            });
+        use tabled::grid::config::Offset;
+        use tabled::settings::object::Columns;
+        use tabled::settings::style::LineChar;
+        use tabled::settings::{Alignment, Style};
+
+        if self.columns.is_empty() {
+            return String::new();
         }
-        out.push('\n');
+        let mut builder = tabled::builder::Builder::new();
+        builder.push_record(self.columns.iter().map(|c| markdown_cell(&c.name)));
         for row in &self.rows {
-            out.push_str(&line(&mut row.iter().map(String::as_str)));
+            builder.push_record(row.iter().map(|c| markdown_cell(c)));
         }
+        let mut table = builder.build();
+        table.with(Style::markdown());
+        for (i, column) in self.columns.iter().enumerate() {
+            if column.align == Align::Right {
+                table.modify(Columns::one(i), Alignment::right());
+                // The alignment row is the top line of the first row under the header.
+                table.modify((1, i), LineChar::horizontal(':', Offset::End(0)));
+            }
+        }
+        let mut out = table.to_string();
+        out.push('\n');
         out
     }
+}
+
+/// A cell as markdown keeps it on one line of its table: a `|` escaped, line breaks as spaces.
+fn markdown_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\r', '\n'], " ")
+}
+
+/// `markdown` with the padding taken out of every table line (`| a | b |`), for tests that
+/// look for a row by its cells; other lines are kept as they are.
+pub fn unpadded(markdown: &str) -> String {
+    let mut out = String::with_capacity(markdown.len());
+    for line in markdown.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        let trimmed = body.trim_end();
+        if trimmed.len() > 1 && trimmed.starts_with('|') && trimmed.ends_with('|') {
+            let cells = cells_of(&trimmed[1..trimmed.len() - 1]);
+            let is_alignment = cells
+                .iter()
+                .all(|c| !c.is_empty() && c.trim_matches(':').chars().all(|ch| ch == '-'));
+            out.push('|');
+            for c in cells {
+                out.push_str(&match (is_alignment, c.ends_with(':')) {
+                    (true, true) => "---:|".to_string(),
+                    (true, false) => "---|".to_string(),
+                    (false, _) => format!(" {c} |"),
+                });
+            }
+        } else {
+            out.push_str(body);
+        }
+        out.push_str(end);
+    }
+    out
+}
+
+/// The cells between a table line's outer bars, trimmed; an escaped `\\|` stays in its cell.
+fn cells_of(inner: &str) -> Vec<&str> {
+    let mut cells = Vec::new();
+    let mut start = 0;
+    for (i, _) in inner.match_indices('|') {
+        if !inner[..i].ends_with('\\') {
+            cells.push(inner[start..i].trim());
+            start = i + 1;
+        }
+    }
+    cells.push(inner[start..].trim());
+    cells
 }
 
 /// `Some(value)` formatted, or the empty cell.
@@ -162,9 +216,72 @@ mod tests {
     fn markdown_has_header_alignment_and_rows() {
         let mut t = Table::new().left("size \\ count").right("8").right("1024");
         t.row(vec!["16".into(), "10.0x".into()]);
+        t.row(vec!["2048".into(), "1.5x".into(), "0.98x".into()]);
         assert_eq!(
             t.markdown(),
-            "| size \\ count | 8 | 1024 |\n|---|---:|---:|\n| 16 | 10.0x | - |\n"
+            "| size \\ count |     8 |  1024 |\n\
+             |--------------|------:|------:|\n\
+             | 16           | 10.0x |     - |\n\
+             | 2048         |  1.5x | 0.98x |\n"
+        );
+        assert_eq!(
+            unpadded(&t.markdown()),
+            "| size \\ count | 8 | 1024 |\n|---|---:|---:|\n| 16 | 10.0x | - |\n| 2048 | 1.5x | 0.98x |\n"
+        );
+    }
+
+    /// What a GitHub-flavoured markdown reader needs of a table: every line between outer bars
+    /// with as many cells as the header, and an alignment row of dashes and colons.
+    fn assert_valid_markdown(md: &str, columns: usize) {
+        let lines: Vec<&str> = md.lines().collect();
+        assert!(lines.len() >= 2, "{md}");
+        for line in &lines {
+            assert!(line.starts_with("| ") || line.starts_with("|-"), "{line}");
+            assert!(
+                line.ends_with(" |") || line.ends_with("-|") || line.ends_with(":|"),
+                "{line}"
+            );
+            assert_eq!(cells_of(&line[1..line.len() - 1]).len(), columns, "{line}");
+        }
+        for cell in cells_of(&lines[1][1..lines[1].len() - 1]) {
+            assert!(cell.contains('-'), "{md}");
+            assert!(cell.trim_matches(':').chars().all(|c| c == '-'), "{md}");
+        }
+        // Padded: every line as wide as the header (in characters, for µ and the like).
+        let width = lines[0].chars().count();
+        assert!(lines.iter().all(|l| l.chars().count() == width), "{md}");
+    }
+
+    #[test]
+    fn padded_tables_stay_valid_markdown() {
+        let mut t = Table::new().left("kernel").right("time").right("share");
+        t.row(vec!["a | b".into(), "1.5 µs".into(), "97.4%".into()]);
+        t.row(vec!["two\nlines".into(), "12.000 ms".into()]);
+        t.row(vec!["x".into()]);
+        let md = t.markdown();
+        assert_valid_markdown(&md, 3);
+        assert!(
+            md.contains("| a \\| b    |"),
+            "a bar in a cell is escaped: {md}"
+        );
+        assert!(md.contains("| two lines |"), "{md}");
+        assert_eq!(md.lines().nth(1), Some("|-----------|----------:|------:|"));
+        let rows = unpadded(&md);
+        assert!(rows.contains("| a \\| b | 1.5 µs | 97.4% |"), "{rows}");
+        assert!(rows.contains("| x | - | - |"), "{rows}");
+        // A table of one narrow column still has dashes in its alignment row.
+        let mut narrow = Table::new().right("n");
+        narrow.row(vec!["1".into()]);
+        assert_valid_markdown(&narrow.markdown(), 1);
+        assert_eq!(Table::new().markdown(), "");
+    }
+
+    #[test]
+    fn unpadded_keeps_other_lines() {
+        let text = "title\n\n|  a | b  |\n|---:|:---|\n|  1 | 2  |\nafter | not a row";
+        assert_eq!(
+            unpadded(text),
+            "title\n\n| a | b |\n|---:|---|\n| 1 | 2 |\nafter | not a row"
         );
     }
 

@@ -10,7 +10,7 @@ use common::report::{
 };
 use common::stats::Summary;
 use common::stop::StopReason;
-use common::table::Table;
+use common::table::{unpadded, Table};
 use common::verify::{check, Precision};
 
 fn device() -> DeviceInfo {
@@ -144,7 +144,7 @@ fn malformed_and_missing_files_say_so() {
 
 #[test]
 fn markdown_names_the_gpu_the_mode_and_the_failure() {
-    let md = report().markdown();
+    let md = unpadded(&report().markdown());
     assert!(md.contains("ch1-test on NVIDIA H200"), "{md}");
     assert!(md.contains("| variant | status | median |"));
     assert!(md.contains("| baseline | ok | 1.000 ms |"), "{md}");
@@ -179,7 +179,7 @@ fn groups_metrics_checks_and_sections_are_printed_and_kept() {
         data: serde_json::json!({ "crossover": 512 }),
         ..Section::new("sweep")
     });
-    let md = r.markdown();
+    let md = unpadded(&r.markdown());
     assert!(
         md.contains("| group | variant | status | median |"),
         "a group column once any variant has a group: {md}"

@@ -438,7 +438,7 @@ mod tests {
             problems[0].starts_with("GPU 2: a/fused is 4.5% slower than the median"),
             "{problems:?}"
         );
-        let table = f.markdown();
+        let table = common::table::unpadded(&f.markdown());
         assert!(table.contains("| a/fused | device |"), "{table}");
         assert!(table.contains("(+4.5%)"), "{table}");
     }

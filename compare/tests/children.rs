@@ -184,7 +184,7 @@ fn compare_pairs(d: &Path, filter: &str, extra: &[&str]) -> (i32, String, String
     assert!(!stderr.contains("panicked"), "{stderr}");
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
+        common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
         stderr,
     )
 }

@@ -8,7 +8,7 @@ fn compare(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(bin).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
+        common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
         String::from_utf8_lossy(&out.stderr).to_string(),
     )
 }

@@ -11,7 +11,7 @@ use crate::command::{resolve_program, ToolCommand};
 use crate::discover::{self, Places, Tool};
 use crate::error::{Error, Result};
 use crate::ncu::{self, NcuOptions};
-use crate::nsys::{self, NsysOptions};
+use crate::nsys::{self, Capture, NsysOptions};
 use crate::target::{self, naming, report_base};
 
 #[derive(Parser, Debug)]
@@ -19,7 +19,7 @@ use crate::target::{self, naming, report_base};
     version = common::cli::VERSION,
     name = "profiling",
     about = "Run a lesson under Nsight Systems or Nsight Compute: print the exact command, run it, say where the report went",
-    after_help = "Examples:\n  profiling nsys -- target/release/ch1-intensity --elements 64M\n  profiling ncu --kernel fused_vec4 -- target/release/ch1-intensity --elements 64M\n  profiling ncu --nvtx-include ch1-intensity:fused/ -- target/release/ch1-intensity"
+    after_help = "Examples:\n  profiling nsys -- target/release/ch1-intensity --elements 64M\n  profiling nsys -- python3 examples/pytorch/train_resnet.py\n  profiling ncu --kernel fused_vec4 -- target/release/ch1-intensity --elements 64M\n  profiling ncu --nvtx-include ch1-intensity:fused/ -- target/release/ch1-intensity"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -28,7 +28,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum ToolArgs {
-    /// Timeline of the timed regions (CUDA, NVTX, OS runtime) with Nsight Systems.
+    /// Timeline (CUDA, NVTX, OS runtime) with Nsight Systems: a lesson's timed regions, any
+    /// other program's whole run.
     Nsys(NsysArgs),
     /// Per-kernel metrics with Nsight Compute, then the headline (duration, DRAM %, SM %).
     Ncu(NcuArgs),
@@ -63,9 +64,13 @@ pub struct NsysArgs {
     /// What nsys traces.
     #[arg(long, default_value = nsys::DEFAULT_TRACE)]
     pub trace: String,
-    /// Record the whole process, not only the timed regions.
-    #[arg(long)]
+    /// Record the whole process (the default for a program not built on the harness).
+    #[arg(long, conflicts_with = "timed_regions")]
     pub whole_process: bool,
+    /// Record only from each cudaProfilerStart to its cudaProfilerStop (the default for a
+    /// lesson binary, which brackets its timed samples with them).
+    #[arg(long)]
+    pub timed_regions: bool,
     /// Print nsys's summary tables after the run.
     #[arg(long)]
     pub stats: bool,
@@ -175,13 +180,20 @@ fn exit_for(status: std::process::ExitStatus) -> ExitCode {
 pub fn run_nsys(a: &NsysArgs) -> Result<ExitCode> {
     let p = prepare(&a.target)?;
     let nsys_path = locate(&discover::NSYS, a.nsys.clone(), a.target.dry_run)?;
+    let asked = match (a.timed_regions, a.whole_process) {
+        (true, _) => Some(Capture::TimedRegions),
+        (_, true) => Some(Capture::WholeProcess),
+        _ => None,
+    };
+    let (capture, why) = nsys::choose_capture(&p.program, asked);
     let opts = NsysOptions {
         trace: a.trace.clone(),
-        timed_regions_only: !a.whole_process,
+        capture,
         stats: a.stats,
     };
     let c = nsys::command(&nsys_path, &opts, &p.base, &p.program, &p.args);
     announce(&c);
+    println!("{why}");
     if a.target.dry_run {
         return Ok(ExitCode::SUCCESS);
     }
@@ -287,7 +299,7 @@ fn print_headline(ncu_path: &Path, report: &Path) -> Result<()> {
     );
     print!("\n{table}");
     let saved = report.with_extension("headline.md");
-    std::fs::write(&saved, &table)
+    common::files::write_atomically(&saved, table.as_bytes())
         .map_err(|e| Error::Io(format!("cannot write {}: {e}", saved.display())))?;
     println!("headline: {}", saved.display());
     Ok(())

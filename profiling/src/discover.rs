@@ -5,8 +5,10 @@
 //!    specific ask, so it wins; a wrong path is an error, not a fallback);
 //! 2. on the PATH;
 //! 3. where the `NSYS` / `NCU` variable says;
-//! 4. in the usual install folders, newest version first.
+//! 4. in the usual install folders, in the order listed, the newest version of each first
+//!    (versions compare as numbers: 2025.10 is newer than 2025.9).
 
+use std::cmp::Ordering;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
@@ -24,7 +26,7 @@ pub struct Tool {
     /// The flag that may point at it.
     pub flag: &'static str,
     pub install: &'static str,
-    /// Install folders; a component may hold one `*`.
+    /// Install folders, as glob patterns.
     pub folders: &'static [&'static str],
 }
 
@@ -110,7 +112,7 @@ pub fn find(tool: &Tool, places: &Places) -> Result<PathBuf> {
         };
     }
     for pattern in &places.folders {
-        if let Some(p) = expand(pattern).into_iter().find(|p| is_executable(p)) {
+        if let Some(p) = newest_first(pattern).into_iter().next() {
             return Ok(p);
         }
     }
@@ -126,12 +128,16 @@ pub fn find(tool: &Tool, places: &Places) -> Result<PathBuf> {
     })
 }
 
-/// `exe` in a folder of a PATH-style list.
+/// `exe` in a folder of a PATH-style list (empty entries, which would mean the current folder,
+/// are skipped).
 pub fn on_path(exe: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
-    std::env::split_paths(path_var?)
-        .filter(|d| !d.as_os_str().is_empty())
-        .map(|d| d.join(exe))
-        .find(|p| is_executable(p))
+    let folders = std::env::split_paths(path_var?).filter(|d| !d.as_os_str().is_empty());
+    let path_var = std::env::join_paths(folders).ok()?;
+    if path_var.is_empty() {
+        return None;
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    which::which_in(exe, Some(path_var), cwd).ok()
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -141,63 +147,61 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Expand a path whose components may hold one `*` each; matches come newest version first
-/// (reverse lexical order of the names, which puts 2025.3 before 2024.1).
-pub fn expand(pattern: &str) -> Vec<PathBuf> {
-    let mut current = vec![PathBuf::from("/")];
-    for component in Path::new(pattern).components().skip(1) {
-        let part = component.as_os_str().to_string_lossy();
-        let mut next = Vec::new();
-        for base in &current {
-            if part.contains('*') {
-                let mut names: Vec<String> = std::fs::read_dir(base)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| wildcard_match(&part, n))
-                    .collect();
-                names.sort_unstable_by(|a, b| b.cmp(a));
-                next.extend(names.into_iter().map(|n| base.join(n)));
-            } else {
-                let p = base.join(&*part);
-                if p.exists() {
-                    next.push(p);
-                }
-            }
-        }
-        current = next;
-    }
-    current
+/// The executable files a glob pattern matches, newest version first.
+pub fn newest_first(pattern: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = glob::glob(pattern)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|p| is_executable(p))
+        .collect();
+    found.sort_by(|a, b| compare_versions(&b.to_string_lossy(), &a.to_string_lossy()));
+    found
 }
 
-/// `*` matches any run of characters (one `*` per pattern is all the folder lists need, but any
-/// number works).
-pub fn wildcard_match(pattern: &str, name: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == name,
-        Some((head, tail)) => {
-            name.starts_with(head)
-                && (0..=name.len() - head.len()).any(|i| {
-                    name.is_char_boundary(head.len() + i)
-                        && wildcard_match(tail, &name[head.len() + i..])
-                })
+/// Order names as versions: runs of digits compare as numbers (2025.10 after 2025.9, cuda-13.0
+/// after cuda-12.9), the text between them as text.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a, b);
+    loop {
+        match (a.is_empty(), b.is_empty()) {
+            (true, true) => return Ordering::Equal,
+            (true, false) => return Ordering::Less,
+            (false, true) => return Ordering::Greater,
+            _ => {}
         }
+        let (a_digits, b_digits) = (
+            a.as_bytes()[0].is_ascii_digit(),
+            b.as_bytes()[0].is_ascii_digit(),
+        );
+        let (a_run, a_rest) = split_run(a, a_digits);
+        let (b_run, b_rest) = split_run(b, b_digits);
+        let order = if a_digits && b_digits {
+            // Without leading zeros, a longer number is larger; equal lengths compare as text.
+            let (x, y) = (a_run.trim_start_matches('0'), b_run.trim_start_matches('0'));
+            x.len().cmp(&y.len()).then_with(|| x.cmp(y))
+        } else {
+            a_run.cmp(b_run)
+        };
+        if order != Ordering::Equal {
+            return order;
+        }
+        (a, b) = (a_rest, b_rest);
     }
+}
+
+/// The leading run of digits (or of non-digits) of `s`, and the rest.
+fn split_run(s: &str, digits: bool) -> (&str, &str) {
+    let end = s
+        .find(|c: char| c.is_ascii_digit() != digits)
+        .unwrap_or(s.len());
+    s.split_at(end)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    fn scratch(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("profiling-discover-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
 
     fn executable(p: &Path) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -206,31 +210,61 @@ mod tests {
     }
 
     #[test]
-    fn wildcards() {
-        assert!(wildcard_match("cuda-*", "cuda-13.0"));
-        assert!(!wildcard_match("cuda-*", "cuda"));
-        assert!(wildcard_match("*", "anything"));
-        assert!(wildcard_match(
-            "nsight-systems-*",
-            "nsight-systems-2025.3.1"
-        ));
-        assert!(wildcard_match("a*c", "abbbc") && !wildcard_match("a*c", "abbb"));
+    fn versions_compare_as_numbers() {
+        let newest_first = |names: &[&str]| {
+            let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            v.sort_by(|a, b| compare_versions(b, a));
+            v
+        };
+        assert_eq!(
+            newest_first(&["2025.9.1", "2025.10.0", "2024.12.3", "2025.3.1", "2025.10"]),
+            ["2025.10.0", "2025.10", "2025.9.1", "2025.3.1", "2024.12.3"]
+        );
+        assert_eq!(
+            newest_first(&[
+                "/usr/local/cuda-12.9/bin/nsys",
+                "/usr/local/cuda-13.0/bin/nsys"
+            ]),
+            [
+                "/usr/local/cuda-13.0/bin/nsys",
+                "/usr/local/cuda-12.9/bin/nsys"
+            ]
+        );
+        assert_eq!(compare_versions("2025.09", "2025.9"), Ordering::Equal);
+        assert_eq!(
+            compare_versions("v1.2-beta", "v1.2-alpha"),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_versions("99999999999999999999999.1", "1.1"),
+            Ordering::Greater,
+            "numbers past u64 still order"
+        );
     }
 
     #[test]
     fn search_order_flag_path_env_folders() {
-        let d = scratch("order");
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         let on_path = d.join("bin/nsys");
         let from_env = d.join("env/nsys");
-        let bundled_old = d.join("opt/nsight-compute/2024.1.0/host/target-linux-x64/nsys");
-        let bundled_new = d.join("opt/nsight-compute/2025.3.1/host/target-linux-x64/nsys");
+        // Text order would put 2025.9 first.
+        let bundled_old = d.join("opt/nsight-compute/2025.9.1/host/target-linux-x64/nsys");
+        let bundled_new = d.join("opt/nsight-compute/2025.10.0/host/target-linux-x64/nsys");
         for p in [&on_path, &from_env, &bundled_old, &bundled_new] {
             executable(p);
         }
-        let folders = vec![format!(
-            "{}/opt/nsight-compute/*/host/target-linux-x64/nsys",
-            d.display()
-        )];
+        // A newer folder whose nsys cannot run is passed over.
+        let not_executable = d.join("opt/nsight-compute/2026.1.0/host/target-linux-x64/nsys");
+        std::fs::create_dir_all(not_executable.parent().unwrap()).unwrap();
+        std::fs::write(&not_executable, "").unwrap();
+        let folders = vec![
+            format!("{}/usr/local/cuda-*/bin/nsys", d.display()),
+            format!(
+                "{}/opt/nsight-compute/*/host/target-linux-x64/nsys",
+                d.display()
+            ),
+        ];
         let mut places = Places {
             explicit: None,
             path_var: Some(d.join("bin").into_os_string()),
@@ -249,7 +283,6 @@ mod tests {
             bundled_new,
             "then the folders, newest first"
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

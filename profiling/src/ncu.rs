@@ -165,34 +165,22 @@ pub struct Headline {
     pub memory_throughput: Option<(String, String)>,
 }
 
-/// Split one CSV line (fields in double quotes, "" for a quote inside).
-pub fn csv_fields(line: &str) -> Vec<String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, quoted) {
-            ('"', true) if chars.peek() == Some(&'"') => {
-                field.push('"');
-                chars.next();
-            }
-            ('"', _) => quoted = !quoted,
-            (',', false) => fields.push(std::mem::take(&mut field)),
-            _ => field.push(c),
-        }
-    }
-    fields.push(field);
-    fields
-}
-
-/// The headline of every launch in `ncu --csv --page details` output.
+/// The headline of every launch in `ncu --csv --page details` output. ncu may print its own
+/// lines (`==PROF==`, `==WARNING==`) before the table; the table starts at its header.
 pub fn parse_details_csv(text: &str) -> Result<Vec<Headline>> {
-    let mut lines = text.lines().skip_while(|l| !l.starts_with("\"ID\""));
-    let header = lines.next().ok_or_else(|| {
-        Error::Io("ncu's CSV has no header line (\"ID\",...): was anything profiled?".into())
-    })?;
-    let header = csv_fields(header);
+    let start = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .find(|&at| text[at..].starts_with("\"ID\""))
+        .ok_or_else(|| {
+            Error::Io("ncu's CSV has no header line (\"ID\",...): was anything profiled?".into())
+        })?;
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .from_reader(&text.as_bytes()[start..]);
+    let header = reader
+        .headers()
+        .map_err(|e| Error::Io(format!("ncu's CSV header does not read: {e}")))?
+        .clone();
     let col = |name: &str| {
         header
             .iter()
@@ -207,9 +195,13 @@ pub fn parse_details_csv(text: &str) -> Result<Vec<Headline>> {
         col("Metric Value")?,
     );
     let mut out: Vec<Headline> = Vec::new();
-    for line in lines.filter(|l| !l.trim().is_empty()) {
-        let f = csv_fields(line);
-        let get = |i: usize| f.get(i).cloned().unwrap_or_default();
+    for record in reader.records() {
+        let record = record.map_err(|e| Error::Io(format!("ncu's CSV does not read: {e}")))?;
+        // ncu's own messages between or after the rows are not rows of the table.
+        if record.len() < header.len() {
+            continue;
+        }
+        let get = |i: usize| record.get(i).unwrap_or_default().to_string();
         if out.last().map(|h| h.id != get(id)).unwrap_or(true) {
             out.push(Headline {
                 id: get(id),
@@ -353,12 +345,6 @@ mod tests {
         .contains("NVTX"));
     }
 
-    #[test]
-    fn csv_fields_handle_quotes_and_commas() {
-        assert_eq!(csv_fields(r#""a","b,c","d""e""#), vec!["a", "b,c", "d\"e"]);
-        assert_eq!(csv_fields("x,,y"), vec!["x", "", "y"]);
-    }
-
     const DETAILS: &str = r#"==PROF== Connected
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","123","ch1-intensity","127.0.0.1","fused_vec4","1","13","(256, 1, 1)","(65536, 1, 1)","0","9.0","GPU Speed Of Light Throughput","DRAM Frequency","Ghz","3.20"
@@ -385,7 +371,7 @@ mod tests {
             Some(("1,234.50".into(), "msecond".into()))
         );
         assert_eq!(rows[1].dram_throughput, None);
-        let table = headline_table(&rows);
+        let table = common::table::unpadded(&headline_table(&rows));
         assert!(
             table.contains("| 0 | fused_vec4 | 187.36 us | 91.52% | 41.07% | 91.52% |"),
             "{table}"
@@ -394,6 +380,24 @@ mod tests {
             table.contains("| 1 | add_residual | 1,234.50 msecond | - | - | - |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn quoted_commas_quotes_and_line_breaks_stay_in_their_field() {
+        let text = "==PROF== Connected\r\n\
+            \"ID\",\"Kernel Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\r\n\
+            \"7\",\"void gemm<float, 128>(const float *, \"\"x\"\")\",\"Duration\",\"us\",\"1,024.5\"\r\n\
+            \"8\",\"two\nlines\",\"DRAM Throughput\",\"%\",\"12.5\"\r\n\
+            ==PROF== Disconnected\r\n";
+        let rows = parse_details_csv(text).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[0].kernel,
+            "void gemm<float, 128>(const float *, \"x\")"
+        );
+        assert_eq!(rows[0].duration, Some(("1,024.5".into(), "us".into())));
+        assert_eq!(rows[1].kernel, "two\nlines");
+        assert_eq!(rows[1].dram_throughput, Some(("12.5".into(), "%".into())));
     }
 
     #[test]

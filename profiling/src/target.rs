@@ -130,8 +130,8 @@ mod tests {
 
     #[test]
     fn reports_are_found_by_prefix_and_extension() {
-        let d = std::env::temp_dir().join(format!("profiling-reports-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let d = scratch.path();
         for f in [
             "a-all-1.nsys-rep",
             "a-all-1.2.nsys-rep",
@@ -146,6 +146,5 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, vec!["a-all-1.2.nsys-rep", "a-all-1.nsys-rep"]);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -29,6 +29,7 @@ fn nsys_dry_run_prints_the_exact_command() {
         &[
             "nsys",
             "--dry-run",
+            "--timed-regions",
             "--out-dir",
             out,
             "--lesson",
@@ -61,6 +62,40 @@ fn nsys_dry_run_prints_the_exact_command() {
         "{line}"
     );
     assert!(!out_dir.exists(), "a dry run creates nothing");
+}
+
+#[test]
+fn a_program_not_built_on_the_harness_is_recorded_whole_and_told_so() {
+    // /bin/sh, like python3 running a PyTorch script, never calls cudaProfilerStart: under a
+    // capture range nsys would record nothing.
+    let (code, stdout, stderr) = run(&["nsys", "--dry-run", "--", PROGRAM, "-c", "true"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut lines = stdout.lines();
+    let command = lines.next().unwrap();
+    assert!(
+        command.contains("nsys profile --trace=cuda,nvtx,osrt --stats=false"),
+        "{command}"
+    );
+    assert!(!command.contains("capture-range"), "{command}");
+    let why = lines.next().unwrap();
+    assert!(
+        why.starts_with("nsys records the whole process: sh does not mark timed regions"),
+        "{why}"
+    );
+    assert!(why.contains("--timed-regions"), "{why}");
+    // The two flags contradict each other: a usage error.
+    let (code, _, stderr) = run(
+        &[
+            "nsys",
+            "--dry-run",
+            "--timed-regions",
+            "--whole-process",
+            "--",
+            PROGRAM,
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
 }
 
 #[test]

@@ -364,7 +364,7 @@ my_own_key = "kept"
                 ..entry(h100, resnet, 3000)
             }
         );
-        let table = team_table(&entries).markdown();
+        let table = common::table::unpadded(&team_table(&entries).markdown());
         assert!(
             table.contains(
                 "| NVIDIA H100 80GB HBM3 | `python3 train_resnet.py --batch-size {batch_size}` | 3000 | 2 | 6000 | bf16 |"

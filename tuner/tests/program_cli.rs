@@ -52,8 +52,8 @@ fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
     let out = cmd.output().expect("running tuner");
     let o = Out {
         code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stdout: common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
+        stderr: common::table::unpadded(&String::from_utf8_lossy(&out.stderr)),
     };
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
     o

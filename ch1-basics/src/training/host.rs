@@ -223,7 +223,7 @@ mod tests {
             VariantReport::checked("failed", "", Precision::Fp32, vec![], Work::default()),
         ];
         let s = section(&variants);
-        let md = s.markdown();
+        let md = common::table::unpadded(&s.markdown());
         assert_eq!(s.table.as_ref().unwrap().rows.len(), 2, "{md}");
         assert!(
             md.contains("| baseline | 1.800 ms | 250.00 us | 1.550 ms | 86.1% |"),

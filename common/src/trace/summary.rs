@@ -324,7 +324,7 @@ mod tests {
         assert!((s.kernel_time_per_run_s - 3.5e-6).abs() < 1e-15);
         assert_eq!(s.transfers.len(), 2);
         assert_eq!((s.transfers[0].calls, s.transfers[0].bytes), (1, 4));
-        let table = s.markdown();
+        let table = crate::table::unpadded(&s.markdown());
         assert!(table.contains("| add | 2 |"), "{table}");
         assert!(table.contains("GPU busy 72.0%"), "{table}");
         assert!(table.contains("1 harness kernels"), "{table}");

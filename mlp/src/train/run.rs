@@ -1,0 +1,423 @@
+//! One run: check the step, then train `warmup + steps` optimizer steps and report each.
+//!
+//! The loop double-buffers its input: while micro-batch m computes, the host takes batch m+1
+//! from the loader and queues its copy on a second stream into the other device slot (after
+//! micro-batch m-1, which read that slot, is done). Each micro-batch's phases on the training
+//! stream's timeline: data (from the end of what came before to its batch being on the device:
+//! the GPU waiting for the host's batch and the copy), forward, backward; then the optimizer.
+//! CUDA events at those boundaries make the phases add up to the step exactly.
+//!
+//! A step's line is written once the next step is queued, so reading its events never leaves
+//! the GPU without work.
+//!
+//! GPU busy: the step's work (every micro-batch's forward and backward, the update) queued
+//! back to back behind a blocking kernel (no host gaps at all) gives the device time of a step,
+//! measured once before the loop, since every step queues the same work; over a step's time,
+//! that is the share of the step the GPU was working.
+//!
+//! Every buffer is allocated before the loop (device buffers before host ones), so a batch too
+//! large for the GPU fails there, as an out-of-memory error.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
+
+use common::bench::{PhaseTimer, Timer};
+use common::error::{human_bytes, CudaContext as _, Error};
+use common::gpu::Gpu;
+use common::Result;
+
+use crate::data::{initial_params, Init};
+use crate::device::Input;
+use crate::exec::Exec;
+use crate::step::Mlp;
+use crate::train::check::{check_gradient, GradientCheck};
+use crate::train::gauge::MemoryGauge;
+use crate::train::loader::{buffer_count, HostBatch, HostBuf, Loader, Ready};
+use crate::train::memory;
+use crate::train::options::Options;
+use crate::train::report::{DeviceLine, EndLine, Report, StepLine, StepPhases, Totals};
+use crate::train::sampler::{Dataset, Sampler};
+use crate::train::trainer::{mean, Trainer};
+
+/// GPU work before the step's device time is measured: clocks up, cuBLAS's choices made,
+/// every kernel loaded.
+const WARM_TIME: Duration = Duration::from_millis(100);
+/// Samples of each piece of the step's device time (the median is kept).
+const BUSY_SAMPLES: usize = 3;
+
+/// What a run measured, for the closing lines.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub check: Option<GradientCheck>,
+    /// Measured steps (after the warmup).
+    pub steps: usize,
+    pub samples_per_s: Option<f64>,
+    pub peak_bytes: u64,
+    /// The most bytes in live buffers at once (None without a memory pool).
+    pub buffers_high: Option<u64>,
+    pub estimated_bytes: u64,
+    /// Device time of one step's work with no host gaps (seconds).
+    pub compute_s: Option<f64>,
+    pub gpu_busy: Option<f64>,
+    pub first_loss: f64,
+    pub last_loss: f64,
+}
+
+impl Summary {
+    /// "30 steps: 1.23e6 samples/s, GPU busy 41%, peak 36.0 MiB (buffers 35.2 MiB, estimate
+    /// 35.2 MiB), loss 2.30 -> 2.01".
+    pub fn describe(&self) -> String {
+        let busy = self
+            .gpu_busy
+            .map_or("not measured".into(), |b| format!("{:.0}%", 100.0 * b));
+        let buffers = self
+            .buffers_high
+            .map_or(String::new(), |b| format!("buffers {}, ", human_bytes(b)));
+        format!(
+            "{} steps: {} samples/s, GPU busy {busy}, peak {} ({buffers}estimate {}), loss {:.3} -> {:.3}",
+            self.steps,
+            self.samples_per_s.map_or("-".into(), |s| format!("{s:.4e}")),
+            human_bytes(self.peak_bytes),
+            human_bytes(self.estimated_bytes),
+            self.first_loss,
+            self.last_loss,
+        )
+    }
+}
+
+/// Train as `opts` says, writing the protocol to `report` and a line or two to stdout.
+pub fn run(opts: &Options, report: &mut Report) -> Result<Summary> {
+    let arch = opts.arch;
+    let gpu = Gpu::open(opts.device)?;
+    let (free, total) = gpu.memory()?;
+    report.device(&DeviceLine {
+        name: gpu.info.name.clone(),
+        total_bytes: total,
+        free_bytes: free,
+    })?;
+    let mlp = Mlp::new(&gpu)?;
+    let mut timer = Timer::new(&gpu)?;
+    let mut gauge = MemoryGauge::new(&gpu, free)?;
+    let data = Arc::new(Dataset::synthetic(
+        arch.input,
+        arch.classes,
+        opts.samples,
+        opts.seed,
+    ));
+    let init = initial_params(&arch, opts.seed.wrapping_add(100), Init::HE);
+
+    let check = check_gradient(&gpu, &mlp, opts, &init, &data)?;
+    let checked = match &check {
+        Some(c) if !c.passed() => {
+            return Err(Error::invalid(format!(
+                "the training step is wrong: {}",
+                c.describe()
+            )))
+        }
+        Some(c) => c.describe(),
+        None => "model too large for the float64 reference: step not checked".into(),
+    };
+    gpu.sync()?;
+    gauge.trim()?;
+    println!(
+        "mlp-train: {} on {}; {checked}",
+        opts.describe(),
+        gpu.info.name
+    );
+
+    let estimated_bytes = memory::estimate(&arch, &opts.optimizer, opts.amp, opts.batch).total;
+    let mut t = Trainer::new(&gpu, opts, &init, opts.batch, opts.accumulation)?;
+    let mut first_losses = gpu.alloc::<f32>(opts.batch, "the first step's losses")?;
+    let mut feed = Feed::new(&gpu, opts, data)?;
+
+    let input = t.input(&gpu, &feed.x[0], &feed.y[0]);
+    let compute_s = device_time_of_a_step(&gpu, &mlp, &mut timer, &mut t, input)?;
+    gauge.settle(&gpu)?;
+
+    let total_steps = opts.total_steps();
+    let acc = opts.accumulation;
+    let compute = gpu.stream.clone();
+    let ex = Exec::queued(&gpu);
+    // Two steps' events in turn: step k's are read once step k + 1 is queued.
+    let timers = [
+        PhaseTimer::new(&gpu, 1, 3 * acc + 1)?,
+        PhaseTimer::new(&gpu, 1, 3 * acc + 1)?,
+    ];
+    let mut totals = Totals::default();
+    let mut finish = |j: usize, gauge: &mut MemoryGauge, report: &mut Report| -> Result<()> {
+        let ms: Vec<f64> = timers[j % 2].phase_ms(0)?.concat();
+        let phases = StepPhases::from_phase_ms(&ms, acc);
+        let line = StepLine::new(
+            opts.samples_per_step(),
+            phases,
+            gauge.reading(&gpu)?,
+            compute_s,
+        );
+        report.step(&line)?;
+        if j >= opts.warmup {
+            totals.add(&line);
+        }
+        if opts.log_every > 0 && (j + 1) % opts.log_every == 0 {
+            println!(
+                "step {}/{total_steps}: {:.3} ms (data {:.3}), {:.4e} samples/s{}",
+                j + 1,
+                line.step_s * 1e3,
+                phases.data_s * 1e3,
+                line.samples as f64 / line.step_s,
+                line.gpu_busy
+                    .map_or(String::new(), |b| format!(", GPU busy {:.0}%", 100.0 * b)),
+            );
+        }
+        Ok(())
+    };
+
+    feed.enqueue(0)?;
+    for k in 0..total_steps {
+        let phases = &timers[k % 2];
+        phases.start(&compute)?;
+        for i in 0..acc {
+            let m = k * acc + i;
+            let input = feed.wait_for(m, &t, &gpu)?;
+            phases.end_of(0, 3 * i, &compute)?;
+            t.forward(&mlp, &ex, input)?;
+            phases.end_of(0, 3 * i + 1, &compute)?;
+            t.backward(&mlp, &ex, input, i)?;
+            phases.end_of(0, 3 * i + 2, &compute)?;
+            feed.done_with(m, &compute)?;
+            if m + 1 < total_steps * acc {
+                feed.enqueue(m + 1)?;
+            }
+        }
+        t.update(&mlp, &ex, opts.lr)?;
+        phases.end_of(0, 3 * acc, &compute)?;
+        if k == 0 {
+            compute
+                .memcpy_dtod(&t.losses.values, &mut first_losses)
+                .cuda("keeping the first losses")?;
+        }
+        if k >= 1 {
+            finish(k - 1, &mut gauge, report)?;
+        }
+    }
+    finish(total_steps - 1, &mut gauge, report)?;
+    compute.synchronize().cuda("finishing the last step")?;
+    feed.shutdown();
+
+    let first_loss = mean(&gpu.download(&first_losses)?);
+    let last_loss = t.mean_loss(&gpu)?;
+    let peak_bytes = gauge.peak(&gpu)?;
+    let gpu_busy = totals.gpu_busy(compute_s);
+    let samples_per_s = totals.samples_per_s();
+    report.end(&EndLine {
+        samples_per_s,
+        peak_memory_bytes: peak_bytes,
+        gpu_busy,
+    })?;
+    Ok(Summary {
+        check,
+        steps: totals.steps,
+        samples_per_s,
+        peak_bytes,
+        buffers_high: gauge.pool().map(|p| p.used_high()).transpose()?,
+        estimated_bytes,
+        compute_s,
+        gpu_busy,
+        first_loss,
+        last_loss,
+    })
+}
+
+/// Device time (seconds) of one optimizer step's work with no host gaps: the first
+/// micro-batch's forward and backward, each further one's (which add to the gradient), and
+/// the update, each queued behind common's blocking kernel and timed with events; None when a
+/// piece has more launches than the queue holds while the stream is blocked. The weights are
+/// left as they were: forward and backward do not change them, the update runs with a
+/// learning rate of 0 and the optimizer's state and step count are reset after it.
+fn device_time_of_a_step(
+    gpu: &Gpu,
+    mlp: &Mlp,
+    timer: &mut Timer,
+    t: &mut Trainer,
+    input: Input,
+) -> Result<Option<f64>> {
+    let ex = Exec::queued(gpu);
+    let started = Instant::now();
+    while started.elapsed() < WARM_TIME {
+        t.micro_batch(mlp, &ex, input, 0)?;
+        gpu.sync()?;
+    }
+    let mut median_of = |piece: &mut dyn FnMut() -> Result<()>| -> Result<Option<f64>> {
+        let mut seconds = Vec::with_capacity(BUSY_SAMPLES);
+        for _ in 0..BUSY_SAMPLES {
+            let (s, timed_out) = timer.sample(1, false, true, piece)?;
+            if timed_out {
+                return Ok(None);
+            }
+            seconds.push(s);
+        }
+        seconds.sort_by(f64::total_cmp);
+        Ok(Some(seconds[BUSY_SAMPLES / 2]))
+    };
+    let first = median_of(&mut || t.micro_batch(mlp, &ex, input, 0))?;
+    let further = if t.accumulation > 1 {
+        median_of(&mut || t.micro_batch(mlp, &ex, input, 1))?
+    } else {
+        Some(0.0)
+    };
+    let update = median_of(&mut || t.update(mlp, &ex, 0.0))?;
+    for state in [t.model.state1.as_mut(), t.model.state2.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        gpu.stream
+            .memset_zeros(state)
+            .cuda("resetting the optimizer state")?;
+    }
+    t.model.steps = 0;
+    gpu.sync()?;
+    Ok(match (first, further, update) {
+        (Some(a), Some(b), Some(u)) => Some(a + (t.accumulation - 1) as f64 * b + u),
+        _ => None,
+    })
+}
+
+/// The double-buffered input: two device slots, the loader filling host batches, and the copy
+/// stream between them.
+struct Feed {
+    x: [CudaSlice<f32>; 2],
+    y: [CudaSlice<i32>; 2],
+    loader: Loader,
+    copy: Arc<CudaStream>,
+    /// Micro-batch m's copy into slot m % 2 is done.
+    copied: [CudaEvent; 2],
+    /// The micro-batch that read the slot is done with it.
+    slot_free: [CudaEvent; 2],
+    /// The host batch each slot's copy reads, kept until the copy is done.
+    in_flight: [Option<Ready>; 2],
+}
+
+impl Feed {
+    /// The device slots first (zeros: valid labels before any batch is copied), then the host
+    /// buffers and the loader.
+    fn new(gpu: &Gpu, opts: &Options, data: Arc<Dataset>) -> Result<Feed> {
+        let (batch, input) = (opts.batch, opts.arch.input);
+        let x = [
+            gpu.alloc_zeros::<f32>(batch * input, "an input slot")?,
+            gpu.alloc_zeros::<f32>(batch * input, "an input slot")?,
+        ];
+        let y = [
+            gpu.alloc_zeros::<i32>(batch, "a label slot")?,
+            gpu.alloc_zeros::<i32>(batch, "a label slot")?,
+        ];
+        let host = (0..buffer_count(opts.workers))
+            .map(|_| -> Result<HostBatch> {
+                Ok(if opts.pinned {
+                    HostBatch {
+                        features: HostBuf::pinned(gpu, batch * input, "a pinned batch")?,
+                        labels: HostBuf::pinned(gpu, batch, "pinned labels")?,
+                    }
+                } else {
+                    HostBatch {
+                        features: HostBuf::pageable(batch * input),
+                        labels: HostBuf::pageable(batch),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sampler = Sampler::new(data, batch, opts.seed, opts.cpu_cost_per_sample);
+        let loader = Loader::start(Arc::new(sampler), opts.workers, host)?;
+        let event = || gpu.ctx.new_event(None).cuda("creating an event");
+        Ok(Feed {
+            x,
+            y,
+            loader,
+            copy: gpu.ctx.new_stream().cuda("creating the copy stream")?,
+            copied: [event()?, event()?],
+            slot_free: [event()?, event()?],
+            in_flight: [None, None],
+        })
+    }
+
+    /// Take micro-batch `m` from the loader and queue its copy into slot m % 2.
+    fn enqueue(&mut self, m: usize) -> Result<()> {
+        let slot = m % 2;
+        if let Some(old) = self.in_flight[slot].take() {
+            self.copied[slot].synchronize().cuda("waiting for a copy")?;
+            self.loader.recycle(old);
+        }
+        let ready = self.loader.next_batch()?;
+        if m >= 2 {
+            self.copy
+                .wait(&self.slot_free[slot])
+                .cuda("ordering the copy")?;
+        }
+        htod(
+            &self.copy,
+            ready.buffers.features.as_slice(),
+            &mut self.x[slot],
+        )?;
+        htod(
+            &self.copy,
+            ready.buffers.labels.as_slice(),
+            &mut self.y[slot],
+        )?;
+        self.copied[slot]
+            .record(&self.copy)
+            .cuda("recording a copy")?;
+        self.in_flight[slot] = Some(ready);
+        Ok(())
+    }
+
+    /// Make the training stream wait for micro-batch `m`'s copy; its input.
+    fn wait_for(&self, m: usize, t: &Trainer, gpu: &Gpu) -> Result<Input> {
+        let slot = m % 2;
+        gpu.stream
+            .wait(&self.copied[slot])
+            .cuda("waiting for the batch")?;
+        Ok(t.input(gpu, &self.x[slot], &self.y[slot]))
+    }
+
+    /// Micro-batch `m`'s work is queued on `stream`: its slot is free once that is done.
+    fn done_with(&self, m: usize, stream: &Arc<CudaStream>) -> Result<()> {
+        self.slot_free[m % 2]
+            .record(stream)
+            .cuda("recording an event")
+    }
+
+    /// Wait for the copies, give the batches back, stop the workers.
+    fn shutdown(mut self) {
+        let _ = self.copy.synchronize();
+        for r in self.in_flight.iter_mut() {
+            if let Some(old) = r.take() {
+                self.loader.recycle(old);
+            }
+        }
+        self.loader.shutdown();
+    }
+}
+
+/// Queue a host-to-device copy on `stream`: one DMA from pinned memory; from pageable memory the
+/// driver stages it and the host waits, as a loader without pinned memory does.
+fn htod<T: cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    src: &[T],
+    dst: &mut CudaSlice<T>,
+) -> Result<()> {
+    assert!(src.len() <= dst.len());
+    let (dptr, _record) = dst.device_ptr_mut(stream);
+    // SAFETY: the host range is live until the copy's event completes (the feed keeps the
+    // batch in flight until then); the device range lies in dst.
+    unsafe {
+        sys::cuMemcpyHtoDAsync_v2(
+            dptr,
+            src.as_ptr().cast(),
+            std::mem::size_of_val(src),
+            stream.cu_stream(),
+        )
+    }
+    .result()
+    .cuda("copying a batch to the GPU")
+}

@@ -86,6 +86,11 @@ impl MemoryGauge {
         self.pool.as_ref()
     }
 
+    /// What set-up took outside the pool ([MemoryGauge::settle]).
+    pub fn outside_pool(&self) -> u64 {
+        self.outside_pool
+    }
+
     /// Read what set-up took outside the pool; call once every handle and kernel is loaded.
     pub fn settle(&mut self, gpu: &Gpu) -> Result<()> {
         if let Some(pool) = &self.pool {

@@ -126,7 +126,7 @@ fn bad_values_are_refused_by_name() {
         (&["--amp", "maybe"], "--amp"),
         (&["--accumulation", "0"], "--accumulation"),
         (&["--steps", "0"], "--steps"),
-        (&["--warmup", "-1"], "--warmup"),
+        (&["--warmup=-1"], "--warmup"),
         (&["--pin", "yes"], "--pin"),
         (&["--preset", "huge"], "--preset"),
         (&["--hidden", "0"], "--hidden"),

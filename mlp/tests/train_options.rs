@@ -135,7 +135,7 @@ fn bad_values_are_refused_by_name() {
         (&["--lr", "0"], "--lr"),
         (&["--lr", "nan"], "--lr"),
         (&["--samples", "0"], "--samples"),
-        (&["--cpu-cost-us", "-3"], "--cpu-cost-us"),
+        (&["--cpu-cost-us=-3"], "--cpu-cost-us"),
         (&["--no-such-flag"], "--no-such-flag"),
     ] {
         let err = parse(flags)

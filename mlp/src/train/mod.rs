@@ -29,7 +29,8 @@ pub mod run;
 pub mod sampler;
 pub mod trainer;
 
-use common::error::{human_bytes, Error};
+use common::error::Error;
+use plotting::format::human_bytes;
 
 pub use options::{Args, Options};
 pub use report::Report;
@@ -86,7 +87,7 @@ mod tests {
         let (line, code) = failure(&oom, 5 << 30);
         assert_eq!(code, EXIT_FAILED);
         assert!(line.contains("CUDA_ERROR_OUT_OF_MEMORY") && line.contains("the logits"));
-        assert!(line.contains("5.00 GiB"), "{line}");
+        assert!(line.contains(&human_bytes(5 << 30)), "{line}");
         assert_eq!(line.lines().count(), 1);
         // (A driver error's text comes from the driver, which this test may not have.)
         let driver = Error::Cuda {

@@ -27,9 +27,10 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut};
 
 use common::bench::{PhaseTimer, Timer};
-use common::error::{human_bytes, CudaContext as _, Error};
+use common::error::{CudaContext as _, Error};
 use common::gpu::Gpu;
 use common::Result;
+use plotting::format::human_bytes;
 
 use crate::data::{initial_params, Init};
 use crate::device::Input;

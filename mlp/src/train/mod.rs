@@ -12,13 +12,14 @@
 //! - [report]: the JSON lines written to the file `PERF_LESSONS_REPORT` names;
 //! - [gauge]: the device memory held (the pool's reserved bytes and what was taken outside it);
 //! - [memory]: the memory a model and batch need, by the model definition alone;
-//! - [loader], [sampler], [trainer], [preset]: the pieces of the loop.
+//! - [feed], [loader], [sampler], [trainer], [preset]: the pieces of the loop.
 //!
 //! How it ends, for a tool that reads only the exit status and stderr: 0 trained; 1 failed, with
 //! one line on stderr, which says `CUDA_ERROR_OUT_OF_MEMORY` when the device ran out of memory;
 //! 2 bad flags (clap's); 3 no GPU or driver to run on.
 
 pub mod check;
+pub mod feed;
 pub mod gauge;
 pub mod loader;
 pub mod memory;

@@ -197,6 +197,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let mut results = ResultsFile::create(&run.results_path)?;
     run.announce("autobatch", None);
     let mut trials: Vec<TrialResult> = Vec::new();
+    let search_started = run.elapsed_s();
     let found = search::find(o.start, o.granularity, MAX_BATCH, |batch| {
         let r = run.one(
             device,
@@ -211,7 +212,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     })
     .map_err(|stopped| Error::invalid(stopped.to_string()))?
     .map_err(Error::invalid)?;
-    let search_wall_s = run.elapsed_s();
+    let search_wall_s = run.elapsed_s() - search_started;
 
     // Confirm the candidate; step down until a size holds.
     let mut failed: Vec<usize> = found.trials.iter().filter(|t| !t.1).map(|t| t.0).collect();
@@ -271,7 +272,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let held = held.expect("the loop ends with a size that held");
     let maximum = size_at(o.granularity, held);
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
-    let confirm_wall_s = run.elapsed_s() - search_wall_s;
+    let confirm_wall_s = run.elapsed_s() - search_started - search_wall_s;
 
     let all: Vec<&TrialResult> = trials
         .iter()
@@ -440,7 +441,7 @@ pub fn render(r: &AutobatchReport) -> String {
     };
     let _ = writeln!(
         o,
-        "\nautobatch: {:.1} s (search {:.1} s, confirmation {:.1} s; {}){}",
+        "\nautobatch: {:.1} s in all (search {:.1} s, confirmation {:.1} s; {}){}",
         r.total_wall_s,
         r.search_wall_s,
         r.confirm_wall_s,

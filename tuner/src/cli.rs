@@ -12,7 +12,7 @@ use crate::granularity::Granularity;
 #[derive(Parser, Debug)]
 #[command(
     name = "tuner",
-    version,
+    version = common::cli::VERSION,
     about = "Training tools over your training program, given after --: sweep the settings that decide throughput, see where memory goes, find the largest batch that holds in a real run."
 )]
 pub struct Cli {

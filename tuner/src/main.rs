@@ -2,6 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use common::exit::{no_gpu, usage};
 use common::Error;
 use tuner::autobatch::{self, Options};
 use tuner::cli::{Cli, Command, RunArgs};
@@ -28,10 +29,9 @@ fn main() -> ExitCode {
                     (Some(list), _) => settings.batch_sizes = list.0.clone(),
                     (None, Some(b)) => settings.batch_sizes = vec![b],
                     (None, None) => {
-                        return Err(Error::invalid(
+                        return Err(usage(
                             "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
-                        )
-                        .into())
+                        ))
                     }
                 }
             tuner::memory::workers(&settings)?;
@@ -55,8 +55,8 @@ fn main() -> ExitCode {
                 team: a.team.clone(),
                 model_name: a.model_name.clone(),
             };
-            autobatch::check(&options).map_err(Error::invalid)?;
-            autobatch::choices(&settings)?;
+            autobatch::check(&options).map_err(usage)?;
+            autobatch::choices(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "autobatch")?;
             let report = autobatch::autobatch(&run, settings, &options)?;
             emit(&a.run.json, &report, &autobatch::render(&report))?;
@@ -76,7 +76,8 @@ fn main() -> ExitCode {
     })
 }
 
-/// 0 when the command found what it looks for, 1 when its trials gave no answer.
+/// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is
+/// refused before anything runs (2), no GPU is 3, as for every binary of the workspace.
 fn code(answered: bool) -> ExitCode {
     if answered {
         ExitCode::SUCCESS
@@ -87,28 +88,25 @@ fn code(answered: bool) -> ExitCode {
 
 /// The settings of the config file and the flags, checked.
 fn settings(a: &RunArgs) -> anyhow::Result<Settings> {
-    Ok(a.overrides()
-        .and_then(|o| o.resolve())
-        .map_err(Error::invalid)?)
+    a.overrides().and_then(|o| o.resolve()).map_err(usage)
 }
 
 /// The command after `--` and the GPUs, checked before anything runs; the run's folder and how
 /// its trials start.
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
-    let program = Program::new(a.command.clone()).map_err(Error::invalid)?;
+    let program = Program::new(a.command.clone()).map_err(usage)?;
     if let Some(word) = program.unknown_placeholders().first() {
         let known: Vec<String> = Placeholder::ALL
             .iter()
             .map(|p| format!("{{{}}}", p.name()))
             .collect();
-        return Err(Error::invalid(format!(
+        return Err(usage(format!(
             "{{{word}}} in the command is not a placeholder: use {}",
             known.join(", ")
-        ))
-        .into());
+        )));
     }
-    program.check_runnable().map_err(Error::invalid)?;
-    let devices = visible_devices(settings.devices.as_deref()).map_err(Error::NoDevice)?;
+    program.check_runnable().map_err(usage)?;
+    let devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
     Ok(Run::new(
         RunOptions {
             program,

@@ -142,6 +142,7 @@ pub struct Run {
 
 impl Run {
     pub fn new(o: RunOptions, what: &str) -> Result<Run> {
+        let started = Instant::now();
         if o.devices.is_empty() {
             return Err(Error::invalid("no GPU to run trials on"));
         }
@@ -195,7 +196,7 @@ impl Run {
             folder,
             temporary,
             results_path,
-            started: Instant::now(),
+            started,
         })
     }
 

@@ -132,6 +132,17 @@ pub fn recorded_path(path: &Path) -> String {
     relative_to(&cwd.join(path), &base).display().to_string()
 }
 
+/// An optional path in a result, as [recorded_path] gives it (serde's `serialize_with`).
+pub fn serialize_recorded<S: serde::Serializer>(
+    path: &Option<PathBuf>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match path {
+        Some(p) => s.serialize_some(&recorded_path(p)),
+        None => s.serialize_none(),
+    }
+}
+
 /// A command line as a result records it: the program by its file name, and each argument that
 /// is an absolute path (alone or after `--flag=`) as [recorded_path] gives it.
 pub fn recorded_command_line(args: impl IntoIterator<Item = String>) -> Vec<String> {

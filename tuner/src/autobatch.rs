@@ -149,10 +149,14 @@ pub struct AutobatchReport {
     pub search_wall_s: f64,
     pub confirm_wall_s: f64,
     pub total_wall_s: f64,
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub written_config: Option<PathBuf>,
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub backup: Option<PathBuf>,
     pub team_entry: TeamEntry,
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub team_file: Option<PathBuf>,
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub trials_file: Option<PathBuf>,
     #[serde(skip)]
     pub kept: Option<String>,

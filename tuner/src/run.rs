@@ -378,6 +378,7 @@ pub struct Ran {
     /// The rule's margin.
     pub margin: f64,
     /// The trials' JSON lines, where kept (beside the JSON, or in a kept trials' folder).
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub trials_file: Option<PathBuf>,
     pub wall_s: f64,
     #[serde(skip)]

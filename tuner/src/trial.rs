@@ -119,6 +119,7 @@ pub struct TrialResult {
     /// The last lines of stderr, for a trial that did not end OK.
     pub stderr_tail: Vec<String>,
     /// Where its report, stdout and stderr are kept.
+    #[serde(serialize_with = "common::files::serialize_recorded")]
     pub folder: Option<PathBuf>,
 }
 

@@ -53,7 +53,7 @@ impl Exit {
     }
 }
 
-/// Spawn `cmd` as the leader of a new process group. On Linux it also dies with the thread
+/// Spawn `cmd` leading a new process group of its own. On Linux it also dies with the thread
 /// that started it (the parent-death signal), so an interrupted parent leaves nothing running:
 /// its group does not get the terminal's Ctrl-C.
 pub fn spawn_in_group(mut cmd: Command) -> std::io::Result<Child> {
@@ -84,8 +84,8 @@ pub const POLL: Duration = Duration::from_millis(2);
 
 /// Watch a running group led by `pgid` until it exits, runs past `limit` (counted from
 /// `start`), or `enough` says the watcher has seen all it needs; in the last two cases the group
-/// is killed. `exited` reports the leader's exit once there is one. After any ending, whatever
-/// the leader left in its group is killed too.
+/// is killed. `exited` reports the exit of the process that leads the group once there is one.
+/// After any ending, whatever that process left in its group is killed too.
 pub fn watch(
     pgid: u32,
     start: Instant,
@@ -108,7 +108,7 @@ pub fn watch(
         };
         if let Some(exit) = stop {
             kill_group(pgid);
-            // Reap the leader; a stopped child ended the way the watcher said.
+            // Reap the group's first process; a stopped child ended the way the watcher said.
             let wait_from = Instant::now();
             while exited()?.is_none() && wait_from.elapsed() < Duration::from_secs(10) {
                 std::thread::sleep(POLL);

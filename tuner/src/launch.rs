@@ -290,7 +290,7 @@ impl ForkServer {
         })
     }
 
-    /// Fork one trial; its pid (the leader of its own process group).
+    /// Fork one trial; its pid (its process group's id: it leads the group).
     fn fork(&self, s: &Spawn) -> std::io::Result<u32> {
         let mut env: HashMap<String, String> = std::env::vars_os()
             .map(|(k, v)| {

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::process;
+
 use common::exit::Exit;
 use common::report::LessonReport;
 
@@ -34,43 +36,35 @@ pub fn run(
         Ok(f) => f,
         Err(e) => return Outcome::Failed(format!("cannot create {}: {e}", stderr_path.display())),
     };
-    let mut child = match Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .arg("--json")
         .arg(&json)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(stderr_file)
-        .spawn()
-    {
+        .stderr(stderr_file);
+    // A process group of its own: a variant's hang takes whatever it started with it.
+    let mut child = match process::spawn_in_group(cmd) {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("could not start {}: {e}", program.display())),
     };
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Outcome::Failed(format!(
-                    "timed out after {:.0} s (killed)",
-                    timeout.as_secs_f64()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Outcome::Failed(format!("lost the child process: {e}")),
-        }
+    let end = match process::wait_child(&mut child, Instant::now(), timeout, || false) {
+        Ok(end) => end,
+        Err(e) => return Outcome::Failed(format!("lost the child process: {e}")),
     };
-    let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    let last_line = stderr
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    read_outcome(status.code(), &json, last_line, || describe_signal(&status))
+    let last_line = process::tail_lines(&stderr_path, 1)
+        .pop()
+        .unwrap_or_default();
+    match end {
+        process::Exit::Code(code) => read_outcome(Some(code), &json, last_line, String::new),
+        process::Exit::Signal(s) => {
+            read_outcome(None, &json, last_line, || format!("crashed (signal {s})"))
+        }
+        _ => Outcome::Failed(format!(
+            "timed out after {:.0} s (killed)",
+            timeout.as_secs_f64()
+        )),
+    }
 }
 
 /// What a child's exit code (None: killed by a signal) and its report say. The code alone tells
@@ -111,20 +105,6 @@ fn or_no_message(line: &str) -> &str {
     } else {
         line
     }
-}
-
-#[cfg(unix)]
-fn describe_signal(status: &std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status.signal() {
-        Some(s) => format!("crashed (signal {s})"),
-        None => "ended without an exit code".to_string(),
-    }
-}
-
-#[cfg(not(unix))]
-fn describe_signal(_: &std::process::ExitStatus) -> String {
-    "ended without an exit code".to_string()
 }
 
 /// A fresh scratch folder for one compare run's child outputs.

@@ -293,7 +293,7 @@ mod tests {
             seconds: 5.0,
             what: "measured SGEMM fp32".into(),
         };
-        let md = markdown(&children, Some(&ceilings), 9.5);
+        let md = common::table::unpadded(&markdown(&children, Some(&ceilings), 9.5));
         assert!(
             md.contains("| ch1-x (baseline, fused) | 2.80 | 0.30 |"),
             "{md}"

@@ -249,9 +249,14 @@ fn the_page_of_the_committed_results_renders_in_chromium() {
     let points = seen.number("expected-points");
     assert!(points >= 4 && points % 4 == 0, "{seen:?}");
     assert_eq!(seen.number("points"), points, "{seen:?}");
-    // Both sweep plots that exist, decoded.
-    assert_eq!(seen.number("expected-images"), 2);
-    assert_eq!(seen.number("images"), 2, "{seen:?}");
+    // Every sweep plot that exists, decoded.
+    let plots = folders
+        .iter()
+        .filter(|f| f.join("tuner-sweep.svg").exists() || f.join("tuner-sweep.png").exists())
+        .count();
+    assert!(plots >= 1);
+    assert_eq!(seen.number("expected-images"), plots);
+    assert_eq!(seen.number("images"), plots, "{seen:?}");
     assert_eq!(
         seen.screenshot.0, 0,
         "blank screenshot: {}",

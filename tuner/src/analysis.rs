@@ -11,7 +11,7 @@ use crate::protocol::ThroughputSource;
 use crate::trial;
 
 /// One point of the sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
@@ -36,7 +36,7 @@ impl TrialKey {
 
 /// A trial as the picks, the diagnosis, the table and the plot read it (times in milliseconds
 /// per step).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TrialResult {
     pub key: TrialKey,
     pub status: Status,
@@ -121,24 +121,7 @@ impl TrialResult {
         TrialResult {
             key,
             status,
-            data_ms: None,
-            forward_ms: None,
-            backward_ms: None,
-            optimizer_ms: None,
-            total_ms: None,
-            samples_per_s: None,
-            pickable: false,
-            gpu_busy: None,
-            nvml_util_pct: None,
-            data_fraction: None,
-            peak_bytes: None,
-            memory_limit_bytes: None,
-            framework_peak_bytes: None,
-            program_difference: None,
-            clock_difference: None,
-            device: None,
-            bad_lines: 0,
-            note: None,
+            ..TrialResult::default()
         }
     }
 
@@ -192,24 +175,19 @@ fn pick_max(
     score: impl Fn(f64, u64) -> f64,
     why: impl Fn(f64) -> String,
 ) -> Option<Pick> {
-    let mut best: Option<(&TrialResult, f64)> = None;
-    for t in trials {
-        let Some((tp, mem)) = t.ok() else { continue };
-        let s = score(tp, mem);
-        let better = match best {
-            None => true,
-            Some((b, bs)) => s > bs || (s == bs && order_key(&t.key) < order_key(&b.key)),
-        };
-        if better {
-            best = Some((t, s));
-        }
-    }
-    best.map(|(t, s)| Pick {
-        key: t.key,
-        samples_per_s: t.samples_per_s.unwrap_or(0.0),
-        peak_bytes: t.peak_bytes.unwrap_or(0),
-        why: why(s),
-    })
+    trials
+        .iter()
+        .filter_map(|t| t.ok().map(|(tp, mem)| (t, score(tp, mem))))
+        .max_by(|(a, sa), (b, sb)| {
+            sa.total_cmp(sb)
+                .then(order_key(&b.key).cmp(&order_key(&a.key)))
+        })
+        .map(|(t, s)| Pick {
+            key: t.key,
+            samples_per_s: t.samples_per_s.unwrap_or(0.0),
+            peak_bytes: t.peak_bytes.unwrap_or(0),
+            why: why(s),
+        })
 }
 
 /// Whether a trial's peak leaves the margin free; a trial whose limit is not known counts (and
@@ -228,26 +206,21 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
         |t, m| t / (m.max(1) as f64 / 1e9),
         |s| format!("{s:.0} samples/s per GB of peak memory"),
     );
-    let fitting: Vec<&TrialResult> = trials
+    let fitting: Vec<(&TrialResult, f64)> = trials
         .iter()
-        .filter(|t| t.ok().is_some() && within_margin(t, margin))
+        .filter(|t| within_margin(t, margin))
+        .filter_map(|t| Some((t, t.ok()?.0)))
         .collect();
-    let top = fitting
-        .iter()
-        .filter_map(|t| t.samples_per_s)
-        .fold(0.0f64, f64::max);
+    let top = fitting.iter().map(|f| f.1).fold(0.0f64, f64::max);
     let recommended = fitting
-        .iter()
-        .filter(|t| t.samples_per_s.unwrap_or(0.0) >= (1.0 - WITHIN) * top)
-        .min_by(|a, b| {
-            a.key
-                .batch
-                .cmp(&b.key.batch)
-                .then(b.samples_per_s.unwrap_or(0.0).total_cmp(&a.samples_per_s.unwrap_or(0.0)))
+        .into_iter()
+        .filter(|&(_, tp)| tp >= (1.0 - WITHIN) * top)
+        .min_by(|(a, ta), (b, tb)| {
+            (a.key.batch.cmp(&b.key.batch))
+                .then(tb.total_cmp(ta))
                 .then(order_key(&a.key).cmp(&order_key(&b.key)))
         })
-        .map(|t| {
-            let tp = t.samples_per_s.unwrap_or(0.0);
+        .map(|(t, tp)| {
             let memory = match (t.peak_bytes, t.memory_limit_bytes) {
                 (Some(p), Some(l)) => format!(
                     "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
@@ -299,12 +272,8 @@ pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
         .filter(ok)
         .filter(|t| !t.key.amp)
         .filter_map(|f| {
-            let a = trials.iter().filter(ok).find(|a| {
-                a.key.amp && a.key.batch == f.key.batch && {
-                    let fp32 = TrialKey { amp: true, ..f.key };
-                    a.key.same_setting(&fp32)
-                }
-            })?;
+            let amp = TrialKey { amp: true, ..f.key };
+            let a = trials.iter().filter(ok).find(|a| a.key == amp)?;
             Some(AmpMemory {
                 batch: f.key.batch,
                 fp32_bytes: f.peak_bytes?,
@@ -316,22 +285,22 @@ pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
 
 /// What the measurements say about AMP against out-of-memory.
 pub fn amp_advice(trials: &[TrialResult]) -> String {
-    match amp_memory(trials) {
-        Some(m) if m.change() < -0.01 => format!(
-            "AMP measured {:.0}% less memory at batch {} ({:.2} GB against {:.2} GB in fp32): it lets a larger batch fit",
-            -100.0 * m.change(),
-            m.batch,
-            m.amp_bytes as f64 / 1e9,
-            m.fp32_bytes as f64 / 1e9
-        ),
-        Some(m) => format!(
-            "AMP does not help here: it measured {:+.0}% memory at batch {} ({:.2} GB against {:.2} GB in fp32)",
-            100.0 * m.change(),
-            m.batch,
-            m.amp_bytes as f64 / 1e9,
-            m.fp32_bytes as f64 / 1e9
-        ),
-        None => "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into(),
+    let Some(m) = amp_memory(trials) else {
+        return "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into();
+    };
+    let (amp, fp32) = (m.amp_bytes as f64 / 1e9, m.fp32_bytes as f64 / 1e9);
+    let at = format!(
+        "at batch {} ({amp:.2} GB against {fp32:.2} GB in fp32)",
+        m.batch
+    );
+    if m.change() < -0.01 {
+        let less = -100.0 * m.change();
+        format!("AMP measured {less:.0}% less memory {at}: it lets a larger batch fit")
+    } else {
+        format!(
+            "AMP does not help here: it measured {:+.0}% memory {at}",
+            100.0 * m.change()
+        )
     }
 }
 
@@ -480,6 +449,11 @@ mod tests {
         TrialResult::new(key(batch), Status::Oom)
     }
 
+    /// The diagnosis of the trials with their own picks.
+    fn diagnosed(trials: &[TrialResult]) -> Vec<Diagnosis> {
+        diagnose(trials, &best(trials, MARGIN))
+    }
+
     #[test]
     fn picks_throughput_efficiency_and_recommendation() {
         let trials = vec![
@@ -551,18 +525,10 @@ mod tests {
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.31);
         t.gpu_busy = Some(0.69);
-        let trials = vec![t, oom(128)];
-        let b = best(&trials, MARGIN);
-        let d = diagnose(&trials, &b);
+        let d = diagnosed(&[t, oom(128)]);
         let findings: Vec<Finding> = d.iter().map(|d| d.finding).collect();
-        assert_eq!(
-            findings,
-            vec![
-                Finding::DataBound,
-                Finding::UnderFilled,
-                Finding::MemoryBound
-            ]
-        );
+        use Finding::*;
+        assert_eq!(findings, [DataBound, UnderFilled, MemoryBound]);
         assert!(d[0].message.contains("pinned"));
         assert!(d[1].message.contains("as the program measured it"));
         assert!(d[2].message.contains("batch 128 ran out of memory"));
@@ -570,8 +536,7 @@ mod tests {
         let mut t = ok(64, 1000.0, 1.0);
         t.data_fraction = Some(0.30);
         t.gpu_busy = Some(0.70);
-        let b = best(std::slice::from_ref(&t), MARGIN);
-        assert_eq!(diagnose(&[t], &b)[0].finding, Finding::Healthy);
+        assert_eq!(diagnosed(&[t])[0].finding, Finding::Healthy);
     }
 
     fn amp(batch: usize, mem_gb: f64) -> TrialResult {
@@ -584,20 +549,15 @@ mod tests {
     fn amp_is_advised_against_out_of_memory_only_when_it_measured_less() {
         // The tuner's own AMP keeps fp32 activations and adds bf16 copies: more memory.
         let more = vec![ok(256, 1000.0, 3.3), amp(256, 4.4), oom(512)];
-        let b = best(&more, MARGIN);
-        let d = diagnose(&more, &b);
-        let bound = d
+        let d = diagnosed(&more);
+        let bound = &d
             .iter()
             .find(|d| d.finding == Finding::MemoryBound)
-            .unwrap();
-        assert!(
-            bound
-                .message
-                .contains("AMP does not help here: it measured +33% memory at batch 256"),
-            "{}",
-            bound.message
-        );
-        assert!(!bound.message.contains("lets a larger batch fit"));
+            .unwrap()
+            .message;
+        let says = "AMP does not help here: it measured +33% memory at batch 256";
+        assert!(bound.contains(says), "{bound}");
+        assert!(!bound.contains("lets a larger batch fit"));
         // A program whose bf16 autocast saves activations.
         let less = vec![ok(256, 1000.0, 40.0), amp(256, 24.0), oom(512)];
         let m = amp_memory(&less).unwrap();
@@ -605,23 +565,17 @@ mod tests {
             (m.batch, m.fp32_bytes, m.amp_bytes),
             (256, 40 * GB, 24 * GB)
         );
-        let d = diagnose(&less, &best(&less, MARGIN));
-        assert!(
-            d.iter().any(|d| d
-                .message
-                .contains("AMP measured 40% less memory at batch 256")),
-            "{d:?}"
-        );
+        let d = diagnosed(&less);
+        let says = "AMP measured 40% less memory at batch 256";
+        assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");
         // Not measured at one batch: no advice either way.
         let none = vec![ok(256, 1000.0, 40.0), amp(128, 24.0), oom(512)];
         assert!(amp_memory(&none).is_none());
-        let d = diagnose(&none, &best(&none, MARGIN));
-        assert!(
-            d.iter().any(|d| d.message.contains("was not measured")),
-            "{d:?}"
-        );
+        let d = diagnosed(&none);
+        let says = "was not measured";
+        assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");
         // Every trial out of memory: AMP is not offered as a remedy.
-        let d = diagnose(&[oom(8)], &best(&[oom(8)], MARGIN));
+        let d = diagnosed(&[oom(8)]);
         assert!(!d[0].message.contains("AMP"), "{}", d[0].message);
     }
 
@@ -643,40 +597,21 @@ mod tests {
         // Nothing about the GPU's busy share measured: the healthy line says so.
         let mut t = ok(64, 500.0, 10.0);
         t.gpu_busy = None;
-        let d = diagnose(
-            std::slice::from_ref(&t),
-            &best(std::slice::from_ref(&t), MARGIN),
-        );
+        let d = diagnosed(std::slice::from_ref(&t));
+        let m = &d[0].message;
         assert_eq!(d[0].finding, Finding::Healthy);
         assert!(
-            d[0].message.contains("was not measured"),
-            "{}",
-            d[0].message
+            m.contains("was not measured") && !m.contains("is busy"),
+            "{m}"
         );
-        assert!(!d[0].message.contains("is busy"), "{}", d[0].message);
         // NVML's utilization stands in, named.
         t.nvml_util_pct = Some(55.0);
-        let d = diagnose(
-            std::slice::from_ref(&t),
-            &best(std::slice::from_ref(&t), MARGIN),
-        );
+        let d = diagnosed(std::slice::from_ref(&t));
         assert_eq!(d[0].finding, Finding::UnderFilled);
-        assert!(
-            d[0].message.contains("NVML utilization"),
-            "{}",
-            d[0].message
-        );
+        assert!(d[0].message.contains("NVML utilization"), "{d:?}");
         t.nvml_util_pct = Some(97.0);
-        let d = diagnose(
-            std::slice::from_ref(&t),
-            &best(std::slice::from_ref(&t), MARGIN),
-        );
-        assert!(
-            d[0].message
-                .contains("busy 97% of the step (NVML utilization)"),
-            "{}",
-            d[0].message
-        );
+        let m = &diagnosed(std::slice::from_ref(&t))[0].message;
+        assert!(m.contains("busy 97% of the step (NVML utilization)"), "{m}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use common::report::Provenance;
 use common::{Error, Result};
 
 use crate::config::{Settings, MAX_BATCH};
-use crate::granularity::{index_below, size_at, Granularity};
+use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Program};
 use crate::queue::ResultsFile;
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
@@ -82,30 +82,23 @@ pub fn check(o: &Options) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Why the finder stopped without an answer.
-#[derive(Debug)]
-pub struct Stopped(pub Box<TrialResult>);
-
-impl std::fmt::Display for Stopped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let r = &self.0;
-        write!(
-            f,
-            "batch {} {}, which says nothing about memory: the search stops here",
-            r.params.batch_size,
-            r.verdict()
-        )?;
-        if !r.stderr_tail.is_empty() {
-            write!(f, "; its stderr ended with:")?;
-            for line in &r.stderr_tail {
-                write!(f, "\n    {line}")?;
-            }
+/// Why the finder stops without an answer: a trial that says nothing about memory.
+fn stopped(r: &TrialResult) -> Error {
+    let mut why = format!(
+        "batch {} {}, which says nothing about memory: the search stops here",
+        r.params.batch_size,
+        r.verdict()
+    );
+    if !r.stderr_tail.is_empty() {
+        why.push_str("; its stderr ended with:");
+        for line in &r.stderr_tail {
+            why.push_str(&format!("\n    {line}"));
         }
-        if let Some(folder) = &r.folder {
-            write!(f, "\n(its output is kept in {})", folder.display())?;
-        }
-        Ok(())
     }
+    if let Some(folder) = &r.folder {
+        why.push_str(&format!("\n(its output is kept in {})", folder.display()));
+    }
+    Error::invalid(why)
 }
 
 /// One confirmation run.
@@ -170,8 +163,8 @@ fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
 }
 
 /// What a search trial tells the search.
-fn probe(r: &TrialResult) -> std::result::Result<Probe, Stopped> {
-    let fits = r.fits().ok_or_else(|| Stopped(Box::new(r.clone())))?;
+fn probe(r: &TrialResult) -> Result<Probe> {
+    let fits = r.fits().ok_or_else(|| stopped(r))?;
     let (peak, limit) = r.memory_terms();
     Ok(Probe {
         fits,
@@ -213,8 +206,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         let answer = probe(&r);
         trials.push(r);
         answer
-    })
-    .map_err(|stopped| Error::invalid(stopped.to_string()))?
+    })?
     .map_err(Error::invalid)?;
     let search_wall_s = run.elapsed_s() - search_started;
 
@@ -224,10 +216,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let mut held: Option<usize> = None;
     let mut candidate = index_below(o.granularity, found.maximum);
     let mut step = 1;
-    let floor = index_below(o.granularity, 1).max(usize::from(matches!(
-        o.granularity,
-        Granularity::Multiple(_)
-    )));
+    let floor = first_index(o.granularity);
     loop {
         let batch = size_at(o.granularity, candidate);
         let r = run.one(
@@ -239,7 +228,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         );
         let fits = match r.fits() {
             Some(f) => f && r.reached_steps,
-            None => return Err(Error::invalid(Stopped(Box::new(r)).to_string())),
+            None => return Err(stopped(&r)),
         };
         confirmations.push(Confirmation {
             batch_size: batch,
@@ -307,13 +296,12 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         accumulation_steps,
         precision: if amp { "amp".into() } else { "fp32".into() },
     };
-    let backup = match &o.write {
-        Some(path) => Some(
-            writeback::write_config(path, batch_size, accumulation_steps)
-                .map_err(Error::invalid)?,
-        ),
-        None => None,
-    };
+    let backup = o
+        .write
+        .as_deref()
+        .map(|path| writeback::write_config(path, batch_size, accumulation_steps))
+        .transpose()
+        .map_err(Error::invalid)?;
     if let Some(team) = &o.team {
         writeback::write_team(team, &team_entry).map_err(Error::invalid)?;
     }
@@ -415,25 +403,21 @@ pub fn render(r: &AutobatchReport) -> String {
     if let Some(a) = &r.accumulation {
         let _ = writeln!(o, "gradient accumulation: {}", a.advice);
     }
-    match (&r.written_config, &r.backup) {
-        (Some(c), Some(b)) => {
-            let _ = writeln!(
-                o,
-                "wrote batch_size = {} and accumulation_steps = {} into {} (backup {})",
-                r.batch_size,
-                r.accumulation_steps,
-                c.display(),
-                b.display()
-            );
-        }
-        _ => {
-            let _ = writeln!(
-                o,
-                "for the config: batch_size = {}, accumulation_steps = {} (--write puts them into the --config file)",
-                r.batch_size, r.accumulation_steps
-            );
-        }
-    }
+    let _ = match (&r.written_config, &r.backup) {
+        (Some(c), Some(b)) => writeln!(
+            o,
+            "wrote batch_size = {} and accumulation_steps = {} into {} (backup {})",
+            r.batch_size,
+            r.accumulation_steps,
+            c.display(),
+            b.display()
+        ),
+        _ => writeln!(
+            o,
+            "for the config: batch_size = {}, accumulation_steps = {} (--write puts them into the --config file)",
+            r.batch_size, r.accumulation_steps
+        ),
+    };
     let e = &r.team_entry;
     let what = format!(
         "[gpus.\"{}\".\"{}\"] batch_size = {}, accumulation_steps = {}, precision = \"{}\"",

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use common::process::Exit;
 
 /// A trial's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Status {
     /// Exited with status 0 after every step it was told to run (or reported none at all), or
@@ -24,88 +24,45 @@ pub enum Status {
     Failed,
     /// Not run (the queue's skip rule, e.g. a smaller batch of the same setting ran out of
     /// memory).
+    #[default]
     Skipped,
 }
 
-/// A message that means the device ran out of memory: every needle must be on one line
-/// (compared without case).
-struct Signature {
-    stack: &'static str,
-    needles: &'static [&'static str],
-}
-
-/// The stacks' own wordings, most specific first; the first row that matches names the stack.
+/// The stacks' own wordings, most specific first: (stack, needles). A line means the device ran
+/// out of memory when every needle of a row is on it (compared without case); the first row
+/// that matches names the stack.
 /// Host memory is not in the table: "DefaultCPUAllocator: not enough memory", Python's
 /// MemoryError, a data-loader worker killed by the kernel, TensorFlow's OOM on a CPU device are
 /// failures of the machine, not a batch that is too large for the GPU.
-const SIGNATURES: &[Signature] = &[
+const SIGNATURES: &[(&str, &[&str])] = &[
     // torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (2.x), RuntimeError (1.x):
     // "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of ..."
-    Signature {
-        stack: "PyTorch",
-        needles: &["CUDA out of memory"],
-    },
-    Signature {
-        stack: "PyTorch",
-        needles: &["torch.OutOfMemoryError"],
-    },
-    Signature {
-        stack: "PyTorch",
-        needles: &["torch.cuda.OutOfMemoryError"],
-    },
+    ("PyTorch", &["CUDA out of memory"]),
+    ("PyTorch", &["torch.OutOfMemoryError"]),
+    ("PyTorch", &["torch.cuda.OutOfMemoryError"]),
     // JAX / XLA: "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate
     // 7406166528 bytes." (also "Out of memory allocating", "Ran out of memory in memory space")
-    Signature {
-        stack: "XLA",
-        needles: &["RESOURCE_EXHAUSTED", "out of memory"],
-    },
+    ("XLA", &["RESOURCE_EXHAUSTED", "out of memory"]),
     // TensorFlow: "ResourceExhaustedError: OOM when allocating tensor with shape[...] ... on
     // /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc"
-    Signature {
-        stack: "TensorFlow",
-        needles: &["OOM when allocating", "GPU"],
-    },
+    ("TensorFlow", &["OOM when allocating", "GPU"]),
     // "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
-    Signature {
-        stack: "cuBLAS",
-        needles: &["CUBLAS_STATUS_ALLOC_FAILED"],
-    },
+    ("cuBLAS", &["CUBLAS_STATUS_ALLOC_FAILED"]),
     // "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
     // "Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED"
-    Signature {
-        stack: "cuDNN",
-        needles: &["CUDNN_STATUS_ALLOC_FAILED"],
-    },
+    ("cuDNN", &["CUDNN_STATUS_ALLOC_FAILED"]),
     // cudaErrorMemoryAllocation, by name or by its string: "RuntimeError: CUDA error: out of
     // memory", "torch.AcceleratorError: CUDA error: out of memory"
-    Signature {
-        stack: "CUDA runtime",
-        needles: &["cudaErrorMemoryAllocation"],
-    },
-    Signature {
-        stack: "CUDA runtime",
-        needles: &["CUDA error: out of memory"],
-    },
+    ("CUDA runtime", &["cudaErrorMemoryAllocation"]),
+    ("CUDA runtime", &["CUDA error: out of memory"]),
     // The driver API: "CUDA_ERROR_OUT_OF_MEMORY: out of memory"
-    Signature {
-        stack: "CUDA driver",
-        needles: &["CUDA_ERROR_OUT_OF_MEMORY"],
-    },
+    ("CUDA driver", &["CUDA_ERROR_OUT_OF_MEMORY"]),
     // CuPy: "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,024 bytes"
-    Signature {
-        stack: "CuPy",
-        needles: &["cupy.cuda.memory.OutOfMemoryError"],
-    },
+    ("CuPy", &["cupy.cuda.memory.OutOfMemoryError"]),
     // Other CUDA libraries and NCCL ("NCCL WARN Cuda failure 'out of memory'"): the runtime's
     // string next to a CUDA or GPU word.
-    Signature {
-        stack: "CUDA",
-        needles: &["out of memory", "cuda"],
-    },
-    Signature {
-        stack: "CUDA",
-        needles: &["out of memory", "gpu"],
-    },
+    ("CUDA", &["out of memory", "cuda"]),
+    ("CUDA", &["out of memory", "gpu"]),
 ];
 
 /// An out-of-memory message found in the output.
@@ -123,9 +80,9 @@ pub fn find_oom(text: &str) -> Option<OomMessage> {
         let lower = line.to_lowercase();
         SIGNATURES
             .iter()
-            .find(|s| s.needles.iter().all(|n| lower.contains(&n.to_lowercase())))
-            .map(|s| OomMessage {
-                stack: s.stack.to_string(),
+            .find(|(_, needles)| needles.iter().all(|n| lower.contains(&n.to_lowercase())))
+            .map(|(stack, _)| OomMessage {
+                stack: stack.to_string(),
                 line: line.trim().chars().take(400).collect(),
             })
     })
@@ -154,52 +111,30 @@ pub struct Steps {
 /// ran out of memory first and then hung (a collective waiting for a rank that died); the rest
 /// is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
 pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classified {
-    let oom = || find_oom(stderr).or_else(|| find_oom(stdout));
-    let plain = |status| Classified {
+    let plain = |status, reason| Classified {
         status,
         oom: None,
-        reason: exit.describe(),
+        reason,
     };
-    match exit {
-        Exit::Code(0) if steps.reported > 0 && steps.reported < steps.told => {
-            return Classified {
-                status: Status::Incomplete,
-                oom: None,
-                reason: format!(
-                    "exit status 0 after {} of the {} steps it was told to run",
-                    steps.reported, steps.told
-                ),
-            }
-        }
-        Exit::Code(0) => return plain(Status::Ok),
-        Exit::Stopped => {
-            return match oom() {
-                Some(m) => Classified {
-                    status: Status::Oom,
-                    reason: format!("out of memory ({}), stopped at the message", m.stack),
-                    oom: Some(m),
-                },
-                None => plain(Status::Ok),
-            }
-        }
-        _ => {}
-    }
-    match (oom(), exit) {
-        (Some(m), Exit::TimedOut) => Classified {
-            status: Status::Oom,
-            reason: format!(
-                "out of memory ({}), then hung until the time limit",
-                m.stack
+    let oom = |m: OomMessage, how: String| Classified {
+        status: Status::Oom,
+        reason: format!("out of memory ({}), {how}", m.stack),
+        oom: Some(m),
+    };
+    match (exit, find_oom(stderr).or_else(|| find_oom(stdout))) {
+        (Exit::Code(0), _) if steps.reported > 0 && steps.reported < steps.told => plain(
+            Status::Incomplete,
+            format!(
+                "exit status 0 after {} of the {} steps it was told to run",
+                steps.reported, steps.told
             ),
-            oom: Some(m),
-        },
-        (Some(m), _) => Classified {
-            status: Status::Oom,
-            reason: format!("out of memory ({}), {}", m.stack, exit.describe()),
-            oom: Some(m),
-        },
-        (None, Exit::TimedOut) => plain(Status::Hang),
-        (None, _) => plain(Status::Failed),
+        ),
+        (Exit::Code(0), _) | (Exit::Stopped, None) => plain(Status::Ok, exit.describe()),
+        (Exit::Stopped, Some(m)) => oom(m, "stopped at the message".into()),
+        (Exit::TimedOut, Some(m)) => oom(m, "then hung until the time limit".into()),
+        (_, Some(m)) => oom(m, exit.describe()),
+        (Exit::TimedOut, None) => plain(Status::Hang, exit.describe()),
+        (_, None) => plain(Status::Failed, exit.describe()),
     }
 }
 
@@ -212,64 +147,31 @@ mod tests {
         told: 4,
     };
 
-    /// Real messages of each stack (as the stacks print them), with the stack that must be
-    /// named.
-    const OOM_MESSAGES: &[(&str, &str)] = &[
-        (
-            "PyTorch",
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 11.06 MiB is free. Including non-PyTorch memory, this process has 23.60 GiB memory in use. Of the allocated memory 22.90 GiB is allocated by PyTorch, and 194.87 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
-        ),
-        (
-            "PyTorch",
-            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has a total capacty of 6.00 GiB of which 0 bytes is free.",
-        ),
-        (
-            "PyTorch",
-            "RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB total capacity; 8.57 MiB already allocated; 9.28 GiB free; 4.68 MiB cached)",
-        ),
-        (
-            "XLA",
-            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.",
-        ),
-        (
-            "XLA",
-            "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem.",
-        ),
-        (
-            "TensorFlow",
-            "tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,256,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
-        ),
-        (
-            "cuBLAS",
-            "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-        ),
-        ("cuDNN", "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
-        (
-            "cuDNN",
-            "E tensorflow/stream_executor/cuda/cuda_dnn.cc:329] Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
-        ),
-        ("CUDA runtime", "RuntimeError: CUDA error: out of memory"),
-        (
-            "CUDA runtime",
-            "torch.AcceleratorError: CUDA error: out of memory",
-        ),
-        (
-            "CUDA runtime",
-            "CUDA error: out of memorySearch for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.",
-        ),
-        (
-            "CUDA driver",
-            "E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:764] failed to alloc 2740606464 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
-        ),
-        (
-            "CuPy",
-            "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).",
-        ),
-        (
-            "CUDA",
-            "node1:1234:1250 [0] include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'",
-        ),
+    /// Real messages of each stack (as the stacks print them), after the stack that must be named
+    /// and ` | `.
+    const OOM_MESSAGES: &[&str] = &[
+        "PyTorch | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 11.06 MiB is free. Including non-PyTorch memory, this process has 23.60 GiB memory in use. Of the allocated memory 22.90 GiB is allocated by PyTorch, and 194.87 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
+        "PyTorch | torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.70 GiB. GPU 0 has a total capacty of 6.00 GiB of which 0 bytes is free.",
+        "PyTorch | RuntimeError: CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB total capacity; 8.57 MiB already allocated; 9.28 GiB free; 4.68 MiB cached)",
+        "XLA | jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 7406166528 bytes.",
+        "XLA | RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem.",
+        "TensorFlow | tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[64,256,56,56] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+        "cuBLAS | RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+        "cuDNN | RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+        "cuDNN | E tensorflow/stream_executor/cuda/cuda_dnn.cc:329] Could not create cudnn handle: CUDNN_STATUS_ALLOC_FAILED",
+        "CUDA runtime | RuntimeError: CUDA error: out of memory",
+        "CUDA runtime | torch.AcceleratorError: CUDA error: out of memory",
+        "CUDA runtime | CUDA error: out of memorySearch for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.",
+        "CUDA driver | E external/org_tensorflow/tensorflow/stream_executor/cuda/cuda_driver.cc:764] failed to alloc 2740606464 bytes unified memory; result: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        "CuPy | cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 1,073,741,824 bytes (allocated so far: 0 bytes).",
+        "CUDA | node1:1234:1250 [0] include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'",
     ];
+
+    fn oom_messages() -> impl Iterator<Item = (&'static str, &'static str)> {
+        OOM_MESSAGES
+            .iter()
+            .map(|m| m.split_once(" | ").expect("STACK | message"))
+    }
 
     /// Failures that mention memory but are not the GPU's.
     const NOT_OOM: &[&str] = &[
@@ -290,11 +192,11 @@ mod tests {
 
     #[test]
     fn every_stack_s_message_is_out_of_memory_and_named() {
-        for (stack, line) in OOM_MESSAGES {
+        for (stack, line) in oom_messages() {
             let c = classify(Exit::Code(1), &traceback(line), "", ALL);
             assert_eq!(c.status, Status::Oom, "{line}");
             let m = c.oom.expect("a message");
-            assert_eq!(m.stack, *stack, "{line}");
+            assert_eq!(m.stack, stack, "{line}");
             // The line is kept, cut at 400 characters (PyTorch's runs to about 500).
             assert!(line.starts_with(&m.line) && m.line.chars().count() == line.len().min(400));
             assert!(c.reason.contains(stack) && c.reason.contains("exit status 1"));
@@ -315,16 +217,14 @@ mod tests {
 
     #[test]
     fn the_exit_status_decides_first() {
-        let oom = traceback(OOM_MESSAGES[0].1);
+        let oom = traceback(oom_messages().next().unwrap().1);
         // A program that caught an out-of-memory and finished is fine.
         assert_eq!(classify(Exit::Code(0), &oom, "", ALL).status, Status::Ok);
         // Killed by a signal after the message: still the message's answer.
         assert_eq!(classify(Exit::Signal(6), &oom, "", ALL).status, Status::Oom);
         // A hang with no message is a hang; after an out-of-memory it is the out-of-memory.
-        assert_eq!(
-            classify(Exit::TimedOut, "step 3\n", "", ALL).status,
-            Status::Hang
-        );
+        let hang = classify(Exit::TimedOut, "step 3\n", "", ALL);
+        assert_eq!(hang.status, Status::Hang);
         let c = classify(Exit::TimedOut, &oom, "", ALL);
         assert_eq!(c.status, Status::Oom);
         assert!(c.reason.contains("then hung"));
@@ -334,20 +234,16 @@ mod tests {
 
     #[test]
     fn statuses_serialize_as_the_tables_print_them() {
-        let s: Vec<String> = [
-            Status::Ok,
-            Status::Oom,
-            Status::Hang,
-            Status::Failed,
-            Status::Skipped,
-        ]
-        .iter()
-        .map(|s| serde_json::to_string(s).unwrap())
-        .collect();
-        assert_eq!(
-            s,
-            ["\"OK\"", "\"OOM\"", "\"HANG\"", "\"FAILED\"", "\"SKIPPED\""]
-        );
+        use Status::*;
+        for (s, json) in [
+            (Ok, "OK"),
+            (Oom, "OOM"),
+            (Hang, "HANG"),
+            (Failed, "FAILED"),
+            (Skipped, "SKIPPED"),
+        ] {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{json}\""));
+        }
     }
 
     #[test]
@@ -364,10 +260,8 @@ mod tests {
             told: 4,
         };
         assert_eq!(classify(Exit::Code(0), "", "", none).status, Status::Ok);
-        assert_eq!(
-            classify(Exit::Stopped, "step 3\n", "", some).status,
-            Status::Ok
-        );
+        let stopped = classify(Exit::Stopped, "step 3\n", "", some);
+        assert_eq!(stopped.status, Status::Ok);
         let oom = traceback("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB");
         let c = classify(Exit::Stopped, &oom, "", some);
         assert_eq!(c.status, Status::Oom);

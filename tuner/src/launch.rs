@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use common::process::{spawn_in_group, Exit};
-use serde::Serialize;
+use serde::Deserialize;
 
 const SERVER: &str = include_str!("forkserver.py");
 
@@ -140,14 +140,21 @@ impl PythonProgram {
     }
 }
 
-/// What the server said once its imports were done.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Ready {
+/// A line of the server's: the first says whether it is ready (and what it imported, in how
+/// long); each later one answers a fork request (`started` or `error`) or tells of a trial's
+/// exit.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Message {
+    pub ready: bool,
+    pub why: Option<String>,
     pub seconds: f64,
     pub imported: Vec<String>,
-    /// Modules the program names that could not be imported in the parent (the trials import
-    /// them themselves).
-    pub failed: Vec<String>,
+    pub started: Option<u32>,
+    pub error: Option<String>,
+    pub exited: Option<u32>,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
 }
 
 #[derive(Default)]
@@ -164,7 +171,8 @@ pub struct ForkServer {
     server: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
     events: Arc<(Mutex<Events>, Condvar)>,
-    pub ready: Ready,
+    /// What it said once its imports were done.
+    pub ready: Message,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -204,7 +212,7 @@ impl ForkServer {
                 let mut first = Some(tx);
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
-                    let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+                    let Ok(v) = serde_json::from_str::<Message>(&line) else {
                         continue;
                     };
                     if let Some(tx) = first.take() {
@@ -213,20 +221,17 @@ impl ForkServer {
                     }
                     let (m, cv) = &*shared;
                     let mut ev = lock(m);
-                    if let Some(pid) = v.get("started").and_then(|p| p.as_u64()) {
-                        ev.started = Some(Ok(pid as u32));
-                    } else if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
-                        ev.started = Some(Err(e.to_string()));
-                    } else if let Some(pid) = v.get("exited").and_then(|p| p.as_u64()) {
-                        let exit = match (
-                            v.get("code").and_then(|c| c.as_i64()),
-                            v.get("signal").and_then(|s| s.as_i64()),
-                        ) {
-                            (Some(c), _) => Exit::Code(c as i32),
-                            (None, Some(s)) => Exit::Signal(s as i32),
+                    if let Some(pid) = v.started {
+                        ev.started = Some(Ok(pid));
+                    } else if let Some(e) = v.error {
+                        ev.started = Some(Err(e));
+                    } else if let Some(pid) = v.exited {
+                        let exit = match (v.code, v.signal) {
+                            (Some(c), _) => Exit::Code(c),
+                            (None, Some(s)) => Exit::Signal(s),
                             _ => Exit::Code(-1),
                         };
-                        ev.exited.insert(pid as u32, exit);
+                        ev.exited.insert(pid, exit);
                     }
                     cv.notify_all();
                 }
@@ -257,32 +262,13 @@ impl ForkServer {
                 }
             }
         };
-        if first.get("ready").and_then(|r| r.as_bool()) != Some(true) {
+        if !first.ready {
             common::process::kill_group(child.id());
             let _ = child.wait();
-            let why = first
-                .get("why")
-                .and_then(|w| w.as_str())
-                .unwrap_or("no reason given");
-            return Err(why.to_string());
+            return Err(first.why.unwrap_or_else(|| "no reason given".into()));
         }
-        let names = |key: &str| -> Vec<String> {
-            first
-                .get(key)
-                .and_then(|v| v.as_array())
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
         Ok(ForkServer {
-            ready: Ready {
-                seconds: first.get("seconds").and_then(|s| s.as_f64()).unwrap_or(0.0),
-                imported: names("imported"),
-                failed: names("failed"),
-            },
+            ready: first,
             program,
             server: Mutex::new(child),
             stdin: Mutex::new(stdin),
@@ -337,12 +323,9 @@ impl ForkServer {
     fn exit_of(&self, pid: u32) -> Option<Exit> {
         let (m, _) = &*self.events;
         let ev = lock(m);
-        match ev.exited.get(&pid) {
-            Some(e) => Some(*e),
-            // The parent died: its trials were killed with it.
-            None if ev.gone => Some(Exit::Signal(9)),
-            None => None,
-        }
+        // The parent died: its trials were killed with it.
+        let killed = ev.gone.then_some(Exit::Signal(9));
+        ev.exited.get(&pid).copied().or(killed)
     }
 }
 
@@ -358,41 +341,30 @@ impl Drop for ForkServer {
 mod tests {
     use super::*;
 
-    fn argv(words: &[&str]) -> Vec<String> {
-        words.iter().map(|s| s.to_string()).collect()
+    fn argv(line: &str) -> Vec<String> {
+        line.split(' ').map(String::from).collect()
     }
 
     #[test]
     fn python_programs_the_server_can_run() {
-        let p = PythonProgram::of(&argv(&[
-            "python3",
-            "train.py",
-            "--batch-size",
-            "{batch_size}",
-        ]))
-        .unwrap();
+        let p = PythonProgram::of(&argv("python3 train.py --batch-size {batch_size}")).unwrap();
         assert_eq!(p.target, ["train.py"]);
-        assert_eq!(
-            p.child_argv(&argv(&["python3", "train.py", "--batch-size", "8"])),
-            ["train.py", "--batch-size", "8"]
-        );
-        let p = PythonProgram::of(&argv(&["/opt/venv/bin/python3.12", "-m", "pkg.train", "x"]))
-            .unwrap();
+        let child = p.child_argv(&argv("python3 train.py --batch-size 8"));
+        assert_eq!(child, ["train.py", "--batch-size", "8"]);
+        let p = PythonProgram::of(&argv("/opt/venv/bin/python3.12 -m pkg.train x")).unwrap();
         assert_eq!(p.target, ["-m", "pkg.train"]);
-        assert_eq!(
-            p.child_argv(&argv(&["python3", "-m", "pkg.train", "x"])),
-            ["pkg.train", "x"]
-        );
+        let child = p.child_argv(&argv("python3 -m pkg.train x"));
+        assert_eq!(child, ["pkg.train", "x"]);
         for not in [
-            &["python3", "-u", "train.py"][..],
-            &["python3"],
-            &["python3", "-c", "print(1)"],
-            &["pythonista", "train.py"],
-            &["./train.py"],
-            &["torchrun", "train.py"],
-            &["python3", "{script}"],
+            "python3 -u train.py",
+            "python3",
+            "python3 -c print(1)",
+            "pythonista train.py",
+            "./train.py",
+            "torchrun train.py",
+            "python3 {script}",
         ] {
-            assert_eq!(PythonProgram::of(&argv(not)), None, "{not:?}");
+            assert_eq!(PythonProgram::of(&argv(not)), None, "{not}");
         }
     }
 }

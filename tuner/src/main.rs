@@ -34,7 +34,7 @@ fn main() -> ExitCode {
                         ))
                     }
                 }
-            tuner::memory::workers(&settings)?;
+            tuner::memory::workers(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "memory")?;
             let report =
                 tuner::memory::memory(&run, settings, a.sizes.granularity(), a.sizes.margin)?;

@@ -13,10 +13,9 @@ use crate::analysis::{amp_advice, amp_memory, TrialResult as Row};
 use crate::config::Settings;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
-use crate::program::{Params, Program};
+use crate::program::on_off;
 use crate::recommend::{self, BatchStatus, MemoryFit, Tiers};
 use crate::run::{gb, Ran, Run};
-use crate::sweep::on_off;
 use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-memory/2";
@@ -61,20 +60,9 @@ pub fn memory(
     granularity: Granularity,
     margin: Option<f64>,
 ) -> Result<MemoryReport> {
-    let workers = workers(&settings)?;
-    let mut jobs = Vec::new();
-    for &amp in &settings.amp {
-        for &b in &settings.batch_sizes {
-            jobs.push(Params {
-                batch_size: b,
-                workers,
-                amp,
-                accumulation: settings.accumulation_steps,
-                steps: settings.steps,
-                warmup_steps: settings.warmup_steps,
-            });
-        }
-    }
+    // One worker count: the sweep's plan is every precision x batch size.
+    workers(&settings)?;
+    let jobs = crate::sweep::plan(&settings);
     let amps = settings.amp.clone();
     let configured = settings.batch_size;
     let ran = run.ran("memory", &jobs, settings, margin)?;
@@ -102,10 +90,8 @@ pub fn memory(
         .collect();
     let rows: Vec<Row> = ran.trials.iter().map(Row::of).collect();
     let amp_advice = amp_memory(&rows).map(|_| amp_advice(&rows));
-    let batch_status = match (configured, precisions.first()) {
-        (Some(c), Some(p)) => Some(recommend::status(c, &p.tiers)),
-        _ => None,
-    };
+    let batch_status =
+        (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
     Ok(MemoryReport {
         schema: SCHEMA,
         ran,
@@ -138,7 +124,7 @@ fn memory_table(trials: &[TrialResult]) -> Table {
         };
         t.row(vec![
             r.params.batch_size.to_string(),
-            on_off(r.params.amp),
+            on_off(r.params.amp).into(),
             fits,
             cell(r.memory.peak_bytes, gb),
             match r.memory.source {
@@ -159,13 +145,7 @@ fn memory_table(trials: &[TrialResult]) -> Table {
 }
 
 pub fn render(r: &MemoryReport) -> String {
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "## tuner memory: `{}` on {} GPU(s)\n",
-        Program::display(&r.ran.command),
-        r.ran.devices.len()
-    );
+    let mut o = r.ran.header("memory");
     for d in &r.ran.devices {
         let _ = writeln!(
             o,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 /// What NVML says about one GPU.
-pub trait MemoryProbe: Send + Sync {
+pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Compute processes on the device with the bytes each uses, where accounted; None when
     /// the query itself failed.
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
@@ -44,6 +44,7 @@ pub enum NvmlKey {
 }
 
 /// NVML's view of one GPU.
+#[derive(Debug)]
 pub struct NvmlProbe {
     nvml: Arc<nvml_wrapper::Nvml>,
     key: NvmlKey,
@@ -95,18 +96,8 @@ impl MemoryProbe for NvmlProbe {
     }
 }
 
-/// NVML, where the driver has it (drivers often ship only the versioned soname).
-pub fn open_nvml() -> Option<Arc<nvml_wrapper::Nvml>> {
-    nvml_wrapper::Nvml::builder()
-        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-        .init()
-        .or_else(|_| nvml_wrapper::Nvml::init())
-        .ok()
-        .map(Arc::new)
-}
-
 /// Where a trial's memory figure came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum MemorySource {
     /// NVML's per-process accounting, summed over the trial's processes.
@@ -114,11 +105,12 @@ pub enum MemorySource {
     /// The device's memory in use above its level before the trial.
     NvmlDeviceDelta,
     /// No NVML reading for this device.
+    #[default]
     None,
 }
 
 /// A trial's peak GPU memory as seen from outside.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MemoryReading {
     pub source: MemorySource,
     pub peak_bytes: Option<u64>,
@@ -135,12 +127,8 @@ pub struct MemoryReading {
 impl MemoryReading {
     pub fn unmeasured(note: &str) -> MemoryReading {
         MemoryReading {
-            source: MemorySource::None,
-            peak_bytes: None,
-            device_before_bytes: None,
-            device_total_bytes: None,
-            samples: 0,
             note: Some(note.to_string()),
+            ..MemoryReading::default()
         }
     }
 }
@@ -183,13 +171,11 @@ impl Watch {
             }
             let accounted: Vec<u64> = ours.into_iter().flatten().collect();
             if !accounted.is_empty() {
-                let sum = accounted.iter().sum::<u64>();
-                self.group_peak = Some(self.group_peak.map_or(sum, |p| p.max(sum)));
+                self.group_peak = self.group_peak.max(Some(accounted.iter().sum()));
             }
         }
-        if let Some(used) = device_used {
-            self.device_peak = Some(self.device_peak.map_or(used, |p| p.max(used)));
-        }
+        // None is below every reading.
+        self.device_peak = self.device_peak.max(device_used);
     }
 
     /// The peak so far in the reading's terms: per-process where accounted, else the device's
@@ -202,19 +188,6 @@ impl Watch {
     /// The reading: per-process where NVML accounted the trial's processes, else the device's
     /// rise over `before`.
     pub fn reading(&self, before: Option<u64>) -> MemoryReading {
-        if let Some(peak) = self.group_peak {
-            return MemoryReading {
-                source: MemorySource::NvmlProcess,
-                peak_bytes: Some(peak),
-                device_before_bytes: before,
-                device_total_bytes: None,
-                samples: self.samples,
-                note: self
-                    .unaccounted
-                    .then(|| "some of the trial's processes were listed without memory".into()),
-            };
-        }
-        let listed_nothing = !self.unaccounted && !self.only_strangers;
         let why = if self.unaccounted {
             "NVML lists the trial's processes without their memory (no per-process accounting \
              here, as in some virtual machines)"
@@ -224,39 +197,45 @@ impl Watch {
         } else {
             "NVML listed no compute process (no per-process accounting here)"
         };
-        match (self.device_peak, before) {
+        let listed_nothing = !self.unaccounted && !self.only_strangers;
+        let (source, peak_bytes, note) = match (self.group_peak, self.device_peak, before) {
+            (Some(peak), _, _) => (
+                MemorySource::NvmlProcess,
+                Some(peak),
+                self.unaccounted
+                    .then(|| "some of the trial's processes were listed without memory".into()),
+            ),
             // Nothing listed and nothing risen: a trial too short for the sampling period, or
             // one that never used the GPU. A zero would read as a measurement.
-            (Some(peak), Some(before)) if listed_nothing && peak <= before => MemoryReading {
-                source: MemorySource::None,
-                peak_bytes: None,
-                device_before_bytes: Some(before),
-                device_total_bytes: None,
-                samples: self.samples,
-                note: Some(
+            (None, Some(peak), Some(before)) if listed_nothing && peak <= before => (
+                MemorySource::None,
+                None,
+                Some(
                     "NVML saw no compute process of the trial and no rise in the device's \
                      memory in use (a trial shorter than the sampling period, or no GPU use)"
                         .into(),
                 ),
-            },
-            (Some(peak), Some(before)) => MemoryReading {
-                source: MemorySource::NvmlDeviceDelta,
-                peak_bytes: Some(peak.saturating_sub(before)),
-                device_before_bytes: Some(before),
-                device_total_bytes: None,
-                samples: self.samples,
-                note: Some(format!(
+            ),
+            (None, Some(peak), Some(before)) => (
+                MemorySource::NvmlDeviceDelta,
+                Some(peak.saturating_sub(before)),
+                Some(format!(
                     "{why}: the device's memory in use above its level before the trial"
                 )),
-            },
-            _ => MemoryReading {
-                source: MemorySource::None,
-                peak_bytes: None,
-                device_before_bytes: before,
-                device_total_bytes: None,
-                samples: self.samples,
-                note: Some("NVML gave no memory reading for this device".into()),
-            },
+            ),
+            _ => (
+                MemorySource::None,
+                None,
+                Some("NVML gave no memory reading for this device".into()),
+            ),
+        };
+        MemoryReading {
+            source,
+            peak_bytes,
+            device_before_bytes: before,
+            device_total_bytes: None,
+            samples: self.samples,
+            note,
         }
     }
 }
@@ -324,21 +303,18 @@ impl Sampler {
     /// trial's leader exited, before its group is gone from NVML's list for long.
     pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
         self.stop.store(true, Ordering::Relaxed);
-        let Some(thread) = self.thread.take() else {
-            return (
-                MemoryReading::unmeasured("the memory sampler could not start"),
-                Vec::new(),
-            );
+        let why = match self.thread.take() {
+            None => "the memory sampler could not start",
+            Some(thread) => {
+                thread.thread().unpark();
+                if thread.join().is_ok() {
+                    let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+                    return (w.reading(self.before), std::mem::take(&mut w.utilization));
+                }
+                "the memory sampler failed"
+            }
         };
-        thread.thread().unpark();
-        if thread.join().is_err() {
-            return (
-                MemoryReading::unmeasured("the memory sampler failed"),
-                Vec::new(),
-            );
-        }
-        let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        (w.reading(self.before), std::mem::take(&mut w.utilization))
+        (MemoryReading::unmeasured(why), Vec::new())
     }
 }
 
@@ -371,8 +347,8 @@ fn stat_of(pid: u32) -> Option<(u32, u32)> {
 /// last ')'.
 pub fn parse_stat(text: &str) -> Option<(u32, u32)> {
     let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let _state = fields.next()?;
+    // After the state.
+    let mut fields = rest.split_whitespace().skip(1);
     let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     Some((ppid, pgrp))
@@ -445,6 +421,7 @@ mod tests {
         assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
     }
 
+    #[derive(Debug)]
     struct Scripted(std::sync::Mutex<Vec<u64>>);
 
     impl MemoryProbe for Scripted {

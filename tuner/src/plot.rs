@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
 use crate::analysis::TrialResult;
@@ -35,43 +36,6 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
         }
     }
     out
-}
-
-/// Whole powers of ten around the values (log axis range).
-pub fn decades(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (mut lo, mut hi) = (f64::INFINITY, 0.0f64);
-    for v in values.filter(|v| *v > 0.0 && v.is_finite()) {
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
-    if hi == 0.0 {
-        return (1.0, 10.0);
-    }
-    let lo = 10f64.powf(lo.log10().floor());
-    let mut hi = 10f64.powf(hi.log10().ceil());
-    if hi <= lo {
-        hi = lo * 10.0;
-    }
-    (lo, hi)
-}
-
-/// "1", "512", "8k", "1.5M": short tick labels.
-pub fn short(v: f64) -> String {
-    let t = |x: f64| {
-        let s = format!("{x:.1}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    };
-    if v == 0.0 {
-        "0".to_string()
-    } else if v >= 1e6 {
-        format!("{}M", t(v / 1e6))
-    } else if v >= 1e3 {
-        format!("{}k", t(v / 1e3))
-    } else if v >= 1.0 {
-        t(v)
-    } else {
-        format!("{v:.3}").trim_end_matches('0').to_string()
-    }
 }
 
 /// Write `<stem>.svg` and `<stem>.png`.
@@ -107,7 +71,7 @@ impl Figure for SweepFigure<'_> {
         let bmin = batches.iter().cloned().fold(bmax, f64::min);
         let x_range = (bmin * 0.7, bmax * 1.5);
         // Left: throughput, log-log (it spans decades).
-        let (y0, y1) = decades(all().map(|p| p.1));
+        let (y0, y1) = decades(all().map(|p| p.1), 1.0).unwrap_or((1.0, 10.0));
         panel(
             &panels[0],
             lines,
@@ -156,8 +120,8 @@ where
         .y_desc(y_desc)
         .axis_desc_style((FONT, 18))
         .label_style((FONT, 15))
-        .x_label_formatter(&|v| short(*v))
-        .y_label_formatter(&|v| short(*v))
+        .x_label_formatter(&|v| short_number(*v))
+        .y_label_formatter(&|v| short_number(*v))
         .light_line_style(GRID_LIGHT)
         .bold_line_style(GRID_BOLD)
         .draw()
@@ -215,12 +179,15 @@ mod tests {
 
     #[test]
     fn ranges_and_labels() {
-        assert_eq!(decades([3.0, 4500.0].into_iter()), (1.0, 10000.0));
-        assert_eq!(decades(std::iter::empty()), (1.0, 10.0));
-        assert_eq!(short(8192.0), "8.2k");
-        assert_eq!(short(1e6), "1M");
-        assert_eq!(short(16.0), "16");
-        assert_eq!(short(0.0), "0");
+        assert_eq!(
+            decades([3.0, 4500.0].into_iter(), 1.0),
+            Some((1.0, 10000.0))
+        );
+        assert_eq!(decades(std::iter::empty(), 1.0), None);
+        assert_eq!(short_number(8192.0), "8.192k");
+        assert_eq!(short_number(1e6), "1M");
+        assert_eq!(short_number(16.0), "16");
+        assert_eq!(short_number(0.0), "0");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// One trial's settings: what the tuner varies and how long the program runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Params {
     /// Samples per micro-batch.
     pub batch_size: usize,
@@ -33,29 +33,6 @@ impl Params {
         self.batch_size * self.accumulation.max(1)
     }
 
-    /// The sweep's trials from the tuner's settings: every AMP setting x worker count x batch
-    /// size, batches ascending within each setting (so a skip rule such as
-    /// [super::queue::larger_batch_after_oom] can spare the batches above an out-of-memory).
-    /// The settings' `pin` has no placeholder: a program chooses pinning itself.
-    pub fn grid(s: &crate::config::Settings) -> Vec<Params> {
-        let mut out = Vec::new();
-        for &amp in &s.amp {
-            for &workers in &s.workers {
-                for &batch_size in &s.batch_sizes {
-                    out.push(Params {
-                        batch_size,
-                        workers,
-                        amp,
-                        accumulation: s.accumulation_steps,
-                        steps: s.steps,
-                        warmup_steps: s.warmup_steps,
-                    });
-                }
-            }
-        }
-        out
-    }
-
     /// `batch 256, workers 4, amp on, accumulation 2`: for progress lines and messages.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -71,7 +48,7 @@ impl Params {
     }
 }
 
-fn on_off(b: bool) -> &'static str {
+pub fn on_off(b: bool) -> &'static str {
     if b {
         "on"
     } else {
@@ -279,50 +256,19 @@ mod tests {
         }
     }
 
+    fn words(line: &str) -> Vec<String> {
+        line.split(' ').map(String::from).collect()
+    }
+
     #[test]
     fn placeholders_are_replaced_inside_arguments() {
-        let prog = Program::new(
-            [
-                "python3",
-                "train.py",
-                "--batch-size={batch_size}",
-                "--workers",
-                "{workers}",
-                "--amp",
-                "{amp}",
-                "--accumulation",
-                "{accumulation}",
-                "--steps",
-                "{steps}",
-                "--warmup",
-                "{warmup}",
-                "--out",
-                "run-{batch_size}-{amp}.log",
-            ]
-            .map(String::from)
-            .to_vec(),
-        )
+        let prog = Program::new(words(
+            "python3 train.py --batch-size={batch_size} --workers {workers} --amp {amp} --accumulation {accumulation} --steps {steps} --warmup {warmup} --out run-{batch_size}-{amp}.log",
+        ))
         .unwrap();
-        let argv = prog.argv_for(&params());
         assert_eq!(
-            argv,
-            [
-                "python3",
-                "train.py",
-                "--batch-size=96",
-                "--workers",
-                "4",
-                "--amp",
-                "on",
-                "--accumulation",
-                "2",
-                "--steps",
-                "20",
-                "--warmup",
-                "3",
-                "--out",
-                "run-96-on.log"
-            ]
+            prog.argv_for(&params()),
+            words("python3 train.py --batch-size=96 --workers 4 --amp on --accumulation 2 --steps 20 --warmup 3 --out run-96-on.log")
         );
         assert!(prog.uses(Placeholder::BatchSize) && prog.uses(Placeholder::WarmupSteps));
     }
@@ -342,18 +288,14 @@ mod tests {
 
     #[test]
     fn unknown_placeholders_are_found_and_other_braces_left_alone() {
-        let prog = Program::new(
-            [
-                "prog",
-                "--b={batch}",
-                "{\"json\": 1}",
-                "{batch_size}",
-                "{epoch}/{batch}",
-            ]
-            .map(String::from)
-            .to_vec(),
-        )
-        .unwrap();
+        let argv = [
+            "prog",
+            "--b={batch}",
+            "{\"json\": 1}",
+            "{batch_size}",
+            "{epoch}/{batch}",
+        ];
+        let prog = Program::new(argv.map(String::from).to_vec()).unwrap();
         assert_eq!(prog.unknown_placeholders(), vec!["batch", "epoch"]);
         let argv = prog.argv_for(&params());
         assert_eq!(argv[2], "{\"json\": 1}");
@@ -382,47 +324,13 @@ mod tests {
     }
 
     #[test]
-    fn the_grid_is_every_setting_with_batches_ascending() {
-        let s = crate::config::Overrides {
-            batch_sizes: Some(vec![64, 16, 32]),
-            workers: Some(vec![4, 0]),
-            amp: Some(crate::config::Switch::Both),
-            accumulation_steps: Some(2),
-            steps: Some(7),
-            warmup_steps: Some(1),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap();
-        let g = Params::grid(&s);
-        assert_eq!(g.len(), 12);
-        let keys: Vec<(bool, usize, usize)> =
-            g.iter().map(|p| (p.amp, p.workers, p.batch_size)).collect();
-        assert_eq!(
-            &keys[..4],
-            &[
-                (false, 0, 16),
-                (false, 0, 32),
-                (false, 0, 64),
-                (false, 4, 16)
-            ]
-        );
-        assert_eq!(keys[11], (true, 4, 64));
-        assert!(g
-            .iter()
-            .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));
-    }
-
-    #[test]
     fn display_quotes_only_what_needs_it() {
         let argv = ["python3", "a b.py", "--x={batch_size}", "it's"].map(String::from);
         assert_eq!(
             Program::display(&argv),
             r"python3 'a b.py' --x={batch_size} 'it'\''s'"
         );
-        assert_eq!(
-            params().describe(),
-            "batch 96, workers 4, amp on, accumulation 2"
-        );
+        let described = "batch 96, workers 4, amp on, accumulation 2";
+        assert_eq!(params().describe(), described);
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use common::stats::Summary;
 
 /// One optimizer step as the program reported it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     pub samples: u64,
     /// Seconds: `step_s`, or `end_s - start_s`.
@@ -62,6 +62,13 @@ pub struct ReportFile {
     pub steps: Vec<StepRecord>,
     pub end: Option<EndRecord>,
     pub device: Option<DeviceRecord>,
+    #[serde(flatten)]
+    pub health: ReportHealth,
+}
+
+/// How the report file read, without what it reported.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportHealth {
     /// Non-empty lines in the file.
     pub lines: usize,
     /// Lines that were not valid reports.
@@ -87,6 +94,7 @@ impl ReportFile {
 
     pub fn parse(text: &str) -> ReportFile {
         let mut r = ReportFile::default();
+        let h = &mut r.health;
         let ends_cleanly = text.is_empty() || text.ends_with('\n');
         let numbered: Vec<(usize, &str)> = text
             .split('\n')
@@ -95,19 +103,19 @@ impl ReportFile {
             .collect();
         let last_index = numbered.last().map(|(i, _)| *i);
         for (i, line) in &numbered {
-            r.lines += 1;
+            h.lines += 1;
             match parse_line(line) {
                 Ok(Line::Step(s)) => r.steps.push(s),
                 Ok(Line::End(e)) => r.end = Some(e),
                 Ok(Line::Device(d)) => r.device = Some(d),
-                Ok(Line::Unknown) => r.unknown_kinds += 1,
+                Ok(Line::Unknown) => h.unknown_kinds += 1,
                 Err(reason) => {
-                    r.bad_lines += 1;
+                    h.bad_lines += 1;
                     if !ends_cleanly && Some(*i) == last_index {
-                        r.truncated_last_line = true;
+                        h.truncated_last_line = true;
                     }
-                    if r.first_bad.len() < KEEP_BAD {
-                        r.first_bad.push(BadLine {
+                    if h.first_bad.len() < KEEP_BAD {
+                        h.first_bad.push(BadLine {
                             line: i + 1,
                             reason,
                         });
@@ -217,22 +225,18 @@ fn seconds_like(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, String
 fn whole(o: &Map<String, Value>, key: &str) -> Result<Option<u64>, String> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => {
-            if let Some(n) = v.as_u64() {
-                return Ok(Some(n));
-            }
-            match v.as_f64() {
-                Some(x) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => Ok(Some(x as u64)),
-                _ => Err(format!(
-                    "'{key}' must be a whole number of 0 or more, found {v}"
-                )),
-            }
-        }
+        Some(v) => match (v.as_u64(), v.as_f64()) {
+            (Some(n), _) => Ok(Some(n)),
+            (None, Some(x)) if x >= 0.0 && x.fract() == 0.0 && x < 9.0e15 => Ok(Some(x as u64)),
+            _ => Err(format!(
+                "'{key}' must be a whole number of 0 or more, found {v}"
+            )),
+        },
     }
 }
 
 /// Where a trial's samples/s came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ThroughputSource {
     /// The reported steps after warmup: their samples over their summed step times.
@@ -241,6 +245,7 @@ pub enum ThroughputSource {
     /// time of the whole process, start-up included (so an underestimate).
     WallClock,
     /// Nothing to go on (no steps after warmup, or a trial that did not finish).
+    #[default]
     None,
 }
 
@@ -258,7 +263,7 @@ fn clock_rate(steps: &[StepRecord], warmup: usize, arrivals: &[f64]) -> Option<f
 }
 
 /// A trial's throughput and time split.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
     pub source: ThroughputSource,
     pub samples_per_s: Option<f64>,
@@ -353,11 +358,7 @@ impl Measured {
             samples_per_s,
             reported_steps: report.steps.len(),
             warmup_steps: warmup.min(report.steps.len()),
-            step_ms: if measured.is_empty() {
-                None
-            } else {
-                ms(&|s| Some(s.step_s))
-            },
+            step_ms: ms(&|s| Some(s.step_s)),
             data_ms: ms(&|s| s.data_s),
             forward_ms: ms(&|s| s.forward_s),
             backward_ms: ms(&|s| s.backward_s),
@@ -389,14 +390,14 @@ mod tests {
             "{\"kind\": \"end\", \"samples_per_s\": 700.5, \"peak_memory_bytes\": 2000}\n",
         ));
         assert_eq!(r.steps.len(), 3);
-        assert_eq!(r.lines, 4);
-        assert_eq!(r.bad_lines, 0);
+        assert_eq!(r.health.lines, 4);
+        assert_eq!(r.health.bad_lines, 0);
         assert_eq!(r.steps[1].samples, 256);
         assert_eq!(r.steps[1].step_s, 0.25);
         assert_eq!(r.steps[1].data_s, Some(0.01));
         assert_eq!(r.steps[2].forward_s, None);
         assert_eq!(r.end.as_ref().unwrap().samples_per_s, Some(700.5));
-        assert!(!r.truncated_last_line);
+        assert!(!r.health.truncated_last_line);
     }
 
     #[test]
@@ -412,8 +413,8 @@ mod tests {
             (d.total_bytes, d.free_bytes),
             (Some(85_021_163_520), Some(84_500_000_000))
         );
-        assert_eq!((r.steps.len(), r.bad_lines), (1, 1));
-        assert!(r.first_bad[0].reason.contains("'name'"));
+        assert_eq!((r.steps.len(), r.health.bad_lines), (1, 1));
+        assert!(r.health.first_bad[0].reason.contains("'name'"));
         let m = Measured::from_report(&r, 0, None, &[]);
         assert_eq!(m.device.unwrap().free_bytes, Some(84_500_000_000));
     }
@@ -433,22 +434,22 @@ mod tests {
             "{\"samples\": 8, \"ste",
         ));
         assert_eq!(r.steps.len(), 2);
-        assert_eq!(r.unknown_kinds, 1);
-        assert_eq!(r.bad_lines, 7);
-        assert!(r.truncated_last_line);
-        assert_eq!(r.first_bad.len(), 5);
-        assert_eq!(r.first_bad[0].line, 2);
-        assert!(r.first_bad[0].reason.contains("not JSON"));
-        assert!(r.first_bad[1].reason.contains("not a JSON object"));
-        assert!(r.first_bad[2].reason.contains("'samples'"));
-        assert!(r.first_bad[3].reason.contains("step_s"));
-        assert!(r.first_bad[4].reason.contains("'step_s'"));
+        assert_eq!(r.health.unknown_kinds, 1);
+        assert_eq!(r.health.bad_lines, 7);
+        assert!(r.health.truncated_last_line);
+        assert_eq!(r.health.first_bad.len(), 5);
+        assert_eq!(r.health.first_bad[0].line, 2);
+        assert!(r.health.first_bad[0].reason.contains("not JSON"));
+        assert!(r.health.first_bad[1].reason.contains("not a JSON object"));
+        assert!(r.health.first_bad[2].reason.contains("'samples'"));
+        assert!(r.health.first_bad[3].reason.contains("step_s"));
+        assert!(r.health.first_bad[4].reason.contains("'step_s'"));
         // A bad line in the middle of a file that ends cleanly is not a truncation.
         let r = ReportFile::parse("{\"samples\": 8, \"ste\n{\"samples\": 8, \"step_s\": 1}\n");
-        assert!(!r.truncated_last_line && r.bad_lines == 1 && r.steps.len() == 1);
+        assert!(!r.health.truncated_last_line && r.health.bad_lines == 1 && r.steps.len() == 1);
         // Not UTF-8, empty, missing: never a panic.
         let r = ReportFile::parse(&String::from_utf8_lossy(&[0xff, 0xfe, b'\n']));
-        assert_eq!(r.bad_lines, 1);
+        assert_eq!(r.health.bad_lines, 1);
         assert_eq!(ReportFile::parse(""), ReportFile::default());
         assert_eq!(
             ReportFile::read(Path::new("/nonexistent/report.jsonl")),
@@ -465,10 +466,8 @@ mod tests {
                     step_s: t,
                     data_s: Some(t / 10.0),
                     forward_s: Some(t / 2.0),
-                    backward_s: None,
-                    optimizer_s: None,
                     peak_memory_bytes: Some((t * 1e6) as u64),
-                    gpu_busy: None,
+                    ..StepRecord::default()
                 })
                 .collect(),
             ..ReportFile::default()
@@ -481,8 +480,7 @@ mod tests {
         let mut r = steps(&[5.0, 1.0, 0.1, 0.1, 0.1, 0.1], 100);
         r.end = Some(EndRecord {
             samples_per_s: Some(990.0),
-            peak_memory_bytes: None,
-            gpu_busy: None,
+            ..EndRecord::default()
         });
         let m = Measured::from_report(&r, 2, Some((600, 100.0)), &[]);
         assert_eq!(m.source, ThroughputSource::Protocol);

@@ -237,19 +237,19 @@ mod tests {
         Params {
             batch_size: batch,
             workers,
-            amp: false,
             accumulation: 1,
             steps: 1,
-            warmup_steps: 0,
+            ..Params::default()
         }
     }
 
     fn result(index: usize, p: Params, status: Status, device: &Device) -> TrialResult {
-        let mut r = TrialResult::skipped(index, p, String::new());
-        r.status = status;
-        r.device = device.label.clone();
-        r.reason = "exit status 0".into();
-        r
+        TrialResult {
+            status,
+            device: device.label.clone(),
+            reason: "exit status 0".into(),
+            ..TrialResult::skipped(index, p, String::new())
+        }
     }
 
     fn temp(name: &str) -> PathBuf {
@@ -340,17 +340,11 @@ mod tests {
             |_: &Progress| {},
         )
         .unwrap();
-        assert_eq!(done.len(), 9);
-        assert_eq!(
-            done.iter().map(|r| r.index).collect::<Vec<_>>(),
-            (0..9).collect::<Vec<_>>()
-        );
+        let indices: Vec<usize> = done.iter().map(|r| r.index).collect();
+        assert_eq!(indices, (0..9).collect::<Vec<_>>());
         assert_eq!(*most_at_once.lock().unwrap(), 3);
-        assert!(
-            start.elapsed() < Duration::from_millis(9 * 150),
-            "{:?}",
-            start.elapsed()
-        );
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(9 * 150), "{took:?}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -360,19 +354,11 @@ mod tests {
         let mut file = ResultsFile::create(&dir.join("r.jsonl")).unwrap();
         let run = |i: usize, p: &Params, d: &Device| result(i, *p, Status::Ok, d);
         let none = |_: &Params, _: &[TrialResult]| None;
-        assert!(run_queue(
-            &[params(1, 0)],
-            &[],
-            run,
-            none,
-            &mut file,
-            |_: &Progress| {}
-        )
-        .is_err());
+        let quiet = |_: &Progress| {};
+        assert!(run_queue(&[params(1, 0)], &[], run, none, &mut file, quiet).is_err());
         let d = [Device::stand_in("GPU 0", "0")];
-        assert!(run_queue(&[], &d, run, none, &mut file, |_: &Progress| {})
-            .unwrap()
-            .is_empty());
+        let ran = run_queue(&[], &d, run, none, &mut file, quiet).unwrap();
+        assert!(ran.is_empty());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,24 +1,22 @@
-//! The one rule for "recommended", shared by `sweep`, `memory` and `autobatch`, on the tuner's
-//! own MLP and on the user's program alike:
+//! The one rule for "recommended", shared by `sweep`, `memory` and `autobatch`:
 //!
 //! **A batch is recommended when its peak memory leaves the margin free**: peak <= (1 - margin)
-//! x limit, where the limit is the memory the training can have (free after the tuner's set-up
-//! for its own MLP; the GPU's memory less what other processes held before the trial for a
-//! program) and the margin is 20% on GPUs under 16 GiB, 10% under 48 GiB, 5% above (or
-//! `--margin`). **Recommended** is the largest batch at the answer's granularity (a multiple, or
-//! a power of two) that does so and was not seen to fail; **safe** is the same with twice the
-//! margin, and at least one size below recommended (the two coincide only when recommended is
-//! already the smallest size, and the report says so). In a sweep, which measured throughput,
-//! the recommended configuration is the fastest trial within the margin, preferring the
-//! smallest batch within 5% of it.
+//! x limit, where the limit is the memory the training can have (what the program reported free
+//! when it started, else the GPU's memory less what other processes held before the trial) and
+//! the margin is 20% on GPUs under 16 GiB, 10% under 48 GiB, 5% above (or `--margin`).
+//! **Recommended** is the largest batch at the answer's granularity (a multiple, or a power of
+//! two) that does so and was not seen to fail; **safe** is the same with twice the margin, and
+//! at least one size below recommended (the two coincide only when recommended is already the
+//! smallest size, and the report says so). In a sweep, which measured throughput, the
+//! recommended configuration is the fastest trial within the margin, preferring the smallest
+//! batch within 5% of it.
 //!
-//! Where the peak of a batch that was not run is needed, it comes from what was measured: the
-//! tuner's own estimate for its MLP (exact to the byte against the memory pool), a straight line
-//! through the two largest measured peaks for a program ([Line]), used only when every measured
-//! peak lies on it ([Line::holding]). Without any memory figure, or with peaks that are not a
-//! line (cuDNN's autotuner, say, whose workspace takes the room there is, so that peaks climb to
-//! the limit well before the batch that runs out), the peak is taken as proportional to the
-//! batch, with the largest batch that fits at the limit.
+//! The peak of a batch that was not run comes from a straight line through the two largest
+//! measured peaks ([Line]), used only when every measured peak lies on it ([Line::holding]).
+//! Without any memory figure, or with peaks that are not a line (cuDNN's autotuner, say, whose
+//! workspace takes the room there is, so that peaks climb to the limit well before the batch
+//! that runs out), the peak is taken as proportional to the batch, with the largest batch that
+//! fits at the limit.
 
 use serde::{Deserialize, Serialize};
 
@@ -50,13 +48,10 @@ pub fn leaves_margin(peak: u64, limit: u64, margin: f64) -> bool {
 }
 
 /// How the peak of a batch that was not run is known.
-pub enum PeakModel<'a> {
-    /// Measured peaks through a function of the batch (a [Line]), against
-    /// the memory limit.
-    Bytes {
-        peak: &'a dyn Fn(usize) -> f64,
-        limit: u64,
-    },
+#[derive(Debug, Clone, Copy)]
+pub enum PeakModel {
+    /// Measured peaks on a [Line], against the memory limit.
+    Line { line: Line, limit: u64 },
     /// Nothing measured: peaks proportional to the batch, the maximum at the limit.
     Proportional,
 }
@@ -79,7 +74,7 @@ fn largest_within(
     model: &PeakModel,
 ) -> usize {
     let within = |b: usize| match model {
-        PeakModel::Bytes { peak, limit } => peak(b) <= (1.0 - margin) * *limit as f64,
+        PeakModel::Line { line, limit } => line.peak(b) <= (1.0 - margin) * *limit as f64,
         PeakModel::Proportional => b as f64 <= (1.0 - margin) * maximum as f64,
     };
     let first = first_index(granularity);
@@ -216,18 +211,11 @@ impl MemoryFit {
     /// The rule's tiers under `maximum`: by the memory line against the limit, else
     /// proportional to the batch.
     pub fn tiers(&self, maximum: usize, granularity: Granularity, margin: f64) -> Tiers {
-        match (self.line, self.limit_bytes) {
-            (Some(line), Some(limit)) => {
-                let peak = move |b: usize| line.peak(b);
-                tiers(
-                    maximum,
-                    granularity,
-                    margin,
-                    PeakModel::Bytes { peak: &peak, limit },
-                )
-            }
-            _ => tiers(maximum, granularity, margin, PeakModel::Proportional),
-        }
+        let model = match (self.line, self.limit_bytes) {
+            (Some(line), Some(limit)) => PeakModel::Line { line, limit },
+            _ => PeakModel::Proportional,
+        };
+        tiers(maximum, granularity, margin, model)
     }
 
     /// The line in words.
@@ -353,16 +341,15 @@ mod tests {
             fixed_bytes: 1e9,
             bytes_per_sample: 1e7,
         };
-        let peak = |b: usize| line.peak(b);
-        let model = || PeakModel::Bytes {
-            peak: &peak,
+        let model = PeakModel::Line {
+            line,
             limit: 80_000_000_000,
         };
-        let t = tiers(7900, M8, 0.05, model());
+        let t = tiers(7900, M8, 0.05, model);
         assert_eq!((t.maximum, t.recommended, t.safe), (7900, 7496, 7096));
         assert!(t.note.is_none());
         // Never above what was seen to fit.
-        let t = tiers(4000, M8, 0.05, model());
+        let t = tiers(4000, M8, 0.05, model);
         assert_eq!((t.recommended, t.safe), (4000, 3992));
         assert!(t.note.unwrap().contains("one size below"));
         // Nothing known: proportional, the maximum at the limit.

@@ -3,6 +3,7 @@
 //! progress shown on a terminal, and the parts of a report every command prints.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,11 +55,6 @@ impl DeviceSummary {
     }
 }
 
-/// `run.json` -> `run.trials.jsonl`.
-pub fn trials_file_beside(json: &Path) -> PathBuf {
-    json.with_extension("trials.jsonl")
-}
-
 /// Progress on stderr while trials run: a bar with the trials done, each running trial's
 /// elapsed time and an estimate of the time left, and a line per finished trial. Nothing is
 /// drawn when stderr is not a terminal or `--quiet` is given.
@@ -92,36 +88,42 @@ impl Progress {
         self.bar.println(text);
     }
 
-    fn started(&self, what: String) {
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((what, Instant::now()));
-    }
-
-    fn ended(&self, what: &str) {
-        let mut r = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = r.iter().position(|(w, _)| w == what) {
+    /// Run `f` as the running trial `what`.
+    fn showing<T>(&self, what: String, f: impl FnOnce() -> T) -> T {
+        let lock = || self.running.lock().unwrap_or_else(|p| p.into_inner());
+        lock().push((what.clone(), Instant::now()));
+        let out = f();
+        let mut r = lock();
+        if let Some(i) = r.iter().position(|(w, _)| *w == what) {
             r.remove(i);
         }
         drop(r);
         self.bar.inc(1);
+        out
     }
 
-    /// Redraw the running trials every quarter second until `done` is set.
-    fn tick_until(&self, done: &std::sync::atomic::AtomicBool) {
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            let message: Vec<String> = self
-                .running
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
-                .collect();
-            self.bar.set_message(message.join("; "));
-            self.bar.tick();
-            std::thread::sleep(Duration::from_millis(250));
-        }
+    /// Run `f`, redrawing the running trials every quarter second meanwhile.
+    fn ticking<T>(&self, f: impl FnOnce() -> T) -> T {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    let message: Vec<String> = self
+                        .running
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .iter()
+                        .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
+                        .collect();
+                    self.bar.set_message(message.join("; "));
+                    self.bar.tick();
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            });
+            let out = f();
+            done.store(true, Ordering::Relaxed);
+            out
+        })
     }
 }
 
@@ -162,7 +164,8 @@ impl Run {
             message: format!("cannot create the trials' folder: {e}"),
         })?;
         let results_path = match o.json.as_deref().filter(|j| *j != Path::new("-")) {
-            Some(j) => trials_file_beside(j),
+            // `run.json` -> `run.trials.jsonl`.
+            Some(j) => j.with_extension("trials.jsonl"),
             None => folder.join("trials.jsonl"),
         };
         let progress = Progress::new(o.progress);
@@ -250,25 +253,20 @@ impl Run {
     /// larger batches), each result written as it ends.
     pub fn queue(&self, jobs: &[Params], results: &mut ResultsFile) -> Result<Vec<TrialResult>> {
         let runner = self.runner(Stop::AtExit);
-        let done = std::sync::atomic::AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            scope.spawn(|| self.progress.tick_until(&done));
-            let out = run_queue(
+        self.progress.ticking(|| {
+            run_queue(
                 jobs,
                 &self.devices,
                 |i, p, d| {
-                    let what = format!("{} {}", d.label, p.describe());
-                    self.progress.started(what.clone());
-                    let r = runner.trial(p, i, d, &self.trial_folder(i, p));
-                    self.progress.ended(&what);
-                    r
+                    self.progress
+                        .showing(format!("{} {}", d.label, p.describe()), || {
+                            runner.trial(p, i, d, &self.trial_folder(i, p))
+                        })
                 },
                 larger_batch_after_oom,
                 results,
                 |pr| self.progress.line(&pr.line()),
-            );
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-            out
+            )
         })
     }
 
@@ -282,16 +280,11 @@ impl Run {
         results: &mut ResultsFile,
     ) -> TrialResult {
         let what = format!("trial {index}: {}", p.describe());
-        let done = std::sync::atomic::AtomicBool::new(false);
-        let r = std::thread::scope(|scope| {
-            scope.spawn(|| self.progress.tick_until(&done));
-            self.progress.started(what.clone());
-            let r = self
-                .runner(stop)
-                .trial(p, index, device, &self.trial_folder(index, p));
-            self.progress.ended(&what);
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-            r
+        let r = self.progress.ticking(|| {
+            self.progress.showing(what.clone(), || {
+                self.runner(stop)
+                    .trial(p, index, device, &self.trial_folder(index, p))
+            })
         });
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
@@ -348,6 +341,34 @@ impl Run {
             })
             .unwrap_or_else(|| "unknown GPU".into())
     }
+
+    /// Run `jobs` and gather what every report of a queue holds.
+    pub fn ran(
+        &self,
+        what: &str,
+        jobs: &[Params],
+        settings: Settings,
+        margin: Option<f64>,
+    ) -> Result<Ran> {
+        let mut results = ResultsFile::create(&self.results_path)?;
+        self.announce(what, Some(jobs.len()));
+        let trials = self.queue(jobs, &mut results)?;
+        let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
+        let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
+        let (kept, trials_file) = self.finish(&trials);
+        Ok(Ran {
+            command: self.program.argv.clone(),
+            devices,
+            launch: self.launch(),
+            provenance: Provenance::now(),
+            settings,
+            trials,
+            margin,
+            trials_file,
+            wall_s: self.elapsed_s(),
+            kept,
+        })
+    }
 }
 
 /// The margin by the smallest GPU's memory class: NVML's figure, else what the programs
@@ -385,37 +406,16 @@ pub struct Ran {
     pub kept: Option<String>,
 }
 
-impl Run {
-    /// Run `jobs` and gather what every report of a queue holds.
-    pub fn ran(
-        &self,
-        what: &str,
-        jobs: &[Params],
-        settings: Settings,
-        margin: Option<f64>,
-    ) -> Result<Ran> {
-        let mut results = ResultsFile::create(&self.results_path)?;
-        self.announce(what, Some(jobs.len()));
-        let trials = self.queue(jobs, &mut results)?;
-        let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
-        let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
-        let (kept, trials_file) = self.finish(&trials);
-        Ok(Ran {
-            command: self.program.argv.clone(),
-            devices,
-            launch: self.launch(),
-            provenance: Provenance::now(),
-            settings,
-            trials,
-            margin,
-            trials_file,
-            wall_s: self.elapsed_s(),
-            kept,
-        })
-    }
-}
-
 impl Ran {
+    /// `## tuner sweep: `COMMAND` on 2 GPU(s)` and a blank line.
+    pub fn header(&self, what: &str) -> String {
+        let command = Program::display(&self.command);
+        format!(
+            "## tuner {what}: `{command}` on {} GPU(s)\n\n",
+            self.devices.len()
+        )
+    }
+
     /// `sweep: 12 trials in 80.1 s; each trial's result: ...`, where a kept folder is, and the
     /// trials whose report had lines that were not valid (the first one quoted).
     pub fn footer(&self, what: &str) -> String {

@@ -58,16 +58,11 @@ impl From<bool> for Probe {
     }
 }
 
-/// The trial bound of the issue: ceil(log2(max/start)) + ceil(log2(max/multiple)) + 2.
+/// The most trials doubling and bisecting need (the module's bound):
+/// ceil(log2(max/start)) + ceil(log2(max/multiple)) + 2.
 pub fn trial_bound(maximum: usize, start: usize, multiple: usize) -> usize {
-    let clog2 = |x: f64| {
-        if x <= 1.0 {
-            0
-        } else {
-            x.log2().ceil() as usize
-        }
-    };
-    clog2(maximum as f64 / start as f64) + clog2(maximum as f64 / multiple as f64) + 2
+    let clog2 = |x: usize, y: usize| (x as f64 / y as f64).log2().ceil().max(0.0) as usize;
+    clog2(maximum, start) + clog2(maximum, multiple) + 2
 }
 
 /// How a size was chosen.
@@ -181,7 +176,10 @@ where
             size_at(self.granularity, k)
         };
         if maximum == 0 {
-            let m = self.granularity.multiple().unwrap_or(1);
+            let m = match self.granularity {
+                Granularity::Multiple(m) => m,
+                Granularity::Pow2 => 1,
+            };
             return Err(format!(
                 "no multiple of {m} fits (batch {} fits, {} does not): use a smaller --multiple-of",
                 self.lo,
@@ -232,7 +230,7 @@ pub fn find<E>(
     // Grow until the first failure.
     while s.hi.is_none() {
         let k_lo = s.lo_index();
-        let (how, mut next) = match s.predicted() {
+        let (mut how, mut next) = match s.predicted() {
             Some(p) if reach_jumps < REACH_JUMPS && size_at(granularity, p) > s.lo => {
                 (Move::Jump(s.points.len()), size_at(granularity, p))
             }
@@ -243,7 +241,6 @@ pub fn find<E>(
             }
             _ => (Move::Double, s.lo.saturating_mul(2)),
         };
-        let mut how = how;
         if next > cap {
             // Nothing failed below the cap: the largest size under it is the last candidate.
             next = size_at(granularity, index_below(granularity, cap));
@@ -304,47 +301,55 @@ fn next_step(step: usize, k: usize) -> usize {
 mod tests {
     use super::*;
 
+    const M8: Granularity = Granularity::Multiple(8);
+
+    /// The search's answer, the cap far away.
+    fn answer(
+        start: usize,
+        g: Granularity,
+        probe: impl FnMut(usize) -> Result<Probe, ()>,
+    ) -> Found {
+        find(start, g, 1 << 26, probe).unwrap().unwrap()
+    }
+
     fn oracle(limit: usize) -> impl FnMut(usize) -> Result<Probe, ()> {
         move |b| Ok((b <= limit).into())
     }
 
-    /// A program whose peak is `fixed + per_sample x batch` bytes, reported as `reported` times
-    /// that, against a limit of `limit` bytes; it runs out of memory past the true limit, which
-    /// is `real_limit`.
-    struct Memory {
-        fixed: f64,
-        per_sample: f64,
-        reported: f64,
+    /// A program that reports `peak` for a batch that `fits`, against a limit of `limit` bytes.
+    fn reporting(
         limit: u64,
-        real_limit: f64,
+        fits: impl Fn(usize) -> bool + Copy,
+        peak: impl Fn(usize) -> f64 + Copy,
+    ) -> impl Fn(usize) -> Result<Probe, ()> + Copy {
+        move |b| {
+            let fits = fits(b);
+            Ok(Probe {
+                fits,
+                peak_bytes: fits.then_some(peak(b) as u64),
+                limit_bytes: Some(limit),
+            })
+        }
     }
 
-    impl Memory {
-        fn linear(fixed: f64, per_sample: f64, limit: u64) -> Memory {
-            Memory {
-                fixed,
-                per_sample,
-                reported: 1.0,
-                limit,
-                real_limit: limit as f64,
-            }
-        }
-
-        fn largest(&self) -> usize {
-            ((self.real_limit - self.fixed) / self.per_sample).floor() as usize
-        }
-
-        fn probe(&self) -> impl FnMut(usize) -> Result<Probe, ()> + '_ {
-            move |b| {
-                let peak = self.fixed + self.per_sample * b as f64;
-                let fits = peak <= self.real_limit;
-                Ok(Probe {
-                    fits,
-                    peak_bytes: fits.then_some((peak * self.reported) as u64),
-                    limit_bytes: Some(self.limit),
-                })
-            }
-        }
+    /// A program whose peak is `fixed + per_sample x batch` bytes, reported as `reported` times
+    /// that against a limit of `limit` bytes, which runs out of memory past `real` times the
+    /// limit: the largest batch that fits, and the program.
+    fn linear(
+        (fixed, per_sample): (f64, f64),
+        limit: u64,
+        real: f64,
+        reported: f64,
+    ) -> (usize, impl Fn(usize) -> Result<Probe, ()> + Copy) {
+        let real_limit = limit as f64 * real;
+        let need = move |b: usize| fixed + per_sample * b as f64;
+        let largest = ((real_limit - fixed) / per_sample).floor() as usize;
+        let program = reporting(
+            limit,
+            move |b| need(b) <= real_limit,
+            move |b| need(b) * reported,
+        );
+        (largest, program)
     }
 
     #[test]
@@ -379,9 +384,7 @@ mod tests {
 
     #[test]
     fn powers_of_two() {
-        let f = find(1, Granularity::Pow2, 1 << 26, oracle(5000))
-            .unwrap()
-            .unwrap();
+        let f = answer(1, Granularity::Pow2, oracle(5000));
         assert_eq!(f.maximum, 4096);
         assert_eq!(f.trials.len(), 14, "1, 2, ..., 8192");
         assert!(f.next_failed);
@@ -389,9 +392,7 @@ mod tests {
 
     #[test]
     fn a_start_above_every_fitting_size_is_an_error() {
-        let e = find(4096, Granularity::Multiple(8), 1 << 26, oracle(1000))
-            .unwrap()
-            .unwrap_err();
+        let e = find(4096, M8, 1 << 26, oracle(1000)).unwrap().unwrap_err();
         assert!(e.contains("smaller --start"), "{e}");
         assert!(find(0, Granularity::Pow2, 1 << 26, oracle(10))
             .unwrap()
@@ -400,9 +401,7 @@ mod tests {
 
     #[test]
     fn the_cap_ends_the_growth() {
-        let f = find(1, Granularity::Multiple(8), 1000, oracle(usize::MAX))
-            .unwrap()
-            .unwrap();
+        let f = find(1, M8, 1000, oracle(usize::MAX)).unwrap().unwrap();
         assert_eq!(f.maximum, 1000);
         assert!(!f.next_failed);
     }
@@ -422,23 +421,17 @@ mod tests {
     #[test]
     fn reported_peaks_cut_the_trials_and_keep_the_answer_exact() {
         // ResNet-like: 0.6 GB fixed, 40 MB per sample, 79 GB free: the limit is 1960 samples.
-        let m = Memory::linear(0.6e9, 40e6, 79_000_000_000);
-        let exact = m.largest() / 8 * 8;
-        let guided = find(8, Granularity::Multiple(8), 1 << 26, m.probe())
-            .unwrap()
-            .unwrap();
-        let plain = find(8, Granularity::Multiple(8), 1 << 26, oracle(m.largest()))
-            .unwrap()
-            .unwrap();
+        let (largest, program) = linear((0.6e9, 40e6), 79_000_000_000, 1.0, 1.0);
+        let exact = largest / 8 * 8;
+        let guided = answer(8, M8, program);
+        let plain = answer(8, M8, oracle(largest));
         assert_eq!((guided.maximum, plain.maximum), (exact, exact));
         assert!(guided.next_failed && plain.next_failed);
         // Start, the proportional jump, the line's prediction and the size above it.
         assert_eq!(guided.trials.len(), 4, "{:?}", guided.trials);
         assert_eq!(plain.trials.len(), 16, "{:?}", plain.trials);
         // Powers of two: start, jump, prediction, the next power fails.
-        let f = find(8, Granularity::Pow2, 1 << 26, m.probe())
-            .unwrap()
-            .unwrap();
+        let f = answer(8, Granularity::Pow2, program);
         assert_eq!(f.maximum, 1024);
         assert!(f.next_failed && f.trials.len() <= 4, "{:?}", f.trials);
     }
@@ -450,31 +443,18 @@ mod tests {
         // reported 5% high or 10% low.
         for (real, reported) in [(0.97, 1.0), (1.04, 1.0), (1.0, 1.05), (1.0, 0.9)] {
             for (fixed, per_sample, start) in [(0.6e9, 40e6, 8), (2e9, 3e6, 8), (0.3e9, 1e8, 4)] {
-                let limit = 79_000_000_000u64;
-                let m = Memory {
-                    real_limit: limit as f64 * real,
-                    reported,
-                    ..Memory::linear(fixed, per_sample, limit)
-                };
-                let exact = m.largest() / 8 * 8;
-                let f = find(start, Granularity::Multiple(8), 1 << 26, m.probe())
-                    .unwrap()
-                    .unwrap();
+                let (largest, program) =
+                    linear((fixed, per_sample), 79_000_000_000, real, reported);
+                let exact = largest / 8 * 8;
+                let f = answer(start, M8, program);
                 assert_eq!(
                     f.maximum, exact,
                     "{real} {reported} {fixed}: {:?}",
                     f.trials
                 );
                 assert!(f.next_failed, "{:?}", f.trials);
-                assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= m.largest())));
-                let plain = find(
-                    start,
-                    Granularity::Multiple(8),
-                    1 << 26,
-                    oracle(m.largest()),
-                )
-                .unwrap()
-                .unwrap();
+                assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= largest)));
+                let plain = answer(start, M8, oracle(largest));
                 // Off by 3-10%, the prediction still saves at least four trials of the 15-24 that
                 // doubling and bisecting take here.
                 assert!(
@@ -499,23 +479,16 @@ mod tests {
         let cap = 17_179_869_184f64;
         let need = |b: usize| 0.2e9 + 17e6 * b as f64;
         let largest = ((cap - 0.2e9) / 17e6) as usize;
-        let elastic = |b: usize| -> Result<Probe, ()> {
-            let fits = need(b) <= cap;
-            let workspace = (20e6 * b as f64).min(0.9 * (cap - need(b)));
-            Ok(Probe {
-                fits,
-                peak_bytes: fits.then_some((need(b) + workspace) as u64),
-                limit_bytes: Some(cap as u64),
-            })
-        };
-        let f = find(8, Granularity::Multiple(8), 1 << 26, elastic)
-            .unwrap()
-            .unwrap();
+        let workspace = move |b: usize| (20e6 * b as f64).min(0.9 * (cap - need(b)));
+        let elastic = reporting(
+            cap as u64,
+            move |b| need(b) <= cap,
+            move |b| need(b) + workspace(b),
+        );
+        let f = answer(8, M8, elastic);
         assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.trials);
         assert!(f.next_failed, "{:?}", f.trials);
-        let plain = find(8, Granularity::Multiple(8), 1 << 26, oracle(largest))
-            .unwrap()
-            .unwrap();
+        let plain = answer(8, M8, oracle(largest));
         assert!(
             f.trials.len() <= plain.trials.len(),
             "{} trials against doubling and bisecting's {}: {:?}",
@@ -535,16 +508,11 @@ mod tests {
             .take_while(|&b| peak(b) <= limit as f64)
             .last()
             .unwrap();
-        let f = find(8, Granularity::Multiple(8), 1 << 26, |b| {
-            let fits = peak(b) <= limit as f64;
-            Ok::<_, ()>(Probe {
-                fits,
-                peak_bytes: fits.then_some(peak(b) as u64),
-                limit_bytes: Some(limit),
-            })
-        })
-        .unwrap()
-        .unwrap();
+        let f = answer(
+            8,
+            M8,
+            reporting(limit, move |b| peak(b) <= limit as f64, peak),
+        );
         assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.trials);
         assert!(f.next_failed);
         assert!(
@@ -558,19 +526,15 @@ mod tests {
     fn a_larger_batch_that_peaks_lower_stops_the_aiming() {
         // A workspace that takes the room there is: 2 GB fixed, 10 MB per sample up to 1600, then
         // flat at the 18 GB limit whatever the batch, and out of memory above 2000.
-        let mut peaks = Vec::new();
-        let found = find(8, Granularity::Multiple(8), 1 << 20, |b: usize| {
-            let fits = b <= 2000;
-            let peak = if b <= 1600 { 2e9 + 1e7 * b as f64 } else { 18e9 - (b % 7) as f64 * 1e8 };
-            peaks.push(b);
-            Ok::<_, ()>(Probe {
-                fits,
-                peak_bytes: fits.then_some(peak as u64),
-                limit_bytes: Some(18_000_000_000),
-            })
-        })
-        .unwrap()
-        .unwrap();
+        let peak = |b: usize| {
+            if b <= 1600 {
+                2e9 + 1e7 * b as f64
+            } else {
+                18e9 - (b % 7) as f64 * 1e8
+            }
+        };
+        let program = reporting(18_000_000_000, |b| b <= 2000, peak);
+        let found = find(8, M8, 1 << 20, program).unwrap().unwrap();
         assert_eq!(found.maximum, 2000);
         assert!(found.next_failed);
         assert!(found.trials.len() <= 14, "{:?}", found.trials);

@@ -15,7 +15,7 @@ use common::{Error, Result};
 
 use crate::analysis::{self, Best, Diagnosis, Pick, TrialResult as Row};
 use crate::config::Settings;
-use crate::program::{Params, Program};
+use crate::program::{on_off, Params, Program};
 use crate::run::{Ran, Run};
 
 pub const SCHEMA: &str = "tuner-sweep/2";
@@ -68,12 +68,6 @@ pub struct SweepReport {
     pub best: Best,
     pub diagnosis: Vec<Diagnosis>,
     pub throughput_check: ThroughputCheck,
-}
-
-impl SweepReport {
-    pub fn rows(&self) -> Vec<Row> {
-        self.ran.trials.iter().map(Row::of).collect()
-    }
 }
 
 /// The sweep's trials: every AMP setting x worker count x batch size, batches ascending within
@@ -130,10 +124,6 @@ fn ms(s: &Option<Summary>) -> String {
     cell(s.as_ref(), |s| format!("{:.3}", s.median))
 }
 
-pub fn on_off(v: bool) -> String {
-    if v { "on" } else { "off" }.into()
-}
-
 /// One row per trial (columns no trial has are left out).
 pub fn trial_table(rows: &[Row]) -> Table {
     let mut t = Table::new()
@@ -164,7 +154,7 @@ pub fn trial_table(rows: &[Row]) -> Table {
         t.row(vec![
             r.key.batch.to_string(),
             r.key.workers.to_string(),
-            on_off(r.key.amp),
+            on_off(r.key.amp).into(),
             ms(&r.data_ms),
             ms(&r.forward_ms),
             ms(&r.backward_ms),
@@ -193,9 +183,17 @@ pub fn trial_table(rows: &[Row]) -> Table {
     t
 }
 
-/// The picks and the diagnosis.
-pub fn render_conclusions(best: &Best, diagnosis: &[Diagnosis]) -> String {
-    let mut o = String::new();
+pub fn render(r: &SweepReport) -> String {
+    let mut o = r.ran.header("sweep");
+    let s = &r.ran.settings;
+    let _ = writeln!(
+        o,
+        "each trial a process of its own: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
+        s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
+    );
+    let rows: Vec<Row> = r.ran.trials.iter().map(Row::of).collect();
+    o.push_str(&trial_table(&rows).markdown());
+    o.push('\n');
     let pick = |name: &str, p: &Option<Pick>| match p {
         Some(p) => format!(
             "- {name}: batch {}, {}: {}\n",
@@ -205,33 +203,13 @@ pub fn render_conclusions(best: &Best, diagnosis: &[Diagnosis]) -> String {
         ),
         None => format!("- {name}: none (no trial that reported its steps fits)\n"),
     };
-    o.push_str(&pick("highest throughput", &best.highest_throughput));
-    o.push_str(&pick("best efficiency", &best.best_efficiency));
-    o.push_str(&pick("recommended", &best.recommended));
+    o.push_str(&pick("highest throughput", &r.best.highest_throughput));
+    o.push_str(&pick("best efficiency", &r.best.best_efficiency));
+    o.push_str(&pick("recommended", &r.best.recommended));
     o.push('\n');
-    for d in diagnosis {
+    for d in &r.diagnosis {
         let _ = writeln!(o, "diagnosis: {}", d.message);
     }
-    o
-}
-
-pub fn render(r: &SweepReport) -> String {
-    let mut o = String::new();
-    let s = &r.ran.settings;
-    let _ = writeln!(
-        o,
-        "## tuner sweep: `{}` on {} GPU(s)\n",
-        Program::display(&r.ran.command),
-        r.ran.devices.len()
-    );
-    let _ = writeln!(
-        o,
-        "each trial a process of its own: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
-        s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
-    );
-    o.push_str(&trial_table(&r.rows()).markdown());
-    o.push('\n');
-    o.push_str(&render_conclusions(&r.best, &r.diagnosis));
     let checks = [
         (
             &r.throughput_check.program,
@@ -281,4 +259,39 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
     let rows: Vec<Row> = saved.trials.iter().map(Row::of).collect();
     let title = format!("tuner sweep of {}", Program::display(&saved.command));
     crate::plot::render(&rows, &title, stem).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_is_every_setting_with_batches_ascending() {
+        let s = crate::config::Overrides {
+            batch_sizes: Some(vec![64, 16, 32]),
+            workers: Some(vec![4, 0]),
+            amp: Some(crate::config::Switch::Both),
+            accumulation_steps: Some(2),
+            steps: Some(7),
+            warmup_steps: Some(1),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let g = plan(&s);
+        assert_eq!(g.len(), 12);
+        let keys: Vec<(bool, usize, usize)> =
+            g.iter().map(|p| (p.amp, p.workers, p.batch_size)).collect();
+        let first = [
+            (false, 0, 16),
+            (false, 0, 32),
+            (false, 0, 64),
+            (false, 4, 16),
+        ];
+        assert_eq!(keys[..4], first);
+        assert_eq!(keys[11], (true, 4, 64));
+        assert!(g
+            .iter()
+            .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));
+    }
 }

@@ -21,11 +21,10 @@ use crate::gpu::Device;
 use crate::launch::{Launcher, Spawn};
 use crate::nvml::{MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
-use crate::protocol::{step_of, BadLine, Measured, ReportFile};
+use crate::protocol::{step_of, Measured, ReportFile, ReportHealth};
 
 /// When a trial is over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
     /// When the program exits (a sweep's trials: every step is measured, and how it ends).
     AtExit,
@@ -42,10 +41,6 @@ pub enum Stop {
 pub struct Limits {
     /// Past this the trial's process group is killed and the trial is a HANG.
     pub time_limit: Duration,
-    /// NVML sampling period.
-    pub sample_period: Duration,
-    /// Lines of stderr kept in a result that is not OK.
-    pub tail_lines: usize,
     pub stop: Stop,
 }
 
@@ -53,12 +48,15 @@ impl Limits {
     pub fn new(time_limit: Duration) -> Limits {
         Limits {
             time_limit,
-            sample_period: Duration::from_millis(50),
-            tail_lines: 20,
             stop: Stop::AtExit,
         }
     }
 }
+
+/// NVML's sampling period.
+const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+/// Lines of stderr kept in a result that is not OK.
+const TAIL_LINES: usize = 20;
 
 /// Steps a program reports before its memory can be steady: the first creates the optimizer's
 /// state, the second holds it with the activations, the third must agree with the second.
@@ -79,18 +77,8 @@ pub fn steady(peaks: &[Option<u64>]) -> bool {
     }
 }
 
-/// How the report file read, without its steps (those are summarized in `measured`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ReportHealth {
-    pub lines: usize,
-    pub bad_lines: usize,
-    pub first_bad: Vec<BadLine>,
-    pub truncated_last_line: bool,
-    pub unknown_kinds: usize,
-}
-
 /// One trial's result: one line of the results file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrialResult {
     pub index: usize,
     /// The GPU's label (`GPU 1`) and what the child's CUDA_VISIBLE_DEVICES said.
@@ -134,13 +122,9 @@ impl TrialResult {
         if m.framework_peak_bytes.is_some() && reported_free.is_some() {
             return (m.framework_peak_bytes, reported_free);
         }
-        let nvml_limit = match (
-            self.memory.device_total_bytes,
-            self.memory.device_before_bytes,
-        ) {
-            (Some(total), Some(before)) => Some(total.saturating_sub(before)),
-            _ => None,
-        };
+        let nvml_limit = (self.memory.device_total_bytes)
+            .zip(self.memory.device_before_bytes)
+            .map(|(total, before)| total.saturating_sub(before));
         match (self.memory.peak_bytes, nvml_limit) {
             (Some(p), Some(l)) => (Some(p), Some(l)),
             // A peak without a limit in its own terms: shown, but not held against a limit.
@@ -152,10 +136,8 @@ impl TrialResult {
     /// program may crash on its way out), or ran out of memory. None for a trial that says
     /// nothing about memory (a hang, a failure, an incomplete or skipped trial).
     pub fn fits(&self) -> Option<bool> {
-        if self.reached_steps {
-            return Some(true);
-        }
         match self.status {
+            _ if self.reached_steps => Some(true),
             Status::Ok => Some(true),
             Status::Oom => Some(false),
             _ => None,
@@ -166,24 +148,11 @@ impl TrialResult {
     pub fn skipped(index: usize, params: Params, reason: String) -> TrialResult {
         TrialResult {
             index,
-            device: String::new(),
-            cuda_visible: String::new(),
             params,
-            command: Vec::new(),
             status: Status::Skipped,
             reason,
-            oom: None,
-            exit: None,
-            wall_s: 0.0,
-            reached_steps: false,
-            steady_at: None,
-            step_peaks: Vec::new(),
-            measured: Measured::from_report(&ReportFile::default(), 0, None, &[]),
             memory: MemoryReading::unmeasured("not run"),
-            nvml_util_pct: None,
-            report: ReportHealth::default(),
-            stderr_tail: Vec::new(),
-            folder: None,
+            ..TrialResult::default()
         }
     }
 
@@ -297,11 +266,6 @@ impl Watcher<'_> {
     }
 }
 
-/// The report file of a trial, in its folder.
-pub fn report_path(folder: &Path) -> PathBuf {
-    folder.join("report.jsonl")
-}
-
 /// What a trial's process finds in its environment besides what it inherits.
 pub fn trial_environment(
     params: &Params,
@@ -366,7 +330,7 @@ impl Runner<'_> {
                 )
             }
         };
-        let report = report_path(&folder);
+        let report = folder.join("report.jsonl");
         let _ = std::fs::remove_file(&report);
         let (stdout, stderr) = (folder.join("stdout.log"), folder.join("stderr.log"));
         let spawn = Spawn {
@@ -390,7 +354,7 @@ impl Runner<'_> {
         let sampler = device
             .probe
             .clone()
-            .map(|p| Sampler::start(p, pgid, self.limits.sample_period, before, start));
+            .map(|p| Sampler::start(p, pgid, SAMPLE_PERIOD, before, start));
         let mut watcher = Watcher {
             report: Tail::new(&report),
             outputs: [Tail::new(&stderr), Tail::new(&stdout)],
@@ -417,22 +381,17 @@ impl Runner<'_> {
             let (memory, utilization) = s.finish();
             result.memory = memory;
             result.memory.device_total_bytes = device.probe.as_ref().and_then(|p| p.device_total());
-            let from = match params.warmup_steps {
-                0 => 0.0,
-                w => watcher
-                    .arrivals
-                    .get(w - 1)
-                    .copied()
-                    .unwrap_or(f64::INFINITY),
-            };
+            // From the last warmup step's line (the start without warmup) to the last line.
+            let from = params.warmup_steps.checked_sub(1).map_or(0.0, |w| {
+                watcher.arrivals.get(w).copied().unwrap_or(f64::INFINITY)
+            });
             let to = watcher.arrivals.last().copied().unwrap_or(0.0);
             let window: Vec<f64> = utilization
                 .iter()
                 .filter(|(t, _)| *t > from && *t <= to)
                 .map(|(_, u)| f64::from(*u))
                 .collect();
-            result.nvml_util_pct =
-                (!window.is_empty()).then(|| window.iter().sum::<f64>() / window.len() as f64);
+            result.nvml_util_pct = (!window.is_empty()).then(|| common::stats::mean(&window));
         }
         let exit = match finished {
             Ok(e) => e,
@@ -444,21 +403,11 @@ impl Runner<'_> {
         result.steady_at = watcher.steady_at;
         result.step_peaks = watcher.peaks.clone();
         // The whole process's wall time stands in only for a program that finished by itself.
-        let wall = (exit == Exit::Code(0)).then(|| {
-            (
-                (params.samples_per_step() * params.total_steps()) as u64,
-                result.wall_s,
-            )
-        });
+        let told_samples = (params.samples_per_step() * params.total_steps()) as u64;
+        let wall = (exit == Exit::Code(0)).then_some((told_samples, result.wall_s));
         result.measured =
             Measured::from_report(&file, params.warmup_steps, wall, &watcher.arrivals);
-        result.report = ReportHealth {
-            lines: file.lines,
-            bad_lines: file.bad_lines,
-            first_bad: file.first_bad,
-            truncated_last_line: file.truncated_last_line,
-            unknown_kinds: file.unknown_kinds,
-        };
+        result.report = file.health;
         let verdict = classify(
             exit,
             &read_tail(&stderr, 256 * 1024),
@@ -480,7 +429,7 @@ impl Runner<'_> {
             verdict.reason
         };
         if result.status != Status::Ok {
-            result.stderr_tail = tail_lines(&stderr, self.limits.tail_lines);
+            result.stderr_tail = tail_lines(&stderr, TAIL_LINES);
         }
         result
     }
@@ -491,32 +440,24 @@ mod tests {
     use super::*;
 
     const GB: u64 = 1_000_000_000;
+    const MB: u64 = 1_000_000;
 
     #[test]
     fn memory_is_steady_once_two_steps_after_the_first_agree() {
+        let mb =
+            |peaks: &[u64]| -> Vec<Option<u64>> { peaks.iter().map(|&p| Some(p * MB)).collect() };
         assert!(!steady(&[]));
-        assert!(
-            !steady(&[Some(GB), Some(GB)]),
-            "the optimizer's first step may come later"
-        );
+        let first = "the optimizer's first step may come later";
+        assert!(!steady(&mb(&[1000, 1000])), "{first}");
         assert!(steady(&[None, Some(5 * GB), Some(5 * GB)]));
         assert!(
             steady(&[Some(GB), Some(5 * GB), Some(5 * GB + 1000)]),
             "rounding"
         );
-        assert!(!steady(&[Some(GB), Some(5 * GB), Some(6 * GB)]));
+        assert!(!steady(&mb(&[1000, 5000, 6000])));
         assert!(!steady(&[Some(GB), Some(5 * GB), None]));
-        assert!(steady(&[
-            Some(GB),
-            Some(5 * GB),
-            Some(6 * GB),
-            Some(6 * GB)
-        ]));
-        assert!(!steady(&[
-            Some(100 * GB),
-            Some(100 * GB + 200_000_000),
-            Some(100 * GB)
-        ]));
+        assert!(steady(&mb(&[1000, 5000, 6000, 6000])));
+        assert!(!steady(&mb(&[100_000, 100_200, 100_000])));
     }
 
     #[test]

@@ -10,9 +10,7 @@ use toml_edit::{value, DocumentMut, Item, Table};
 
 /// The config's text with `[training] batch_size` and `accumulation_steps` set.
 pub fn update_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
-    let mut doc: DocumentMut = text
-        .parse()
-        .map_err(|e: toml_edit::TomlError| format!("not valid TOML: {}", e.to_string().trim()))?;
+    let mut doc = parse_doc(text)?;
     let training = doc
         .entry("training")
         .or_insert(Item::Table(Table::new()))
@@ -91,37 +89,35 @@ fn parse_doc(text: &str) -> Result<DocumentMut, String> {
         .map_err(|err: toml_edit::TomlError| format!("not valid TOML: {}", err.to_string().trim()))
 }
 
+/// The table `key` of `parent`, added (implicit: shown only through its own tables) when missing;
+/// None when `key` holds something else.
+fn table<'a>(
+    parent: &'a mut dyn toml_edit::TableLike,
+    key: &str,
+    implicit: bool,
+) -> Option<&'a mut dyn toml_edit::TableLike> {
+    let mut t = Table::new();
+    t.set_implicit(implicit);
+    parent
+        .entry(key)
+        .or_insert(Item::Table(t))
+        .as_table_like_mut()
+}
+
 /// The team file's text with the table `[gpus."GPU"."MODEL"]` added or updated; every other
 /// entry and every comment kept.
 pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
     let mut doc = parse_doc(text)?;
     // A file that is only comments keeps them at the top, not after the new table.
-    let leading = if doc.as_table().is_empty() {
-        let t = doc.trailing().as_str().unwrap_or("").to_string();
+    let mut leading = String::new();
+    if doc.as_table().is_empty() {
+        leading = doc.trailing().as_str().unwrap_or("").to_string();
         doc.set_trailing("");
-        t
-    } else {
-        String::new()
-    };
-    let implicit = || {
-        let mut t = Table::new();
-        t.set_implicit(true);
-        Item::Table(t)
-    };
-    let gpus = doc
-        .entry("gpus")
-        .or_insert(implicit())
-        .as_table_like_mut()
-        .ok_or("'gpus' is not a table")?;
-    let gpu = gpus
-        .entry(&e.gpu)
-        .or_insert(implicit())
-        .as_table_like_mut()
-        .ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
-    let entry = gpu
-        .entry(&e.model)
-        .or_insert(Item::Table(Table::new()))
-        .as_table_like_mut()
+    }
+    let gpus = table(doc.as_table_mut(), "gpus", true).ok_or("'gpus' is not a table")?;
+    let gpu =
+        table(gpus, &e.gpu, true).ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
+    let entry = table(gpu, &e.model, false)
         .ok_or_else(|| format!("'gpus.\"{}\".\"{}\"' is not a table", e.gpu, e.model))?;
     set_keeping_comments(entry, "batch_size", e.batch_size as i64);
     set_keeping_comments(entry, "accumulation_steps", e.accumulation_steps as i64);
@@ -267,8 +263,7 @@ my_own_key = "kept"
         assert!(out.contains("my_own_key = \"kept\""));
         assert!(out.contains("lr = 0.05"));
         // The tool's own parser still reads the result, the team's own keys left alone.
-        let without_own = out.clone();
-        let o = crate::config::parse(&without_own).unwrap();
+        let o = crate::config::parse(&out).unwrap();
         assert_eq!(o.batch_size, Some(4096));
         assert_eq!(o.accumulation_steps, Some(2));
     }
@@ -329,48 +324,28 @@ my_own_key = "kept"
         let two = update_team_text(&one, &entry("NVIDIA H200", resnet, 4096)).unwrap();
         // A second model on the same GPU type does not overwrite the first.
         let three = update_team_text(&two, &entry(h100, mlp, 8192)).unwrap();
-        let updated = update_team_text(
-            &three,
-            &TeamEntry {
-                accumulation_steps: 2,
-                ..entry(h100, resnet, 3000)
-            },
-        )
-        .unwrap();
+        let resnet_3000 = TeamEntry {
+            accumulation_steps: 2,
+            ..entry(h100, resnet, 3000)
+        };
+        let updated = update_team_text(&three, &resnet_3000).unwrap();
         assert!(updated.starts_with("# shared by the team"));
         let doc: DocumentMut = updated.parse().unwrap();
-        assert_eq!(
-            doc["gpus"][h100][resnet]["batch_size"].as_integer(),
-            Some(3000)
-        );
-        assert_eq!(
-            doc["gpus"][h100][mlp]["batch_size"].as_integer(),
-            Some(8192)
-        );
-        assert_eq!(
-            doc["gpus"]["NVIDIA H200"][resnet]["precision"].as_str(),
-            Some("bf16")
-        );
+        let h100s = &doc["gpus"][h100];
+        assert_eq!(h100s[resnet]["batch_size"].as_integer(), Some(3000));
+        assert_eq!(h100s[mlp]["batch_size"].as_integer(), Some(8192));
+        let precision = doc["gpus"]["NVIDIA H200"][resnet]["precision"].as_str();
+        assert_eq!(precision, Some("bf16"));
         assert_eq!(
             updated.matches("[gpus.\"NVIDIA H100 80GB HBM3\".").count(),
             2
         );
         let entries = read_team_text(&updated).unwrap();
         assert_eq!(entries.len(), 3);
-        assert_eq!(
-            entries[0],
-            TeamEntry {
-                accumulation_steps: 2,
-                ..entry(h100, resnet, 3000)
-            }
-        );
+        assert_eq!(entries[0], resnet_3000);
         let table = common::table::unpadded(&team_table(&entries).markdown());
-        assert!(
-            table.contains(
-                "| NVIDIA H100 80GB HBM3 | `python3 train_resnet.py --batch-size {batch_size}` | 3000 | 2 | 6000 | bf16 |"
-            ),
-            "{table}"
-        );
+        let row = "| NVIDIA H100 80GB HBM3 | `python3 train_resnet.py --batch-size {batch_size}` | 3000 | 2 | 6000 | bf16 |";
+        assert!(table.contains(row), "{table}");
         assert!(table.contains("| NVIDIA H200 |"), "{table}");
     }
 

@@ -104,7 +104,7 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     assert!(stdout.ends_with("48 True 3\n"), "{stdout}");
 
     let r = ReportFile::read(&report);
-    assert_eq!((r.lines, r.bad_lines), (4, 0));
+    assert_eq!((r.health.lines, r.health.bad_lines), (4, 0));
     let device = r.device.as_ref().expect("the device line");
     assert_eq!(device.name.as_deref(), Some("GPU X"));
     assert_eq!(

@@ -1127,7 +1127,7 @@ fn a_choice_the_command_cannot_make_is_refused_before_anything_starts() {
     ];
     for (args, says) in cases {
         let o = refused(&args, "0", &work, &tmp);
-        assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
+        assert_eq!(o.code, 2, "bad usage: {args:?}: {}", o.stderr);
         assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
         assert_eq!(
             o.stderr.trim().lines().count(),

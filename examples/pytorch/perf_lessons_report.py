@@ -68,9 +68,10 @@ class Reporter:
     def enabled(self):
         return self._file is not None
 
-    def step(self, samples, step_s=None, peak_memory_bytes=None, **phases):
+    def step(self, samples, step_s=None, peak_memory_bytes=None, gpu_busy=None, **phases):
         """One optimizer step: `samples` consumed, its time `step_s` (default: since the last
-        call), optional phase times in seconds and the framework's peak memory in bytes."""
+        call), optional phase times in seconds, the framework's peak memory in bytes and the
+        share of the step the GPU was working (0..1), where the program measures it."""
         unknown = set(phases) - set(_PHASES)
         if unknown:
             raise TypeError("unknown phase(s) %s; use %s" % (sorted(unknown), ", ".join(_PHASES)))
@@ -88,6 +89,8 @@ class Reporter:
                 line[name] = float(value)
         if peak_memory_bytes is not None:
             line["peak_memory_bytes"] = int(peak_memory_bytes)
+        if gpu_busy is not None and 0.0 <= gpu_busy <= 1.0:
+            line["gpu_busy"] = float(gpu_busy)
         self._write(line)
 
     def device(self, name=None, total_bytes=None, free_bytes=None):

@@ -305,20 +305,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_example_config_reads() {
-        let text = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../examples/pytorch/train_resnet.toml"
-        ))
-        .unwrap();
-        let s = parse(&text).unwrap().resolve().unwrap();
-        assert_eq!(s.workers, [0, 4, 8]);
-        assert_eq!(s.batch_sizes, [32, 64, 128, 256]);
-        assert_eq!(s.amp, [false, true]);
-        assert_eq!((s.batch_size, s.steps, s.warmup_steps), (Some(128), 30, 5));
-    }
-
-    #[test]
     fn the_team_s_own_keys_are_left_alone_the_tuner_s_are_checked() {
         let o = parse(
             "# the team's file\n[model]\nname = \"vit\"\n[training]\nlr = 0.1\nbatch_size = 64\noptimizer = \"AdamW\"\n[data]\nworkers = 4\nroot = \"/data\"\n",

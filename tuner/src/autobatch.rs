@@ -35,9 +35,10 @@ use crate::writeback::{self, TeamEntry};
 pub const SCHEMA: &str = "tuner-autobatch/2";
 
 /// Optimizer steps a search trial may run: no warmup (nothing is timed), then until memory is
-/// steady (the third step at the earliest) or this many.
+/// steady (the third step at the earliest) or this many. Few to spare: a program that sizes its
+/// data by the steps it is told prepares (and pins) batches for every one of them.
 pub const SEARCH_WARMUP: usize = 0;
-pub const SEARCH_STEPS: usize = 12;
+pub const SEARCH_STEPS: usize = 6;
 
 /// Steps of the confirmation run, by default.
 pub const CONFIRM_STEPS: usize = 20;

@@ -50,8 +50,11 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, started):
+    """Lightning's binsearch over a module made of `make_model()`, `make_optimizer(parameters)`
+    and `make_loader(batch_size)`, from `args.init_val`, `args.steps_per_trial` steps a trial:
+    the answer, each trial and the wall times (from `started`, the script's start, and of the
+    search alone) as a dict. `args.amp` and `args.max_val` as this script takes them."""
     import torch
 
     try:
@@ -61,17 +64,13 @@ def main(argv=None):
         import pytorch_lightning as pl
         from pytorch_lightning.tuner import Tuner
 
-    if not torch.cuda.is_available():
-        sys.exit("lightning_batch_finder.py: PyTorch sees no CUDA GPU")
-    limit_memory(torch, args.memory_limit, "lightning_batch_finder.py")
-
-    class ResNetModule(pl.LightningModule):
-        """train_resnet.py's step as a LightningModule; records each of the finder's trials."""
+    class Module(pl.LightningModule):
+        """The training step as a LightningModule; records each of the finder's trials."""
 
         def __init__(self, batch_size):
             super().__init__()
             self.batch_size = batch_size
-            self.model = resnet18()
+            self.model = make_model()
             self.loss = torch.nn.CrossEntropyLoss()
             self.trials = []
 
@@ -80,34 +79,31 @@ def main(argv=None):
             self.trials.append({"batch_size": self.batch_size, "steps": 0, "start": now, "end": now})
 
         def training_step(self, batch, batch_idx):
-            images, labels = batch
-            return self.loss(self.model(images), labels)
+            inputs, labels = batch
+            return self.loss(self.model(inputs), labels)
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
             self.trials[-1]["steps"] += 1
             self.trials[-1]["end"] = time.perf_counter()
 
         def configure_optimizers(self):
-            return sgd(self.parameters(), args.lr)
+            return make_optimizer(self.parameters())
 
         def train_dataloader(self):
-            return data_loader(synthetic_images(DATASET_LENGTH, args.seed), self.batch_size,
-                               args.workers, args.pin_memory == "on")
+            return make_loader(self.batch_size)
 
-    torch.manual_seed(args.seed)
-    module = ResNetModule(args.init_val)
-    root = tempfile.mkdtemp(prefix="lightning-batch-finder-")
+    module = Module(args.init_val)
     trainer = pl.Trainer(
         accelerator="gpu",
         devices=1,
         precision="bf16-mixed" if args.amp == "on" else "32-true",
         max_epochs=1,
-        benchmark=True,
+        benchmark=benchmark,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        default_root_dir=root,
+        default_root_dir=tempfile.mkdtemp(prefix="lightning-batch-finder-"),
     )
     options = dict(mode="binsearch", init_val=args.init_val,
                    steps_per_trial=args.steps_per_trial, max_trials=args.max_trials)
@@ -119,7 +115,6 @@ def main(argv=None):
     search_started = time.perf_counter()
     answer = Tuner(trainer).scale_batch_size(module, **options)
     finished = time.perf_counter()
-
     trials = [
         {
             "batch_size": t["batch_size"],
@@ -129,12 +124,12 @@ def main(argv=None):
         }
         for t in module.trials
     ]
-    result = {
+    return {
         "finder": "lightning Tuner.scale_batch_size(mode=binsearch)",
         "answer": answer,
         "trials": trials,
         "trial_count": len(trials),
-        "wall_s": round(finished - STARTED, 3),
+        "wall_s": round(finished - started, 3),
         "search_s": round(finished - search_started, 3),
         "options": options,
         "amp": args.amp,
@@ -143,11 +138,35 @@ def main(argv=None):
         "lightning_version": pl.__version__,
         "torch_version": torch.__version__,
     }
+
+
+def write_result(result, path):
+    """Print the result as JSON, and write it to `path` too when there is one."""
     text = json.dumps(result, indent=2)
     print(text)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("lightning_batch_finder.py: PyTorch sees no CUDA GPU")
+    limit_memory(torch, args.memory_limit, "lightning_batch_finder.py")
+    torch.manual_seed(args.seed)
+    result = lightning_finder(
+        args,
+        make_model=resnet18,
+        make_optimizer=lambda parameters: sgd(parameters, args.lr),
+        make_loader=lambda batch: data_loader(synthetic_images(DATASET_LENGTH, args.seed), batch,
+                                              args.workers, args.pin_memory == "on"),
+        benchmark=True,
+        started=STARTED,
+    )
+    write_result(result, args.json)
     return 0
 
 

@@ -12,12 +12,14 @@ import time
 STARTED = time.perf_counter()
 
 import argparse  # noqa: E402
-import inspect  # noqa: E402
-import json  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 
 from train_vit import images, limit_memory, loader, model  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "examples", "pytorch"))
+from lightning_batch_finder import lightning_finder, write_result  # noqa: E402
 
 
 def main():
@@ -28,83 +30,23 @@ def main():
     p.add_argument("--init-val", type=int, default=2)
     p.add_argument("--steps-per-trial", type=int, default=3)
     p.add_argument("--max-trials", type=int, default=25)
+    p.add_argument("--max-val", type=int, default=1 << 20)
     p.add_argument("--memory-limit", type=float, metavar="GIB")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
     import torch
 
-    try:
-        import lightning.pytorch as pl
-        from lightning.pytorch.tuner import Tuner
-    except ImportError:
-        import pytorch_lightning as pl
-        from pytorch_lightning.tuner import Tuner
-
     limit_memory(torch, args.memory_limit)
-
-    class Module(pl.LightningModule):
-        def __init__(self, batch_size):
-            super().__init__()
-            self.batch_size = batch_size
-            self.net = model(args.model)
-            self.loss = torch.nn.CrossEntropyLoss()
-            self.trials = []
-
-        def on_train_start(self):
-            now = time.perf_counter()
-            self.trials.append({"batch_size": self.batch_size, "steps": 0, "start": now, "end": now})
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return self.loss(self.net(x), y)
-
-        def on_train_batch_end(self, outputs, batch, batch_idx):
-            self.trials[-1]["steps"] += 1
-            self.trials[-1]["end"] = time.perf_counter()
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-4)
-
-        def train_dataloader(self):
-            return loader(images(10_000_000), self.batch_size, args.workers)
-
     torch.manual_seed(0)
-    module = Module(args.init_val)
-    trainer = pl.Trainer(accelerator="gpu", devices=1,
-                         precision="bf16-mixed" if args.amp == "on" else "32-true",
-                         max_epochs=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=tempfile.mkdtemp(prefix="lightning-vit-"))
-    options = dict(mode="binsearch", init_val=args.init_val, steps_per_trial=args.steps_per_trial,
-                   max_trials=args.max_trials)
-    accepted = inspect.signature(Tuner(trainer).scale_batch_size).parameters
-    if "margin" in accepted:
-        options["margin"] = 0.0
-    if "max_val" in accepted:
-        options["max_val"] = 1 << 20
-    search_started = time.perf_counter()
-    answer = Tuner(trainer).scale_batch_size(module, **options)
-    finished = time.perf_counter()
-    result = {
-        "finder": "lightning Tuner.scale_batch_size(mode=binsearch)",
-        "model": args.model,
-        "answer": answer,
-        "trials": [{"batch_size": t["batch_size"], "steps": t["steps"],
-                    "fits": t["steps"] >= args.steps_per_trial,
-                    "seconds": round(t["end"] - t["start"], 4)} for t in module.trials],
-        "wall_s": round(finished - STARTED, 3),
-        "search_s": round(finished - search_started, 3),
-        "options": options,
-        "amp": args.amp,
-        "gpu": torch.cuda.get_device_name(),
-        "lightning_version": pl.__version__,
-        "torch_version": torch.__version__,
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+    result = lightning_finder(
+        args,
+        make_model=lambda: model(args.model),
+        make_optimizer=lambda parameters: torch.optim.AdamW(parameters, lr=1e-4),
+        make_loader=lambda batch: loader(images(10_000_000), batch, args.workers),
+        benchmark=None,
+        started=STARTED,
+    )
+    write_result({"model": args.model, **result}, args.json)
     return 0
 
 

@@ -124,6 +124,23 @@ impl TransposeVariant {
     }
 }
 
+/// The variants of a side x side transpose: the same bytes read and written by each.
+pub fn specs(side: u64) -> Vec<VariantSpec> {
+    let bytes = 4 * side * side;
+    let work = Work {
+        bytes_read: bytes,
+        bytes_written: bytes,
+        flops: 0,
+    };
+    TransposeVariant::ALL
+        .iter()
+        .map(|v| {
+            // Moving values is exact: any difference is a bug.
+            VariantSpec::new(v.name(), v.description(), Precision::Fp32, work).with_tolerance(0.0)
+        })
+        .collect()
+}
+
 /// Every variant, baseline first, each with its kernel; the runner picks which run.
 pub struct Transpose {
     side: u64,
@@ -177,20 +194,7 @@ impl Lesson for Transpose {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let bytes = 4 * self.side * self.side;
-        let work = Work {
-            bytes_read: bytes,
-            bytes_written: bytes,
-            flops: 0,
-        };
-        TransposeVariant::ALL
-            .iter()
-            .map(|v| {
-                // Moving values is exact: any difference is a bug.
-                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
-                    .with_tolerance(0.0)
-            })
-            .collect()
+        specs(self.side)
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {

@@ -49,7 +49,14 @@ fn serial_and_overlapped_pipelines_agree_with_the_closed_form() {
         (1_000_003, 100_000, 2),
         (4096, 4096, 1),
     ] {
-        let mut p = Pipeline::new(&gpu, n, chunk, buffers, 64, 9).unwrap();
+        let cfg = PipelineConfig {
+            elements: n,
+            chunk,
+            buffers,
+            iterations: 64,
+            seed: 9,
+        };
+        let mut p = Pipeline::new(&gpu, cfg).unwrap();
         let mut outputs = Vec::new();
         for mode in [Mode::Serial, Mode::Overlapped] {
             p.poison_output();

@@ -3,10 +3,11 @@
 //! what the float64 reference and the baseline train, graphs replay exactly what eager execution
 //! does, and absurd sizes are clear out-of-memory errors.
 
+use ch1_basics::training::lesson::specs;
 use ch1_basics::training::{host, Engine, TrainConfig, TrainingLesson, Variant};
 use common::gpu::Gpu;
 use common::report::Status;
-use common::runner::{run_parts, LessonPart, RunOptions};
+use common::runner::{run_lesson, Parts, RunOptions};
 use common::stop::StopRule;
 use mlp::{Allocator, DeviceBuf};
 
@@ -163,12 +164,10 @@ fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
             .expect("a small run has a reference")
             .to_vec();
         assert!(r[cfg.steps() - 1] < r[0], "the reference learns");
-        let part = LessonPart::new("training", |_| {
-            Ok(Box::new(lesson) as Box<dyn common::runner::Lesson>)
-        });
+        let mut parts = Parts::new("ch1-basics").part("training", specs(&cfg), || Ok(lesson));
         let mut options = RunOptions::default();
         options.bench.stop = StopRule::quick();
-        let report = run_parts(&gpu, "ch1-basics", vec![part], &options).unwrap();
+        let report = run_lesson(&gpu, &mut parts, &options).unwrap();
         for v in Variant::ALL {
             let got = report
                 .variant(&format!("training:{}", v.name()))

@@ -128,11 +128,47 @@ pub enum Mode {
     CopyOutOnly,
 }
 
-pub struct Pipeline {
-    pub n: usize,
+/// The sizes of the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PipelineConfig {
+    /// fp32 elements pushed through the GPU.
+    pub elements: usize,
+    /// Elements per chunk.
     pub chunk: usize,
+    /// Device buffers in flight in the overlapped run.
     pub buffers: usize,
+    /// FMAs per element in the compute stage.
     pub iterations: u32,
+    pub seed: u64,
+}
+
+impl PipelineConfig {
+    /// The sizes must make a plan; the message says what to change.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.chunk > self.elements {
+            return Err(format!(
+                "--chunk ({}) is larger than --pipeline-elements ({}): use a smaller chunk",
+                self.chunk, self.elements
+            ));
+        }
+        if self.elements == 0 || self.chunk == 0 || self.buffers == 0 {
+            return Err("elements, chunk and buffers must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn plan(&self) -> Vec<Chunk> {
+        plan(self.elements, self.chunk, self.buffers)
+    }
+
+    /// Chunks of the plan.
+    pub fn chunks(&self) -> usize {
+        self.elements.div_ceil(self.chunk.max(1))
+    }
+}
+
+pub struct Pipeline {
+    pub cfg: PipelineConfig,
     host_in: Pinned<f32>,
     host_out: Pinned<f32>,
     dev: Vec<CudaSlice<f32>>,
@@ -146,73 +182,61 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(
-        gpu: &Gpu,
-        n: usize,
-        chunk: usize,
-        buffers: usize,
-        iterations: u32,
-        seed: u64,
-    ) -> Result<Pipeline> {
-        let chunk = chunk.min(n);
+    /// The pinned input (seeded) and output, the device buffers, streams and events of `cfg`
+    /// (a chunk larger than the array is the array).
+    pub fn new(gpu: &Gpu, cfg: PipelineConfig) -> Result<Pipeline> {
+        let (n, buffers) = (cfg.elements, cfg.buffers);
+        let cfg = PipelineConfig {
+            chunk: cfg.chunk.min(n),
+            ..cfg
+        };
         gpu.check_fits(
             "the pipeline's device buffers",
-            (4 * chunk * buffers) as u64,
+            (4 * cfg.chunk * buffers) as u64,
         )?;
-        common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
         let kernel = kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?;
         let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
-        let values = common::verify::uniform_f32(seed, n, -1.0, 1.0);
+        let values = common::verify::uniform_f32(cfg.seed, n, -1.0, 1.0);
         host_in.as_mut_slice().copy_from_slice(&values);
         drop(values);
         let host_out = Pinned::<f32>::new(gpu, n, "the pipeline output")?;
         let dev = (0..buffers)
-            .map(|_| gpu.alloc::<f32>(chunk, "a pipeline buffer"))
+            .map(|_| gpu.alloc::<f32>(cfg.chunk, "a pipeline buffer"))
             .collect::<Result<Vec<_>>>()?;
         let stream = || gpu.ctx.new_stream().cuda("creating a stream");
-        let events = || -> Result<Vec<CudaEvent>> {
-            (0..buffers)
-                .map(|_| gpu.ctx.new_event(None).cuda("creating an event"))
-                .collect()
-        };
+        let event = || gpu.ctx.new_event(None).cuda("creating an event");
+        let events = || (0..buffers).map(|_| event()).collect::<Result<Vec<_>>>();
         Ok(Pipeline {
-            n,
-            chunk,
-            buffers,
-            iterations,
+            cfg,
             host_in,
             host_out,
             dev,
             kernel,
             sm_count: gpu.info.sm_count,
             streams: [stream()?, stream()?, stream()?],
-            start: gpu.ctx.new_event(None).cuda("creating an event")?,
+            start: event()?,
             in_done: events()?,
             compute_done: events()?,
             out_done: events()?,
         })
     }
 
-    pub fn plan(&self) -> Vec<Chunk> {
-        plan(self.n, self.chunk, self.buffers)
-    }
-
     fn compute(&mut self, stream: &Arc<CudaStream>, buffer: usize, len: usize) -> Result<()> {
-        let (kernel, sm_count, iterations) = (&self.kernel, self.sm_count, self.iterations);
+        let buf = &mut self.dev[buffer];
         queue_affine(
-            kernel,
-            sm_count,
+            &self.kernel,
+            self.sm_count,
             stream,
-            &mut self.dev[buffer],
+            buf,
             len,
-            iterations,
+            self.cfg.iterations,
         )
     }
 
     /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on
     /// `main` (forked and joined with events), so the harness's timer brackets it.
     pub fn queue(&mut self, main: &Arc<CudaStream>, mode: Mode) -> Result<()> {
-        let chunks = self.plan();
+        let chunks = self.cfg.plan();
         let streams = self.streams.clone();
         if mode != Mode::Overlapped {
             for c in &chunks {
@@ -286,7 +310,7 @@ impl Pipeline {
     /// stored reference would be another 2 GiB at the default size).
     pub fn check_closed_form(&self) -> Verification {
         let input = self.host_in.as_slice();
-        let iterations = self.iterations;
+        let iterations = self.cfg.iterations;
         check_by(
             self.host_out.as_slice(),
             |i| reference_value(input[i], iterations),
@@ -303,6 +327,27 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_that_make_no_plan_say_what_to_change() {
+        let ok = PipelineConfig {
+            elements: 1 << 20,
+            chunk: 1 << 16,
+            buffers: 3,
+            iterations: 8,
+            seed: 1,
+        };
+        assert!(ok.validate().is_ok());
+        let big_chunk = PipelineConfig {
+            chunk: 2 << 20,
+            ..ok
+        };
+        assert!(big_chunk
+            .validate()
+            .unwrap_err()
+            .contains("larger than --pipeline-elements"));
+        assert!(PipelineConfig { buffers: 0, ..ok }.validate().is_err());
+    }
 
     #[test]
     fn chunks_cover_the_array_once_with_a_short_tail() {

@@ -58,19 +58,20 @@ impl Kind {
         }
     }
 
+    /// "pinned".
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Pinned => "pinned",
-            Kind::Prealloc => "prealloc",
-            Kind::Batch => "batch",
-            Kind::Graphs => "graphs",
-            Kind::All => "all",
-        }
+        self.lesson().trim_start_matches("ch1-basics-sweep-")
     }
 
     /// The lesson name of its report ("ch1-basics-sweep-pinned"), and the stem of its files.
-    pub fn lesson(self) -> String {
-        format!("ch1-basics-sweep-{}", self.name())
+    pub fn lesson(self) -> &'static str {
+        match self {
+            Kind::Pinned => "ch1-basics-sweep-pinned",
+            Kind::Prealloc => "ch1-basics-sweep-prealloc",
+            Kind::Batch => "ch1-basics-sweep-batch",
+            Kind::Graphs => "ch1-basics-sweep-graphs",
+            Kind::All => "ch1-basics-sweep-all",
+        }
     }
 }
 

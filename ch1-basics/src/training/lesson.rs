@@ -105,6 +105,19 @@ pub fn run_work(cfg: &TrainConfig) -> Work {
     }
 }
 
+/// The six variants of a training run of `cfg`.
+pub fn specs(cfg: &TrainConfig) -> Vec<VariantSpec> {
+    let work = run_work(cfg);
+    Variant::ALL
+        .iter()
+        .map(|v| {
+            VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
+                .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
+                .host_device()
+        })
+        .collect()
+}
+
 /// How whole training runs are timed: not held (the naive runs synchronize with the host, and
 /// a held stream would never drain), each sample several whole runs long.
 pub fn host_bound_bench(cfg: BenchConfig) -> BenchConfig {
@@ -214,15 +227,7 @@ impl Lesson for TrainingLesson<'_> {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let work = run_work(&self.engine.cfg);
-        Variant::ALL
-            .iter()
-            .map(|v| {
-                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
-                    .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
-                    .host_device()
-            })
-            .collect()
+        specs(&self.engine.cfg)
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {

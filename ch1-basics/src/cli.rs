@@ -311,14 +311,10 @@ fn run_sweeps(
     .into())
 }
 
-/// The body of a binary: run the variants named by id (all of `--part` when empty).
+/// The body of a binary: run the variants named by id ("training:pinned", whatever `--part`
+/// says; all of `--part` when empty).
 pub fn main(only: &[&str]) -> ExitCode {
     common::cli::main_with(|startup| run(&Args::parse(), only, startup))
-}
-
-/// The body of a binary that runs one variant whatever `--part` says ("training:pinned").
-pub fn main_variant(id: &str) -> ExitCode {
-    main(&[id])
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ pub fn section(
     let elements: usize = plan.iter().map(|c| c.len).sum();
     let per_chunk = |total: f64| total * plan[0].len as f64 / elements as f64;
     let stage_times = named.map(|s| per_chunk(s.1));
-    let model = simulate(plan, (stage_times[0], stage_times[1], stage_times[2]), true);
+    let model = simulate(plan, (stage_times[0], stage_times[1], stage_times[2]));
     let gbps = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
     let (in_rate, out_rate) = (gbps(copy_in.median), gbps(copy_out.median));
     let overlapped = measured.overlapped.median;

@@ -168,11 +168,6 @@ impl<'g> TrainingLesson<'g> {
             .map(|(_, v)| v.as_slice())
     }
 
-    /// Run `v` once from the initial weights and bring its parameters and losses back.
-    pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
-        v.run_checked(&mut self.engine)
-    }
-
     /// The check table: every variant's errors against the reference and the baseline.
     fn check_table(variants: &[VariantReport]) -> Table {
         let mut t = Table::new()

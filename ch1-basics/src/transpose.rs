@@ -71,16 +71,9 @@ impl TransposeVariant {
         }
     }
 
-    pub fn kernel(self) -> &'static str {
-        match self {
-            TransposeVariant::Naive => "transpose_naive",
-            TransposeVariant::Tiled32Unpadded => "transpose_tiled32_unpadded",
-            TransposeVariant::Tiled32 => "transpose_tiled32",
-            TransposeVariant::Tiled32Rows16 => "transpose_tiled32_rows16",
-            TransposeVariant::Tiled32x64 => "transpose_tiled32x64",
-            TransposeVariant::Tiled64 => "transpose_tiled64",
-            TransposeVariant::Tiled32Vec4 => "transpose_tiled32_vec4",
-        }
+    /// Its kernel in transpose.cu: `transpose_` and its name, '-' read as '_'.
+    pub fn kernel(self) -> String {
+        format!("transpose_{}", self.name().replace('-', "_"))
     }
 
     pub fn description(self) -> &'static str {
@@ -164,7 +157,7 @@ impl Transpose {
         let module = kernels::load(gpu, KERNELS, &[])?;
         let kernels = TransposeVariant::ALL
             .iter()
-            .map(|v| module.function(v.kernel()))
+            .map(|v| module.function(&v.kernel()))
             .collect::<Result<Vec<_>>>()?;
         let len = elems as usize;
         let host = normal_f32(seed, len, 1.0);
@@ -208,7 +201,7 @@ impl Lesson for Transpose {
         let mut b = gpu.stream.launch_builder(&self.kernels[index]);
         b.arg(&self.input).arg(&mut self.output).arg(&side);
         // SAFETY: (const float*, float*, int n) over side x side elements of each buffer.
-        unsafe { b.launch(cfg) }.cuda(variant.kernel())?;
+        unsafe { b.launch(cfg) }.cuda(&variant.kernel())?;
         Ok(())
     }
 
@@ -232,6 +225,10 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), TransposeVariant::ALL.len());
+        let source = include_str!("../kernels/transpose.cu");
+        for v in TransposeVariant::ALL {
+            assert!(source.contains(&format!("void {}(", v.kernel())), "{v:?}");
+        }
     }
 
     #[test]

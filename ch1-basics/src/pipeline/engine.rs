@@ -85,24 +85,45 @@ pub fn grid_stride(len: usize, sm_count: u32) -> LaunchConfig {
     }
 }
 
-/// Queue the map x <- A x + B, `iterations` times, over the first `len` elements of `buf` on
-/// `stream` (`kernel` is [KERNELS]' `affine_iterate`).
-pub fn queue_affine(
-    kernel: &CudaFunction,
+/// The compute stage: the map x <- A x + B, `iterations` times per element ([KERNELS]'
+/// `affine_iterate`).
+pub struct Affine {
+    kernel: CudaFunction,
     sm_count: u32,
-    stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<f32>,
-    len: usize,
-    iterations: u32,
-) -> Result<()> {
-    assert!(len <= buf.len());
-    let count = len as i64;
-    let (a, b, it) = (A, B, iterations as i32);
-    let mut l = stream.launch_builder(kernel);
-    l.arg(buf).arg(&count).arg(&a).arg(&b).arg(&it);
-    // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= buf.len() elements.
-    unsafe { l.launch(grid_stride(len, sm_count)) }.cuda("affine_iterate")?;
-    Ok(())
+    pub iterations: u32,
+}
+
+impl Affine {
+    pub fn new(gpu: &Gpu, iterations: u32) -> Result<Affine> {
+        Ok(Affine {
+            kernel: kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?,
+            sm_count: gpu.info.sm_count,
+            iterations,
+        })
+    }
+
+    /// Queue the map over the first `len` elements of `buf` on `stream`.
+    pub fn queue(
+        &self,
+        stream: &Arc<CudaStream>,
+        buf: &mut CudaSlice<f32>,
+        len: usize,
+    ) -> Result<()> {
+        assert!(len <= buf.len());
+        let (count, a, b, it) = (len as i64, A, B, self.iterations as i32);
+        let mut l = stream.launch_builder(&self.kernel);
+        l.arg(buf).arg(&count).arg(&a).arg(&b).arg(&it);
+        // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= buf.len() elements.
+        unsafe { l.launch(grid_stride(len, self.sm_count)) }.cuda("affine_iterate")?;
+        Ok(())
+    }
+
+    /// `mapped` against the float64 closed form of the map of `input`, element by element,
+    /// computed on the fly.
+    pub fn check(&self, mapped: &[f32], input: &[f32]) -> Verification {
+        let closed_form = |i: usize| reference_value(input[i], self.iterations);
+        check_by(mapped, closed_form, TOLERANCE, "the float64 closed form")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,8 +180,7 @@ pub struct Pipeline {
     host_in: Pinned<f32>,
     host_out: Pinned<f32>,
     dev: Vec<CudaSlice<f32>>,
-    kernel: CudaFunction,
-    sm_count: u32,
+    affine: Affine,
     streams: [Arc<CudaStream>; 3],
     start: CudaEvent,
     in_done: Vec<CudaEvent>,
@@ -181,7 +201,7 @@ impl Pipeline {
             "the pipeline's device buffers",
             (4 * cfg.chunk * buffers) as u64,
         )?;
-        let kernel = kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?;
+        let affine = Affine::new(gpu, cfg.iterations)?;
         let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
         let values = common::verify::uniform_f32(cfg.seed, n, -1.0, 1.0);
         host_in.as_mut_slice().copy_from_slice(&values);
@@ -198,26 +218,13 @@ impl Pipeline {
             host_in,
             host_out,
             dev,
-            kernel,
-            sm_count: gpu.info.sm_count,
+            affine,
             streams: [stream()?, stream()?, stream()?],
             start: event()?,
             in_done: events()?,
             compute_done: events()?,
             out_done: events()?,
         })
-    }
-
-    fn compute(&mut self, stream: &Arc<CudaStream>, buffer: usize, len: usize) -> Result<()> {
-        let buf = &mut self.dev[buffer];
-        queue_affine(
-            &self.kernel,
-            self.sm_count,
-            stream,
-            buf,
-            len,
-            self.cfg.iterations,
-        )
     }
 
     /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on
@@ -235,7 +242,7 @@ impl Pipeline {
                 }
                 if matches!(mode, Mode::Serial | Mode::ComputeOnly) {
                     let _phase = common::nvtx::range("compute");
-                    self.compute(main, 0, c.len)?;
+                    self.affine.queue(main, &mut self.dev[0], c.len)?;
                 }
                 if matches!(mode, Mode::Serial | Mode::CopyOutOnly) {
                     let _phase = common::nvtx::range("copy out");
@@ -266,7 +273,7 @@ impl Pipeline {
             let phase = common::nvtx::range("compute");
             self.in_done[b].record(copy_in).cuda("recording copy-in")?;
             compute.wait(&self.in_done[b]).cuda("ordering compute")?;
-            self.compute(compute, b, c.len)?;
+            self.affine.queue(compute, &mut self.dev[b], c.len)?;
             self.compute_done[b]
                 .record(compute)
                 .cuda("recording compute")?;
@@ -296,14 +303,8 @@ impl Pipeline {
     /// The output against the float64 closed form of every element, computed on the fly (a
     /// stored reference would be another 2 GiB at the default size).
     pub fn check_closed_form(&self) -> Verification {
-        let input = self.host_in.as_slice();
-        let iterations = self.cfg.iterations;
-        check_by(
-            self.host_out.as_slice(),
-            |i| reference_value(input[i], iterations),
-            TOLERANCE,
-            "the float64 closed form",
-        )
+        self.affine
+            .check(self.host_out.as_slice(), self.host_in.as_slice())
     }
 
     pub fn output(&self) -> &[f32] {

@@ -198,8 +198,7 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
     if let Some(cfg) = pipeline {
         let whole = picked(PIPELINE) == pipeline::VARIANTS.len();
         let refresh = args.common.refresh_ceilings;
-        let build =
-            move || PipelineLesson::new(gpu, cfg, whole).map(|p| p.refreshing_ceilings(refresh));
+        let build = move || PipelineLesson::new(gpu, cfg, whole, refresh);
         lesson = lesson.part(PIPELINE, pipeline::specs(&cfg), build);
     }
     let options = RunOptions {
@@ -357,25 +356,6 @@ mod tests {
         assert_eq!(
             sweep_json_path(Path::new("out"), Kind::Batch, true),
             Path::new("out-batch")
-        );
-    }
-
-    #[test]
-    fn training_sweeps_check_their_sizes_before_the_gpu() {
-        let args = Args::parse_from(["ch1-basics", "--sweep", "all", "--sweep-out", "plots"]);
-        assert_eq!(
-            (args.sweep, args.sweep_out.as_path()),
-            (Some(Kind::All), Path::new("plots"))
-        );
-        let (which, base) = training_sweep(&args, Kind::Batch).unwrap().unwrap();
-        assert_eq!((which, base), (Which::Batch, args.train_config().unwrap()));
-        assert!(training_sweep(&args, Kind::Pinned).unwrap().is_none());
-        // 2048 samples make no step of 4096.
-        let few = Args::parse_from(["ch1-basics", "--sweep", "batch", "--samples", "2048"]);
-        let err = training_sweep(&few, Kind::Batch).unwrap_err().to_string();
-        assert!(
-            err.starts_with("--sweep batch:") && err.contains("does not divide"),
-            "{err}"
         );
     }
 }

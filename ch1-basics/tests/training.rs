@@ -4,7 +4,7 @@
 //! does, and absurd sizes are clear out-of-memory errors.
 
 use ch1_basics::training::lesson::specs;
-use ch1_basics::training::{host, Engine, TrainConfig, TrainingLesson, Variant};
+use ch1_basics::training::{host, Engine, RunOutput, TrainConfig, TrainingLesson, Variant};
 use common::gpu::Gpu;
 use common::report::Status;
 use common::runner::{run_lesson, Parts, RunOptions};
@@ -223,6 +223,15 @@ fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
     }
 }
 
+/// Run `v` once from the initial weights, its losses poisoned first, and bring the result back.
+fn run_checked(v: Variant, e: &mut Engine) -> RunOutput {
+    e.gpu.poison(&mut e.train.losses.values).unwrap();
+    e.reset().unwrap();
+    v.run(e).unwrap();
+    e.gpu.sync().unwrap();
+    e.download().unwrap()
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn graph_replays_give_the_weights_of_eager_execution() {
@@ -230,10 +239,10 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     let cfg = small(256);
     let mut t = Engine::new(&gpu, cfg).unwrap();
     // Same microbatches, same operations, same order: eager (prealloc) and replayed (graphs).
-    let eager = Variant::Prealloc.run_checked(&mut t).unwrap();
-    let graphs = Variant::Graphs.run_checked(&mut t).unwrap();
-    let eager_batch = Variant::Batch.run_checked(&mut t).unwrap();
-    let optimized = Variant::Optimized.run_checked(&mut t).unwrap();
+    let eager = run_checked(Variant::Prealloc, &mut t);
+    let graphs = run_checked(Variant::Graphs, &mut t);
+    let eager_batch = run_checked(Variant::Batch, &mut t);
+    let optimized = run_checked(Variant::Optimized, &mut t);
     let close = |a: &[f32], b: &[f32]| {
         let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
         let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
@@ -247,7 +256,7 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     assert_eq!(graphs.losses.len(), eager.losses.len());
     assert!(graphs.losses.iter().all(|l| l.is_finite()));
     // A second run of the same graphs starts again from the initial weights.
-    let again = Variant::Optimized.run_checked(&mut t).unwrap();
+    let again = run_checked(Variant::Optimized, &mut t);
     assert_eq!(again.params, optimized.params);
 }
 

@@ -87,8 +87,14 @@ pub struct PipelineLesson {
 
 impl PipelineLesson {
     /// Check host memory first (the pinned arrays and, when both variants run, the outputs the
-    /// comparison keeps), then allocate and fill the input.
-    pub fn new(gpu: &Gpu, cfg: PipelineConfig, whole: bool) -> Result<PipelineLesson> {
+    /// comparison keeps), then allocate and fill the input. `refresh_ceilings`: re-measure the
+    /// pinned copy ceilings instead of using the cached ones.
+    pub fn new(
+        gpu: &Gpu,
+        cfg: PipelineConfig,
+        whole: bool,
+        refresh_ceilings: bool,
+    ) -> Result<PipelineLesson> {
         cfg.validate().map_err(common::Error::invalid)?;
         // Pinned input and output; with the comparison, one output copy (f32) and the serial
         // output the runner keeps in float64.
@@ -100,16 +106,8 @@ impl PipelineLesson {
         Ok(PipelineLesson {
             pipeline: Pipeline::new(gpu, cfg)?,
             whole,
-            refresh_ceilings: false,
+            refresh_ceilings,
         })
-    }
-
-    /// Re-measure the pinned copy ceilings instead of using the cached ones.
-    pub fn refreshing_ceilings(self, refresh: bool) -> PipelineLesson {
-        PipelineLesson {
-            refresh_ceilings: refresh,
-            ..self
-        }
     }
 
     fn bytes(&self) -> u64 {

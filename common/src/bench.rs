@@ -493,9 +493,19 @@ mod tests {
 
     fn measurement(held: bool, cpu: Option<usize>) -> Measurement {
         Measurement {
+            samples_s: vec![1e-3],
+            batch: 1,
+            cold: false,
             held,
+            warmup_runs: 1,
+            stop_reason: StopReason::Converged,
+            wall_s: 1e-3,
+            before: GpuState::default(),
+            after: GpuState::default(),
+            clock_dropped: false,
+            hold_timeouts: 0,
+            trace: None,
             cpu,
-            ..crate::testing::measurement(&[1e-3])
         }
     }
 

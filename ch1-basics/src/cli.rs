@@ -1,7 +1,7 @@
 //! The lesson's command line: the shared flags, the sizes of each part, and which part to run.
-//! The three parts run as one lesson (one report, one JSON shape); a part is built only when
-//! some of its variants are selected, and only while it runs. `--sweep` runs the sweeps of the
-//! training changes instead, each its own report and plot.
+//! The three parts run as one lesson of the runner ([Parts]: one report, one JSON shape); a
+//! part is built only when some of its variants are selected, and only while it runs.
+//! `--sweep` runs the sweeps of the training changes instead, each its own report and plot.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,17 +9,18 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use common::cli::{finish, parse_count_with_max, parse_elements, CommonArgs};
 use common::counters::Work;
+use common::exit::Exit;
 use common::gpu::Gpu;
 use common::report::{LessonReport, Startup};
-use common::runner::{run_lesson, run_parts, select, Lesson, LessonPart, VariantSpec};
-use common::sweep::{plot, SweepLesson};
+use common::runner::{run_lesson, select, Parts, RunOptions, VariantSpec};
+use common::sweep::{plot, Sweep, SweepLesson};
 use common::verify::Precision;
 
-use crate::pipeline::{PipelineConfig, PipelineLesson};
-use crate::sweep::training::{TrainingSweep, Which, MICROBATCHES, STEPS_PER_GRAPH};
+use crate::pipeline::{self, PipelineConfig, PipelineLesson};
+use crate::sweep::training::{TrainingSweep, Which};
 use crate::sweep::{allocations, copies, Kind};
-use crate::training::{TrainConfig, TrainingLesson, Variant};
-use crate::transpose::{Transpose, TransposeVariant, MAX_SIDE};
+use crate::training::{self, TrainConfig, TrainingLesson, Variant};
+use crate::transpose::{self, Transpose, TransposeVariant, MAX_SIDE};
 
 /// Largest hidden width accepted (a 256 x 65536 layer is 64 MiB of weights).
 pub const MAX_HIDDEN: u64 = 1 << 16;
@@ -128,65 +129,43 @@ impl Args {
     }
 }
 
-/// Every variant's id by part, known without a GPU: what `--part` and the binaries select from.
-pub fn variant_ids() -> Vec<(&'static str, Vec<&'static str>)> {
-    vec![
-        (TRAINING, Variant::ALL.iter().map(|v| v.name()).collect()),
-        (
-            TRANSPOSE,
-            TransposeVariant::ALL.iter().map(|v| v.name()).collect(),
-        ),
-        (
-            PIPELINE,
-            crate::pipeline::VARIANTS.iter().map(|(n, _)| *n).collect(),
-        ),
-    ]
-}
-
-/// Which variants of each part run: those named in `only` (by id, or by a name only one
-/// variant has; the runner's own rule, so unknown names fail here, before the GPU is opened),
-/// or, when `only` is empty, every variant of the parts `--part` names.
-pub fn selection(
-    part: Part,
-    only: &[&str],
-) -> anyhow::Result<Vec<(&'static str, Vec<&'static str>)>> {
-    let all = variant_ids();
-    if only.is_empty() {
-        let wanted = match part {
-            Part::All => None,
-            Part::Training => Some(TRAINING),
-            Part::Transpose => Some(TRANSPOSE),
-            Part::Pipeline => Some(PIPELINE),
-        };
-        return Ok(all
-            .into_iter()
-            .filter(|(group, _)| wanted.is_none_or(|w| w == *group))
-            .collect());
-    }
-    let specs: Vec<VariantSpec> = all
-        .iter()
+/// Every variant of every part, known without a GPU, as the runner names them
+/// ("training:pinned"), in the order they run.
+pub fn variants() -> Vec<VariantSpec> {
+    let names = [
+        (TRAINING, Variant::ALL.map(|v| v.name()).to_vec()),
+        (TRANSPOSE, TransposeVariant::ALL.map(|v| v.name()).to_vec()),
+        (PIPELINE, pipeline::VARIANTS.map(|(n, _)| n).to_vec()),
+    ];
+    names
+        .into_iter()
         .flat_map(|(group, names)| {
-            names.iter().map(|name| {
-                VariantSpec::new(*name, "", Precision::Fp32, Work::default()).in_group(*group)
+            names.into_iter().map(move |name| {
+                VariantSpec::new(name, "", Precision::Fp32, Work::default()).in_group(group)
             })
         })
-        .collect();
+        .collect()
+}
+
+/// The ids of the variants that run: those named in `only` (by id, or by a name only one
+/// variant has: the runner's own rule, so unknown names fail here, before the GPU is opened),
+/// or, when `only` is empty, every variant of the parts `--part` names; in the order they run.
+pub fn selection(part: Part, only: &[&str]) -> anyhow::Result<Vec<String>> {
+    let specs = variants();
     let only: Vec<String> = only.iter().map(|s| s.to_string()).collect();
     let chosen = select(&specs, &only)?;
-    Ok(all
-        .into_iter()
-        .map(|(group, names)| {
-            let picked = names
-                .into_iter()
-                .filter(|name| {
-                    chosen
-                        .iter()
-                        .any(|&i| specs[i].group == group && specs[i].name == *name)
-                })
-                .collect();
-            (group, picked)
+    let wanted = part.to_possible_value().map(|v| v.get_name().to_string());
+    Ok(specs
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            if only.is_empty() {
+                part == Part::All || wanted.as_deref() == Some(s.group.as_str())
+            } else {
+                chosen.contains(i)
+            }
         })
-        .filter(|(_, picked): &(_, Vec<&str>)| !picked.is_empty())
+        .map(|(_, s)| s.id())
         .collect())
 }
 
@@ -198,43 +177,35 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
         return run_sweeps(args, only, kind, startup);
     }
     let chosen = selection(args.part, only)?;
-    let picked = |group: &str| chosen.iter().find(|(g, _)| *g == group).map(|(_, v)| v);
+    let in_group = |id: &String, group: &str| id.split_once(':').is_some_and(|(g, _)| g == group);
+    let picked = |group: &str| chosen.iter().filter(|id| in_group(id, group)).count();
     // Sizes are checked before the GPU is opened: one clear line, no device needed.
-    let training = picked(TRAINING).map(|_| args.train_config()).transpose()?;
-    let pipeline = picked(PIPELINE)
-        .map(|names| {
-            let whole = names.len() == crate::pipeline::VARIANTS.len();
-            args.pipeline_config().map(|cfg| (cfg, whole))
-        })
-        .transpose()?;
+    let training = (picked(TRAINING) > 0).then(|| args.train_config());
+    let pipeline = (picked(PIPELINE) > 0).then(|| args.pipeline_config());
+    let (training, pipeline) = (training.transpose()?, pipeline.transpose()?);
 
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = &Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
-    // Each part is built when its turn comes and dropped after it ran (see `run_parts`).
-    let mut parts: Vec<LessonPart> = Vec::new();
+    let mut lesson = Parts::new("ch1-basics");
     if let Some(cfg) = training {
-        parts.push(LessonPart::new(TRAINING, move |gpu| {
-            Ok(Box::new(TrainingLesson::new(gpu, cfg)?) as Box<dyn Lesson>)
-        }));
+        let build = move || TrainingLesson::new(gpu, cfg);
+        lesson = lesson.part(TRAINING, training::lesson::specs(&cfg), build);
     }
-    if picked(TRANSPOSE).is_some() {
-        parts.push(LessonPart::new(TRANSPOSE, |gpu| {
-            Ok(Box::new(Transpose::new(gpu, args.side, args.seed)?) as Box<dyn Lesson>)
-        }));
+    if picked(TRANSPOSE) > 0 {
+        let build = || Transpose::new(gpu, args.side, args.seed);
+        lesson = lesson.part(TRANSPOSE, transpose::specs(args.side), build);
     }
-    if let Some((cfg, whole)) = pipeline {
+    if let Some(cfg) = pipeline {
+        let whole = picked(PIPELINE) == pipeline::VARIANTS.len();
         let refresh = args.common.refresh_ceilings;
-        parts.push(LessonPart::new(PIPELINE, move |gpu| {
-            let part = PipelineLesson::new(gpu, cfg, whole)?.refreshing_ceilings(refresh);
-            Ok(Box::new(part) as Box<dyn Lesson>)
-        }));
+        let build = move || PipelineLesson::new(gpu, cfg, whole, refresh);
+        lesson = lesson.part(PIPELINE, pipeline::specs(&cfg), build);
     }
-    let mut options = args.common.options(&startup);
-    options.only = chosen
-        .iter()
-        .flat_map(|(group, names)| names.iter().map(move |n| format!("{group}:{n}")))
-        .collect();
-    let report = run_parts(&gpu, "ch1-basics", parts, &options)?;
+    let options = RunOptions {
+        only: chosen,
+        ..args.common.options(&startup)
+    };
+    let report = run_lesson(gpu, &mut lesson, &options)?;
     Ok(finish(&report, args.common.json.as_deref())?)
 }
 
@@ -252,59 +223,46 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn which_name(which: Which) -> &'static str {
-    match which {
-        Which::Batch => Kind::Batch.name(),
-        Which::Graphs => Kind::Graphs.name(),
-    }
-}
-
-/// The training a sweep of `which` runs and its sizes, checked without a GPU.
-fn training_sweep_plan(args: &Args, which: Which) -> anyhow::Result<(TrainConfig, Vec<usize>)> {
-    let xs: &[usize] = match which {
-        Which::Batch => &MICROBATCHES,
-        Which::Graphs => &STEPS_PER_GRAPH,
+/// The training of sweep `kind` when it is a training sweep, its sizes checked without a GPU.
+fn training_sweep(args: &Args, kind: Kind) -> anyhow::Result<Option<(Which, TrainConfig)>> {
+    let Some(which) = Which::of(kind) else {
+        return Ok(None);
     };
     let base = args.train_config()?;
-    let cfg = which.config(base, xs);
-    let plan = which
-        .plan(&cfg, xs)
-        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", which_name(which)))?;
-    Ok((base, plan))
+    which
+        .plan(base, which.sizes())
+        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", kind.name()))?;
+    Ok(Some((which, base)))
 }
 
-/// Run one sweep on `gpu` into its report.
+/// Run sweep `kind` on `gpu` into its report.
 fn run_sweep(
     gpu: &Gpu,
     args: &Args,
     kind: Kind,
-    startup: &Startup,
+    options: &RunOptions,
 ) -> anyhow::Result<LessonReport> {
-    let options = args.common.options(startup);
-    let report = match kind {
-        Kind::Pinned => {
-            let sweep =
-                copies::CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, args.seed)?;
-            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
+    fn measure(gpu: &Gpu, sweep: impl Sweep, options: &RunOptions) -> common::Result<LessonReport> {
+        run_lesson(gpu, &mut SweepLesson(sweep), options)
+    }
+    let seed = args.seed;
+    Ok(match (kind, training_sweep(args, kind)?) {
+        (_, Some((which, base))) => {
+            let sweep = TrainingSweep::new(gpu, which, base, which.sizes())?;
+            measure(gpu, sweep, options)?
         }
-        Kind::Prealloc => {
+        (Kind::Pinned, _) => {
+            let iterations = args.iterations as u32;
+            let sweep = copies::CopySweep::new(gpu, &copies::SIZES, iterations, seed)?;
+            measure(gpu, sweep, options)?
+        }
+        (Kind::Prealloc, _) => {
             let (sizes, counts) = (&allocations::SIZES, &allocations::COUNTS);
-            let sweep = allocations::AllocationSweep::new(gpu, sizes, counts, args.seed)?;
-            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
+            let sweep = allocations::AllocationSweep::new(gpu, sizes, counts, seed)?;
+            measure(gpu, sweep, options)?
         }
-        Kind::Batch | Kind::Graphs => {
-            let which = if kind == Kind::Batch {
-                Which::Batch
-            } else {
-                Which::Graphs
-            };
-            let (base, xs) = training_sweep_plan(args, which)?;
-            let sweep = TrainingSweep::new(gpu, which, base, &xs)?;
-            run_lesson(gpu, &mut SweepLesson(sweep), &options)?
-        }
-        Kind::All => anyhow::bail!("--sweep all runs each sweep in turn"),
-    };
-    Ok(report)
+        _ => anyhow::bail!("--sweep all runs each sweep in turn"),
+    })
 }
 
 /// `--sweep`: each sweep in turn, its report printed, its JSON written, its plot drawn; exit 1
@@ -323,90 +281,62 @@ fn run_sweeps(
     }
     let kinds = kind.each();
     // Sizes first: one clear line, no device needed.
-    for k in &kinds {
-        match k {
-            Kind::Batch => drop(training_sweep_plan(args, Which::Batch)?),
-            Kind::Graphs => drop(training_sweep_plan(args, Which::Graphs)?),
-            _ => {}
-        }
+    for &k in &kinds {
+        training_sweep(args, k)?;
     }
     let gpu = Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
     let mut all_passed = true;
     for &k in &kinds {
-        let report = run_sweep(&gpu, args, k, &startup)?;
+        let report = run_sweep(&gpu, args, k, &args.common.options(&startup))?;
         print!("{}", report.markdown());
         if let Some(path) = &args.common.json {
             let path = sweep_json_path(path, k, kinds.len() > 1);
             report.write_json(&path)?;
             println!("wrote {}", path.display());
         }
-        if let Some((svg, png)) =
-            plot::render_report(&report, &args.sweep_out).map_err(anyhow::Error::msg)?
-        {
+        let plots = plot::render_report(&report, &args.sweep_out).map_err(anyhow::Error::msg)?;
+        if let Some((svg, png)) = plots {
             println!("plot: {} and {}", svg.display(), png.display());
         }
         println!();
         all_passed &= report.all_passed();
     }
     Ok(if all_passed {
-        ExitCode::SUCCESS
+        Exit::Done
     } else {
-        ExitCode::from(1)
-    })
+        Exit::Problem
+    }
+    .into())
 }
 
-/// The body of a binary: run the variants named by id (all of `--part` when empty).
+/// The body of a binary: run the variants named by id ("training:pinned", whatever `--part`
+/// says; all of `--part` when empty).
 pub fn main(only: &[&str]) -> ExitCode {
     common::cli::main_with(|startup| run(&Args::parse(), only, startup))
-}
-
-/// The body of a binary that runs one variant whatever `--part` says ("training:pinned").
-pub fn main_variant(id: &str) -> ExitCode {
-    main(&[id])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parts(part: Part, only: &[&str]) -> Vec<(&'static str, Vec<&'static str>)> {
-        selection(part, only).unwrap()
-    }
-
     #[test]
-    fn part_picks_whole_parts_when_no_variant_is_named() {
-        let all = parts(Part::All, &[]);
-        assert_eq!(
-            all.iter().map(|(g, _)| *g).collect::<Vec<_>>(),
-            [TRAINING, TRANSPOSE, PIPELINE]
-        );
-        assert_eq!(all[0].1.len(), 6);
-        assert_eq!(all[1].1.len(), 7);
-        assert_eq!(all[2].1, ["serial", "overlapped"]);
-        let t = parts(Part::Transpose, &[]);
-        assert_eq!(t.len(), 1);
-        assert_eq!(t[0].0, TRANSPOSE);
-    }
-
-    #[test]
-    fn named_variants_build_only_their_parts_whatever_part_says() {
-        let p = parts(Part::Training, &["pipeline:overlapped"]);
-        assert_eq!(p, vec![(PIPELINE, vec!["overlapped"])]);
-        let p = parts(Part::All, &["tiled32", "training:pinned"]);
-        assert_eq!(
-            p,
-            vec![(TRAINING, vec!["pinned"]), (TRANSPOSE, vec!["tiled32"])]
-        );
-    }
-
-    #[test]
-    fn unknown_variants_are_refused_with_the_known_ids() {
-        let err = selection(Part::All, &["pipeline:fast"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown variant 'pipeline:fast'"), "{err}");
-        assert!(err.contains("pipeline:overlapped"), "{err}");
+    fn part_picks_whole_parts_named_variants_their_own() {
+        let all = selection(Part::All, &[]).unwrap();
+        assert_eq!(all.len(), 6 + 7 + 2);
+        assert_eq!(all[0], "training:baseline");
+        assert_eq!(all[13..], ["pipeline:serial", "pipeline:overlapped"]);
+        let t = selection(Part::Transpose, &[]).unwrap();
+        assert!(t.len() == 7 && t.iter().all(|id| id.starts_with("transpose:")));
+        // Named variants, whatever --part says, in the order the parts run.
+        let p = selection(Part::Training, &["pipeline:overlapped"]).unwrap();
+        assert_eq!(p, ["pipeline:overlapped"]);
+        let p = selection(Part::All, &["tiled32", "training:pinned"]).unwrap();
+        assert_eq!(p, ["training:pinned", "transpose:tiled32"]);
+        let mut ids: Vec<String> = variants().iter().map(|s| s.id()).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), all.len(), "every id is unique");
     }
 
     #[test]
@@ -427,43 +357,5 @@ mod tests {
             sweep_json_path(Path::new("out"), Kind::Batch, true),
             Path::new("out-batch")
         );
-    }
-
-    #[test]
-    fn sweeps_parse_and_check_their_sizes_before_the_gpu() {
-        let args = Args::parse_from(["ch1-basics", "--sweep", "all", "--sweep-out", "plots"]);
-        assert_eq!(args.sweep, Some(Kind::All));
-        assert_eq!(args.sweep_out, Path::new("plots"));
-        let (base, xs) = training_sweep_plan(&args, Which::Batch).unwrap();
-        assert_eq!(base, args.train_config().unwrap());
-        assert_eq!(xs, MICROBATCHES.to_vec());
-        let (_, xs) = training_sweep_plan(&args, Which::Graphs).unwrap();
-        assert_eq!(xs, STEPS_PER_GRAPH.to_vec());
-        // 2048 samples make no step of 4096.
-        let few = Args::parse_from(["ch1-basics", "--sweep", "batch", "--samples", "2048"]);
-        let err = training_sweep_plan(&few, Which::Batch)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("--sweep batch:") && err.contains("does not divide"),
-            "{err}"
-        );
-        assert!(
-            Args::try_parse_from(["ch1-basics", "--sweep", "all", "--part", "training"]).is_err()
-        );
-        assert!(Args::try_parse_from(["ch1-basics", "--sweep-out", "x"]).is_err());
-        assert!(Args::try_parse_from(["ch1-basics", "--sweep", "fast"]).is_err());
-    }
-
-    #[test]
-    fn every_id_is_unique() {
-        let mut ids: Vec<String> = variant_ids()
-            .into_iter()
-            .flat_map(|(g, names)| names.into_iter().map(move |n| format!("{g}:{n}")))
-            .collect();
-        let count = ids.len();
-        ids.sort();
-        ids.dedup();
-        assert_eq!(ids.len(), count);
     }
 }

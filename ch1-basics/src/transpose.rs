@@ -71,16 +71,9 @@ impl TransposeVariant {
         }
     }
 
-    pub fn kernel(self) -> &'static str {
-        match self {
-            TransposeVariant::Naive => "transpose_naive",
-            TransposeVariant::Tiled32Unpadded => "transpose_tiled32_unpadded",
-            TransposeVariant::Tiled32 => "transpose_tiled32",
-            TransposeVariant::Tiled32Rows16 => "transpose_tiled32_rows16",
-            TransposeVariant::Tiled32x64 => "transpose_tiled32x64",
-            TransposeVariant::Tiled64 => "transpose_tiled64",
-            TransposeVariant::Tiled32Vec4 => "transpose_tiled32_vec4",
-        }
+    /// Its kernel in transpose.cu: `transpose_` and its name, '-' read as '_'.
+    pub fn kernel(self) -> String {
+        format!("transpose_{}", self.name().replace('-', "_"))
     }
 
     pub fn description(self) -> &'static str {
@@ -124,6 +117,23 @@ impl TransposeVariant {
     }
 }
 
+/// The variants of a side x side transpose: the same bytes read and written by each.
+pub fn specs(side: u64) -> Vec<VariantSpec> {
+    let bytes = 4 * side * side;
+    let work = Work {
+        bytes_read: bytes,
+        bytes_written: bytes,
+        flops: 0,
+    };
+    TransposeVariant::ALL
+        .iter()
+        .map(|v| {
+            // Moving values is exact: any difference is a bug.
+            VariantSpec::new(v.name(), v.description(), Precision::Fp32, work).with_tolerance(0.0)
+        })
+        .collect()
+}
+
 /// Every variant, baseline first, each with its kernel; the runner picks which run.
 pub struct Transpose {
     side: u64,
@@ -147,7 +157,7 @@ impl Transpose {
         let module = kernels::load(gpu, KERNELS, &[])?;
         let kernels = TransposeVariant::ALL
             .iter()
-            .map(|v| module.function(v.kernel()))
+            .map(|v| module.function(&v.kernel()))
             .collect::<Result<Vec<_>>>()?;
         let len = elems as usize;
         let host = normal_f32(seed, len, 1.0);
@@ -177,20 +187,7 @@ impl Lesson for Transpose {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let bytes = 4 * self.side * self.side;
-        let work = Work {
-            bytes_read: bytes,
-            bytes_written: bytes,
-            flops: 0,
-        };
-        TransposeVariant::ALL
-            .iter()
-            .map(|v| {
-                // Moving values is exact: any difference is a bug.
-                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
-                    .with_tolerance(0.0)
-            })
-            .collect()
+        specs(self.side)
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {
@@ -204,7 +201,7 @@ impl Lesson for Transpose {
         let mut b = gpu.stream.launch_builder(&self.kernels[index]);
         b.arg(&self.input).arg(&mut self.output).arg(&side);
         // SAFETY: (const float*, float*, int n) over side x side elements of each buffer.
-        unsafe { b.launch(cfg) }.cuda(variant.kernel())?;
+        unsafe { b.launch(cfg) }.cuda(&variant.kernel())?;
         Ok(())
     }
 
@@ -228,6 +225,10 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), TransposeVariant::ALL.len());
+        let source = include_str!("../kernels/transpose.cu");
+        for v in TransposeVariant::ALL {
+            assert!(source.contains(&format!("void {}(", v.kernel())), "{v:?}");
+        }
     }
 
     #[test]

@@ -49,7 +49,14 @@ fn serial_and_overlapped_pipelines_agree_with_the_closed_form() {
         (1_000_003, 100_000, 2),
         (4096, 4096, 1),
     ] {
-        let mut p = Pipeline::new(&gpu, n, chunk, buffers, 64, 9).unwrap();
+        let cfg = PipelineConfig {
+            elements: n,
+            chunk,
+            buffers,
+            iterations: 64,
+            seed: 9,
+        };
+        let mut p = Pipeline::new(&gpu, cfg).unwrap();
         let mut outputs = Vec::new();
         for mode in [Mode::Serial, Mode::Overlapped] {
             p.poison_output();
@@ -78,7 +85,7 @@ fn the_pipeline_part_checks_both_modes_and_derives_the_overlap() {
         iterations: 64,
         seed: 9,
     };
-    let mut lesson = PipelineLesson::new(&gpu, cfg, true).unwrap();
+    let mut lesson = PipelineLesson::new(&gpu, cfg, true, false).unwrap();
     let report = run_lesson(&gpu, &mut lesson, &quick()).unwrap();
     let serial = report.variant("serial").unwrap();
     let overlapped = report.variant("overlapped").unwrap();
@@ -118,7 +125,7 @@ fn the_pipeline_part_checks_both_modes_and_derives_the_overlap() {
     );
 
     // One mode alone: checked against the closed form only, and nothing derived.
-    let mut alone = PipelineLesson::new(&gpu, cfg, false).unwrap();
+    let mut alone = PipelineLesson::new(&gpu, cfg, false, false).unwrap();
     let report = run_lesson(&gpu, &mut alone, &quick().only(&["overlapped"])).unwrap();
     let v = report.variant("overlapped").unwrap();
     assert_eq!(v.status, Status::Ok);

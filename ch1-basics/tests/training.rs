@@ -3,10 +3,11 @@
 //! what the float64 reference and the baseline train, graphs replay exactly what eager execution
 //! does, and absurd sizes are clear out-of-memory errors.
 
-use ch1_basics::training::{host, Engine, TrainConfig, TrainingLesson, Variant};
+use ch1_basics::training::lesson::specs;
+use ch1_basics::training::{host, Engine, RunOutput, TrainConfig, TrainingLesson, Variant};
 use common::gpu::Gpu;
 use common::report::Status;
-use common::runner::{run_parts, LessonPart, RunOptions};
+use common::runner::{run_lesson, Parts, RunOptions};
 use common::stop::StopRule;
 use mlp::{Allocator, DeviceBuf};
 
@@ -163,12 +164,10 @@ fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
             .expect("a small run has a reference")
             .to_vec();
         assert!(r[cfg.steps() - 1] < r[0], "the reference learns");
-        let part = LessonPart::new("training", |_| {
-            Ok(Box::new(lesson) as Box<dyn common::runner::Lesson>)
-        });
+        let mut parts = Parts::new("ch1-basics").part("training", specs(&cfg), || Ok(lesson));
         let mut options = RunOptions::default();
         options.bench.stop = StopRule::quick();
-        let report = run_parts(&gpu, "ch1-basics", vec![part], &options).unwrap();
+        let report = run_lesson(&gpu, &mut parts, &options).unwrap();
         for v in Variant::ALL {
             let got = report
                 .variant(&format!("training:{}", v.name()))
@@ -224,6 +223,15 @@ fn every_training_variant_matches_the_float64_reference_and_the_baseline() {
     }
 }
 
+/// Run `v` once from the initial weights, its losses poisoned first, and bring the result back.
+fn run_checked(v: Variant, e: &mut Engine) -> RunOutput {
+    e.gpu.poison(&mut e.train.losses.values).unwrap();
+    e.reset().unwrap();
+    v.run(e).unwrap();
+    e.gpu.sync().unwrap();
+    e.download().unwrap()
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn graph_replays_give_the_weights_of_eager_execution() {
@@ -231,10 +239,10 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     let cfg = small(256);
     let mut t = Engine::new(&gpu, cfg).unwrap();
     // Same microbatches, same operations, same order: eager (prealloc) and replayed (graphs).
-    let eager = Variant::Prealloc.run_checked(&mut t).unwrap();
-    let graphs = Variant::Graphs.run_checked(&mut t).unwrap();
-    let eager_batch = Variant::Batch.run_checked(&mut t).unwrap();
-    let optimized = Variant::Optimized.run_checked(&mut t).unwrap();
+    let eager = run_checked(Variant::Prealloc, &mut t);
+    let graphs = run_checked(Variant::Graphs, &mut t);
+    let eager_batch = run_checked(Variant::Batch, &mut t);
+    let optimized = run_checked(Variant::Optimized, &mut t);
     let close = |a: &[f32], b: &[f32]| {
         let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
         let n: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
@@ -248,7 +256,7 @@ fn graph_replays_give_the_weights_of_eager_execution() {
     assert_eq!(graphs.losses.len(), eager.losses.len());
     assert!(graphs.losses.iter().all(|l| l.is_finite()));
     // A second run of the same graphs starts again from the initial weights.
-    let again = Variant::Optimized.run_checked(&mut t).unwrap();
+    let again = run_checked(Variant::Optimized, &mut t);
     assert_eq!(again.params, optimized.params);
 }
 

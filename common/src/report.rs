@@ -86,17 +86,6 @@ pub struct ProcessClock {
     pub finished_s: f64,
 }
 
-impl ProcessClock {
-    /// Add a later part of the same process (one more part of a lesson run in parts).
-    pub fn absorb(&mut self, later: ProcessClock) {
-        self.kernels = later.kernels; // the process's totals so far
-        self.ceilings_s += later.ceilings_s;
-        self.variants.extend(later.variants);
-        self.sections_s += later.sections_s;
-        self.finished_s = self.finished_s.max(later.finished_s);
-    }
-}
-
 /// One variant's time, seconds: its checked run, warmup, timed samples (wall time) and the
 /// lesson's figures of it (metrics).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -11,9 +11,11 @@
 //! Per variant: poison, run once, check the output (against the float64 reference, against
 //! the baseline's output, or by the lesson's own check), then warm up and time; a variant that
 //! fails is not timed and gets no speedup. Speedups are taken within a group, against the
-//! group's first variant. Each variant runs inside an NVTX range `lesson:variant` (with
-//! `verify`, then `warmup` and `timed`); with a trace file in the options the runner records a
-//! CUPTI trace of the timed regions.
+//! group's first variant. Groups run one after another, each begun and ended by the lesson
+//! ([Lesson::begin_group], [Lesson::end_group]): [Parts] runs lessons as the groups of one
+//! that way. Each variant runs inside an NVTX range `lesson:variant` (`lesson:group:variant`
+//! in a group; with `verify`, then `warmup` and `timed`); with a trace file in the options the
+//! runner records a CUPTI trace of the timed regions.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -343,6 +345,24 @@ pub trait Lesson {
     ) -> Result<Vec<Metric>> {
         Ok(Vec::new())
     }
+    /// Before the first selected variant of `group` runs. A lesson whose groups are parts with
+    /// state of their own ([Parts]) builds that part here.
+    fn begin_group(&mut self, _gpu: &Gpu, _group: &str) -> Result<()> {
+        Ok(())
+    }
+    /// After the last selected variant of `group` ran (`variants`: its reports, speedups
+    /// given): the group's own figures when `figures` is set, taken while its state is alive,
+    /// before the report's [Lesson::sections]. The lesson may drop the group's state after.
+    fn end_group(
+        &mut self,
+        _gpu: &Gpu,
+        _group: &str,
+        _variants: &[VariantReport],
+        _meter: &mut Meter,
+        _figures: bool,
+    ) -> Result<Vec<Section>> {
+        Ok(Vec::new())
+    }
     /// What the lesson derives from all its variants, after they ran.
     fn sections(
         &mut self,
@@ -382,6 +402,21 @@ pub fn select(specs: &[VariantSpec], only: &[String]) -> Result<Vec<usize>> {
             }
         })
         .collect()
+}
+
+/// `selected` with each group's variants together, the groups in the order they are first named.
+pub fn grouped(selected: &[usize], specs: &[VariantSpec]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::with_capacity(selected.len());
+    for &i in selected {
+        if !out.iter().any(|&j| specs[j].group == specs[i].group) {
+            out.extend(
+                selected
+                    .iter()
+                    .filter(|&&j| specs[j].group == specs[i].group),
+            );
+        }
+    }
+    out
 }
 
 /// The index of the baseline of variant `index`'s group: the group's first variant.
@@ -433,7 +468,7 @@ pub fn run_lesson(
     options: &RunOptions,
 ) -> Result<LessonReport> {
     let specs = lesson.variants();
-    let selected = select(&specs, &options.only)?;
+    let selected = grouped(&select(&specs, &options.only)?, &specs);
     options.bench.stop.validate().map_err(Error::invalid)?;
     let mut startup = options.startup.clone();
     let mut clock = ProcessClock::default();
@@ -450,113 +485,126 @@ pub fn run_lesson(
     let mut meter = Meter::new(gpu, &mut timer, options.bench);
 
     let mut variants: Vec<VariantReport> = Vec::new();
+    let mut sections = Vec::new();
+    let mut sections_s = 0.0;
     // Output parts of each group's baseline, for the variants checked against it.
     let mut baselines: Vec<(usize, NamedValues)> = Vec::new();
-    for &index in &selected {
-        let spec = &specs[index];
-        let id = spec.id();
-        if let Some(why) = lesson.skip(index) {
+    // Group by group, each group's variants together: a lesson of parts builds a part when its
+    // group begins and takes its figures before dropping it when the group ends.
+    for group in selected.chunk_by(|&a, &b| specs[a].group == specs[b].group) {
+        let name = &specs[group[0]].group;
+        lesson.begin_group(gpu, name)?;
+        let first = variants.len();
+        for &index in group {
+            let spec = &specs[index];
+            let id = spec.id();
+            if let Some(why) = lesson.skip(index) {
+                let mut report = VariantReport::checked(
+                    &spec.name,
+                    &spec.description,
+                    spec.precision,
+                    Vec::new(),
+                    spec.work,
+                );
+                report.group = spec.group.clone();
+                report.status = Status::Skipped;
+                report.note = Some(why);
+                variants.push(report);
+                continue;
+            }
+            let _variant_range = nvtx::range(&range_name(lesson.name(), &id));
+            let verify_start = Instant::now();
+            let mut variant_clock = VariantClock {
+                id: id.clone(),
+                ..VariantClock::default()
+            };
+            let verify_range = nvtx::range("verify");
+            lesson.poison(gpu, index)?;
+            lesson.run(gpu, index)?;
+            gpu.sync()?;
+            let output = lesson.output(gpu, index)?;
+            drop(verify_range);
+            let baseline = baseline_of(&specs, index);
+            let against_baseline = if baseline == index || !lesson.check_against_baseline(index) {
+                None
+            } else {
+                baselines
+                    .iter()
+                    .find(|(b, _)| *b == baseline)
+                    .map(|(_, parts)| parts)
+            };
+            let checks = check_output(spec, &output, lesson.reference(index), against_baseline);
             let mut report = VariantReport::checked(
                 &spec.name,
                 &spec.description,
                 spec.precision,
-                Vec::new(),
+                checks,
                 spec.work,
             );
             report.group = spec.group.clone();
-            report.status = Status::Skipped;
-            report.note = Some(why);
-            variants.push(report);
-            continue;
-        }
-        let _variant_range = nvtx::range(&range_name(lesson.name(), &id));
-        let verify_start = Instant::now();
-        let mut variant_clock = VariantClock {
-            id: id.clone(),
-            ..VariantClock::default()
-        };
-        let verify_range = nvtx::range("verify");
-        lesson.poison(gpu, index)?;
-        lesson.run(gpu, index)?;
-        gpu.sync()?;
-        let output = lesson.output(gpu, index)?;
-        drop(verify_range);
-        let baseline = baseline_of(&specs, index);
-        let against_baseline = if baseline == index || !lesson.check_against_baseline(index) {
-            None
-        } else {
-            baselines
-                .iter()
-                .find(|(b, _)| *b == baseline)
-                .map(|(_, parts)| parts)
-        };
-        let checks = check_output(spec, &output, lesson.reference(index), against_baseline);
-        let mut report = VariantReport::checked(
-            &spec.name,
-            &spec.description,
-            spec.precision,
-            checks,
-            spec.work,
-        );
-        report.group = spec.group.clone();
-        if baseline == index && lesson.check_against_baseline(index) {
-            let parts = output
-                .parts
-                .iter()
-                .map(|p| (p.name.clone(), p.values.to_f64()))
-                .collect();
-            baselines.push((index, parts));
-        }
-        drop(output);
-        variant_clock.verify_s = verify_start.elapsed().as_secs_f64();
-        if report.status == Status::Failed {
-            report.note = Some("not timed: a wrong answer has no speed".into());
+            if baseline == index && lesson.check_against_baseline(index) {
+                let parts = output
+                    .parts
+                    .iter()
+                    .map(|p| (p.name.clone(), p.values.to_f64()))
+                    .collect();
+                baselines.push((index, parts));
+            }
+            drop(output);
+            variant_clock.verify_s = verify_start.elapsed().as_secs_f64();
+            if report.status == Status::Failed {
+                report.note = Some("not timed: a wrong answer has no speed".into());
+                variants.push(report);
+                clock.variants.push(variant_clock);
+                continue;
+            }
+            if provenance.startup_to_first_sample_s.is_none() {
+                if let Some(s) = startup.as_mut() {
+                    s.mark("first variant verified");
+                    provenance.startup_to_first_sample_s = Some(s.elapsed_s());
+                    provenance.startup_phases = s.phases().to_vec();
+                }
+            }
+            let repeats = if options.plant_slowdown.as_deref() == Some(id.as_str()) {
+                2
+            } else {
+                1
+            };
+            let cfg = lesson.bench_config(index, options.bench);
+            let measure_start = Instant::now();
+            let timed = meter.measure(&cfg, &mut || {
+                (0..repeats).try_for_each(|_| lesson.run(gpu, index))
+            })?;
+            variant_clock.sampling_s = timed.measurement.wall_s;
+            variant_clock.warmup_s =
+                measure_start.elapsed().as_secs_f64() - timed.measurement.wall_s;
+            let throughput = spec.work.throughput(timed.time_ms.median / 1e3);
+            report.fraction_of_copy_bandwidth = (spec.work.bytes() > 0
+                && spec.traffic == Traffic::DeviceMemory)
+                .then(|| throughput.gb_per_s / copy.value);
+            report.throughput = Some(throughput);
+            report.time_ms = Some(timed.time_ms);
+            report.measurement = Some(timed.measurement);
+            if !options.skip_figures {
+                let metrics_start = Instant::now();
+                report.metrics = lesson.metrics(gpu, index, &report, &mut meter)?;
+                variant_clock.metrics_s = metrics_start.elapsed().as_secs_f64();
+            }
             variants.push(report);
             clock.variants.push(variant_clock);
-            continue;
         }
-        if provenance.startup_to_first_sample_s.is_none() {
-            if let Some(s) = startup.as_mut() {
-                s.mark("first variant verified");
-                provenance.startup_to_first_sample_s = Some(s.elapsed_s());
-                provenance.startup_phases = s.phases().to_vec();
-            }
-        }
-        let repeats = if options.plant_slowdown.as_deref() == Some(id.as_str()) {
-            2
-        } else {
-            1
-        };
-        let cfg = lesson.bench_config(index, options.bench);
-        let measure_start = Instant::now();
-        let timed = meter.measure(&cfg, &mut || {
-            (0..repeats).try_for_each(|_| lesson.run(gpu, index))
-        })?;
-        variant_clock.sampling_s = timed.measurement.wall_s;
-        variant_clock.warmup_s = measure_start.elapsed().as_secs_f64() - timed.measurement.wall_s;
-        let throughput = spec.work.throughput(timed.time_ms.median / 1e3);
-        report.fraction_of_copy_bandwidth = (spec.work.bytes() > 0
-            && spec.traffic == Traffic::DeviceMemory)
-            .then(|| throughput.gb_per_s / copy.value);
-        report.throughput = Some(throughput);
-        report.time_ms = Some(timed.time_ms);
-        report.measurement = Some(timed.measurement);
-        if !options.skip_figures {
-            let metrics_start = Instant::now();
-            report.metrics = lesson.metrics(gpu, index, &report, &mut meter)?;
-            variant_clock.metrics_s = metrics_start.elapsed().as_secs_f64();
-        }
-        variants.push(report);
-        clock.variants.push(variant_clock);
+        apply_speedups(&mut variants, &specs);
+        let figures_start = Instant::now();
+        let figures = !options.skip_figures;
+        let own = lesson.end_group(gpu, name, &variants[first..], &mut meter, figures)?;
+        sections.extend(own);
+        sections_s += figures_start.elapsed().as_secs_f64();
     }
-    apply_speedups(&mut variants, &specs);
     let sections_start = Instant::now();
-    let sections = if options.skip_figures {
-        Vec::new()
-    } else {
-        lesson.sections(gpu, &variants, &mut meter)?
-    };
-    clock.sections_s = sections_start.elapsed().as_secs_f64();
+    if !options.skip_figures {
+        sections.extend(lesson.sections(gpu, &variants, &mut meter)?);
+    }
+    clock.sections_s = sections_s + sections_start.elapsed().as_secs_f64();
     if let Some(t) = trace {
         t.finish()?;
     }
@@ -578,113 +626,186 @@ pub fn run_lesson(
     })
 }
 
-/// One part of a lesson run by [run_parts]: its group and how to build it on the GPU.
-pub struct LessonPart<'a> {
-    pub group: String,
-    pub build: Box<dyn FnOnce(&'a Gpu) -> Result<Box<dyn Lesson + 'a>> + 'a>,
+/// How a part of a [Parts] lesson is built, once.
+type Build<'a> = Box<dyn FnOnce() -> Result<Box<dyn Lesson + 'a>> + 'a>;
+
+/// One part of a [Parts] lesson.
+struct PartOf<'a> {
+    group: String,
+    specs: Vec<VariantSpec>,
+    build: Option<Build<'a>>,
 }
 
-impl<'a> LessonPart<'a> {
-    pub fn new(
+/// A lesson made of parts, each a lesson of its own and a group of this one (ch1-basics:
+/// training, transpose, pipeline), run as one lesson into one report. A part is built when its
+/// group begins and dropped once its figures are taken, so that no part's buffers sit beside
+/// another's while it is measured (a memory-bound kernel's time can depend on where its
+/// buffers land); a part none of whose variants is selected is never built. The report's
+/// parameters hold each part's under its group.
+pub struct Parts<'a> {
+    name: String,
+    parts: Vec<PartOf<'a>>,
+    /// The part being run and its lesson.
+    running: Option<(usize, Box<dyn Lesson + 'a>)>,
+    parameters: serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'a> Parts<'a> {
+    pub fn new(name: impl Into<String>) -> Parts<'a> {
+        Parts {
+            name: name.into(),
+            parts: Vec::new(),
+            running: None,
+            parameters: serde_json::Map::new(),
+        }
+    }
+
+    /// Add a part: the group its variants form, the variants `build` makes a lesson of (known
+    /// before it is built, in its order), and how to build it.
+    pub fn part<L: Lesson + 'a>(
+        mut self,
         group: impl Into<String>,
-        build: impl FnOnce(&'a Gpu) -> Result<Box<dyn Lesson + 'a>> + 'a,
-    ) -> LessonPart<'a> {
-        LessonPart {
-            group: group.into(),
-            build: Box::new(build),
-        }
+        specs: Vec<VariantSpec>,
+        build: impl FnOnce() -> Result<L> + 'a,
+    ) -> Parts<'a> {
+        let group = group.into();
+        self.parts.push(PartOf {
+            specs: specs.into_iter().map(|s| s.in_group(&group)).collect(),
+            group,
+            build: Some(Box::new(move || {
+                Ok(Box::new(build()?) as Box<dyn Lesson + 'a>)
+            })),
+        });
+        self
     }
-}
 
-/// For each part (by group), the variants `only` names in it, without the group: `None` when
-/// `only` names some variants but none of this part (the part is not run), all of them (an
-/// empty list) when `only` is empty.
-pub fn only_per_part(groups: &[&str], only: &[String]) -> Result<Vec<Option<Vec<String>>>> {
-    let mut out: Vec<Option<Vec<String>>> =
-        vec![if only.is_empty() { Some(vec![]) } else { None }; groups.len()];
-    for id in only {
-        let (group, name) = id.split_once(':').ok_or_else(|| {
-            Error::invalid(format!(
-                "'{id}': name a variant of this lesson as part:variant"
-            ))
-        })?;
-        let part = groups.iter().position(|g| *g == group).ok_or_else(|| {
-            Error::invalid(format!(
-                "'{id}': no part '{group}' (the parts are {})",
-                groups.join(", ")
-            ))
-        })?;
-        out[part]
-            .get_or_insert_with(Vec::new)
-            .push(name.to_string());
-    }
-    Ok(out)
-}
-
-/// Run a lesson made of parts (ch1-basics: training, transpose, pipeline) into one report with
-/// one group per part. Each part is built when its turn comes and dropped once it has run, so
-/// no part's buffers sit beside another's while it is measured (a memory-bound kernel's time
-/// can depend on where its buffers land). `options.only` names variants as "part:variant";
-/// parts with none named are not built. One trace covers every part.
-pub fn run_parts<'a>(
-    gpu: &'a Gpu,
-    name: &str,
-    parts: Vec<LessonPart<'a>>,
-    options: &RunOptions,
-) -> Result<LessonReport> {
-    let groups: Vec<&str> = parts.iter().map(|p| p.group.as_str()).collect();
-    let only = only_per_part(&groups, &options.only)?;
-    let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
-    let trace = trace::Session::start_if(options.trace.as_deref())?;
-    let mut startup = options.startup.clone();
-    let mut merged: Option<LessonReport> = None;
-    let mut parameters = serde_json::Map::new();
-    for ((part, only), group) in parts.into_iter().zip(only).zip(groups) {
-        let Some(only) = only else { continue };
-        let mut lesson = (part.build)(gpu)?;
-        if let Some(s) = startup.as_mut() {
-            s.mark(&format!("{group} ready"));
-        }
-        let part_options = RunOptions {
-            only,
-            plant_slowdown: options
-                .plant_slowdown
-                .as_ref()
-                .and_then(|id| id.strip_prefix(&format!("{group}:")).map(str::to_string)),
-            startup: startup.clone(),
-            ..options.clone()
-        };
-        let mut report = run_lesson(gpu, lesson.as_mut(), &part_options)?;
-        drop(lesson);
-        for v in &mut report.variants {
-            v.group = group.clone();
-        }
-        parameters.insert(group.clone(), report.parameters.take());
-        match merged.as_mut() {
-            None => merged = Some(report),
-            Some(m) => {
-                if let (Some(first), Some(later)) =
-                    (m.provenance.clock.as_mut(), report.provenance.clock.take())
-                {
-                    first.absorb(later);
-                }
-                m.variants.append(&mut report.variants);
-                m.sections.append(&mut report.sections);
-                for c in report.ceilings {
-                    if !m.ceilings.iter().any(|x| x.name == c.name) {
-                        m.ceilings.push(c);
-                    }
-                }
+    /// The part of variant `index` and the variant's index within it.
+    fn locate(&self, mut index: usize) -> (usize, usize) {
+        for (p, part) in self.parts.iter().enumerate() {
+            if index < part.specs.len() {
+                return (p, index);
             }
+            index -= part.specs.len();
+        }
+        panic!("variant {index} is past every part");
+    }
+
+    /// The running lesson, when variant `index` is one of its part's, and its index there.
+    fn of(&self, index: usize) -> Option<(&dyn Lesson, usize)> {
+        let (part, i) = self.locate(index);
+        match &self.running {
+            Some((p, lesson)) if *p == part => Some((lesson.as_ref(), i)),
+            _ => None,
         }
     }
-    if let Some(t) = trace {
-        t.finish()?;
+
+    fn of_mut(&mut self, index: usize) -> Result<(&mut (dyn Lesson + 'a), usize)> {
+        let (part, i) = self.locate(index);
+        match &mut self.running {
+            Some((p, lesson)) if *p == part => Ok((lesson.as_mut(), i)),
+            _ => Err(Error::invalid(format!(
+                "part '{}' is not running",
+                self.parts[part].group
+            ))),
+        }
     }
-    let mut report = merged.ok_or_else(|| Error::invalid("no part of the lesson was selected"))?;
-    report.lesson = name.to_string();
-    report.parameters = serde_json::Value::Object(parameters);
-    Ok(report)
+}
+
+impl Lesson for Parts<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::Value::Object(self.parameters.clone())
+    }
+
+    fn variants(&self) -> Vec<VariantSpec> {
+        self.parts.iter().flat_map(|p| p.specs.clone()).collect()
+    }
+
+    fn reference(&self, index: usize) -> Option<&Reference> {
+        self.of(index).and_then(|(lesson, i)| lesson.reference(i))
+    }
+
+    fn check_against_baseline(&self, index: usize) -> bool {
+        self.of(index)
+            .is_some_and(|(lesson, i)| lesson.check_against_baseline(i))
+    }
+
+    fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        let (lesson, i) = self.of_mut(index)?;
+        lesson.run(gpu, i)
+    }
+
+    fn poison(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
+        let (lesson, i) = self.of_mut(index)?;
+        lesson.poison(gpu, i)
+    }
+
+    fn output(&mut self, gpu: &Gpu, index: usize) -> Result<Output> {
+        let (lesson, i) = self.of_mut(index)?;
+        lesson.output(gpu, i)
+    }
+
+    fn bench_config(&self, index: usize, cfg: BenchConfig) -> BenchConfig {
+        match self.of(index) {
+            Some((lesson, i)) => lesson.bench_config(i, cfg),
+            None => cfg,
+        }
+    }
+
+    fn skip(&mut self, index: usize) -> Option<String> {
+        let (lesson, i) = self.of_mut(index).ok()?;
+        lesson.skip(i)
+    }
+
+    fn metrics(
+        &mut self,
+        gpu: &Gpu,
+        index: usize,
+        timed: &VariantReport,
+        meter: &mut Meter,
+    ) -> Result<Vec<Metric>> {
+        let (lesson, i) = self.of_mut(index)?;
+        lesson.metrics(gpu, i, timed, meter)
+    }
+
+    fn begin_group(&mut self, _gpu: &Gpu, group: &str) -> Result<()> {
+        // The last part goes before the next is built.
+        self.running = None;
+        let p = self.parts.iter().position(|p| p.group == group);
+        let p = p.ok_or_else(|| Error::invalid(format!("no part '{group}'")))?;
+        let build = self.parts[p].build.take();
+        let lesson = build.ok_or_else(|| Error::invalid(format!("part '{group}' ran twice")))?()?;
+        let declared = self.parts[p].specs.iter().map(|s| &s.name);
+        if !lesson.variants().iter().map(|s| &s.name).eq(declared) {
+            return Err(Error::invalid(format!(
+                "part '{group}' has other variants than it was declared with"
+            )));
+        }
+        self.running = Some((p, lesson));
+        Ok(())
+    }
+
+    fn end_group(
+        &mut self,
+        gpu: &Gpu,
+        group: &str,
+        variants: &[VariantReport],
+        meter: &mut Meter,
+        figures: bool,
+    ) -> Result<Vec<Section>> {
+        let Some((_, mut lesson)) = self.running.take() else {
+            return Ok(Vec::new());
+        };
+        self.parameters.insert(group.into(), lesson.parameters());
+        if figures {
+            lesson.sections(gpu, variants, meter)
+        } else {
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// The NVTX range of one variant: "ch1-intensity:fused". Not "/": ncu's `--nvtx-include`
@@ -831,30 +952,36 @@ mod tests {
     }
 
     #[test]
-    fn variants_of_parts_are_named_by_group() {
-        let groups = ["training", "transpose"];
-        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn a_groups_variants_run_together_groups_in_the_order_first_named() {
+        let specs = [
+            spec("a").in_group("x"),
+            spec("b").in_group("y"),
+            spec("c").in_group("x"),
+        ];
+        assert_eq!(grouped(&[0, 1, 2], &specs), vec![0, 2, 1]);
+        assert_eq!(grouped(&[1, 2, 0], &specs), vec![1, 2, 0]);
+        assert_eq!(grouped(&[2], &specs), vec![2]);
+        let one_group = [spec("a"), spec("b"), spec("c")];
+        assert_eq!(grouped(&[2, 0, 1], &one_group), vec![2, 0, 1], "as named");
+    }
+
+    #[test]
+    fn parts_are_groups_known_before_any_is_built() {
+        let never = || -> Result<Parts<'static>> { panic!("built before its group began") };
+        let mut parts = Parts::new("ch1-x")
+            .part("training", vec![spec("baseline"), spec("fast")], never)
+            .part("transpose", vec![spec("naive")], never);
+        let ids: Vec<String> = parts.variants().iter().map(|s| s.id()).collect();
         assert_eq!(
-            only_per_part(&groups, &[]).unwrap(),
-            vec![Some(vec![]), Some(vec![])],
-            "everything: every part, all its variants"
+            ids,
+            ["training:baseline", "training:fast", "transpose:naive"]
         );
-        assert_eq!(
-            only_per_part(&groups, &ids(&["transpose:naive", "transpose:tiled"])).unwrap(),
-            vec![None, Some(ids(&["naive", "tiled"]))],
-            "a part with nothing named is not built"
-        );
-        let err = only_per_part(&groups, &ids(&["pipeline:serial"]))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("'pipeline:serial'") && err.contains("training, transpose"),
-            "{err}"
-        );
-        let err = only_per_part(&groups, &ids(&["naive"]))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("part:variant"), "{err}");
+        assert_eq!(parts.locate(1), (0, 1));
+        assert_eq!(parts.locate(2), (1, 0));
+        assert!(parts.reference(2).is_none() && parts.skip(0).is_none());
+        let err = parts.of_mut(2).err().unwrap().to_string();
+        assert!(err.contains("part 'transpose' is not running"), "{err}");
+        assert_eq!(parts.parameters(), serde_json::json!({}));
     }
 
     #[test]

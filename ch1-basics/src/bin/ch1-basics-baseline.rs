@@ -1,4 +1,4 @@
 //! The baseline training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:baseline")
+    ch1_basics::cli::main(&["training:baseline"])
 }

@@ -1,4 +1,4 @@
 //! The batch training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:batch")
+    ch1_basics::cli::main(&["training:batch"])
 }

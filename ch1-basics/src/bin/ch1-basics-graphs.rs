@@ -1,4 +1,4 @@
 //! The graphs training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:graphs")
+    ch1_basics::cli::main(&["training:graphs"])
 }

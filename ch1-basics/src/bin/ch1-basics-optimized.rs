@@ -1,4 +1,4 @@
 //! The optimized training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:optimized")
+    ch1_basics::cli::main(&["training:optimized"])
 }

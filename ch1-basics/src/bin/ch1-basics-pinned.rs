@@ -1,4 +1,4 @@
 //! The pinned training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:pinned")
+    ch1_basics::cli::main(&["training:pinned"])
 }

@@ -1,4 +1,4 @@
 //! The double-buffering optimized side alone: three streams, buffers in flight.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("pipeline:overlapped")
+    ch1_basics::cli::main(&["pipeline:overlapped"])
 }

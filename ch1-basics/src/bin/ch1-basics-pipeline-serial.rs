@@ -1,4 +1,4 @@
 //! The double-buffering baseline alone: one stream, chunk after chunk.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("pipeline:serial")
+    ch1_basics::cli::main(&["pipeline:serial"])
 }

@@ -1,4 +1,4 @@
 //! The prealloc training variant alone.
 fn main() -> std::process::ExitCode {
-    ch1_basics::cli::main_variant("training:prealloc")
+    ch1_basics::cli::main(&["training:prealloc"])
 }

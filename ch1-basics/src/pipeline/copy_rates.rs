@@ -50,15 +50,13 @@ pub fn sizes(chunk_bytes: usize) -> Vec<usize> {
 
 /// A short stopping rule: ten copies of each size are plenty for a rate to two figures.
 fn copy_bench() -> BenchConfig {
+    let stop = StopRule {
+        max_samples: 1000,
+        max_noise: 0.01,
+        ..StopRule::quick()
+    };
     BenchConfig {
-        stop: StopRule {
-            min_samples: 10,
-            max_samples: 1000,
-            min_time_s: 0.05,
-            max_time_s: 1.0,
-            max_noise: 0.01,
-            max_median_error: None,
-        },
+        stop,
         ..BenchConfig::default()
     }
 }
@@ -98,7 +96,7 @@ pub fn measure(gpu: &Gpu, meter: &mut Meter, sizes: &[usize]) -> Result<Vec<Copy
 }
 
 /// The rates as a section: a table, and the rates themselves in the JSON.
-pub fn section(rates: &[CopyRate]) -> Result<Section> {
+pub fn section(rates: &[CopyRate]) -> Section {
     let mut table = Table::new()
         .left("pinned copy")
         .right("bytes")
@@ -112,12 +110,12 @@ pub fn section(rates: &[CopyRate]) -> Result<Section> {
             format!("{:.1}", r.best_gb_per_s),
         ]);
     }
-    Ok(Section {
+    Section {
         table: Some(table),
         lines: vec![
             "each size timed with CUDA events, copies queued back to back behind a blocking kernel; best = the fastest sample".into(),
         ],
-        data: serde_json::to_value(rates).map_err(|e| common::Error::invalid(e.to_string()))?,
+        data: serde_json::to_value(rates).unwrap_or_default(),
         ..Section::new("pinned copy rates by size")
-    })
+    }
 }

@@ -49,33 +49,20 @@ pub fn plan(n: usize, chunk: usize, buffers: usize) -> Vec<Chunk> {
         .collect()
 }
 
-/// The time a plan takes when each chunk's stages take (copy in, compute, copy out) and each
-/// engine does one thing at a time: the model of what the overlapped run should approach.
-pub fn simulate(chunks: &[Chunk], stage: (f64, f64, f64), overlapped: bool) -> f64 {
+/// The time the overlapped run of a plan takes when each chunk's stages take (copy in,
+/// compute, copy out) and each engine does one thing at a time: what it should approach.
+pub fn simulate(chunks: &[Chunk], stage: (f64, f64, f64)) -> f64 {
     let (mut free_in, mut free_compute, mut free_out) = (0.0f64, 0.0f64, 0.0f64);
     let mut out_done = vec![0.0f64; chunks.len()];
-    let mut serial_clock = 0.0;
     for c in chunks {
         let frac = c.len as f64 / chunks[0].len as f64;
-        let (tin, tc, tout) = (stage.0 * frac, stage.1 * frac, stage.2 * frac);
-        if !overlapped {
-            serial_clock += tin + tc + tout;
-            continue;
-        }
         let buffer_free = c.reuses_after.map(|p| out_done[p]).unwrap_or(0.0);
-        let in_end = free_in.max(buffer_free) + tin;
-        free_in = in_end;
-        let c_end = free_compute.max(in_end) + tc;
-        free_compute = c_end;
-        let o_end = free_out.max(c_end) + tout;
-        free_out = o_end;
-        out_done[c.index] = o_end;
+        free_in = free_in.max(buffer_free) + stage.0 * frac;
+        free_compute = free_compute.max(free_in) + stage.1 * frac;
+        free_out = free_out.max(free_compute) + stage.2 * frac;
+        out_done[c.index] = free_out;
     }
-    if overlapped {
-        free_out
-    } else {
-        serial_clock
-    }
+    free_out
 }
 
 /// Relative L2 tolerance of the output against the float64 closed form: one rounding per
@@ -98,24 +85,45 @@ pub fn grid_stride(len: usize, sm_count: u32) -> LaunchConfig {
     }
 }
 
-/// Queue the map x <- A x + B, `iterations` times, over the first `len` elements of `buf` on
-/// `stream` (`kernel` is [KERNELS]' `affine_iterate`).
-pub fn queue_affine(
-    kernel: &CudaFunction,
+/// The compute stage: the map x <- A x + B, `iterations` times per element ([KERNELS]'
+/// `affine_iterate`).
+pub struct Affine {
+    kernel: CudaFunction,
     sm_count: u32,
-    stream: &Arc<CudaStream>,
-    buf: &mut CudaSlice<f32>,
-    len: usize,
-    iterations: u32,
-) -> Result<()> {
-    assert!(len <= buf.len());
-    let count = len as i64;
-    let (a, b, it) = (A, B, iterations as i32);
-    let mut l = stream.launch_builder(kernel);
-    l.arg(buf).arg(&count).arg(&a).arg(&b).arg(&it);
-    // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= buf.len() elements.
-    unsafe { l.launch(grid_stride(len, sm_count)) }.cuda("affine_iterate")?;
-    Ok(())
+    pub iterations: u32,
+}
+
+impl Affine {
+    pub fn new(gpu: &Gpu, iterations: u32) -> Result<Affine> {
+        Ok(Affine {
+            kernel: kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?,
+            sm_count: gpu.info.sm_count,
+            iterations,
+        })
+    }
+
+    /// Queue the map over the first `len` elements of `buf` on `stream`.
+    pub fn queue(
+        &self,
+        stream: &Arc<CudaStream>,
+        buf: &mut CudaSlice<f32>,
+        len: usize,
+    ) -> Result<()> {
+        assert!(len <= buf.len());
+        let (count, a, b, it) = (len as i64, A, B, self.iterations as i32);
+        let mut l = stream.launch_builder(&self.kernel);
+        l.arg(buf).arg(&count).arg(&a).arg(&b).arg(&it);
+        // SAFETY: affine_iterate(float*, i64, float, float, int) over len <= buf.len() elements.
+        unsafe { l.launch(grid_stride(len, self.sm_count)) }.cuda("affine_iterate")?;
+        Ok(())
+    }
+
+    /// `mapped` against the float64 closed form of the map of `input`, element by element,
+    /// computed on the fly.
+    pub fn check(&self, mapped: &[f32], input: &[f32]) -> Verification {
+        let closed_form = |i: usize| reference_value(input[i], self.iterations);
+        check_by(mapped, closed_form, TOLERANCE, "the float64 closed form")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,16 +136,51 @@ pub enum Mode {
     CopyOutOnly,
 }
 
-pub struct Pipeline {
-    pub n: usize,
+/// The sizes of the pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PipelineConfig {
+    /// fp32 elements pushed through the GPU.
+    pub elements: usize,
+    /// Elements per chunk.
     pub chunk: usize,
+    /// Device buffers in flight in the overlapped run.
     pub buffers: usize,
+    /// FMAs per element in the compute stage.
     pub iterations: u32,
+    pub seed: u64,
+}
+
+impl PipelineConfig {
+    /// The sizes must make a plan; the message says what to change.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.chunk > self.elements {
+            return Err(format!(
+                "--chunk ({}) is larger than --pipeline-elements ({}): use a smaller chunk",
+                self.chunk, self.elements
+            ));
+        }
+        if self.elements == 0 || self.chunk == 0 || self.buffers == 0 {
+            return Err("elements, chunk and buffers must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    pub fn plan(&self) -> Vec<Chunk> {
+        plan(self.elements, self.chunk, self.buffers)
+    }
+
+    /// Chunks of the plan.
+    pub fn chunks(&self) -> usize {
+        self.elements.div_ceil(self.chunk.max(1))
+    }
+}
+
+pub struct Pipeline {
+    pub cfg: PipelineConfig,
     host_in: Pinned<f32>,
     host_out: Pinned<f32>,
     dev: Vec<CudaSlice<f32>>,
-    kernel: CudaFunction,
-    sm_count: u32,
+    affine: Affine,
     streams: [Arc<CudaStream>; 3],
     start: CudaEvent,
     in_done: Vec<CudaEvent>,
@@ -146,73 +189,48 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    pub fn new(
-        gpu: &Gpu,
-        n: usize,
-        chunk: usize,
-        buffers: usize,
-        iterations: u32,
-        seed: u64,
-    ) -> Result<Pipeline> {
-        let chunk = chunk.min(n);
+    /// The pinned input (seeded) and output, the device buffers, streams and events of `cfg`
+    /// (a chunk larger than the array is the array).
+    pub fn new(gpu: &Gpu, cfg: PipelineConfig) -> Result<Pipeline> {
+        let (n, buffers) = (cfg.elements, cfg.buffers);
+        let cfg = PipelineConfig {
+            chunk: cfg.chunk.min(n),
+            ..cfg
+        };
         gpu.check_fits(
             "the pipeline's device buffers",
-            (4 * chunk * buffers) as u64,
+            (4 * cfg.chunk * buffers) as u64,
         )?;
-        common::gpu::check_host_fits("the pipeline's pinned input and output", 8 * n as u64)?;
-        let kernel = kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?;
+        let affine = Affine::new(gpu, cfg.iterations)?;
         let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
-        let values = common::verify::uniform_f32(seed, n, -1.0, 1.0);
+        let values = common::verify::uniform_f32(cfg.seed, n, -1.0, 1.0);
         host_in.as_mut_slice().copy_from_slice(&values);
         drop(values);
         let host_out = Pinned::<f32>::new(gpu, n, "the pipeline output")?;
         let dev = (0..buffers)
-            .map(|_| gpu.alloc::<f32>(chunk, "a pipeline buffer"))
+            .map(|_| gpu.alloc::<f32>(cfg.chunk, "a pipeline buffer"))
             .collect::<Result<Vec<_>>>()?;
         let stream = || gpu.ctx.new_stream().cuda("creating a stream");
-        let events = || -> Result<Vec<CudaEvent>> {
-            (0..buffers)
-                .map(|_| gpu.ctx.new_event(None).cuda("creating an event"))
-                .collect()
-        };
+        let event = || gpu.ctx.new_event(None).cuda("creating an event");
+        let events = || (0..buffers).map(|_| event()).collect::<Result<Vec<_>>>();
         Ok(Pipeline {
-            n,
-            chunk,
-            buffers,
-            iterations,
+            cfg,
             host_in,
             host_out,
             dev,
-            kernel,
-            sm_count: gpu.info.sm_count,
+            affine,
             streams: [stream()?, stream()?, stream()?],
-            start: gpu.ctx.new_event(None).cuda("creating an event")?,
+            start: event()?,
             in_done: events()?,
             compute_done: events()?,
             out_done: events()?,
         })
     }
 
-    pub fn plan(&self) -> Vec<Chunk> {
-        plan(self.n, self.chunk, self.buffers)
-    }
-
-    fn compute(&mut self, stream: &Arc<CudaStream>, buffer: usize, len: usize) -> Result<()> {
-        let (kernel, sm_count, iterations) = (&self.kernel, self.sm_count, self.iterations);
-        queue_affine(
-            kernel,
-            sm_count,
-            stream,
-            &mut self.dev[buffer],
-            len,
-            iterations,
-        )
-    }
-
     /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on
     /// `main` (forked and joined with events), so the harness's timer brackets it.
     pub fn queue(&mut self, main: &Arc<CudaStream>, mode: Mode) -> Result<()> {
-        let chunks = self.plan();
+        let chunks = self.cfg.plan();
         let streams = self.streams.clone();
         if mode != Mode::Overlapped {
             for c in &chunks {
@@ -224,7 +242,7 @@ impl Pipeline {
                 }
                 if matches!(mode, Mode::Serial | Mode::ComputeOnly) {
                     let _phase = common::nvtx::range("compute");
-                    self.compute(main, 0, c.len)?;
+                    self.affine.queue(main, &mut self.dev[0], c.len)?;
                 }
                 if matches!(mode, Mode::Serial | Mode::CopyOutOnly) {
                     let _phase = common::nvtx::range("copy out");
@@ -255,7 +273,7 @@ impl Pipeline {
             let phase = common::nvtx::range("compute");
             self.in_done[b].record(copy_in).cuda("recording copy-in")?;
             compute.wait(&self.in_done[b]).cuda("ordering compute")?;
-            self.compute(compute, b, c.len)?;
+            self.affine.queue(compute, &mut self.dev[b], c.len)?;
             self.compute_done[b]
                 .record(compute)
                 .cuda("recording compute")?;
@@ -285,14 +303,8 @@ impl Pipeline {
     /// The output against the float64 closed form of every element, computed on the fly (a
     /// stored reference would be another 2 GiB at the default size).
     pub fn check_closed_form(&self) -> Verification {
-        let input = self.host_in.as_slice();
-        let iterations = self.iterations;
-        check_by(
-            self.host_out.as_slice(),
-            |i| reference_value(input[i], iterations),
-            TOLERANCE,
-            "the float64 closed form",
-        )
+        self.affine
+            .check(self.host_out.as_slice(), self.host_in.as_slice())
     }
 
     pub fn output(&self) -> &[f32] {
@@ -303,6 +315,27 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_that_make_no_plan_say_what_to_change() {
+        let ok = PipelineConfig {
+            elements: 1 << 20,
+            chunk: 1 << 16,
+            buffers: 3,
+            iterations: 8,
+            seed: 1,
+        };
+        assert!(ok.validate().is_ok());
+        let big_chunk = PipelineConfig {
+            chunk: 2 << 20,
+            ..ok
+        };
+        assert!(big_chunk
+            .validate()
+            .unwrap_err()
+            .contains("larger than --pipeline-elements"));
+        assert!(PipelineConfig { buffers: 0, ..ok }.validate().is_err());
+    }
 
     #[test]
     fn chunks_cover_the_array_once_with_a_short_tail() {
@@ -347,18 +380,18 @@ mod tests {
     fn overlap_approaches_the_slowest_stage() {
         let p = plan(32 * 100, 100, 3);
         let t = (1.0, 0.8, 0.9);
-        let serial = simulate(&p, t, false);
-        let overlapped = simulate(&p, t, true);
-        assert!((serial - 32.0 * 2.7).abs() < 1e-9);
+        let overlapped = simulate(&p, t);
         // Slowest stage alone is 32; the pipeline adds one chunk of the other two stages.
         assert!(
             (overlapped - (32.0 + 0.8 + 0.9)).abs() < 1e-9,
             "{overlapped}"
         );
-        assert!(overlapped / 32.0 < 1.15);
-        // One buffer cannot overlap anything.
-        let single = simulate(&plan(32 * 100, 100, 1), t, true);
-        assert!((single - serial).abs() < 1e-9, "{single} vs {serial}");
+        // One buffer cannot overlap anything: the serial sum.
+        let single = simulate(&plan(32 * 100, 100, 1), t);
+        assert!((single - 32.0 * 2.7).abs() < 1e-9, "{single}");
+        // A short last chunk takes its share of each stage.
+        let tail = simulate(&plan(150, 100, 1), t);
+        assert!((tail - 1.5 * 2.7).abs() < 1e-9, "{tail}");
     }
 
     #[test]

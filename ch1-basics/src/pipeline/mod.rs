@@ -24,9 +24,10 @@ pub mod copy_rates;
 pub mod engine;
 pub mod overlap;
 
-pub use engine::{plan, reference_value, simulate, Chunk, Mode, Pipeline, TOLERANCE};
+pub use engine::{
+    plan, reference_value, simulate, Chunk, Mode, Pipeline, PipelineConfig, TOLERANCE,
+};
 
-use serde::Serialize;
 use serde_json::json;
 
 use common::ceilings;
@@ -40,47 +41,44 @@ use common::verify::Precision;
 use common::Result;
 use plotting::format::human_bytes;
 
-use overlap::{Measured, OverlapFigures};
+use overlap::Measured;
 
 /// The output part compared with the serial run's (tolerance 0: bitwise-equal values).
 pub const SAME_AS_SERIAL: &str = "output vs serial";
-
-/// The sizes of the pair.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PipelineConfig {
-    /// fp32 elements pushed through the GPU.
-    pub elements: usize,
-    /// Elements per chunk.
-    pub chunk: usize,
-    /// Device buffers in flight in the overlapped run.
-    pub buffers: usize,
-    /// FMAs per element in the compute stage.
-    pub iterations: u32,
-    pub seed: u64,
-}
-
-impl PipelineConfig {
-    /// The sizes must make a plan; the message says what to change.
-    pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.chunk > self.elements {
-            return Err(format!(
-                "--chunk ({}) is larger than --pipeline-elements ({}): use a smaller chunk",
-                self.chunk, self.elements
-            ));
-        }
-        if self.elements == 0 || self.chunk == 0 || self.buffers == 0 {
-            return Err("elements, chunk and buffers must be at least 1".into());
-        }
-        Ok(())
-    }
-}
 
 /// The pair's variants, baseline first.
 pub const VARIANTS: [(&str, Mode); 2] =
     [("serial", Mode::Serial), ("overlapped", Mode::Overlapped)];
 
+/// The variants of the pair at `cfg`: every element copied in, mapped by `iterations` FMAs and
+/// copied out.
+pub fn specs(cfg: &PipelineConfig) -> Vec<VariantSpec> {
+    let n = cfg.elements as u64;
+    let work = Work {
+        bytes_read: 4 * n,
+        bytes_written: 4 * n,
+        flops: 2 * cfg.iterations as u64 * n,
+    };
+    let chunks = cfg.chunks();
+    let descriptions = [
+        format!("one stream: copy in, compute, copy out, chunk after chunk ({chunks} chunks)"),
+        format!(
+            "three streams ordered by events, {} buffers in flight",
+            cfg.buffers
+        ),
+    ];
+    VARIANTS
+        .iter()
+        .zip(descriptions)
+        .map(|((name, _), description)| {
+            VariantSpec::new(*name, description, Precision::Fp32, work)
+                .with_tolerance(TOLERANCE)
+                .host_device()
+        })
+        .collect()
+}
+
 pub struct PipelineLesson {
-    cfg: PipelineConfig,
     pipeline: Pipeline,
     /// Both variants run: compare their outputs and measure the copy-rate table.
     whole: bool,
@@ -89,47 +87,31 @@ pub struct PipelineLesson {
 
 impl PipelineLesson {
     /// Check host memory first (the pinned arrays and, when both variants run, the outputs the
-    /// comparison keeps), then allocate and fill the input.
-    pub fn new(gpu: &Gpu, cfg: PipelineConfig, whole: bool) -> Result<PipelineLesson> {
+    /// comparison keeps), then allocate and fill the input. `refresh_ceilings`: re-measure the
+    /// pinned copy ceilings instead of using the cached ones.
+    pub fn new(
+        gpu: &Gpu,
+        cfg: PipelineConfig,
+        whole: bool,
+        refresh_ceilings: bool,
+    ) -> Result<PipelineLesson> {
         cfg.validate().map_err(common::Error::invalid)?;
-        let n = cfg.elements as u64;
         // Pinned input and output; with the comparison, one output copy (f32) and the serial
         // output the runner keeps in float64.
         let per_element = if whole { 4 + 4 + 4 + 8 } else { 4 + 4 };
         check_host_fits(
             "the pipeline's pinned input and output and the outputs its checks keep",
-            per_element * n,
-        )?;
-        let pipeline = Pipeline::new(
-            gpu,
-            cfg.elements,
-            cfg.chunk,
-            cfg.buffers,
-            cfg.iterations,
-            cfg.seed,
+            per_element * cfg.elements as u64,
         )?;
         Ok(PipelineLesson {
-            cfg,
-            pipeline,
+            pipeline: Pipeline::new(gpu, cfg)?,
             whole,
-            refresh_ceilings: false,
+            refresh_ceilings,
         })
     }
 
-    /// Re-measure the pinned copy ceilings instead of using the cached ones.
-    pub fn refreshing_ceilings(self, refresh: bool) -> PipelineLesson {
-        PipelineLesson {
-            refresh_ceilings: refresh,
-            ..self
-        }
-    }
-
     fn bytes(&self) -> u64 {
-        4 * self.cfg.elements as u64
-    }
-
-    fn chunks(&self) -> usize {
-        self.pipeline.plan().len()
+        4 * self.pipeline.cfg.elements as u64
     }
 
     /// One stage alone, timed like the variants.
@@ -168,26 +150,29 @@ impl PipelineLesson {
             .iter()
             .find(|c| c.part == SAME_AS_SERIAL)
             .map(|c| c.passed && c.rel_l2_error == 0.0);
-        let figures = OverlapFigures::new(
-            Measured {
-                stages,
-                serial: serial.clone(),
-                overlapped: overlapped_ms.clone(),
-            },
-            &self.pipeline.plan(),
-            self.bytes(),
-            (&transfers.h2d_pinned, &transfers.d2h_pinned),
-            bitwise,
-        );
-        let c = &self.cfg;
-        figures.section(format!(
+        let (c, plan) = (&self.pipeline.cfg, self.pipeline.cfg.plan());
+        let headline = format!(
             "{} fp32 ({}) in {} chunks of {} ({} buffers), {} FMAs per element",
             c.elements,
             human_bytes(self.bytes()),
-            self.chunks(),
-            self.pipeline.chunk,
+            plan.len(),
+            c.chunk,
             c.buffers,
             c.iterations
+        );
+        let measured = Measured {
+            stages,
+            serial: serial.clone(),
+            overlapped: overlapped_ms.clone(),
+        };
+        let pinned = (&transfers.h2d_pinned, &transfers.d2h_pinned);
+        Ok(overlap::section(
+            measured,
+            &plan,
+            self.bytes(),
+            pinned,
+            bitwise,
+            headline,
         ))
     }
 }
@@ -198,12 +183,12 @@ impl Lesson for PipelineLesson {
     }
 
     fn parameters(&self) -> serde_json::Value {
-        let c = &self.cfg;
+        let c = &self.pipeline.cfg;
         json!({
             "elements": c.elements,
             "bytes": self.bytes(),
-            "chunk_elements": self.pipeline.chunk,
-            "chunks": self.chunks(),
+            "chunk_elements": c.chunk,
+            "chunks": c.chunks(),
             "buffers": c.buffers,
             "iterations": c.iterations,
             "seed": c.seed,
@@ -213,27 +198,7 @@ impl Lesson for PipelineLesson {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let n = self.cfg.elements as u64;
-        // Every element is copied in, mapped by `iterations` FMAs and copied out.
-        let work = Work {
-            bytes_read: 4 * n,
-            bytes_written: 4 * n,
-            flops: 2 * self.cfg.iterations as u64 * n,
-        };
-        let (chunks, buffers) = (self.chunks(), self.cfg.buffers);
-        let descriptions = [
-            format!("one stream: copy in, compute, copy out, chunk after chunk ({chunks} chunks)"),
-            format!("three streams ordered by events, {buffers} buffers in flight"),
-        ];
-        VARIANTS
-            .iter()
-            .zip(descriptions)
-            .map(|((name, _), description)| {
-                VariantSpec::new(*name, description, Precision::Fp32, work)
-                    .with_tolerance(TOLERANCE)
-                    .host_device()
-            })
-            .collect()
+        specs(&self.pipeline.cfg)
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {
@@ -281,9 +246,9 @@ impl Lesson for PipelineLesson {
             sections.push(self.overlap_section(gpu, meter, serial.1, overlapped)?);
         }
         if self.whole {
-            let sizes = copy_rates::sizes(4 * self.pipeline.chunk);
+            let sizes = copy_rates::sizes(4 * self.pipeline.cfg.chunk);
             let rates = copy_rates::measure(gpu, meter, &sizes)?;
-            sections.push(copy_rates::section(&rates)?);
+            sections.push(copy_rates::section(&rates));
         }
         Ok(sections)
     }
@@ -292,27 +257,6 @@ impl Lesson for PipelineLesson {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_that_make_no_plan_say_what_to_change() {
-        let ok = PipelineConfig {
-            elements: 1 << 20,
-            chunk: 1 << 16,
-            buffers: 3,
-            iterations: 8,
-            seed: 1,
-        };
-        assert!(ok.validate().is_ok());
-        let big_chunk = PipelineConfig {
-            chunk: 2 << 20,
-            ..ok
-        };
-        assert!(big_chunk
-            .validate()
-            .unwrap_err()
-            .contains("larger than --pipeline-elements"));
-        assert!(PipelineConfig { buffers: 0, ..ok }.validate().is_err());
-    }
 
     #[test]
     fn the_copy_rate_sizes_are_sorted_and_distinct() {

@@ -21,7 +21,7 @@ use common::verify::{check_by, uniform_f32, Precision};
 use common::Result;
 use mlp::{Allocator, DeviceBuf};
 
-use super::{sweep_bench, BAR};
+use super::{geometric, sweep_bench, BAR};
 use crate::pipeline::engine::grid_stride;
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -30,16 +30,7 @@ pub const KERNELS: KernelSource = KernelSource {
 };
 
 /// Buffer sizes (bytes): 4 KiB to 64 MiB, by fours.
-pub const SIZES: [u64; 8] = [
-    4 << 10,
-    16 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-    64 << 20,
-];
+pub const SIZES: [u64; 8] = geometric(4 << 10, 4);
 
 /// Buffers per use.
 pub const COUNTS: [u64; 2] = [1, 16];
@@ -261,7 +252,7 @@ mod tests {
         );
         assert_eq!(p.sides[0], "cuMemAlloc", "the baseline comes first");
         assert_eq!(plan(&SIZES, &COUNTS).points.len(), 16);
-        assert!(SIZES.windows(2).all(|w| w[1] == 4 * w[0]));
+        assert_eq!((SIZES[0], SIZES[7]), (4 << 10, 64 << 20));
     }
 
     #[test]

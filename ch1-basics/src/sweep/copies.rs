@@ -17,14 +17,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use serde_json::json;
 
 use common::bench::BenchConfig;
 use common::counters::Work;
 use common::error::CudaContext as _;
 use common::gpu::Gpu;
-use common::kernels;
 use common::pinned::Pinned;
 use common::report::{Section, VariantReport};
 use common::runner::{Output, VariantSpec};
@@ -32,24 +31,11 @@ use common::sweep::{Axis, Plan, Point, Summary, Sweep};
 use common::verify::{check_by, uniform_f32, Precision};
 use common::Result;
 
-use super::{sweep_bench, BAR};
-use crate::pipeline::engine::{queue_affine, reference_value, KERNELS, TOLERANCE};
+use super::{geometric, sweep_bench, BAR};
+use crate::pipeline::engine::Affine;
 
 /// Copy sizes (bytes): 32 KiB (the chapter's microbatch of 32 samples) to 64 MiB, doubling.
-pub const SIZES: [u64; 12] = [
-    32 << 10,
-    64 << 10,
-    128 << 10,
-    256 << 10,
-    512 << 10,
-    1 << 20,
-    2 << 20,
-    4 << 20,
-    8 << 20,
-    16 << 20,
-    32 << 20,
-    64 << 20,
-];
+pub const SIZES: [u64; 12] = geometric(32 << 10, 2);
 
 /// The lines: the host waits for the copy, or the copy runs beside a kernel.
 pub const MODES: [&str; 2] = ["eager", "overlapped"];
@@ -63,7 +49,6 @@ pub fn plan(sizes: &[u64]) -> Plan {
 
 pub struct CopySweep {
     plan: Plan,
-    iterations: u32,
     pageable: Vec<f32>,
     pinned: Pinned<f32>,
     /// Where the copies land.
@@ -71,8 +56,7 @@ pub struct CopySweep {
     /// What the overlapped compute maps, and its values before the checked run.
     work: CudaSlice<f32>,
     work_init: Vec<f32>,
-    kernel: CudaFunction,
-    sm_count: u32,
+    affine: Affine,
     copy_stream: Arc<CudaStream>,
     fork: CudaEvent,
     join: CudaEvent,
@@ -92,14 +76,12 @@ impl CopySweep {
         let event = || gpu.ctx.new_event(None).cuda("creating an event");
         Ok(CopySweep {
             plan,
-            iterations,
             pageable,
             pinned,
             target: gpu.alloc::<f32>(largest, "the copy target")?,
             work: gpu.upload(&work_init, "the compute's buffer")?,
             work_init,
-            kernel: kernels::load(gpu, KERNELS, &[])?.function("affine_iterate")?,
-            sm_count: gpu.info.sm_count,
+            affine: Affine::new(gpu, iterations)?,
             copy_stream: gpu.ctx.new_stream().cuda("creating the copy stream")?,
             fork: event()?,
             join: event()?,
@@ -142,7 +124,7 @@ impl Sweep for CopySweep {
 
     fn parameters(&self) -> serde_json::Value {
         json!({
-            "iterations": self.iterations,
+            "iterations": self.affine.iterations,
             "stop_rule": sweep_bench(BenchConfig::default()).stop,
             "checks": "copied bytes against the host's, exactly; the overlapped compute against the float64 closed form",
         })
@@ -156,7 +138,7 @@ impl Sweep for CopySweep {
             flops: if eager {
                 0
             } else {
-                2 * self.iterations as u64 * len as u64
+                2 * self.affine.iterations as u64 * len as u64
             },
         };
         let what = if eager {
@@ -189,14 +171,7 @@ impl Sweep for CopySweep {
             .cuda("forking the copy stream")?;
         let copies = self.copy_stream.clone();
         self.copy(&copies, len, pinned)?;
-        queue_affine(
-            &self.kernel,
-            self.sm_count,
-            &gpu.stream,
-            &mut self.work,
-            len,
-            self.iterations,
-        )?;
+        self.affine.queue(&gpu.stream, &mut self.work, len)?;
         self.join
             .record(&self.copy_stream)
             .cuda("recording the join")?;
@@ -212,16 +187,8 @@ impl Sweep for CopySweep {
         ];
         if !eager {
             let mapped = gpu.download(&self.work)?;
-            let (init, iterations) = (&self.work_init, self.iterations);
-            checks.push(
-                check_by(
-                    &mapped[..len],
-                    |i| reference_value(init[i], iterations),
-                    TOLERANCE,
-                    "the float64 closed form",
-                )
-                .named("compute"),
-            );
+            let compute = self.affine.check(&mapped[..len], &self.work_init);
+            checks.push(compute.named("compute"));
         }
         Ok(Output::checked(checks))
     }
@@ -246,7 +213,7 @@ impl Sweep for CopySweep {
             "pinned vs pageable host-to-device copies, by size",
             vec![
                 "eager: the host waits for each copy; GB/s are the copy's bytes over its median time, the wait included".into(),
-                format!("overlapped: the copy on a second stream, queued before a compute kernel of {} FMAs per element over as many elements on the lesson's stream", self.iterations),
+                format!("overlapped: the copy on a second stream, queued before a compute kernel of {} FMAs per element over as many elements on the lesson's stream", self.affine.iterations),
             ],
         )]
     }
@@ -264,11 +231,7 @@ mod tests {
         assert_eq!((p.series(2), p.x(2)), ("overlapped".into(), 32 << 10));
         assert_eq!(p.sides[0], "pageable", "the baseline comes first");
         assert_eq!(plan(&SIZES).points.len(), 24);
-        assert_eq!(
-            SIZES[0],
-            32 * 256 * 4,
-            "the chapter's microbatch of 32 samples"
-        );
-        assert!(SIZES.windows(2).all(|w| w[1] == 2 * w[0]));
+        assert_eq!(SIZES[0], 32 * 256 * 4, "a microbatch of 32 samples");
+        assert_eq!(SIZES[11], 64 << 20);
     }
 }

@@ -7,17 +7,10 @@
 //! (the way things were, as the group's baseline, and the change), each checked before it is
 //! timed:
 //!
-//! - **pinned** ([copies]): one host-to-device copy of 32 KiB to 64 MiB from pageable or
-//!   page-locked memory, eager (the host waits for each copy) and overlapped (the copy queued on
-//!   a second stream beside a compute kernel, as a loader feeds the next batch while this one
-//!   trains);
-//! - **prealloc** ([allocations]): buffers of 4 KiB to 64 MiB, 1 or 16 per use, each written and
-//!   read once by a kernel, allocated and freed with `cuMemAlloc`/`cuMemFree` per use, or
-//!   allocated once and reused;
-//! - **batch** ([training]): the naive training loop at a fixed effective batch of 4096, the
-//!   step accumulated over microbatches of 8 to 4096 samples, or one pass of the whole batch;
-//! - **graphs** ([training]): the chapter's training step launched op by op, or replayed as one
-//!   CUDA graph per 1 to 64 steps, the host waiting once per graph either way.
+//! **pinned** ([copies]): one host-to-device copy of 32 KiB to 64 MiB, eager and beside a
+//! kernel; **prealloc** ([allocations]): buffers of 4 KiB to 64 MiB, 1 or 16 per use;
+//! **batch** and **graphs** ([training]): the training loop's microbatch at an effective batch
+//! of 4096, and CUDA graphs of 1 to 64 steps.
 //!
 //! The change pays at a point when its speedup's 95% interval lies above [BAR]; the sweep says
 //! where it pays ("from 2 MiB on", "up to microbatch 256", "at every size measured") and draws
@@ -37,6 +30,17 @@ use crate::training::lesson::host_bound_bench;
 /// The change pays at a point when its speedup's 95% interval lies above this: at least 10%
 /// faster, beyond doubt.
 pub const BAR: f64 = 1.1;
+
+/// `N` sizes from `first` on, each `factor` times the one before.
+pub const fn geometric<const N: usize>(first: u64, factor: u64) -> [u64; N] {
+    let mut sizes = [first; N];
+    let mut i = 1;
+    while i < N {
+        sizes[i] = sizes[i - 1] * factor;
+        i += 1;
+    }
+    sizes
+}
 
 /// The sweeps `--sweep` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,19 +62,20 @@ impl Kind {
         }
     }
 
+    /// "pinned".
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Pinned => "pinned",
-            Kind::Prealloc => "prealloc",
-            Kind::Batch => "batch",
-            Kind::Graphs => "graphs",
-            Kind::All => "all",
-        }
+        self.lesson().trim_start_matches("ch1-basics-sweep-")
     }
 
     /// The lesson name of its report ("ch1-basics-sweep-pinned"), and the stem of its files.
-    pub fn lesson(self) -> String {
-        format!("ch1-basics-sweep-{}", self.name())
+    pub fn lesson(self) -> &'static str {
+        match self {
+            Kind::Pinned => "ch1-basics-sweep-pinned",
+            Kind::Prealloc => "ch1-basics-sweep-prealloc",
+            Kind::Batch => "ch1-basics-sweep-batch",
+            Kind::Graphs => "ch1-basics-sweep-graphs",
+            Kind::All => "ch1-basics-sweep-all",
+        }
     }
 }
 
@@ -92,6 +97,8 @@ mod tests {
     #[test]
     fn every_sweep_in_turn() {
         assert_eq!(Kind::Pinned.lesson(), "ch1-basics-sweep-pinned");
+        assert_eq!(Kind::Pinned.name(), "pinned");
+        assert_eq!(geometric::<3>(4, 2), [4, 8, 16]);
         assert_eq!(Kind::All.each().len(), 4);
         assert_eq!(Kind::Batch.each(), vec![Kind::Batch]);
         assert!(

@@ -25,7 +25,7 @@ use common::verify::Precision;
 use common::Result;
 use mlp::Exec;
 
-use super::{sweep_bench, BAR};
+use super::{sweep_bench, Kind, BAR};
 use crate::training::engine::{Captured, Engine};
 use crate::training::lesson::{run_work, WEIGHT_CHANGE_TOLERANCE};
 use crate::training::{baseline, batch, TrainConfig, TrainingLesson};
@@ -48,47 +48,78 @@ pub enum Which {
 }
 
 impl Which {
-    /// The two sides: the group's baseline first.
-    pub fn sides(self) -> [&'static str; 2] {
-        match self {
-            Which::Batch => ["accumulated", "whole batch"],
-            Which::Graphs => ["eager", "graph"],
+    /// The training sweep `kind` is, when it is one.
+    pub fn of(kind: Kind) -> Option<Which> {
+        match kind {
+            Kind::Batch => Some(Which::Batch),
+            Kind::Graphs => Some(Which::Graphs),
+            _ => None,
         }
     }
 
-    /// The training the sweep runs, from the lesson's: the batch sweep's effective batch is
-    /// [BATCH] (its smallest microbatch first, for the engine's warm-up).
-    pub fn config(self, base: TrainConfig, xs: &[usize]) -> TrainConfig {
+    fn kind(self) -> Kind {
         match self {
+            Which::Batch => Kind::Batch,
+            Which::Graphs => Kind::Graphs,
+        }
+    }
+
+    /// The sizes it sweeps by default.
+    pub fn sizes(self) -> &'static [usize] {
+        match self {
+            Which::Batch => &MICROBATCHES,
+            Which::Graphs => &STEPS_PER_GRAPH,
+        }
+    }
+
+    /// The training the sweep runs, from the lesson's `base` (the batch sweep's effective batch
+    /// is [BATCH], its smallest microbatch first, for the engine's warm-up), and its points: one
+    /// line across the sizes of `xs` that divide the effective batch (microbatches) or the
+    /// run's steps (steps per graph), the baseline's side first. An error says what to change
+    /// when none is left or the training itself does not fit.
+    pub fn plan(self, base: TrainConfig, xs: &[usize]) -> Result<(TrainConfig, Plan), String> {
+        let cfg = match self {
             Which::Batch => TrainConfig {
                 step_batch: BATCH,
                 microbatch: xs.iter().copied().min().unwrap_or(BATCH),
                 ..base
             },
             Which::Graphs => base,
-        }
-    }
-
-    /// The sweep's sizes for `cfg` (sorted, each once): microbatches that divide the effective
-    /// batch, or steps per graph that divide the run's steps. An error says what to change when
-    /// none is left or the training itself does not fit.
-    pub fn plan(self, cfg: &TrainConfig, xs: &[usize]) -> std::result::Result<Vec<usize>, String> {
+        };
         cfg.validate()?;
-        let mut xs = xs.to_vec();
-        xs.sort_unstable();
-        xs.dedup();
-        let (whole, what) = match self {
-            Which::Batch => (cfg.step_batch, "microbatch divides the effective batch"),
+        let (whole, what, axis, sides, series) = match self {
+            Which::Batch => (
+                BATCH,
+                "microbatch divides the effective batch",
+                "samples per microbatch",
+                ["accumulated", "whole batch"],
+                format!("effective batch {BATCH}"),
+            ),
             Which::Graphs => (
                 cfg.steps(),
                 "number of steps per graph divides the run's steps",
+                "steps per graph",
+                ["eager", "graph"],
+                format!(
+                    "steps of {} x {}",
+                    cfg.step_batch / cfg.microbatch,
+                    cfg.microbatch
+                ),
             ),
         };
-        xs.retain(|&x| x > 0 && whole % x == 0);
+        let xs: Vec<u64> = xs
+            .iter()
+            .filter(|&&x| x > 0 && whole % x == 0)
+            .map(|&x| x as u64)
+            .collect();
         if xs.is_empty() {
             return Err(format!("no {what} ({whole}): change --samples or --batch"));
         }
-        Ok(xs)
+        let axes = vec![
+            Axis::names("line", &[series.as_str()]),
+            Axis::counts(axis, &xs),
+        ];
+        Ok((cfg, Plan::product(axes, axis, sides, BAR)))
     }
 
     /// "microbatch 8", "4 steps per graph": the group of a point.
@@ -96,26 +127,6 @@ impl Which {
         match self {
             Which::Batch => format!("microbatch {x}"),
             Which::Graphs => format!("{x} steps per graph"),
-        }
-    }
-
-    /// What its size counts: the axis across.
-    pub fn axis(self) -> &'static str {
-        match self {
-            Which::Batch => "samples per microbatch",
-            Which::Graphs => "steps per graph",
-        }
-    }
-
-    /// The sweep's one line.
-    pub fn series(self, cfg: &TrainConfig) -> String {
-        match self {
-            Which::Batch => format!("effective batch {}", cfg.step_batch),
-            Which::Graphs => format!(
-                "steps of {} x {}",
-                cfg.step_batch / cfg.microbatch,
-                cfg.microbatch
-            ),
         }
     }
 }
@@ -180,11 +191,10 @@ impl<'g> TrainingSweep<'g> {
     /// The training lesson of `which`'s training from the lesson's `base` (its engine and its
     /// float64 reference when affordable), over the sizes of [Which::plan].
     pub fn new(gpu: &'g Gpu, which: Which, base: TrainConfig, xs: &[usize]) -> Result<Self> {
-        let cfg = which.config(base, xs);
-        let xs = which.plan(&cfg, xs).map_err(common::Error::invalid)?;
+        let (cfg, plan) = which.plan(base, xs).map_err(common::Error::invalid)?;
         Ok(TrainingSweep {
             which,
-            plan: plan(which, &cfg, &xs),
+            plan,
             training: TrainingLesson::new(gpu, cfg)?,
         })
     }
@@ -194,22 +204,9 @@ impl<'g> TrainingSweep<'g> {
     }
 }
 
-/// The sweep's one line across its sizes; the baseline's side first.
-pub fn plan(which: Which, cfg: &TrainConfig, xs: &[usize]) -> Plan {
-    let xs: Vec<u64> = xs.iter().map(|&x| x as u64).collect();
-    let axes = vec![
-        Axis::names("line", &[which.series(cfg).as_str()]),
-        Axis::counts(which.axis(), &xs),
-    ];
-    Plan::product(axes, which.axis(), which.sides(), BAR)
-}
-
 impl Sweep for TrainingSweep<'_> {
     fn name(&self) -> &str {
-        match self.which {
-            Which::Batch => "ch1-basics-sweep-batch",
-            Which::Graphs => "ch1-basics-sweep-graphs",
-        }
+        self.which.kind().lesson()
     }
 
     fn plan(&self) -> &Plan {
@@ -338,46 +335,45 @@ mod tests {
 
     #[test]
     fn the_batch_sweep_splits_a_batch_of_4096_into_every_microbatch_that_divides_it() {
-        let cfg = Which::Batch.config(TrainConfig::chapter(), &MICROBATCHES);
-        assert_eq!((cfg.step_batch, cfg.microbatch), (BATCH, 8));
-        assert_eq!(cfg.steps(), 4);
-        let xs = Which::Batch.plan(&cfg, &[4096, 8, 96, 8]).unwrap();
-        assert_eq!(xs, vec![8, 4096], "96 does not divide 4096; repeats once");
-        assert_eq!(Which::Batch.plan(&cfg, &MICROBATCHES).unwrap().len(), 10);
+        let (cfg, plan) = Which::Batch
+            .plan(TrainConfig::chapter(), &MICROBATCHES)
+            .unwrap();
+        assert_eq!((cfg.step_batch, cfg.microbatch, cfg.steps()), (BATCH, 8, 4));
+        assert_eq!(plan.points.len(), 10);
+        assert_eq!(plan.series(0), "effective batch 4096");
+        assert_eq!(plan.sides[0], "accumulated", "the baseline first");
+        let (_, plan) = Which::Batch
+            .plan(TrainConfig::chapter(), &[4096, 8, 96, 8])
+            .unwrap();
+        let xs = plan.values_of("samples per microbatch");
+        assert_eq!(xs, [8, 4096], "96 does not divide 4096; repeats once");
         assert_eq!(Which::Batch.group(64), "microbatch 64");
-        assert_eq!(Which::Batch.series(&cfg), "effective batch 4096");
-        assert_eq!(Which::Batch.sides()[0], "accumulated", "the baseline first");
         // Samples that make no whole step of 4096: one line saying what to change.
-        let few = Which::Batch.config(
-            TrainConfig {
-                samples: 1024,
-                ..TrainConfig::chapter()
-            },
-            &MICROBATCHES,
-        );
-        let err = Which::Batch.plan(&few, &MICROBATCHES).unwrap_err();
+        let few = TrainConfig {
+            samples: 1024,
+            ..TrainConfig::chapter()
+        };
+        let err = Which::Batch.plan(few, &MICROBATCHES).unwrap_err();
         assert!(err.contains("does not divide the samples"), "{err}");
     }
 
     #[test]
     fn the_graphs_sweep_takes_steps_per_graph_that_divide_the_run() {
-        let cfg = Which::Graphs.config(TrainConfig::chapter(), &STEPS_PER_GRAPH);
+        let (cfg, plan) = Which::Graphs
+            .plan(TrainConfig::chapter(), &STEPS_PER_GRAPH)
+            .unwrap();
         assert_eq!(cfg, TrainConfig::chapter());
-        assert_eq!(
-            Which::Graphs.plan(&cfg, &STEPS_PER_GRAPH).unwrap(),
-            STEPS_PER_GRAPH.to_vec()
-        );
+        let all = STEPS_PER_GRAPH.map(|x| x as u64);
+        assert_eq!(plan.values_of("steps per graph"), all);
+        assert_eq!(plan.series(0), "steps of 8 x 32");
         let short = TrainConfig {
             samples: 256 * 6,
             ..TrainConfig::chapter()
         };
-        assert_eq!(
-            Which::Graphs.plan(&short, &STEPS_PER_GRAPH).unwrap(),
-            vec![1, 2]
-        );
-        let err = Which::Graphs.plan(&short, &[4, 5]).unwrap_err();
+        let (_, plan) = Which::Graphs.plan(short, &STEPS_PER_GRAPH).unwrap();
+        assert_eq!(plan.values_of("steps per graph"), [1, 2]);
+        let err = Which::Graphs.plan(short, &[4, 5]).unwrap_err();
         assert!(err.contains("divides the run's steps (6)"), "{err}");
         assert_eq!(Which::Graphs.group(4), "4 steps per graph");
-        assert_eq!(Which::Graphs.series(&cfg), "steps of 8 x 32");
     }
 }

@@ -398,19 +398,6 @@ impl<'g> Engine<'g> {
         })
     }
 
-    /// Poison the losses, queue one run (`run`, a variant's loop) from the initial weights, and
-    /// bring the result back.
-    pub fn run_checked(
-        &mut self,
-        run: impl FnOnce(&mut Engine) -> Result<()>,
-    ) -> Result<RunOutput> {
-        self.gpu.poison(&mut self.train.losses.values)?;
-        self.reset()?;
-        run(self)?;
-        self.gpu.sync()?;
-        self.download()
-    }
-
     /// One step's compute on device slot 0, `pass` samples per pass: forward, loss and
     /// backward of each pass, then the update.
     fn queue_compute(&mut self, ex: &Exec, pass: usize) -> Result<()> {

@@ -151,7 +151,6 @@ mod tests {
     use common::counters::Work;
     use common::report::Metric;
     use common::stats::Summary;
-    use common::stop::StopReason;
     use common::verify::{check, Precision};
 
     #[test]
@@ -198,19 +197,10 @@ mod tests {
             Metric::new(COMPUTE_MS, compute_ms, "ms"),
         ];
         v.measurement = Some(Measurement {
-            samples_s: vec![1.0],
             batch: 3,
-            cold: false,
             held: false,
-            warmup_runs: 2,
-            stop_reason: StopReason::MaxTime,
-            wall_s: 1.0,
-            before: Default::default(),
-            after: Default::default(),
-            clock_dropped: false,
-            hold_timeouts: 0,
-            trace: None,
             cpu,
+            ..common::testing::measurement(&[1.0])
         });
         v
     }

@@ -18,7 +18,7 @@ use common::Result;
 use mlp::reference::{loss_curve, train_sgd};
 
 use super::config::TrainConfig;
-use super::engine::{Engine, RunOutput};
+use super::engine::Engine;
 use super::host::{self, COMPUTE_MS, HOST_MS, HOST_SHARE, STEP_MS};
 use super::variant::Variant;
 
@@ -40,58 +40,30 @@ const REFERENCE_LABEL: &str = "float64 CPU reference";
 const GOODPUT_METHOD: &str = "compute = the step's GEMMs and kernels alone (no copies, no host waits), captured as a CUDA graph and replayed back to back behind a blocking kernel, CUDA events, median per replay; goodput = compute / (run time / steps)";
 const ALLOCATION: &str = "baseline, pinned and batch allocate per pass with cuMemAlloc/cuMemFree (what cudaMalloc/cudaFree do); preallocated buffers come from the stream-ordered pool once";
 
-/// A run's weight change (final - initial) and loss curve, in float64.
-fn trained(run: &RunOutput, init: &[f32], samples_per_step: usize) -> (Vec<f64>, Vec<f64>) {
-    let change = run
-        .params
-        .iter()
-        .zip(init)
-        .map(|(&p, &i)| p as f64 - i as f64)
-        .collect();
-    (change, loss_curve(&run.losses, samples_per_step))
+/// Final - initial weights, in float64.
+fn weight_change<T: Copy + Into<f64>>(params: &[T], init: &[f32]) -> Vec<f64> {
+    let change = params.iter().zip(init);
+    change.map(|(&p, &i)| p.into() - i as f64).collect()
 }
 
 /// The float64 reference of the engine's training run (its weight change and loss curve), when
 /// it is affordable on the CPU.
 fn reference_of(engine: &Engine) -> Option<Reference> {
-    let cfg = engine.cfg;
+    let (cfg, init) = (engine.cfg, &engine.init);
     let arch = cfg.arch();
     if arch.flops(cfg.samples as u64) > REFERENCE_FLOP_LIMIT {
         return None;
     }
     let data = &engine.data.samples;
-    let run = train_sgd(
-        &arch,
-        &engine.init,
-        &data.features,
-        &data.labels,
-        cfg.step_batch,
-        cfg.lr as f64,
-    );
-    let change = run
-        .params
-        .iter()
-        .zip(&engine.init)
-        .map(|(&p, &i)| p - i as f64)
-        .collect();
+    let (batch, lr) = (cfg.step_batch, cfg.lr as f64);
+    let run = train_sgd(&arch, init, &data.features, &data.labels, batch, lr);
     Some(Reference {
         label: REFERENCE_LABEL.into(),
         parts: vec![
-            (WEIGHT_CHANGE.into(), change),
+            (WEIGHT_CHANGE.into(), weight_change(&run.params, init)),
             (LOSS_CURVE.into(), run.losses),
         ],
     })
-}
-
-/// What the engine's last run left, as the runner checks it (the weight change and the loss
-/// curve, each with its tolerance), and the loss curve alone.
-fn checked_output(engine: &Engine) -> Result<(Output, Vec<f64>)> {
-    let run = engine.download()?;
-    let (change, curve) = trained(&run, &engine.init, engine.cfg.step_batch);
-    let output = Output::default()
-        .part(WEIGHT_CHANGE, change, Some(WEIGHT_CHANGE_TOLERANCE))
-        .part(LOSS_CURVE, curve.clone(), Some(LOSS_CURVE_TOLERANCE));
-    Ok((output, curve))
 }
 
 /// The work of one training run: every sample's features and label copied in, forward and
@@ -103,6 +75,19 @@ pub fn run_work(cfg: &TrainConfig) -> Work {
         bytes_written: 0,
         flops: arch.flops(cfg.samples as u64),
     }
+}
+
+/// The six variants of a training run of `cfg`.
+pub fn specs(cfg: &TrainConfig) -> Vec<VariantSpec> {
+    let work = run_work(cfg);
+    Variant::ALL
+        .iter()
+        .map(|v| {
+            VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
+                .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
+                .host_device()
+        })
+        .collect()
 }
 
 /// How whole training runs are timed: not held (the naive runs synchronize with the host, and
@@ -120,8 +105,8 @@ pub fn host_bound_bench(cfg: BenchConfig) -> BenchConfig {
 pub struct TrainingLesson<'g> {
     engine: Engine<'g>,
     reference: Option<Reference>,
-    /// Each variant's loss curve from its checked run.
-    curves: Vec<Option<Vec<f64>>>,
+    /// Each variant's loss curve from its checked run, by name.
+    curves: serde_json::Map<String, serde_json::Value>,
 }
 
 impl<'g> TrainingLesson<'g> {
@@ -133,7 +118,7 @@ impl<'g> TrainingLesson<'g> {
         Ok(TrainingLesson {
             engine,
             reference,
-            curves: vec![None; Variant::ALL.len()],
+            curves: serde_json::Map::new(),
         })
     }
 
@@ -153,11 +138,6 @@ impl<'g> TrainingLesson<'g> {
             .iter()
             .find(|(name, _)| name == LOSS_CURVE)
             .map(|(_, v)| v.as_slice())
-    }
-
-    /// Run `v` once from the initial weights and bring its parameters and losses back.
-    pub fn run_checked(&mut self, v: Variant) -> Result<RunOutput> {
-        v.run_checked(&mut self.engine)
     }
 
     /// The check table: every variant's errors against the reference and the baseline.
@@ -214,15 +194,7 @@ impl Lesson for TrainingLesson<'_> {
     }
 
     fn variants(&self) -> Vec<VariantSpec> {
-        let work = run_work(&self.engine.cfg);
-        Variant::ALL
-            .iter()
-            .map(|v| {
-                VariantSpec::new(v.name(), v.description(), Precision::Fp32, work)
-                    .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
-                    .host_device()
-            })
-            .collect()
+        specs(&self.engine.cfg)
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {
@@ -242,10 +214,19 @@ impl Lesson for TrainingLesson<'_> {
         Variant::ALL[index].run(&mut self.engine)
     }
 
+    /// The weight change and the loss curve, each with its tolerance.
     fn output(&mut self, _gpu: &Gpu, index: usize) -> Result<Output> {
-        let (output, curve) = checked_output(&self.engine)?;
-        self.curves[index] = Some(curve);
-        Ok(output)
+        let (e, run) = (&self.engine, self.engine.download()?);
+        let curve = loss_curve(&run.losses, e.cfg.step_batch);
+        let name = Variant::ALL[index].name();
+        self.curves.insert(name.into(), json!(curve));
+        Ok(Output::default()
+            .part(
+                WEIGHT_CHANGE,
+                weight_change(&run.params, &e.init),
+                Some(WEIGHT_CHANGE_TOLERANCE),
+            )
+            .part(LOSS_CURVE, curve, Some(LOSS_CURVE_TOLERANCE)))
     }
 
     fn bench_config(&self, _index: usize, cfg: BenchConfig) -> BenchConfig {
@@ -314,11 +295,6 @@ impl Lesson for TrainingLesson<'_> {
         if self.reference.is_none() {
             section.lines.push("note: float64 reference skipped at this size (too costly on the CPU); variants checked against the baseline".into());
         }
-        let curves: serde_json::Map<String, serde_json::Value> = Variant::ALL
-            .iter()
-            .zip(&self.curves)
-            .filter_map(|(v, curve)| Some((v.name().to_string(), json!(curve.as_ref()?))))
-            .collect();
         section.data = json!({
             "config": c,
             "steps": c.steps(),
@@ -327,7 +303,7 @@ impl Lesson for TrainingLesson<'_> {
             "goodput_method": GOODPUT_METHOD,
             "allocation": ALLOCATION,
             "reference_loss_curve": self.reference_loss_curve(),
-            "loss_curves": curves,
+            "loss_curves": self.curves,
         });
         Ok(vec![section, host::section(variants)])
     }

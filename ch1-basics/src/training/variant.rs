@@ -4,7 +4,7 @@ use common::Result;
 use serde::Serialize;
 
 use super::config::TrainConfig;
-use super::engine::{Engine, RunOutput};
+use super::engine::Engine;
 use super::{baseline, batch, graphs, optimized, pinned, prealloc};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,11 +69,5 @@ impl Variant {
             Variant::Graphs => graphs::run(e),
             Variant::Optimized => optimized::run(e),
         }
-    }
-
-    /// Run this variant once from the initial weights, its losses poisoned first, and bring
-    /// the result back.
-    pub fn run_checked(self, e: &mut Engine) -> Result<RunOutput> {
-        e.run_checked(|e| self.run(e))
     }
 }

@@ -132,6 +132,26 @@ pub fn assert_prints_version(bin: &str) {
     );
 }
 
+/// A measurement of `samples_s` (seconds per run, one run per sample, held behind the blocking
+/// kernel), for reports built without a GPU.
+pub fn measurement(samples_s: &[f64]) -> crate::bench::Measurement {
+    crate::bench::Measurement {
+        samples_s: samples_s.to_vec(),
+        batch: 1,
+        cold: false,
+        held: true,
+        warmup_runs: 1,
+        stop_reason: crate::stop::StopReason::Converged,
+        wall_s: samples_s.iter().sum(),
+        before: Default::default(),
+        after: Default::default(),
+        clock_dropped: false,
+        hold_timeouts: 0,
+        trace: None,
+        cpu: None,
+    }
+}
+
 /// An H200 as [crate::gpu::DeviceInfo] describes it, for reports built without a GPU.
 pub fn h200_info() -> crate::gpu::DeviceInfo {
     crate::gpu::DeviceInfo {

@@ -1,17 +1,16 @@
-//! What a sweep concludes from its trials, as plain functions over measured rows (so the rules
-//! are tested on constructed rows): the best configurations, the recommendation (by the one rule
+//! What a sweep concludes from its trials, as plain functions over their results (so the rules
+//! are tested on constructed ones): the best configurations, the recommendation (by the one rule
 //! of [crate::recommend]), and the diagnosis in words, which states only what was measured.
 
 use serde::{Deserialize, Serialize};
 
-use common::stats::Summary;
-
 use crate::classify::Status;
 use crate::protocol::ThroughputSource;
-use crate::trial;
+use crate::trial::TrialResult;
 
-/// One point of the sweep.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One point of the sweep. Ordered for a deterministic tie-break: smaller batch, fewer workers,
+/// fp32 before AMP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
@@ -34,107 +33,52 @@ impl TrialKey {
     }
 }
 
-/// A trial as the picks, the diagnosis, the table and the plot read it (times in milliseconds
-/// per step).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TrialResult {
-    pub key: TrialKey,
-    pub status: Status,
-    pub data_ms: Option<Summary>,
-    pub forward_ms: Option<Summary>,
-    pub backward_ms: Option<Summary>,
-    pub optimizer_ms: Option<Summary>,
-    pub total_ms: Option<Summary>,
-    pub samples_per_s: Option<f64>,
-    /// The samples/s came from step lines, so it can make a pick (not from the process's wall
-    /// time, which counts its start-up).
-    pub pickable: bool,
-    /// The share of the step the GPU was working, as the program measured it.
-    pub gpu_busy: Option<f64>,
-    /// Mean NVML utilization over the measured steps (percent).
-    pub nvml_util_pct: Option<f64>,
-    /// Median data phase over the median step.
-    pub data_fraction: Option<f64>,
-    /// Peak device memory: NVML's reading of its processes, else the peak it reported.
-    pub peak_bytes: Option<u64>,
-    /// The memory the trial could have (bytes), the limit of the rule for "recommended".
-    pub memory_limit_bytes: Option<u64>,
-    pub framework_peak_bytes: Option<u64>,
-    /// The program's own samples/s: ours / theirs - 1.
-    pub program_difference: Option<f64>,
-    /// The tuner's own clock over the steps: ours / the clock's - 1.
-    pub clock_difference: Option<f64>,
-    pub device: Option<String>,
-    /// Report lines that were not valid.
-    pub bad_lines: usize,
-    pub note: Option<String>,
-}
-
 impl TrialResult {
-    /// A trial's row.
-    pub fn of(r: &trial::TrialResult) -> TrialResult {
-        let m = &r.measured;
-        let ok = r.status == Status::Ok;
-        let (peak, limit) = r.memory_terms();
-        let note = match (ok, m.source) {
-            (false, _) => Some(r.reason.clone()),
-            (true, ThroughputSource::WallClock) => Some(
-                "no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
-            ),
-            (true, ThroughputSource::None) => Some("no measured step lines".into()),
-            _ => None,
-        };
-        let when_ok = |v: Option<Summary>| v.filter(|_| ok);
-        TrialResult {
-            key: TrialKey {
-                batch: r.params.batch_size,
-                workers: r.params.workers,
-                amp: r.params.amp,
-            },
-            status: r.status,
-            data_ms: when_ok(m.data_ms.clone()),
-            forward_ms: when_ok(m.forward_ms.clone()),
-            backward_ms: when_ok(m.backward_ms.clone()),
-            optimizer_ms: when_ok(m.optimizer_ms.clone()),
-            total_ms: when_ok(m.step_ms.clone()),
-            samples_per_s: m.samples_per_s.filter(|_| ok),
-            pickable: ok && m.source == ThroughputSource::Protocol,
-            gpu_busy: m.gpu_busy.filter(|_| ok),
-            nvml_util_pct: r.nvml_util_pct.filter(|_| ok),
-            data_fraction: match (&m.data_ms, &m.step_ms) {
-                (Some(d), Some(s)) if ok && s.median > 0.0 => Some(d.median / s.median),
-                _ => None,
-            },
-            peak_bytes: peak.filter(|_| ok),
-            memory_limit_bytes: limit,
-            framework_peak_bytes: m.framework_peak_bytes.filter(|_| ok),
-            program_difference: m.program_difference,
-            clock_difference: m.clock_difference,
-            device: (!r.device.is_empty()).then(|| r.device.clone()),
-            bad_lines: r.report.bad_lines,
-            note,
+    /// The trial's point of the sweep.
+    pub fn key(&self) -> TrialKey {
+        TrialKey {
+            batch: self.params.batch_size,
+            workers: self.params.workers,
+            amp: self.params.amp,
         }
     }
 
-    /// A row with nothing measured.
-    pub fn new(key: TrialKey, status: Status) -> TrialResult {
-        TrialResult {
-            key,
-            status,
-            ..TrialResult::default()
-        }
+    /// Its peak memory, for a trial that ended OK (in the terms of [TrialResult::memory_terms]).
+    pub fn ok_peak(&self) -> Option<u64> {
+        self.memory_terms().0.filter(|_| self.status == Status::Ok)
     }
 
     /// How busy the GPU was: the program's own figure, else NVML's utilization.
     pub fn busy(&self) -> Option<(f64, &'static str)> {
-        self.gpu_busy
-            .map(|b| (b, "as the program measured it"))
-            .or(self.nvml_util_pct.map(|u| (u / 100.0, "NVML utilization")))
+        let measured = (self
+            .measured
+            .gpu_busy
+            .map(|b| (b, "as the program measured it")))
+        .or(self.nvml_util_pct.map(|u| (u / 100.0, "NVML utilization")));
+        measured.filter(|_| self.status == Status::Ok)
     }
 
-    fn ok(&self) -> Option<(f64, u64)> {
-        match (self.pickable, self.samples_per_s, self.peak_bytes) {
-            (true, Some(t), Some(m)) if t.is_finite() && t > 0.0 => Some((t, m)),
+    /// Median data phase over the median step.
+    pub fn data_fraction(&self) -> Option<f64> {
+        match (&self.measured.data_ms, &self.measured.step_ms) {
+            (Some(d), Some(s)) if self.status == Status::Ok && s.median > 0.0 => {
+                Some(d.median / s.median)
+            }
+            _ => None,
+        }
+    }
+
+    /// Samples/s and peak memory of a trial that can make a pick: it ended OK and its samples/s
+    /// came from step lines (not from the process's wall time, which counts its start-up).
+    fn pickable(&self) -> Option<(f64, u64)> {
+        match (
+            self.measured.source,
+            self.measured.samples_per_s,
+            self.ok_peak(),
+        ) {
+            (ThroughputSource::Protocol, Some(t), Some(m)) if t.is_finite() && t > 0.0 => {
+                Some((t, m))
+            }
             _ => None,
         }
     }
@@ -165,11 +109,6 @@ pub struct Best {
 /// Throughput within this fraction of the best counts as as good.
 pub const WITHIN: f64 = 0.05;
 
-/// Deterministic tie-break: smaller batch, fewer workers, fp32 before AMP.
-fn order_key(k: &TrialKey) -> (usize, usize, bool) {
-    (k.batch, k.workers, k.amp)
-}
-
 fn pick_max(
     trials: &[TrialResult],
     score: impl Fn(f64, u64) -> f64,
@@ -177,15 +116,15 @@ fn pick_max(
 ) -> Option<Pick> {
     trials
         .iter()
-        .filter_map(|t| t.ok().map(|(tp, mem)| (t, score(tp, mem))))
-        .max_by(|(a, sa), (b, sb)| {
-            sa.total_cmp(sb)
-                .then(order_key(&b.key).cmp(&order_key(&a.key)))
+        .filter_map(|t| {
+            t.pickable()
+                .map(|(tp, mem)| (t.key(), tp, mem, score(tp, mem)))
         })
-        .map(|(t, s)| Pick {
-            key: t.key,
-            samples_per_s: t.samples_per_s.unwrap_or(0.0),
-            peak_bytes: t.peak_bytes.unwrap_or(0),
+        .max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)))
+        .map(|(key, samples_per_s, peak_bytes, s)| Pick {
+            key,
+            samples_per_s,
+            peak_bytes,
             why: why(s),
         })
 }
@@ -193,7 +132,7 @@ fn pick_max(
 /// Whether a trial's peak leaves the margin free; a trial whose limit is not known counts (and
 /// the pick says so).
 fn within_margin(t: &TrialResult, margin: f64) -> bool {
-    match (t.peak_bytes, t.memory_limit_bytes) {
+    match t.memory_terms() {
         (Some(peak), Some(limit)) => crate::recommend::leaves_margin(peak, limit, margin),
         _ => true,
     }
@@ -209,19 +148,20 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
     let fitting: Vec<(&TrialResult, f64)> = trials
         .iter()
         .filter(|t| within_margin(t, margin))
-        .filter_map(|t| Some((t, t.ok()?.0)))
+        .filter_map(|t| Some((t, t.pickable()?.0)))
         .collect();
     let top = fitting.iter().map(|f| f.1).fold(0.0f64, f64::max);
     let recommended = fitting
         .into_iter()
         .filter(|&(_, tp)| tp >= (1.0 - WITHIN) * top)
         .min_by(|(a, ta), (b, tb)| {
-            (a.key.batch.cmp(&b.key.batch))
+            (a.params.batch_size.cmp(&b.params.batch_size))
                 .then(tb.total_cmp(ta))
-                .then(order_key(&a.key).cmp(&order_key(&b.key)))
+                .then(a.key().cmp(&b.key()))
         })
         .map(|(t, tp)| {
-            let memory = match (t.peak_bytes, t.memory_limit_bytes) {
+            let (peak, limit) = t.memory_terms();
+            let memory = match (peak, limit) {
                 (Some(p), Some(l)) => format!(
                     "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
                     p as f64 / 1e9,
@@ -231,9 +171,9 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
                 _ => "memory limit not known: the margin could not be checked".into(),
             };
             Pick {
-                key: t.key,
+                key: t.key(),
                 samples_per_s: tp,
-                peak_bytes: t.peak_bytes.unwrap_or(0),
+                peak_bytes: peak.unwrap_or(0),
                 why: format!(
                     "{tp:.0} samples/s ({:.0}% of the fastest within the margin; {memory}), smallest batch within {:.0}%",
                     100.0 * tp / top,
@@ -266,18 +206,15 @@ impl AmpMemory {
 
 /// The largest batch at which both precisions of one setting ran and reported a peak.
 pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
-    let ok = |t: &&TrialResult| t.status == Status::Ok && t.peak_bytes.is_some();
-    trials
-        .iter()
-        .filter(ok)
-        .filter(|t| !t.key.amp)
-        .filter_map(|f| {
-            let amp = TrialKey { amp: true, ..f.key };
-            let a = trials.iter().filter(ok).find(|a| a.key == amp)?;
+    let peaks = || trials.iter().filter_map(|t| Some((t.key(), t.ok_peak()?)));
+    peaks()
+        .filter(|(k, _)| !k.amp)
+        .filter_map(|(k, fp32_bytes)| {
+            let amp = TrialKey { amp: true, ..k };
             Some(AmpMemory {
-                batch: f.key.batch,
-                fp32_bytes: f.peak_bytes?,
-                amp_bytes: a.peak_bytes?,
+                batch: k.batch,
+                fp32_bytes,
+                amp_bytes: peaks().find(|a| a.0 == amp)?.1,
             })
         })
         .max_by_key(|m| m.batch)
@@ -346,11 +283,11 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     let Some(pick) = chosen else {
         return out;
     };
-    let Some(t) = trials.iter().find(|t| t.key == pick.key) else {
+    let Some(t) = trials.iter().find(|t| t.key() == pick.key) else {
         return out;
     };
-    let at = format!("at batch {} ({})", t.key.batch, t.key.line_label());
-    if let Some(d) = t.data_fraction.filter(|&d| d > DATA_BOUND) {
+    let at = format!("at batch {} ({})", pick.key.batch, pick.key.line_label());
+    if let Some(d) = t.data_fraction().filter(|&d| d > DATA_BOUND) {
         out.push(Diagnosis {
             finding: Finding::DataBound,
             message: format!(
@@ -372,14 +309,16 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     }
     let near = trials
         .iter()
-        .filter(|x| x.key.same_setting(&t.key))
-        .find(|x| x.status == Status::Oom || x.ok().is_some() && !within_margin(x, best.margin));
+        .filter(|x| x.key().same_setting(&pick.key))
+        .find(|x| {
+            x.status == Status::Oom || x.pickable().is_some() && !within_margin(x, best.margin)
+        });
     if let Some(x) = near {
         out.push(Diagnosis {
             finding: Finding::MemoryBound,
             message: format!(
                 "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {}",
-                x.key.batch,
+                x.params.batch_size,
                 if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
                 100.0 * best.margin,
                 amp_advice(trials)
@@ -404,11 +343,11 @@ fn healthy(t: &TrialResult) -> String {
             "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into()
         }
     };
-    let data = match t.data_fraction {
+    let data = match t.data_fraction() {
         Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
         None => "the data phase was not reported".into(),
     };
-    let memory = match (t.peak_bytes, t.memory_limit_bytes) {
+    let memory = match t.memory_terms() {
         (Some(p), Some(l)) => format!(
             "the peak is {:.0}% of the memory limit",
             100.0 * p as f64 / l as f64
@@ -421,32 +360,45 @@ fn healthy(t: &TrialResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use common::stats::Summary;
 
     const GB: u64 = 1_000_000_000;
     /// 20% of 100 GB kept free: the recommendation stays under 80 GB.
     const MARGIN: f64 = 0.2;
 
-    fn key(batch: usize) -> TrialKey {
-        TrialKey {
-            batch,
+    fn trial(batch: usize, status: Status) -> TrialResult {
+        let params = crate::program::Params {
+            batch_size: batch,
             workers: 4,
-            amp: false,
+            ..Default::default()
+        };
+        TrialResult {
+            status,
+            params,
+            ..TrialResult::default()
         }
     }
 
+    /// A data phase of `fraction` of the step.
+    fn data(t: &mut TrialResult, fraction: f64) {
+        t.measured.step_ms = Summary::of(&[1.0]);
+        t.measured.data_ms = Summary::of(&[fraction]);
+    }
+
+    /// Measured from its step lines, peaking at `mem_gb` of a 100 GB limit.
     fn ok(batch: usize, tp: f64, mem_gb: f64) -> TrialResult {
-        let mut t = TrialResult::new(key(batch), Status::Ok);
-        t.samples_per_s = Some(tp);
-        t.pickable = true;
-        t.peak_bytes = Some((mem_gb * GB as f64) as u64);
-        t.memory_limit_bytes = Some(100 * GB);
-        t.gpu_busy = Some(0.95);
-        t.data_fraction = Some(0.05);
+        let mut t = trial(batch, Status::Ok);
+        t.measured.source = ThroughputSource::Protocol;
+        t.measured.samples_per_s = Some(tp);
+        t.memory.peak_bytes = Some((mem_gb * GB as f64) as u64);
+        (t.memory.device_total_bytes, t.memory.device_before_bytes) = (Some(100 * GB), Some(0));
+        t.measured.gpu_busy = Some(0.95);
+        data(&mut t, 0.05);
         t
     }
 
     fn oom(batch: usize) -> TrialResult {
-        TrialResult::new(key(batch), Status::Oom)
+        trial(batch, Status::Oom)
     }
 
     /// The diagnosis of the trials with their own picks.
@@ -476,7 +428,7 @@ mod tests {
     #[test]
     fn ties_go_to_the_smaller_batch_then_fewer_workers() {
         let mut a = ok(256, 2000.0, 1.0);
-        a.key.workers = 8;
+        a.params.workers = 8;
         let c = ok(256, 2000.0, 1.0);
         let d = ok(512, 2000.0, 1.0);
         let b = best(&[a, d, c], MARGIN);
@@ -487,7 +439,7 @@ mod tests {
 
     #[test]
     fn all_oom_gives_no_pick_and_says_so() {
-        let trials = vec![oom(1), TrialResult::new(key(2), Status::Skipped)];
+        let trials = vec![oom(1), trial(2, Status::Skipped)];
         let b = best(&trials, MARGIN);
         assert!(
             b.highest_throughput.is_none()
@@ -503,9 +455,10 @@ mod tests {
     fn a_single_config_is_every_pick() {
         let trials = vec![ok(32, 500.0, 1.0)];
         let b = best(&trials, MARGIN);
-        assert_eq!(b.highest_throughput.as_ref().unwrap().key, key(32));
-        assert_eq!(b.best_efficiency.as_ref().unwrap().key, key(32));
-        assert_eq!(b.recommended.as_ref().unwrap().key, key(32));
+        let key = Some(trials[0].key());
+        assert_eq!(b.highest_throughput.as_ref().map(|p| p.key), key);
+        assert_eq!(b.best_efficiency.as_ref().map(|p| p.key), key);
+        assert_eq!(b.recommended.as_ref().map(|p| p.key), key);
         let d = diagnose(&trials, &b);
         assert_eq!(d[0].finding, Finding::Healthy);
     }
@@ -523,8 +476,8 @@ mod tests {
     #[test]
     fn diagnosis_thresholds() {
         let mut t = ok(64, 1000.0, 1.0);
-        t.data_fraction = Some(0.31);
-        t.gpu_busy = Some(0.69);
+        data(&mut t, 0.31);
+        t.measured.gpu_busy = Some(0.69);
         let d = diagnosed(&[t, oom(128)]);
         let findings: Vec<Finding> = d.iter().map(|d| d.finding).collect();
         use Finding::*;
@@ -534,14 +487,14 @@ mod tests {
         assert!(d[2].message.contains("batch 128 ran out of memory"));
         // Exactly at the thresholds: not flagged.
         let mut t = ok(64, 1000.0, 1.0);
-        t.data_fraction = Some(0.30);
-        t.gpu_busy = Some(0.70);
+        data(&mut t, 0.30);
+        t.measured.gpu_busy = Some(0.70);
         assert_eq!(diagnosed(&[t])[0].finding, Finding::Healthy);
     }
 
     fn amp(batch: usize, mem_gb: f64) -> TrialResult {
         let mut t = ok(batch, 900.0, mem_gb);
-        t.key.amp = true;
+        t.params.amp = true;
         t
     }
 
@@ -582,12 +535,12 @@ mod tests {
     #[test]
     fn a_row_s_limit_is_its_own_and_unknown_limits_are_said() {
         let mut t = ok(64, 500.0, 70.0);
-        assert_eq!(t.key.line_label(), "workers 4, fp32");
+        assert_eq!(t.key().line_label(), "workers 4, fp32");
         // 70 GB of an 80 GB limit: outside a 20% margin, though under 80% of 100 GB.
-        t.memory_limit_bytes = Some(80 * GB);
+        t.memory.device_total_bytes = Some(80 * GB);
         assert!(best(std::slice::from_ref(&t), MARGIN).recommended.is_none());
         // An unknown limit cannot be held against it, and the pick says so.
-        t.memory_limit_bytes = None;
+        t.memory.device_total_bytes = None;
         let r = best(std::slice::from_ref(&t), MARGIN).recommended.unwrap();
         assert!(r.why.contains("memory limit not known"), "{}", r.why);
     }
@@ -596,7 +549,7 @@ mod tests {
     fn only_what_was_measured_is_stated() {
         // Nothing about the GPU's busy share measured: the healthy line says so.
         let mut t = ok(64, 500.0, 10.0);
-        t.gpu_busy = None;
+        t.measured.gpu_busy = None;
         let d = diagnosed(std::slice::from_ref(&t));
         let m = &d[0].message;
         assert_eq!(d[0].finding, Finding::Healthy);
@@ -617,7 +570,7 @@ mod tests {
     #[test]
     fn a_wall_clock_figure_never_makes_a_pick() {
         let mut t = ok(64, 5000.0, 1.0);
-        t.pickable = false;
+        t.measured.source = ThroughputSource::WallClock;
         let trials = vec![t, ok(32, 500.0, 1.0)];
         let b = best(&trials, MARGIN);
         assert_eq!(b.highest_throughput.unwrap().key.batch, 32);

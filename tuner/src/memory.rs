@@ -9,7 +9,7 @@ use serde::Serialize;
 use common::table::{cell, Table};
 use common::Result;
 
-use crate::analysis::{amp_advice, amp_memory, TrialResult as Row};
+use crate::analysis::{amp_advice, amp_memory};
 use crate::config::Settings;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
@@ -88,8 +88,7 @@ pub fn memory(
             }
         })
         .collect();
-    let rows: Vec<Row> = ran.trials.iter().map(Row::of).collect();
-    let amp_advice = amp_memory(&rows).map(|_| amp_advice(&rows));
+    let amp_advice = amp_memory(&ran.trials).map(|_| amp_advice(&ran.trials));
     let batch_status =
         (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
     Ok(MemoryReport {

@@ -10,8 +10,8 @@ use plotters::prelude::*;
 use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
-use crate::analysis::TrialResult;
 use crate::classify::Status;
+use crate::trial::TrialResult;
 
 pub const WIDTH: u32 = 1600;
 pub const HEIGHT: u32 = 720;
@@ -23,7 +23,7 @@ pub type Line = (String, Vec<(f64, f64, f64)>);
 pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for t in trials {
-        let label = t.key.line_label();
+        let label = t.key().line_label();
         let idx = match out.iter().position(|(l, _)| *l == label) {
             Some(i) => i,
             None => {
@@ -31,8 +31,10 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
                 out.len() - 1
             }
         };
-        if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.samples_per_s, t.peak_bytes) {
-            out[idx].1.push((t.key.batch as f64, tp, m as f64 / 1e9));
+        if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.measured.samples_per_s, t.ok_peak()) {
+            out[idx]
+                .1
+                .push((t.params.batch_size as f64, tp, m as f64 / 1e9));
         }
     }
     out
@@ -146,18 +148,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::TrialKey;
+    use crate::program::Params;
 
     fn trial(batch: usize, amp: bool, status: Status) -> TrialResult {
-        let key = TrialKey {
-            batch,
+        let params = Params {
+            batch_size: batch,
             workers: 4,
             amp,
+            ..Params::default()
         };
-        let mut t = TrialResult::new(key, status);
+        let mut t = TrialResult {
+            status,
+            params,
+            ..TrialResult::default()
+        };
         if status == Status::Ok {
-            t.samples_per_s = Some(1000.0 * batch as f64);
-            t.peak_bytes = Some(50_000_000 * batch as u64);
+            t.measured.samples_per_s = Some(1000.0 * batch as f64);
+            t.memory.peak_bytes = Some(50_000_000 * batch as u64);
         }
         t
     }

@@ -13,10 +13,13 @@ use common::stats::Summary;
 use common::table::{cell, Table};
 use common::{Error, Result};
 
-use crate::analysis::{self, Best, Diagnosis, Pick, TrialResult as Row};
+use crate::analysis::{self, Best, Diagnosis, Pick};
+use crate::classify::Status;
 use crate::config::Settings;
 use crate::program::{on_off, Params, Program};
+use crate::protocol::ThroughputSource;
 use crate::run::{Ran, Run};
+use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-sweep/2";
 
@@ -38,11 +41,12 @@ pub struct ThroughputCheck {
     pub clock: Option<Agreement>,
 }
 
-pub fn throughput_check(rows: &[Row]) -> ThroughputCheck {
-    let agreement = |difference: fn(&Row) -> Option<f64>| {
-        let compared: Vec<(&Row, f64)> = rows
+pub fn throughput_check(trials: &[TrialResult]) -> ThroughputCheck {
+    let agreement = |difference: fn(&TrialResult) -> Option<f64>| {
+        // The differences are set only for a samples/s from step lines.
+        let compared: Vec<(&TrialResult, f64)> = trials
             .iter()
-            .filter(|r| r.pickable)
+            .filter(|r| r.status == Status::Ok)
             .filter_map(|r| Some((r, difference(r)?)))
             .collect();
         let &(worst, d) = compared
@@ -51,12 +55,12 @@ pub fn throughput_check(rows: &[Row]) -> ThroughputCheck {
         Some(Agreement {
             trials_compared: compared.len(),
             worst_difference: d,
-            worst_batch: worst.key.batch,
+            worst_batch: worst.params.batch_size,
         })
     };
     ThroughputCheck {
-        program: agreement(|r| r.program_difference),
-        clock: agreement(|r| r.clock_difference),
+        program: agreement(|r| r.measured.program_difference),
+        clock: agreement(|r| r.measured.clock_difference),
     }
 }
 
@@ -99,12 +103,11 @@ pub fn sweep(
 ) -> Result<SweepReport> {
     let jobs = plan(&settings);
     let ran = run.ran("sweep", &jobs, settings, margin)?;
-    let rows: Vec<Row> = ran.trials.iter().map(Row::of).collect();
-    let best = analysis::best(&rows, ran.margin);
-    let diagnosis = analysis::diagnose(&rows, &best);
+    let best = analysis::best(&ran.trials, ran.margin);
+    let diagnosis = analysis::diagnose(&ran.trials, &best);
     let report = SweepReport {
         schema: SCHEMA,
-        throughput_check: throughput_check(&rows),
+        throughput_check: throughput_check(&ran.trials),
         best,
         diagnosis,
         ran,
@@ -115,17 +118,13 @@ pub fn sweep(
             Program::display(&report.ran.command),
             run.gpu_name(&run.devices[0], &report.ran.trials)
         );
-        crate::plot::render(&rows, &title, stem).map_err(Error::invalid)?;
+        crate::plot::render(&report.ran.trials, &title, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
 
-fn ms(s: &Option<Summary>) -> String {
-    cell(s.as_ref(), |s| format!("{:.3}", s.median))
-}
-
-/// One row per trial (columns no trial has are left out).
-pub fn trial_table(rows: &[Row]) -> Table {
+/// One row per trial (columns no trial has are left out); figures only of a trial that ended OK.
+pub fn trial_table(trials: &[TrialResult]) -> Table {
     let mut t = Table::new()
         .right("batch")
         .right("workers")
@@ -146,30 +145,37 @@ pub fn trial_table(rows: &[Row]) -> Table {
         .left("status")
         .left("GPU");
     let gb = |b: u64| format!("{:.3}", b as f64 / 1e9);
-    for r in rows {
-        let status = match &r.note {
-            Some(n) if r.status == crate::classify::Status::Ok => format!("OK: {n}"),
-            _ => format!("{:?}", r.status).to_uppercase(),
+    for r in trials {
+        let (m, ok) = (&r.measured, r.status == Status::Ok);
+        let ms =
+            |s: &Option<Summary>| cell(s.as_ref().filter(|_| ok), |s| format!("{:.3}", s.median));
+        let percent = |d: Option<f64>| cell(d, |d| format!("{:+.2}", 100.0 * d));
+        let status = match (r.status, m.source) {
+            (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
+            (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
+            (s, _) => format!("{s:?}").to_uppercase(),
         };
         t.row(vec![
-            r.key.batch.to_string(),
-            r.key.workers.to_string(),
-            on_off(r.key.amp).into(),
-            ms(&r.data_ms),
-            ms(&r.forward_ms),
-            ms(&r.backward_ms),
-            ms(&r.optimizer_ms),
-            ms(&r.total_ms),
-            cell(r.samples_per_s, |v| format!("{v:.0}")),
-            cell(r.program_difference, |d| format!("{:+.2}", 100.0 * d)),
-            cell(r.clock_difference, |d| format!("{:+.2}", 100.0 * d)),
-            cell(r.gpu_busy, |v| format!("{:.0}", 100.0 * v)),
-            cell(r.nvml_util_pct, |v| format!("{v:.0}")),
-            cell(r.peak_bytes, gb),
-            cell(r.framework_peak_bytes, gb),
-            cell((r.bad_lines > 0).then_some(r.bad_lines), |n| n.to_string()),
+            r.params.batch_size.to_string(),
+            r.params.workers.to_string(),
+            on_off(r.params.amp).into(),
+            ms(&m.data_ms),
+            ms(&m.forward_ms),
+            ms(&m.backward_ms),
+            ms(&m.optimizer_ms),
+            ms(&m.step_ms),
+            cell(m.samples_per_s.filter(|_| ok), |v| format!("{v:.0}")),
+            percent(m.program_difference),
+            percent(m.clock_difference),
+            cell(m.gpu_busy.filter(|_| ok), |v| format!("{:.0}", 100.0 * v)),
+            cell(r.nvml_util_pct.filter(|_| ok), |v| format!("{v:.0}")),
+            cell(r.ok_peak(), gb),
+            cell(m.framework_peak_bytes.filter(|_| ok), gb),
+            cell(Some(r.report.bad_lines).filter(|&n| n > 0), |n| {
+                n.to_string()
+            }),
             status,
-            cell(r.device.as_ref(), |d| d.clone()),
+            cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone()),
         ]);
     }
     t.drop_empty(&[
@@ -191,8 +197,7 @@ pub fn render(r: &SweepReport) -> String {
         "each trial a process of its own: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
         s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
     );
-    let rows: Vec<Row> = r.ran.trials.iter().map(Row::of).collect();
-    o.push_str(&trial_table(&rows).markdown());
+    o.push_str(&trial_table(&r.ran.trials).markdown());
     o.push('\n');
     let pick = |name: &str, p: &Option<Pick>| match p {
         Some(p) => format!(
@@ -244,7 +249,7 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
     struct Saved {
         schema: String,
         command: Vec<String>,
-        trials: Vec<crate::trial::TrialResult>,
+        trials: Vec<TrialResult>,
     }
     let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
     let saved: Saved = serde_json::from_str(&text)
@@ -256,9 +261,8 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
             saved.schema
         ));
     }
-    let rows: Vec<Row> = saved.trials.iter().map(Row::of).collect();
     let title = format!("tuner sweep of {}", Program::display(&saved.command));
-    crate::plot::render(&rows, &title, stem).map(|_| ())
+    crate::plot::render(&saved.trials, &title, stem).map(|_| ())
 }
 
 #[cfg(test)]

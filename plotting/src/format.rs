@@ -119,10 +119,13 @@ mod tests {
     #[test]
     fn short_numbers() {
         assert_eq!(short_number(0.01), "0.01");
+        assert_eq!(short_number(0.0), "0");
         assert_eq!(short_number(1.0), "1");
+        assert_eq!(short_number(16.0), "16");
         assert_eq!(short_number(100.0), "100");
         assert_eq!(short_number(1000.0), "1k");
         assert_eq!(short_number(1500.0), "1.5k");
+        assert_eq!(short_number(8192.0), "8.192k");
         assert_eq!(short_number(250_000.0), "250k");
         assert_eq!(short_number(1e6), "1M");
         assert_eq!(short_number(-2e6), "-2M");
@@ -145,6 +148,11 @@ mod tests {
         assert_eq!(decades([0.3, 45.0].into_iter(), 2.0), Some((0.1, 100.0)));
         assert_eq!(decades([0.04, 60.0].into_iter(), 2.0), Some((0.01, 1000.0)));
         assert_eq!(decades([10.0].into_iter(), 1.0), Some((10.0, 100.0)));
+        assert_eq!(
+            decades([3.0, 4500.0].into_iter(), 1.0),
+            Some((1.0, 10000.0))
+        );
+        assert_eq!(decades(std::iter::empty(), 1.0), None);
         assert_eq!(decades([0.0, f64::NAN].into_iter(), 2.0), None);
         assert_eq!(log_range([2.0, 8.0].into_iter(), 2.0), (1.0, 16.0));
         assert_eq!(log_range([f64::INFINITY, 0.0].into_iter(), 2.0), (0.5, 2.0));

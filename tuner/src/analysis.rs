@@ -189,56 +189,29 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
     }
 }
 
-/// AMP's measured peak against fp32's at the same batch and setting.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct AmpMemory {
-    pub batch: usize,
-    pub fp32_bytes: u64,
-    pub amp_bytes: u64,
-}
-
-impl AmpMemory {
-    /// amp / fp32 - 1: negative when AMP needs less.
-    pub fn change(&self) -> f64 {
-        self.amp_bytes as f64 / self.fp32_bytes as f64 - 1.0
-    }
-}
-
-/// The largest batch at which both precisions of one setting ran and reported a peak.
-pub fn amp_memory(trials: &[TrialResult]) -> Option<AmpMemory> {
+/// What the measurements say about AMP against out-of-memory: AMP's measured peak against
+/// fp32's at the largest batch at which both precisions of one setting ran and reported a peak.
+/// None where no batch has both.
+pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     let peaks = || trials.iter().filter_map(|t| Some((t.key(), t.ok_peak()?)));
-    peaks()
+    let (batch, fp32, amp) = peaks()
         .filter(|(k, _)| !k.amp)
-        .filter_map(|(k, fp32_bytes)| {
+        .filter_map(|(k, fp32)| {
             let amp = TrialKey { amp: true, ..k };
-            Some(AmpMemory {
-                batch: k.batch,
-                fp32_bytes,
-                amp_bytes: peaks().find(|a| a.0 == amp)?.1,
-            })
+            Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1))
         })
-        .max_by_key(|m| m.batch)
-}
-
-/// What the measurements say about AMP against out-of-memory.
-pub fn amp_advice(trials: &[TrialResult]) -> String {
-    let Some(m) = amp_memory(trials) else {
-        return "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into();
-    };
-    let (amp, fp32) = (m.amp_bytes as f64 / 1e9, m.fp32_bytes as f64 / 1e9);
-    let at = format!(
-        "at batch {} ({amp:.2} GB against {fp32:.2} GB in fp32)",
-        m.batch
-    );
-    if m.change() < -0.01 {
-        let less = -100.0 * m.change();
+        .max_by_key(|m| m.0)?;
+    // Negative when AMP needs less.
+    let change = amp as f64 / fp32 as f64 - 1.0;
+    let (amp, fp32) = (amp as f64 / 1e9, fp32 as f64 / 1e9);
+    let at = format!("at batch {batch} ({amp:.2} GB against {fp32:.2} GB in fp32)");
+    Some(if change < -0.01 {
+        let less = -100.0 * change;
         format!("AMP measured {less:.0}% less memory {at}: it lets a larger batch fit")
     } else {
-        format!(
-            "AMP does not help here: it measured {:+.0}% memory {at}",
-            100.0 * m.change()
-        )
-    }
+        let more = 100.0 * change;
+        format!("AMP does not help here: it measured {more:+.0}% memory {at}")
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -314,14 +287,16 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
             x.status == Status::Oom || x.pickable().is_some() && !within_margin(x, best.margin)
         });
     if let Some(x) = near {
+        let amp = amp_advice(trials).unwrap_or_else(|| {
+            "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into()
+        });
         out.push(Diagnosis {
             finding: Finding::MemoryBound,
             message: format!(
-                "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {}",
+                "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {amp}",
                 x.params.batch_size,
                 if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
                 100.0 * best.margin,
-                amp_advice(trials)
             ),
         });
     }
@@ -513,17 +488,15 @@ mod tests {
         assert!(!bound.contains("lets a larger batch fit"));
         // A program whose bf16 autocast saves activations.
         let less = vec![ok(256, 1000.0, 40.0), amp(256, 24.0), oom(512)];
-        let m = amp_memory(&less).unwrap();
-        assert_eq!(
-            (m.batch, m.fp32_bytes, m.amp_bytes),
-            (256, 40 * GB, 24 * GB)
-        );
+        let advice = amp_advice(&less).unwrap();
+        let says = "at batch 256 (24.00 GB against 40.00 GB in fp32)";
+        assert!(advice.contains(says), "{advice}");
         let d = diagnosed(&less);
         let says = "AMP measured 40% less memory at batch 256";
         assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");
         // Not measured at one batch: no advice either way.
         let none = vec![ok(256, 1000.0, 40.0), amp(128, 24.0), oom(512)];
-        assert!(amp_memory(&none).is_none());
+        assert!(amp_advice(&none).is_none());
         let d = diagnosed(&none);
         let says = "was not measured";
         assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");

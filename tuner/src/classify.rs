@@ -97,20 +97,15 @@ pub struct Classified {
     pub reason: String,
 }
 
-/// How many step lines a trial reported, of how many it was told to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Steps {
-    pub reported: usize,
-    pub told: usize,
-}
-
 /// Exit 0 is OK whatever was printed (a program may catch an out-of-memory and go on), unless
 /// it reported some steps but fewer than it was told (INCOMPLETE); a program stopped once it
 /// had shown what was asked is OK, unless what stopped it was an out-of-memory message; a
 /// non-zero exit with an out-of-memory message is OOM; a timeout is HANG, unless the program
 /// ran out of memory first and then hung (a collective waiting for a rank that died); the rest
 /// is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
-pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classified {
+/// `steps`: how many step lines the trial reported, and how many steps it was told to run.
+pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: (usize, usize)) -> Classified {
+    let (reported, told) = steps;
     let plain = |status, reason| Classified {
         status,
         oom: None,
@@ -122,12 +117,9 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classif
         oom: Some(m),
     };
     match (exit, find_oom(stderr).or_else(|| find_oom(stdout))) {
-        (Exit::Code(0), _) if steps.reported > 0 && steps.reported < steps.told => plain(
+        (Exit::Code(0), _) if reported > 0 && reported < told => plain(
             Status::Incomplete,
-            format!(
-                "exit status 0 after {} of the {} steps it was told to run",
-                steps.reported, steps.told
-            ),
+            format!("exit status 0 after {reported} of the {told} steps it was told to run"),
         ),
         (Exit::Code(0), _) | (Exit::Stopped, None) => plain(Status::Ok, exit.describe()),
         (Exit::Stopped, Some(m)) => oom(m, "stopped at the message".into()),
@@ -142,10 +134,8 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: Steps) -> Classif
 mod tests {
     use super::*;
 
-    const ALL: Steps = Steps {
-        reported: 4,
-        told: 4,
-    };
+    /// Every step it was told to run reported.
+    const ALL: (usize, usize) = (4, 4);
 
     /// Real messages of each stack (as the stacks print them), after the stack that must be named
     /// and ` | `.
@@ -248,18 +238,11 @@ mod tests {
 
     #[test]
     fn fewer_steps_than_told_is_incomplete_and_a_stop_at_the_message_is_oom() {
-        let some = Steps {
-            reported: 1,
-            told: 4,
-        };
+        let some = (1, 4);
         let c = classify(Exit::Code(0), "", "", some);
         assert_eq!(c.status, Status::Incomplete);
         assert!(c.reason.contains("1 of the 4"), "{}", c.reason);
-        let none = Steps {
-            reported: 0,
-            told: 4,
-        };
-        assert_eq!(classify(Exit::Code(0), "", "", none).status, Status::Ok);
+        assert_eq!(classify(Exit::Code(0), "", "", (0, 4)).status, Status::Ok);
         let stopped = classify(Exit::Stopped, "step 3\n", "", some);
         assert_eq!(stopped.status, Status::Ok);
         let oom = traceback("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB");

@@ -98,7 +98,7 @@ fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
     if let Some(word) = program.unknown_placeholders().first() {
         let known: Vec<String> = Placeholder::ALL
             .iter()
-            .map(|p| format!("{{{}}}", p.name()))
+            .map(|p| format!("{{{}}}", p.name))
             .collect();
         return Err(usage(format!(
             "{{{word}}} in the command is not a placeholder: use {}",

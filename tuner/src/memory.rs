@@ -9,7 +9,7 @@ use serde::Serialize;
 use common::table::{cell, Table};
 use common::Result;
 
-use crate::analysis::{amp_advice, amp_memory};
+use crate::analysis::amp_advice;
 use crate::config::Settings;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
@@ -88,7 +88,7 @@ pub fn memory(
             }
         })
         .collect();
-    let amp_advice = amp_memory(&ran.trials).map(|_| amp_advice(&ran.trials));
+    let amp_advice = amp_advice(&ran.trials);
     let batch_status =
         (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
     Ok(MemoryReport {

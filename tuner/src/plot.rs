@@ -185,19 +185,6 @@ mod tests {
     }
 
     #[test]
-    fn ranges_and_labels() {
-        assert_eq!(
-            decades([3.0, 4500.0].into_iter(), 1.0),
-            Some((1.0, 10000.0))
-        );
-        assert_eq!(decades(std::iter::empty(), 1.0), None);
-        assert_eq!(short_number(8192.0), "8.192k");
-        assert_eq!(short_number(1e6), "1M");
-        assert_eq!(short_number(16.0), "16");
-        assert_eq!(short_number(0.0), "0");
-    }
-
-    #[test]
     fn renders_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("tuner-plot-{}", std::process::id()));
         let trials = vec![trial(1, false, Status::Ok), trial(4, false, Status::Ok)];

@@ -56,69 +56,55 @@ pub fn on_off(b: bool) -> &'static str {
     }
 }
 
-/// A value the tuner puts into the command line and the environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placeholder {
-    BatchSize,
-    Workers,
-    Amp,
-    Accumulation,
-    Steps,
-    WarmupSteps,
-}
-
 /// The environment variable naming the report file.
 pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
 /// The environment variable holding the trial's number.
 pub const TRIAL_ENV: &str = "PERF_LESSONS_TRIAL";
 
+/// A value the tuner puts into the command line (`{name}` in an argument) and the environment.
+#[derive(Debug, Clone, Copy)]
+pub struct Placeholder {
+    pub name: &'static str,
+    pub env: &'static str,
+    pub value: fn(&Params) -> String,
+}
+
 impl Placeholder {
     pub const ALL: [Placeholder; 6] = [
-        Placeholder::BatchSize,
-        Placeholder::Workers,
-        Placeholder::Amp,
-        Placeholder::Accumulation,
-        Placeholder::Steps,
-        Placeholder::WarmupSteps,
+        Placeholder {
+            name: "batch_size",
+            env: "PERF_LESSONS_BATCH_SIZE",
+            value: |p| p.batch_size.to_string(),
+        },
+        Placeholder {
+            name: "workers",
+            env: "PERF_LESSONS_WORKERS",
+            value: |p| p.workers.to_string(),
+        },
+        Placeholder {
+            name: "amp",
+            env: "PERF_LESSONS_AMP",
+            value: |p| on_off(p.amp).to_string(),
+        },
+        Placeholder {
+            name: "accumulation",
+            env: "PERF_LESSONS_ACCUMULATION",
+            value: |p| p.accumulation.to_string(),
+        },
+        Placeholder {
+            name: "steps",
+            env: "PERF_LESSONS_STEPS",
+            value: |p| p.steps.to_string(),
+        },
+        Placeholder {
+            name: "warmup",
+            env: "PERF_LESSONS_WARMUP_STEPS",
+            value: |p| p.warmup_steps.to_string(),
+        },
     ];
 
-    /// The name between braces in an argument.
-    pub fn name(self) -> &'static str {
-        match self {
-            Placeholder::BatchSize => "batch_size",
-            Placeholder::Workers => "workers",
-            Placeholder::Amp => "amp",
-            Placeholder::Accumulation => "accumulation",
-            Placeholder::Steps => "steps",
-            Placeholder::WarmupSteps => "warmup",
-        }
-    }
-
-    /// The environment variable holding the same value.
-    pub fn env(self) -> &'static str {
-        match self {
-            Placeholder::BatchSize => "PERF_LESSONS_BATCH_SIZE",
-            Placeholder::Workers => "PERF_LESSONS_WORKERS",
-            Placeholder::Amp => "PERF_LESSONS_AMP",
-            Placeholder::Accumulation => "PERF_LESSONS_ACCUMULATION",
-            Placeholder::Steps => "PERF_LESSONS_STEPS",
-            Placeholder::WarmupSteps => "PERF_LESSONS_WARMUP_STEPS",
-        }
-    }
-
-    pub fn value(self, p: &Params) -> String {
-        match self {
-            Placeholder::BatchSize => p.batch_size.to_string(),
-            Placeholder::Workers => p.workers.to_string(),
-            Placeholder::Amp => on_off(p.amp).to_string(),
-            Placeholder::Accumulation => p.accumulation.to_string(),
-            Placeholder::Steps => p.steps.to_string(),
-            Placeholder::WarmupSteps => p.warmup_steps.to_string(),
-        }
-    }
-
     fn token(self) -> String {
-        format!("{{{}}}", self.name())
+        format!("{{{}}}", self.name)
     }
 }
 
@@ -149,13 +135,14 @@ impl Program {
     pub fn env_for(p: &Params) -> Vec<(&'static str, String)> {
         Placeholder::ALL
             .iter()
-            .map(|ph| (ph.env(), ph.value(p)))
+            .map(|ph| (ph.env, (ph.value)(p)))
             .collect()
     }
 
-    /// Whether any argument holds this placeholder (else the program must read the variable).
-    pub fn uses(&self, ph: Placeholder) -> bool {
-        let token = ph.token();
+    /// Whether any argument holds the placeholder `name` (else the program must read the
+    /// variable).
+    pub fn uses(&self, name: &str) -> bool {
+        let token = format!("{{{name}}}");
         self.argv.iter().any(|a| a.contains(&token))
     }
 
@@ -172,7 +159,7 @@ impl Program {
                 let looks_like_one =
                     !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if looks_like_one
-                    && !Placeholder::ALL.iter().any(|p| p.name() == word)
+                    && !Placeholder::ALL.iter().any(|p| p.name == word)
                     && !out.iter().any(|w: &String| w == word)
                 {
                     out.push(word.to_string());
@@ -228,7 +215,7 @@ fn substitute(arg: &str, p: &Params) -> String {
     for ph in Placeholder::ALL {
         let token = ph.token();
         if out.contains(&token) {
-            out = out.replace(&token, &ph.value(p));
+            out = out.replace(&token, &(ph.value)(p));
         }
     }
     out
@@ -270,7 +257,7 @@ mod tests {
             prog.argv_for(&params()),
             words("python3 train.py --batch-size=96 --workers 4 --amp on --accumulation 2 --steps 20 --warmup 3 --out run-96-on.log")
         );
-        assert!(prog.uses(Placeholder::BatchSize) && prog.uses(Placeholder::WarmupSteps));
+        assert!(prog.uses("batch_size") && prog.uses("warmup"));
     }
 
     #[test]
@@ -300,7 +287,7 @@ mod tests {
         let argv = prog.argv_for(&params());
         assert_eq!(argv[2], "{\"json\": 1}");
         assert_eq!(argv[3], "96");
-        assert!(!prog.uses(Placeholder::Workers));
+        assert!(!prog.uses("workers"));
     }
 
     #[test]

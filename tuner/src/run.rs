@@ -17,7 +17,7 @@ use crate::classify::Status;
 use crate::config::Settings;
 use crate::gpu::Device;
 use crate::launch::{ForkServer, Launcher, PythonProgram};
-use crate::program::{Params, Program};
+use crate::program::{on_off, Params, Program};
 use crate::queue::{larger_batch_after_oom, run_queue, ResultsFile};
 use crate::recommend;
 use crate::trial::{Limits, Runner, Stop, TrialResult};
@@ -60,7 +60,7 @@ impl DeviceSummary {
 /// drawn when stderr is not a terminal or `--quiet` is given.
 pub struct Progress {
     bar: ProgressBar,
-    running: Arc<Mutex<Vec<(String, Instant)>>>,
+    running: Mutex<Vec<(String, Instant)>>,
 }
 
 impl Progress {
@@ -79,7 +79,7 @@ impl Progress {
         );
         Progress {
             bar,
-            running: Arc::default(),
+            running: Mutex::default(),
         }
     }
 
@@ -132,8 +132,9 @@ pub struct Run {
     pub program: Program,
     pub devices: Vec<Device>,
     pub launcher: Launcher,
-    /// Why trials are spawned rather than forked, where a fork server was tried.
-    pub fork_note: Option<String>,
+    /// How trials start, in words; why they are spawned rather than forked, where a fork
+    /// server was tried and could not start.
+    launch: String,
     pub limits: Limits,
     pub progress: Progress,
     pub folder: PathBuf,
@@ -192,8 +193,8 @@ impl Run {
         Ok(Run {
             program: o.program,
             devices: o.devices,
+            launch: fork_note.unwrap_or_else(|| launcher.describe()),
             launcher,
-            fork_note,
             limits: Limits::new(Duration::from_secs_f64(o.time_limit_s)),
             progress,
             folder,
@@ -205,30 +206,26 @@ impl Run {
 
     /// How trials start, in words.
     pub fn launch(&self) -> String {
-        match &self.fork_note {
-            Some(note) => note.clone(),
-            None => self.launcher.describe(),
-        }
+        self.launch.clone()
     }
 
-    pub fn trial_folder(&self, index: usize, p: &Params) -> PathBuf {
-        self.folder.join(format!(
-            "trial-{index:03}-b{}-w{}-amp-{}",
-            p.batch_size,
-            p.workers,
-            if p.amp { "on" } else { "off" }
-        ))
-    }
-
-    fn runner(&self, stop: Stop) -> Runner<'_> {
-        Runner {
+    /// Trial `index` with `p` on `device`, its files in a folder of its own.
+    fn trial(&self, p: &Params, index: usize, device: &Device, stop: Stop) -> TrialResult {
+        let runner = Runner {
             program: &self.program,
             launcher: &self.launcher,
             limits: Limits {
                 stop,
                 ..self.limits
             },
-        }
+        };
+        let folder = format!(
+            "trial-{index:03}-b{}-w{}-amp-{}",
+            p.batch_size,
+            p.workers,
+            on_off(p.amp)
+        );
+        runner.trial(p, index, device, &self.folder.join(folder))
     }
 
     pub fn announce(&self, what: &str, trials: Option<usize>) {
@@ -249,27 +246,6 @@ impl Run {
         ));
     }
 
-    /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
-    /// larger batches), each result written as it ends.
-    pub fn queue(&self, jobs: &[Params], results: &mut ResultsFile) -> Result<Vec<TrialResult>> {
-        let runner = self.runner(Stop::AtExit);
-        self.progress.ticking(|| {
-            run_queue(
-                jobs,
-                &self.devices,
-                |i, p, d| {
-                    self.progress
-                        .showing(format!("{} {}", d.label, p.describe()), || {
-                            runner.trial(p, i, d, &self.trial_folder(i, p))
-                        })
-                },
-                larger_batch_after_oom,
-                results,
-                |pr| self.progress.line(&pr.line()),
-            )
-        })
-    }
-
     /// One trial on `device`, written to `results` and shown as it ends.
     pub fn one(
         &self,
@@ -281,10 +257,7 @@ impl Run {
     ) -> TrialResult {
         let what = format!("trial {index}: {}", p.describe());
         let r = self.progress.ticking(|| {
-            self.progress.showing(what.clone(), || {
-                self.runner(stop)
-                    .trial(p, index, device, &self.trial_folder(index, p))
-            })
+            (self.progress).showing(what.clone(), || self.trial(p, index, device, stop))
         });
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
@@ -342,7 +315,9 @@ impl Run {
             .unwrap_or_else(|| "unknown GPU".into())
     }
 
-    /// Run `jobs` and gather what every report of a queue holds.
+    /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
+    /// larger batches), each result written as it ends, and gather what every report of a
+    /// queue holds.
     pub fn ran(
         &self,
         what: &str,
@@ -352,7 +327,20 @@ impl Run {
     ) -> Result<Ran> {
         let mut results = ResultsFile::create(&self.results_path)?;
         self.announce(what, Some(jobs.len()));
-        let trials = self.queue(jobs, &mut results)?;
+        let trials = self.progress.ticking(|| {
+            run_queue(
+                jobs,
+                &self.devices,
+                |i, p, d| {
+                    (self.progress).showing(format!("{} {}", d.label, p.describe()), || {
+                        self.trial(p, i, d, Stop::AtExit)
+                    })
+                },
+                larger_batch_after_oom,
+                &mut results,
+                |pr| self.progress.line(&pr.line()),
+            )
+        })?;
         let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
         let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
         let (kept, trials_file) = self.finish(&trials);

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use common::process::{read_from, read_tail, tail_lines, watch, Exit};
 
-use crate::classify::{classify, find_oom, OomMessage, Status, Steps};
+use crate::classify::{classify, find_oom, OomMessage, Status};
 use crate::gpu::Device;
 use crate::launch::{Launcher, Spawn};
 use crate::nvml::{MemoryReading, Sampler};
@@ -412,10 +412,7 @@ impl Runner<'_> {
             exit,
             &read_tail(&stderr, 256 * 1024),
             &read_tail(&stdout, 64 * 1024),
-            Steps {
-                reported: file.steps.len(),
-                told: params.total_steps(),
-            },
+            (file.steps.len(), params.total_steps()),
         );
         result.status = verdict.status;
         result.oom = verdict.oom;

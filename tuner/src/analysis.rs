@@ -26,11 +26,6 @@ impl TrialKey {
             if self.amp { "AMP" } else { "fp32" }
         )
     }
-
-    /// The same configuration (all but the batch).
-    pub fn same_setting(&self, other: &TrialKey) -> bool {
-        (self.workers, self.amp) == (other.workers, other.amp)
-    }
 }
 
 impl TrialResult {
@@ -282,7 +277,13 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     }
     let near = trials
         .iter()
-        .filter(|x| x.key().same_setting(&pick.key))
+        // The same setting: all but the batch.
+        .filter(|x| {
+            TrialKey {
+                batch: pick.key.batch,
+                ..x.key()
+            } == pick.key
+        })
         .find(|x| {
             x.status == Status::Oom || x.pickable().is_some() && !within_margin(x, best.margin)
         });

@@ -46,14 +46,6 @@ impl Switch {
             _ => Err(format!("'{s}' is not on, off or both")),
         }
     }
-
-    pub fn values(self) -> Vec<bool> {
-        match self {
-            Switch::Off => vec![false],
-            Switch::On => vec![true],
-            Switch::Both => vec![false, true],
-        }
-    }
 }
 
 impl<'de> Deserialize<'de> for Switch {
@@ -77,15 +69,6 @@ impl<'de> Deserialize<'de> for Switch {
 enum Counts {
     One(usize),
     Many(Vec<usize>),
-}
-
-impl Counts {
-    fn list(self) -> Vec<usize> {
-        match self {
-            Counts::One(v) => vec![v],
-            Counts::Many(v) => v,
-        }
-    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,7 +158,11 @@ impl Overrides {
         Ok(Settings {
             batch_sizes,
             workers,
-            amp: self.amp.unwrap_or(Switch::Off).values(),
+            amp: match self.amp.unwrap_or(Switch::Off) {
+                Switch::Off => vec![false],
+                Switch::On => vec![true],
+                Switch::Both => vec![false, true],
+            },
             batch_size: self.batch_size,
             accumulation_steps: self.accumulation_steps.unwrap_or(1).max(1),
             steps,
@@ -236,16 +223,6 @@ pub fn parse_workers(s: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-fn adam_like(name: &str) -> Result<bool, String> {
-    match name.to_ascii_lowercase().as_str() {
-        "sgd" | "momentum" => Ok(false),
-        "adam" | "adamw" | "lamb" | "lion" => Ok(true),
-        other => Err(format!(
-            "'training.optimizer' is '{other}': use sgd or adamw (it chooses the learning-rate rule of the accumulation advice)"
-        )),
-    }
-}
-
 /// Read a config file.
 pub fn load(path: &Path) -> Result<Overrides, String> {
     let text = std::fs::read_to_string(path)
@@ -267,8 +244,10 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
     })?;
     let counts =
         |what: &str, c: Option<Counts>, max: usize| -> Result<Option<Vec<usize>>, String> {
-            let Some(list) = c.map(Counts::list) else {
-                return Ok(None);
+            let list = match c {
+                None => return Ok(None),
+                Some(Counts::One(v)) => vec![v],
+                Some(Counts::Many(list)) => list,
             };
             if list.is_empty() {
                 return Err(format!("'{what}' is an empty list"));
@@ -286,6 +265,14 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         v => Ok(v),
     };
     let t = file.training;
+    let adam_like = match t.optimizer.map(|o| o.to_ascii_lowercase()).as_deref() {
+        None => None,
+        Some("sgd" | "momentum") => Some(false),
+        Some("adam" | "adamw" | "lamb" | "lion") => Some(true),
+        Some(other) => return Err(format!(
+            "'training.optimizer' is '{other}': use sgd or adamw (it chooses the learning-rate rule of the accumulation advice)"
+        )),
+    };
     Ok(Overrides {
         workers: counts("data.workers", file.data.workers, 256)?,
         batch_sizes: counts("training.batch_sizes", t.batch_sizes, MAX_BATCH)?,
@@ -294,7 +281,7 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         amp: t.amp,
         steps: positive("training.steps", t.steps)?,
         warmup_steps: t.warmup_steps,
-        adam_like: t.optimizer.as_deref().map(adam_like).transpose()?,
+        adam_like,
         devices: file.tuner.devices,
         time_limit: file.tuner.time_limit,
     })

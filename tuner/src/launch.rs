@@ -66,7 +66,15 @@ pub enum Launcher {
 impl Launcher {
     pub fn start(&self, s: &Spawn) -> std::io::Result<Running> {
         match self {
-            Launcher::Spawn => spawn(s).map(Running::Spawned),
+            Launcher::Spawn => {
+                let mut cmd = Command::new(&s.argv[0]);
+                cmd.args(&s.argv[1..])
+                    .envs(s.env.iter().map(|(k, v)| (k, v)))
+                    .stdin(Stdio::null())
+                    .stdout(std::fs::File::create(s.stdout)?)
+                    .stderr(std::fs::File::create(s.stderr)?);
+                spawn_in_group(cmd).map(Running::Spawned)
+            }
             Launcher::Fork(server) => Ok(Running::Forked {
                 pid: server.fork(s)?,
                 server: server.clone(),
@@ -85,18 +93,6 @@ impl Launcher {
             ),
         }
     }
-}
-
-fn spawn(s: &Spawn) -> std::io::Result<Child> {
-    let out = std::fs::File::create(s.stdout)?;
-    let err = std::fs::File::create(s.stderr)?;
-    let mut cmd = Command::new(&s.argv[0]);
-    cmd.args(&s.argv[1..])
-        .envs(s.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    spawn_in_group(cmd)
 }
 
 /// The Python program a command runs, where it is one the fork server can run as `python3`

@@ -95,15 +95,11 @@ impl ReportFile {
     pub fn parse(text: &str) -> ReportFile {
         let mut r = ReportFile::default();
         let h = &mut r.health;
-        let ends_cleanly = text.is_empty() || text.ends_with('\n');
-        let numbered: Vec<(usize, &str)> = text
-            .split('\n')
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .collect();
-        let last_index = numbered.last().map(|(i, _)| *i);
-        for (i, line) in &numbered {
+        let mut last_bad = false;
+        let lines = text.split('\n').enumerate();
+        for (i, line) in lines.filter(|(_, l)| !l.trim().is_empty()) {
             h.lines += 1;
+            last_bad = false;
             match parse_line(line) {
                 Ok(Line::Step(s)) => r.steps.push(s),
                 Ok(Line::End(e)) => r.end = Some(e),
@@ -111,9 +107,7 @@ impl ReportFile {
                 Ok(Line::Unknown) => h.unknown_kinds += 1,
                 Err(reason) => {
                     h.bad_lines += 1;
-                    if !ends_cleanly && Some(*i) == last_index {
-                        h.truncated_last_line = true;
-                    }
+                    last_bad = true;
                     if h.first_bad.len() < KEEP_BAD {
                         h.first_bad.push(BadLine {
                             line: i + 1,
@@ -123,6 +117,7 @@ impl ReportFile {
                 }
             }
         }
+        h.truncated_last_line = last_bad && !text.ends_with('\n');
         r
     }
 }

@@ -62,17 +62,14 @@ const TAIL_LINES: usize = 20;
 /// state, the second holds it with the activations, the third must agree with the second.
 pub const MIN_STEADY_STEPS: usize = 3;
 
-/// Whether two peaks agree: within 1 MiB or 0.1%, an allocator's rounding.
-fn agree(a: u64, b: u64) -> bool {
-    a.abs_diff(b) <= (1u64 << 20).max(a.max(b) / 1000)
-}
-
 /// Whether memory is steady after the steps whose peaks (the most held so far, at each step's
 /// end; None where not known) are `peaks`: at least [MIN_STEADY_STEPS] steps, and the last two
-/// peaks known and in agreement.
+/// peaks known and in agreement, within 1 MiB or 0.1% (an allocator's rounding).
 pub fn steady(peaks: &[Option<u64>]) -> bool {
-    match peaks {
-        [.., Some(a), Some(b)] if peaks.len() >= MIN_STEADY_STEPS => agree(*a, *b),
+    match *peaks {
+        [.., Some(a), Some(b)] if peaks.len() >= MIN_STEADY_STEPS => {
+            a.abs_diff(b) <= (1u64 << 20).max(a.max(b) / 1000)
+        }
         _ => false,
     }
 }

@@ -139,13 +139,6 @@ impl Program {
             .collect()
     }
 
-    /// Whether any argument holds the placeholder `name` (else the program must read the
-    /// variable).
-    pub fn uses(&self, name: &str) -> bool {
-        let token = format!("{{{name}}}");
-        self.argv.iter().any(|a| a.contains(&token))
-    }
-
     /// Words in braces that look like placeholders but are none of ours (`{batch}` for
     /// `{batch_size}`): worth a warning, since they reach the program as they are.
     pub fn unknown_placeholders(&self) -> Vec<String> {
@@ -257,7 +250,6 @@ mod tests {
             prog.argv_for(&params()),
             words("python3 train.py --batch-size=96 --workers 4 --amp on --accumulation 2 --steps 20 --warmup 3 --out run-96-on.log")
         );
-        assert!(prog.uses("batch_size") && prog.uses("warmup"));
         // Each value is in the environment too (what the program sees: tests/external_trial.rs).
         assert_eq!(Program::env_for(&params()).len(), Placeholder::ALL.len());
     }
@@ -276,7 +268,6 @@ mod tests {
         let argv = prog.argv_for(&params());
         assert_eq!(argv[2], "{\"json\": 1}");
         assert_eq!(argv[3], "96");
-        assert!(!prog.uses("workers"));
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct CommonArgs {
     /// sections): what the compare reads of a lesson.
     #[arg(long, hide = true)]
     pub measure_only: bool,
+    /// Run only these of the binary's variants (ids as its report names them): how the
+    /// compare runs the variants it needs of a lesson, several in one process.
+    #[arg(long, hide = true, value_name = "ID,...", value_delimiter = ',')]
+    pub variants: Vec<String>,
 }
 
 impl CommonArgs {
@@ -101,10 +105,12 @@ impl CommonArgs {
         }
     }
 
-    /// The runner's options these flags ask for (every variant; a binary narrows `only`).
+    /// The runner's options these flags ask for (every variant; a binary narrows `only`, and
+    /// `--variants` narrows that).
     pub fn options(&self, startup: &Startup) -> RunOptions {
         RunOptions {
             only: Vec::new(),
+            variants: self.variants.clone(),
             bench: self.bench_config(),
             refresh_ceilings: self.refresh_ceilings,
             trace: self.trace.clone(),
@@ -327,6 +333,23 @@ mod tests {
         }
         .stop_rule();
         assert!(quick.min_time_s < StopRule::default().min_time_s);
+    }
+
+    #[test]
+    fn the_variants_asked_for_reach_the_runner() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Lesson {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let asked = Lesson::parse_from(["lesson", "--variants", "training:baseline,graphs"]);
+        let options = asked.common.options(&Startup::now());
+        assert_eq!(options.variants, ["training:baseline", "graphs"]);
+        let all = Lesson::parse_from(["lesson"])
+            .common
+            .options(&Startup::now());
+        assert!(all.variants.is_empty() && all.only.is_empty());
     }
 
     #[test]

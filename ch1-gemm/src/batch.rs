@@ -2,8 +2,8 @@
 //! handle, its math mode, its workspace, the pointer arrays) is made here, before anything is
 //! timed, so a timed run only queues cuBLAS calls: nothing in it allocates or synchronizes.
 
-use cudarc::cublas::sys::{self as blas_sys, cublasMath_t, cublasOperation_t};
-use cudarc::cublas::{CudaBlas, Gemm};
+use cudarc::cublas::sys::{self as blas_sys, cublasMath_t};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaSlice, DevicePtr};
 
 use common::blas::BlasContext as _;
@@ -12,7 +12,7 @@ use common::gpu::Gpu;
 use common::verify::Precision;
 use common::{Error, Result};
 
-use crate::layout::{offsets, pointer_table, ColumnMajorCall};
+use crate::layout::{gemm_config, offsets, pointer_table, strided_config};
 use crate::problem::{Shape, WORKSPACE_BYTES};
 use crate::Variant;
 
@@ -23,7 +23,7 @@ use crate::Variant;
 /// which owns those buffers too, so no address in them can outlive its buffer.
 pub struct GemmBatch {
     shape: Shape,
-    call: ColumnMajorCall,
+    cfg: GemmConfig<f32>,
     precision: Precision,
     a: CudaSlice<f32>,
     b: CudaSlice<f32>,
@@ -55,7 +55,10 @@ impl GemmBatch {
             )));
         }
         let blas = common::blas::handle(gpu)?;
-        set_math_mode(gpu, &blas, precision)?;
+        // SAFETY: a live handle and a valid enum value.
+        unsafe { blas_sys::cublasSetMathMode(*blas.handle(), math_mode(precision)?) }
+            .result()
+            .blas(gpu, "setting the cuBLAS math mode")?;
         let workspace = gpu.alloc::<u8>(WORKSPACE_BYTES as usize, "the cuBLAS workspace")?;
         {
             let (ptr, _record) = workspace.device_ptr(&gpu.stream);
@@ -84,7 +87,7 @@ impl GemmBatch {
         gpu.sync()?;
         Ok(GemmBatch {
             shape,
-            call: ColumnMajorCall::for_row_major(&shape),
+            cfg: gemm_config(&shape),
             precision,
             a,
             b,
@@ -122,8 +125,7 @@ impl GemmBatch {
 
     /// `count` separate SGEMM calls, one per product: `count` launches.
     fn one_by_one(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let s = self.shape;
-        let cfg = self.call.gemm_config();
+        let (s, cfg) = (self.shape, self.cfg);
         for i in 0..count {
             let (ao, bo, co) = offsets(&s, i);
             let a = self.a.slice(ao..ao + s.a_len());
@@ -138,8 +140,7 @@ impl GemmBatch {
 
     /// One cublasSgemmBatched call reading the device arrays of per-product pointers.
     fn pointer_array_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let call = self.call;
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let cfg = self.cfg;
         let (first, _r1) = self.b_pointers.device_ptr(&gpu.stream);
         let (second, _r2) = self.a_pointers.device_ptr(&gpu.stream);
         let (c, _r3) = self.c_pointers.device_ptr(&gpu.stream);
@@ -149,19 +150,19 @@ impl GemmBatch {
         unsafe {
             blas_sys::cublasSgemmBatched(
                 *self.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_N,
-                cublasOperation_t::CUBLAS_OP_N,
-                call.m,
-                call.n,
-                call.k,
-                &alpha,
+                cfg.transa,
+                cfg.transb,
+                cfg.m,
+                cfg.n,
+                cfg.k,
+                &cfg.alpha,
                 first as *const *const f32,
-                call.ld_first,
+                cfg.lda,
                 second as *const *const f32,
-                call.ld_second,
-                &beta,
+                cfg.ldb,
+                &cfg.beta,
                 c as *const *mut f32,
-                call.ldc,
+                cfg.ldc,
                 count as i32,
             )
         }
@@ -171,7 +172,7 @@ impl GemmBatch {
 
     /// One strided-batched call: product i is at i * stride in each buffer.
     fn strided_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let cfg = self.call.strided_config(count);
+        let cfg = strided_config(&self.shape, count);
         // SAFETY: the buffers hold shape.count >= count matrices at exactly these strides.
         unsafe {
             self.blas
@@ -223,27 +224,17 @@ pub fn math_mode(precision: Precision) -> Result<cublasMath_t> {
     }
 }
 
-fn set_math_mode(gpu: &Gpu, blas: &CudaBlas, precision: Precision) -> Result<()> {
-    let mode = math_mode(precision)?;
-    // SAFETY: a live handle and a valid enum value.
-    unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
-        .result()
-        .blas(gpu, "setting the cuBLAS math mode")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn math_modes_by_precision() {
-        assert_eq!(
-            math_mode(Precision::Fp32).unwrap(),
-            cublasMath_t::CUBLAS_DEFAULT_MATH
-        );
+        use cublasMath_t::*;
+        assert_eq!(math_mode(Precision::Fp32).unwrap(), CUBLAS_DEFAULT_MATH);
         assert_eq!(
             math_mode(Precision::Tf32).unwrap(),
-            cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+            CUBLAS_TF32_TENSOR_OP_MATH
         );
         assert!(math_mode(Precision::Bf16).is_err());
     }

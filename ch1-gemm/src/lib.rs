@@ -211,24 +211,3 @@ impl Lesson for GemmLesson {
         Ok(vec![problem_section(&self.shape(), self.batch.precision())])
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variant_names_are_unique_and_strided_is_last() {
-        let mut names: Vec<_> = Variant::ALL.iter().map(|v| v.name()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), 3);
-        assert_eq!(Variant::ALL[0].name(), "baseline");
-    }
-
-    #[test]
-    fn long_loops_are_not_held() {
-        assert!(can_hold(40));
-        assert!(can_hold(256));
-        assert!(!can_hold(1024));
-    }
-}

@@ -43,6 +43,10 @@ pub const MAX_RUN_FLOPS: u64 = 1 << 41;
 /// What the wall-time cap says of the points it skips.
 pub const TIME_CAP: &str = "time cap";
 
+/// The two sides of every point: one call per product (the group's baseline) and one
+/// strided-batched call.
+const SIDES: [Variant; 2] = [Variant::Baseline, Variant::Strided];
+
 /// Why a point of `count` products of `size`^3 is not measured, decided before any time is
 /// spent on it: too much work per run, or more memory than the device has `free` (a quarter
 /// is left for the harness and cuBLAS) or the host has `host` (half is left).
@@ -52,29 +56,23 @@ pub fn skip_reason(size: usize, count: usize, free: u64, host: Option<u64>) -> O
         return Some("more bytes than 64 bits count".into());
     };
     let flops = shape.flops_per_product().saturating_mul(count as u64);
-    if flops > MAX_RUN_FLOPS {
-        return Some(format!(
-            "{:.1} TFLOP per run, over the sweep's {:.1}",
-            flops as f64 / 1e12,
-            MAX_RUN_FLOPS as f64 / 1e12
-        ));
-    }
-    if plan.device_bytes > free / 4 * 3 {
-        return Some(format!(
-            "needs {} of device memory, {} free",
-            human_bytes(plan.device_bytes),
-            human_bytes(free)
-        ));
-    }
     let host_inputs = 4 * (shape.a_len() + shape.b_len()) as u64 * count as u64;
-    if let Some(available) = host.filter(|&h| host_inputs > h / 2) {
-        return Some(format!(
-            "needs {} of host memory for its inputs, {} available",
-            human_bytes(host_inputs),
-            human_bytes(available)
-        ));
+    if flops > MAX_RUN_FLOPS {
+        let tflop = |f: u64| f as f64 / 1e12;
+        Some(format!(
+            "{:.1} TFLOP per run, over the sweep's {:.1}",
+            tflop(flops),
+            tflop(MAX_RUN_FLOPS)
+        ))
+    } else if plan.device_bytes > free / 4 * 3 {
+        let (needed, free) = (human_bytes(plan.device_bytes), human_bytes(free));
+        Some(format!("needs {needed} of device memory, {free} free"))
+    } else {
+        host.filter(|&h| host_inputs > h / 2).map(|available| {
+            let (needed, available) = (human_bytes(host_inputs), human_bytes(available));
+            format!("needs {needed} of host memory for its inputs, {available} available")
+        })
     }
-    None
 }
 
 /// Per side of a point: a few samples suffice to place it in a table of ratios. A side of
@@ -137,8 +135,7 @@ pub fn plan(sizes: &[usize], counts: &[usize]) -> Plan {
         Axis::counts("size", &values(sizes)),
         Axis::counts("count", &values(counts)).labelled(|c| format!("{c} products")),
     ];
-    let sides = [Variant::Baseline.name(), Variant::Strided.name()];
-    Plan::product(axes, "size", sides, BAR)
+    Plan::product(axes, "size", SIDES.map(Variant::name), BAR)
 }
 
 impl GemmSweep {
@@ -225,10 +222,8 @@ impl GemmSweep {
     /// The batch of point `point`'s size, which its poison made.
     fn prepared(&mut self, point: usize) -> Result<&mut SizeBatch> {
         let (size, _) = self.point(point);
-        self.current
-            .as_mut()
-            .filter(|c| c.size == size)
-            .ok_or_else(|| common::Error::invalid(format!("size {size} was not set up")))
+        let current = self.current.as_mut().filter(|c| c.size == size);
+        current.ok_or_else(|| common::Error::invalid(format!("size {size} was not set up")))
     }
 
     /// The grids, the crossover and the skipped points of a sweep that took `wall_s`; `bench`
@@ -363,14 +358,14 @@ impl Sweep for GemmSweep {
 
     fn spec(&self, point: usize, strided: bool) -> VariantSpec {
         let (size, count) = self.point(point);
-        let side = if strided {
-            Variant::Strided
-        } else {
-            Variant::Baseline
-        };
         let work = work(&Shape::square(size, count), false);
-        VariantSpec::new("", side.description(), self.precision, work)
-            .with_tolerance(tolerance(self.precision, size))
+        VariantSpec::new(
+            "",
+            SIDES[strided as usize].description(),
+            self.precision,
+            work,
+        )
+        .with_tolerance(tolerance(self.precision, size))
     }
 
     fn skip(&mut self, point: usize) -> Option<String> {
@@ -390,11 +385,7 @@ impl Sweep for GemmSweep {
 
     fn run(&mut self, gpu: &Gpu, point: usize, strided: bool) -> Result<()> {
         let (_, count) = self.point(point);
-        let side = if strided {
-            Variant::Strided
-        } else {
-            Variant::Baseline
-        };
+        let side = SIDES[strided as usize];
         self.prepared(point)?.batch.run(gpu, side, count)
     }
 
@@ -441,24 +432,15 @@ mod tests {
     const PLENTY: u64 = 1 << 40;
 
     #[test]
-    fn the_default_grid_keeps_every_point_up_to_1024() {
-        for size in SIZES.iter().filter(|&&s| s <= 1024) {
-            for count in COUNTS {
-                assert_eq!(skip_reason(*size, count, PLENTY, Some(PLENTY)), None);
-            }
+    fn points_are_skipped_over_the_work_cap_or_the_memory_and_say_which() {
+        let up_to_1024 = SIZES.iter().filter(|&&s| s <= 1024);
+        for (size, count) in up_to_1024.flat_map(|&s| COUNTS.map(|c| (s, c))) {
+            assert_eq!(skip_reason(size, count, PLENTY, Some(PLENTY)), None);
         }
-    }
-
-    #[test]
-    fn large_sizes_stop_at_the_work_cap() {
         assert_eq!(skip_reason(2048, 128, PLENTY, None), None);
         assert_eq!(skip_reason(4096, 16, PLENTY, None), None);
         let why = skip_reason(4096, 32, PLENTY, None).unwrap();
         assert_eq!(why, "4.4 TFLOP per run, over the sweep's 2.2");
-    }
-
-    #[test]
-    fn memory_limits_say_which_memory() {
         // 1024 products of 1024^2: 12 GiB of A, B and C.
         let why = skip_reason(1024, 1024, 8 << 30, None).unwrap();
         assert!(

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use ch1_gemm::layout::ColumnMajorCall;
+use ch1_gemm::layout::strided_config;
 use ch1_gemm::problem::{tolerance, Shape};
 use ch1_gemm::sweep::{point_group, GemmSweep, BAR, SPEEDUP_TITLE, TIME_CAP};
 use ch1_gemm::{GemmLesson, Variant, PER_PRODUCT};
@@ -164,7 +164,7 @@ fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
         ),
         |inner: &mut GemmLesson, gpu: &Gpu| {
             let shape = inner.shape();
-            let cfg = ColumnMajorCall::for_row_major(&shape).strided_config(shape.count);
+            let cfg = strided_config(&shape, shape.count);
             let (blas, a, b, c) = inner.batch_mut().parts_mut();
             // The test's shape is square, so every access stays in bounds: only the order of
             // the operands is wrong.

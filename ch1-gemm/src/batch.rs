@@ -13,11 +13,12 @@ use common::verify::Precision;
 use common::{Error, Result};
 
 use crate::layout::{gemm_config, offsets, pointer_table, strided_config};
-use crate::problem::{Shape, WORKSPACE_BYTES};
+use crate::problem::{inputs, reference, Shape, WORKSPACE_BYTES};
 use crate::Variant;
 
-/// A, B and C of `shape.count` products on the device, the device arrays of pointers into them
-/// for the pointer-array batched call, and a cuBLAS handle set up for `precision`.
+/// A, B and C of `shape.count` products on the device (A and B on the host too, for the float64
+/// reference), the device arrays of pointers into them for the pointer-array batched call, and a
+/// cuBLAS handle set up for `precision`.
 ///
 /// The pointer arrays hold raw addresses of A, B and C; they live and die with this struct,
 /// which owns those buffers too, so no address in them can outlive its buffer.
@@ -25,35 +26,22 @@ pub struct GemmBatch {
     shape: Shape,
     cfg: GemmConfig<f32>,
     precision: Precision,
+    host: (Vec<f32>, Vec<f32>),
     a: CudaSlice<f32>,
     b: CudaSlice<f32>,
     c: CudaSlice<f32>,
-    a_pointers: CudaSlice<u64>,
-    b_pointers: CudaSlice<u64>,
-    c_pointers: CudaSlice<u64>,
+    /// The addresses of every product's A, B and C, in that order.
+    pointers: [CudaSlice<u64>; 3],
     // Declared before the workspace: the handle is destroyed before its workspace is freed.
     blas: CudaBlas,
     _workspace: CudaSlice<u8>,
 }
 
 impl GemmBatch {
-    /// Upload `a` and `b` (all products back to back) and set everything up. The shape must be
+    /// Make the seeded inputs ([inputs]), upload them and set everything up. The shape must be
     /// validated and its memory checked first (see [crate::problem::MemoryPlan]).
-    pub fn new(
-        gpu: &Gpu,
-        shape: Shape,
-        a: &[f32],
-        b: &[f32],
-        precision: Precision,
-    ) -> Result<GemmBatch> {
-        if a.len() != shape.a_len() * shape.count || b.len() != shape.b_len() * shape.count {
-            return Err(Error::invalid(format!(
-                "inputs of {} and {} elements do not match {}",
-                a.len(),
-                b.len(),
-                shape.label()
-            )));
-        }
+    pub fn new(gpu: &Gpu, shape: Shape, seed: u64, precision: Precision) -> Result<GemmBatch> {
+        let host = inputs(&shape, seed);
         let blas = common::blas::handle(gpu)?;
         // SAFETY: a live handle and a valid enum value.
         unsafe { blas_sys::cublasSetMathMode(*blas.handle(), math_mode(precision)?) }
@@ -74,30 +62,37 @@ impl GemmBatch {
             .result()
             .blas(gpu, "setting the cuBLAS workspace")?;
         }
-        let a = gpu.upload(a, "A")?;
-        let b = gpu.upload(b, "B")?;
+        let a = gpu.upload(&host.0, "A")?;
+        let b = gpu.upload(&host.1, "B")?;
         let c = gpu.alloc::<f32>(shape.c_len() * shape.count, "C")?;
         let table = |buf: &CudaSlice<f32>, stride: usize, what: &str| {
             let (base, _record) = buf.device_ptr(&gpu.stream);
             gpu.upload(&pointer_table(base, stride, shape.count), what)
         };
-        let a_pointers = table(&a, shape.a_len(), "the pointer array of A")?;
-        let b_pointers = table(&b, shape.b_len(), "the pointer array of B")?;
-        let c_pointers = table(&c, shape.c_len(), "the pointer array of C")?;
+        let pointers = [
+            table(&a, shape.a_len(), "the pointer array of A")?,
+            table(&b, shape.b_len(), "the pointer array of B")?,
+            table(&c, shape.c_len(), "the pointer array of C")?,
+        ];
         gpu.sync()?;
+        let cfg = gemm_config(&shape);
         Ok(GemmBatch {
             shape,
-            cfg: gemm_config(&shape),
+            cfg,
             precision,
+            host,
             a,
             b,
             c,
-            a_pointers,
-            b_pointers,
-            c_pointers,
+            pointers,
             blas,
             _workspace: workspace,
         })
+    }
+
+    /// The float64 products `first..first + products` of the inputs ([reference]).
+    pub fn reference(&self, first: usize, products: usize) -> Vec<f64> {
+        reference(&self.shape, &self.host.0, &self.host.1, first, products)
     }
 
     pub fn shape(&self) -> &Shape {
@@ -110,10 +105,10 @@ impl GemmBatch {
 
     /// Queue one run of `variant` over the first `count` products on the GPU's stream.
     pub fn run(&mut self, gpu: &Gpu, variant: Variant, count: usize) -> Result<()> {
-        if count == 0 || count > self.shape.count {
+        let size = self.shape.count;
+        if count == 0 || count > size {
             return Err(Error::invalid(format!(
-                "asked for {count} products of a batch of {}",
-                self.shape.count
+                "asked for {count} products of a batch of {size}"
             )));
         }
         match variant {
@@ -140,10 +135,10 @@ impl GemmBatch {
 
     /// One cublasSgemmBatched call reading the device arrays of per-product pointers.
     fn pointer_array_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let cfg = self.cfg;
-        let (first, _r1) = self.b_pointers.device_ptr(&gpu.stream);
-        let (second, _r2) = self.a_pointers.device_ptr(&gpu.stream);
-        let (c, _r3) = self.c_pointers.device_ptr(&gpu.stream);
+        let (cfg, [a, b, c]) = (self.cfg, &self.pointers);
+        let (first, _r1) = b.device_ptr(&gpu.stream);
+        let (second, _r2) = a.device_ptr(&gpu.stream);
+        let (c, _r3) = c.device_ptr(&gpu.stream);
         // SAFETY: the three device arrays hold `shape.count >= count` addresses of whole
         // matrices inside A, B and C, which live as long as `self` (built in `new`); the sizes
         // and leading dimensions are those of the column-major call in layout.rs.

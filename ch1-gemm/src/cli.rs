@@ -9,7 +9,7 @@ use common::sweep::SweepLesson;
 use common::verify::Precision;
 
 use crate::problem::{Shape, MAX_DIM};
-use crate::sweep::GemmSweep;
+use crate::sweep::{memory_at_hand, GemmSweep};
 use crate::{sweep, GemmLesson};
 
 #[derive(Parser, Debug, Clone)]
@@ -73,12 +73,7 @@ pub fn parse_shape(s: &str) -> Result<[usize; 3], String> {
 impl Args {
     pub fn shape(&self) -> Shape {
         let [m, n, k] = self.shape;
-        Shape {
-            m,
-            n,
-            k,
-            count: self.count,
-        }
+        Shape::new(m, n, k, self.count)
     }
 
     pub fn precision(&self) -> Precision {
@@ -106,7 +101,8 @@ pub fn run(args: &Args, only: &[&str], startup: Startup) -> anyhow::Result<ExitC
     }
     let (sizes, counts) = (&args.sweep_sizes, &args.sweep_counts);
     run_lesson_with(&args.common, &[], startup, |gpu| {
-        let sweep = GemmSweep::new(gpu, sizes, counts, precision, seed, args.sweep_time_cap)?;
+        let (memory, cap) = (memory_at_hand(gpu)?, args.sweep_time_cap);
+        let sweep = GemmSweep::new(sizes, counts, precision, seed, cap, memory)?;
         Ok(SweepLesson(sweep))
     })
 }

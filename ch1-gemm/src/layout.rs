@@ -113,22 +113,6 @@ mod tests {
     }
 
     #[test]
-    fn configs_carry_the_call() {
-        let g = gemm_config(&Shape::CHAPTER);
-        assert_eq!(
-            (g.m, g.n, g.k, g.lda, g.ldb, g.ldc),
-            (256, 32, 256, 256, 256, 256)
-        );
-        assert_eq!((g.alpha, g.beta), (1.0, 0.0));
-        let s = strided_config(&Shape::CHAPTER, 40);
-        assert_eq!(s.batch_size, 40);
-        assert_eq!(
-            (s.stride_a, s.stride_b, s.stride_c),
-            (256 * 256, 32 * 256, 32 * 256)
-        );
-    }
-
-    #[test]
     fn pointer_tables_step_by_one_matrix() {
         let base = 0x7f00_0000_0000;
         let t = pointer_table(base, 32 * 256, 3);

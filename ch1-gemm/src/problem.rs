@@ -65,10 +65,8 @@ impl Shape {
 
     /// "40 x (32x256)x(256x256)"
     pub fn label(&self) -> String {
-        format!(
-            "{} x ({}x{})x({}x{})",
-            self.count, self.m, self.k, self.k, self.n
-        )
+        let (m, n, k) = (self.m, self.n, self.k);
+        format!("{} x ({m}x{k})x({k}x{n})", self.count)
     }
 
     /// Refuse shapes cuBLAS cannot take or whose sizes overflow, with the reason.
@@ -84,16 +82,14 @@ impl Shape {
             ("--shape: K", self.k),
             ("--count", self.count),
         ] {
-            if v == 0 {
-                return Err(Error::invalid(format!(
-                    "{name} is 0: every dimension and the count must be at least 1"
-                )));
-            }
-            if v as u64 > MAX_DIM {
-                return Err(Error::invalid(format!(
-                    "{name} {v} is too large: cuBLAS takes at most {MAX_DIM}"
-                )));
-            }
+            let why = match v {
+                0 => "is 0: every dimension and the count must be at least 1".to_string(),
+                v if v as u64 > MAX_DIM => {
+                    format!("{v} is too large: cuBLAS takes at most {MAX_DIM}")
+                }
+                _ => continue,
+            };
+            return Err(Error::invalid(format!("{name} {why}")));
         }
         Ok(())
     }
@@ -252,15 +248,11 @@ mod tests {
     }
 
     #[test]
-    fn overflowing_byte_counts_are_refused_not_wrapped() {
+    fn memory_plan_counts_every_buffer_and_refuses_overflow() {
         let err = MemoryPlan::of(&Shape::square(i32::MAX as usize, 2)).unwrap_err();
         assert!(err.to_string().contains("overflows 64 bits"), "{err}");
         let err = MemoryPlan::of(&Shape::square(usize::MAX, 1)).unwrap_err();
         assert!(err.to_string().contains("cuBLAS takes at most"), "{err}");
-    }
-
-    #[test]
-    fn memory_plan_counts_every_buffer() {
         let p = MemoryPlan::of(&Shape::CHAPTER).unwrap();
         let elements = 40 * (32 * 256 + 256 * 256 + 32 * 256);
         assert_eq!(p.device_bytes, elements * 4 + 40 * 24 + WORKSPACE_BYTES);
@@ -272,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn buffers_larger_than_the_device_are_out_of_memory() {
+    fn device_then_host_memory_then_the_references_cost_are_checked() {
         // 64 products of 65536^2 fp32 matrices: 3 TiB, on an 80 GiB card.
         let s = Shape::square(65536, 64);
         let p = MemoryPlan::of(&s).unwrap();
@@ -285,22 +277,15 @@ mod tests {
         );
         assert!(msg.contains("needs 3 TiB"), "{msg}");
         assert!(msg.contains("79 GiB free of 80 GiB"), "{msg}");
-    }
-
-    #[test]
-    fn host_memory_and_reference_cost_are_checked_after_the_device() {
-        let s = Shape::CHAPTER;
+        let (s, plenty) = (Shape::CHAPTER, 1 << 40);
         let p = MemoryPlan::of(&s).unwrap();
-        assert!(p.check(&s, 1 << 40, 1 << 40, Some(1 << 40)).is_ok());
-        let err = p.check(&s, 1 << 40, 1 << 40, Some(1 << 20)).unwrap_err();
+        assert!(p.check(&s, plenty, plenty, Some(plenty)).is_ok());
+        let err = p.check(&s, plenty, plenty, Some(1 << 20)).unwrap_err();
         assert!(err.to_string().starts_with("out of host memory"), "{err}");
         let huge = Shape::square(8192, 4);
-        let err = MemoryPlan::of(&huge)
-            .unwrap()
-            .check(&huge, 1 << 40, 1 << 40, None)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("float64 CPU reference"), "{err}");
+        let p = MemoryPlan::of(&huge).unwrap();
+        let err = p.check(&huge, plenty, plenty, None).unwrap_err();
+        assert!(err.to_string().contains("float64 CPU reference"), "{err}");
     }
 
     #[test]
@@ -315,14 +300,10 @@ mod tests {
 
     #[test]
     fn reference_is_the_row_major_product() {
-        // Two products of (2x3)x(3x2), by hand.
+        // Two products of (2x3)x(3x2), by hand; the second's A is the 2x3 identity.
         let s = Shape::new(2, 2, 3, 2);
-        let a = [
-            1., 2., 3., 4., 5., 6., /* second */ 1., 0., 0., 0., 1., 0.,
-        ];
-        let b = [
-            7., 8., 9., 10., 11., 12., /* second */ 1., 2., 3., 4., 5., 6.,
-        ];
+        let a = [1., 2., 3., 4., 5., 6., 1., 0., 0., 0., 1., 0.];
+        let b = [7., 8., 9., 10., 11., 12., 1., 2., 3., 4., 5., 6.];
         let all = reference(&s, &a, &b, 0, 2);
         assert_eq!(all, vec![58., 64., 139., 154., 1., 2., 3., 4.]);
         assert_eq!(reference(&s, &a, &b, 1, 1), vec![1., 2., 3., 4.]);

@@ -16,6 +16,9 @@ use crate::layout::{gemm_config, offsets, pointer_table, strided_config};
 use crate::problem::{inputs, reference, Shape, WORKSPACE_BYTES};
 use crate::Variant;
 
+/// One operand of every product on the device, back to back: A, B or C.
+pub type Matrices = CudaSlice<f32>;
+
 /// A, B and C of `shape.count` products on the device (A and B on the host too, for the float64
 /// reference), the device arrays of pointers into them for the pointer-array batched call, and a
 /// cuBLAS handle set up for `precision`.
@@ -27,9 +30,9 @@ pub struct GemmBatch {
     cfg: GemmConfig<f32>,
     precision: Precision,
     host: (Vec<f32>, Vec<f32>),
-    a: CudaSlice<f32>,
-    b: CudaSlice<f32>,
-    c: CudaSlice<f32>,
+    a: Matrices,
+    b: Matrices,
+    c: Matrices,
     /// The addresses of every product's A, B and C, in that order.
     pointers: [CudaSlice<u64>; 3],
     // Declared before the workspace: the handle is destroyed before its workspace is freed.
@@ -65,7 +68,7 @@ impl GemmBatch {
         let a = gpu.upload(&host.0, "A")?;
         let b = gpu.upload(&host.1, "B")?;
         let c = gpu.alloc::<f32>(shape.c_len() * shape.count, "C")?;
-        let table = |buf: &CudaSlice<f32>, stride: usize, what: &str| {
+        let table = |buf: &Matrices, stride: usize, what: &str| {
             let (base, _record) = buf.device_ptr(&gpu.stream);
             gpu.upload(&pointer_table(base, stride, shape.count), what)
         };
@@ -195,14 +198,7 @@ impl GemmBatch {
     }
 
     /// A, B and C and the handle, for tests that make calls of their own.
-    pub fn parts_mut(
-        &mut self,
-    ) -> (
-        &CudaBlas,
-        &CudaSlice<f32>,
-        &CudaSlice<f32>,
-        &mut CudaSlice<f32>,
-    ) {
+    pub fn parts_mut(&mut self) -> (&CudaBlas, &Matrices, &Matrices, &mut Matrices) {
         (&self.blas, &self.a, &self.b, &mut self.c)
     }
 }

@@ -77,11 +77,12 @@ mod tests {
     #[test]
     fn the_swapped_call_computes_the_row_major_product() {
         // Non-square, odd sizes: a transposed or mis-strided layout cannot pass by symmetry.
-        for shape in [
+        let shapes = [
             Shape::new(3, 5, 7, 3),
             Shape::new(1, 4, 2, 2),
             Shape::square(6, 2),
-        ] {
+        ];
+        for shape in shapes {
             let (a, b) = inputs(&shape, 5);
             let want = reference(&shape, &a, &b, 0, shape.count);
             let call = strided_config(&shape, shape.count);

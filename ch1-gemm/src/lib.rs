@@ -190,12 +190,7 @@ impl Lesson for GemmLesson {
         Ok(per_product(timed, self.shape().count))
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        _variants: &[VariantReport],
-        _meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
+    fn sections(&mut self, _: &Gpu, _: &[VariantReport], _: &mut Meter) -> Result<Vec<Section>> {
         Ok(vec![problem_section(&self.shape(), self.batch.precision())])
     }
 }

@@ -216,10 +216,9 @@ impl GemmSweep {
         speedup.table = Some(self.grid(pts, |_, p| {
             p.speedup().map(|r| format!("{}x", three_figures(r.value)))
         }));
+        let (precision, cap) = (self.precision.label(), self.time_cap_s);
         speedup.lines.push(format!(
-            "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
-            self.precision.label(),
-            self.time_cap_s
+            "{precision}, square products, time cap {cap} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64"
         ));
         for size in self.plan.values_of("size") {
             let at: Vec<(usize, f64)> = (0..pts.len())
@@ -271,9 +270,8 @@ impl GemmSweep {
     /// One size-by-count table whose cells `cell` fills; "-" where a point is skipped or has
     /// nothing to show, "FAILED" where a side did not verify.
     fn grid(&self, pts: &[Point], cell: impl Fn(usize, &Point) -> Option<String>) -> Table {
-        let counts = self.plan.values_of("count");
         let mut table = Table::new().left("size \\ count");
-        for c in &counts {
+        for c in self.plan.values_of("count") {
             table = table.right(c.to_string());
         }
         for size in self.plan.values_of("size") {
@@ -436,19 +434,10 @@ mod tests {
     fn every_point_is_a_group_with_the_loop_as_its_baseline() {
         let sweep = plan(60.0);
         let ids: Vec<String> = sweep.variants().iter().map(VariantSpec::id).collect();
-        assert_eq!(
-            ids,
-            [
-                "16^3 x 8:baseline",
-                "16^3 x 8:strided",
-                "16^3 x 32:baseline",
-                "16^3 x 32:strided",
-                "4096^3 x 8:baseline",
-                "4096^3 x 8:strided",
-                "4096^3 x 32:baseline",
-                "4096^3 x 32:strided",
-            ]
-        );
+        // Every point's group, its loop (the baseline) first.
+        let groups = ["16^3 x 8", "16^3 x 32", "4096^3 x 8", "4096^3 x 32"];
+        let sides = |g: &&str| [format!("{g}:baseline"), format!("{g}:strided")];
+        assert_eq!(ids, groups.iter().flat_map(sides).collect::<Vec<_>>());
         let specs = sweep.variants();
         assert_eq!(common::runner::baseline_of(&specs, 3), 2);
         assert_eq!(specs[3].work.flops, 32 * 2 * 16 * 16 * 16);

@@ -215,18 +215,6 @@ pub fn exit_for_problems(problems: &[String]) -> ExitCode {
     }
 }
 
-/// Parse `argv` as `A`; a refusal is a usage error ([Exit::Usage]), `--help` and `--version`
-/// print and exit 0 as clap does. For a program that parses another's flags in process.
-pub fn try_parse<A: clap::Parser>(argv: &[String]) -> anyhow::Result<A> {
-    A::try_parse_from(argv).map_err(|e| {
-        if e.use_stderr() {
-            crate::exit::usage(e.to_string().trim())
-        } else {
-            e.exit()
-        }
-    })
-}
-
 /// Run a binary's body with the process's start-up clock, and turn its error into one line
 /// on stderr and an exit code.
 pub fn main_with(body: impl FnOnce(Startup) -> anyhow::Result<ExitCode>) -> ExitCode {
@@ -379,16 +367,7 @@ mod tests {
         );
         assert_eq!(exit_code_for(&anyhow::anyhow!("anything else")), 1);
         assert_eq!(exit_code_for(&anyhow::Error::new(Error::invalid("x"))), 1);
-        #[derive(clap::Parser, Debug)]
-        struct Lesson {
-            #[command(flatten)]
-            common: CommonArgs,
-        }
-        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let err = try_parse::<Lesson>(&argv(&["lesson", "--min-samples", "0"])).unwrap_err();
-        assert_eq!(exit_code_for(&err), 2);
-        assert!(err.to_string().contains("--min-samples"), "{err}");
-        assert!(try_parse::<Lesson>(&argv(&["lesson", "--quick"])).is_ok());
+        assert_eq!(exit_code_for(&crate::exit::usage("--min-samples 0")), 2);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `cargo run --release -p compare`: every pair of every lesson in child processes (each
-//! lesson's own binary, one process per lesson and set of flags), one table, and a verdict against the expected figures of this GPU (and, for
-//! host-paced variants, of this machine). `--html FILE` writes the chapter's report page from
-//! results folders instead, with no GPU.
+//! lesson's own binary, one process per lesson and set of flags), one table, and a verdict
+//! against the expected figures of this GPU (and, for host-paced variants, of this machine).
+//! `--html FILE` writes the chapter's report page from results folders instead, with no GPU.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};

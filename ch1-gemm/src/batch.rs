@@ -2,8 +2,8 @@
 //! handle, its math mode, its workspace, the pointer arrays) is made here, before anything is
 //! timed, so a timed run only queues cuBLAS calls: nothing in it allocates or synchronizes.
 
-use cudarc::cublas::sys::{self as blas_sys, cublasMath_t, cublasOperation_t};
-use cudarc::cublas::{CudaBlas, Gemm};
+use cudarc::cublas::sys::{self as blas_sys, cublasMath_t};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaSlice, DevicePtr};
 
 use common::blas::BlasContext as _;
@@ -12,50 +12,44 @@ use common::gpu::Gpu;
 use common::verify::Precision;
 use common::{Error, Result};
 
-use crate::layout::{offsets, pointer_table, ColumnMajorCall};
-use crate::problem::{Shape, WORKSPACE_BYTES};
+use crate::layout::{gemm_config, offsets, pointer_table, strided_config};
+use crate::problem::{inputs, reference, Shape, WORKSPACE_BYTES};
 use crate::Variant;
 
-/// A, B and C of `shape.count` products on the device, the device arrays of pointers into them
-/// for the pointer-array batched call, and a cuBLAS handle set up for `precision`.
+/// One operand of every product on the device, back to back: A, B or C.
+pub type Matrices = CudaSlice<f32>;
+
+/// A, B and C of `shape.count` products on the device (A and B on the host too, for the float64
+/// reference), the device arrays of pointers into them for the pointer-array batched call, and a
+/// cuBLAS handle set up for `precision`.
 ///
 /// The pointer arrays hold raw addresses of A, B and C; they live and die with this struct,
 /// which owns those buffers too, so no address in them can outlive its buffer.
 pub struct GemmBatch {
     shape: Shape,
-    call: ColumnMajorCall,
+    cfg: GemmConfig<f32>,
     precision: Precision,
-    a: CudaSlice<f32>,
-    b: CudaSlice<f32>,
-    c: CudaSlice<f32>,
-    a_pointers: CudaSlice<u64>,
-    b_pointers: CudaSlice<u64>,
-    c_pointers: CudaSlice<u64>,
+    host: (Vec<f32>, Vec<f32>),
+    a: Matrices,
+    b: Matrices,
+    c: Matrices,
+    /// The addresses of every product's A, B and C, in that order.
+    pointers: [CudaSlice<u64>; 3],
     // Declared before the workspace: the handle is destroyed before its workspace is freed.
     blas: CudaBlas,
     _workspace: CudaSlice<u8>,
 }
 
 impl GemmBatch {
-    /// Upload `a` and `b` (all products back to back) and set everything up. The shape must be
+    /// Make the seeded inputs ([inputs]), upload them and set everything up. The shape must be
     /// validated and its memory checked first (see [crate::problem::MemoryPlan]).
-    pub fn new(
-        gpu: &Gpu,
-        shape: Shape,
-        a: &[f32],
-        b: &[f32],
-        precision: Precision,
-    ) -> Result<GemmBatch> {
-        if a.len() != shape.a_len() * shape.count || b.len() != shape.b_len() * shape.count {
-            return Err(Error::invalid(format!(
-                "inputs of {} and {} elements do not match {}",
-                a.len(),
-                b.len(),
-                shape.label()
-            )));
-        }
+    pub fn new(gpu: &Gpu, shape: Shape, seed: u64, precision: Precision) -> Result<GemmBatch> {
+        let host = inputs(&shape, seed);
         let blas = common::blas::handle(gpu)?;
-        set_math_mode(gpu, &blas, precision)?;
+        // SAFETY: a live handle and a valid enum value.
+        unsafe { blas_sys::cublasSetMathMode(*blas.handle(), math_mode(precision)?) }
+            .result()
+            .blas(gpu, "setting the cuBLAS math mode")?;
         let workspace = gpu.alloc::<u8>(WORKSPACE_BYTES as usize, "the cuBLAS workspace")?;
         {
             let (ptr, _record) = workspace.device_ptr(&gpu.stream);
@@ -71,30 +65,37 @@ impl GemmBatch {
             .result()
             .blas(gpu, "setting the cuBLAS workspace")?;
         }
-        let a = gpu.upload(a, "A")?;
-        let b = gpu.upload(b, "B")?;
+        let a = gpu.upload(&host.0, "A")?;
+        let b = gpu.upload(&host.1, "B")?;
         let c = gpu.alloc::<f32>(shape.c_len() * shape.count, "C")?;
-        let table = |buf: &CudaSlice<f32>, stride: usize, what: &str| {
+        let table = |buf: &Matrices, stride: usize, what: &str| {
             let (base, _record) = buf.device_ptr(&gpu.stream);
             gpu.upload(&pointer_table(base, stride, shape.count), what)
         };
-        let a_pointers = table(&a, shape.a_len(), "the pointer array of A")?;
-        let b_pointers = table(&b, shape.b_len(), "the pointer array of B")?;
-        let c_pointers = table(&c, shape.c_len(), "the pointer array of C")?;
+        let pointers = [
+            table(&a, shape.a_len(), "the pointer array of A")?,
+            table(&b, shape.b_len(), "the pointer array of B")?,
+            table(&c, shape.c_len(), "the pointer array of C")?,
+        ];
         gpu.sync()?;
+        let cfg = gemm_config(&shape);
         Ok(GemmBatch {
             shape,
-            call: ColumnMajorCall::for_row_major(&shape),
+            cfg,
             precision,
+            host,
             a,
             b,
             c,
-            a_pointers,
-            b_pointers,
-            c_pointers,
+            pointers,
             blas,
             _workspace: workspace,
         })
+    }
+
+    /// The float64 products `first..first + products` of the inputs ([reference]).
+    pub fn reference(&self, first: usize, products: usize) -> Vec<f64> {
+        reference(&self.shape, &self.host.0, &self.host.1, first, products)
     }
 
     pub fn shape(&self) -> &Shape {
@@ -107,10 +108,10 @@ impl GemmBatch {
 
     /// Queue one run of `variant` over the first `count` products on the GPU's stream.
     pub fn run(&mut self, gpu: &Gpu, variant: Variant, count: usize) -> Result<()> {
-        if count == 0 || count > self.shape.count {
+        let size = self.shape.count;
+        if count == 0 || count > size {
             return Err(Error::invalid(format!(
-                "asked for {count} products of a batch of {}",
-                self.shape.count
+                "asked for {count} products of a batch of {size}"
             )));
         }
         match variant {
@@ -122,8 +123,7 @@ impl GemmBatch {
 
     /// `count` separate SGEMM calls, one per product: `count` launches.
     fn one_by_one(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let s = self.shape;
-        let cfg = self.call.gemm_config();
+        let (s, cfg) = (self.shape, self.cfg);
         for i in 0..count {
             let (ao, bo, co) = offsets(&s, i);
             let a = self.a.slice(ao..ao + s.a_len());
@@ -138,30 +138,29 @@ impl GemmBatch {
 
     /// One cublasSgemmBatched call reading the device arrays of per-product pointers.
     fn pointer_array_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let call = self.call;
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let (first, _r1) = self.b_pointers.device_ptr(&gpu.stream);
-        let (second, _r2) = self.a_pointers.device_ptr(&gpu.stream);
-        let (c, _r3) = self.c_pointers.device_ptr(&gpu.stream);
+        let (cfg, [a, b, c]) = (self.cfg, &self.pointers);
+        let (first, _r1) = b.device_ptr(&gpu.stream);
+        let (second, _r2) = a.device_ptr(&gpu.stream);
+        let (c, _r3) = c.device_ptr(&gpu.stream);
         // SAFETY: the three device arrays hold `shape.count >= count` addresses of whole
         // matrices inside A, B and C, which live as long as `self` (built in `new`); the sizes
         // and leading dimensions are those of the column-major call in layout.rs.
         unsafe {
             blas_sys::cublasSgemmBatched(
                 *self.blas.handle(),
-                cublasOperation_t::CUBLAS_OP_N,
-                cublasOperation_t::CUBLAS_OP_N,
-                call.m,
-                call.n,
-                call.k,
-                &alpha,
+                cfg.transa,
+                cfg.transb,
+                cfg.m,
+                cfg.n,
+                cfg.k,
+                &cfg.alpha,
                 first as *const *const f32,
-                call.ld_first,
+                cfg.lda,
                 second as *const *const f32,
-                call.ld_second,
-                &beta,
+                cfg.ldb,
+                &cfg.beta,
                 c as *const *mut f32,
-                call.ldc,
+                cfg.ldc,
                 count as i32,
             )
         }
@@ -171,7 +170,7 @@ impl GemmBatch {
 
     /// One strided-batched call: product i is at i * stride in each buffer.
     fn strided_batched(&mut self, gpu: &Gpu, count: usize) -> Result<()> {
-        let cfg = self.call.strided_config(count);
+        let cfg = strided_config(&self.shape, count);
         // SAFETY: the buffers hold shape.count >= count matrices at exactly these strides.
         unsafe {
             self.blas
@@ -199,14 +198,7 @@ impl GemmBatch {
     }
 
     /// A, B and C and the handle, for tests that make calls of their own.
-    pub fn parts_mut(
-        &mut self,
-    ) -> (
-        &CudaBlas,
-        &CudaSlice<f32>,
-        &CudaSlice<f32>,
-        &mut CudaSlice<f32>,
-    ) {
+    pub fn parts_mut(&mut self) -> (&CudaBlas, &Matrices, &Matrices, &mut Matrices) {
         (&self.blas, &self.a, &self.b, &mut self.c)
     }
 }
@@ -223,27 +215,17 @@ pub fn math_mode(precision: Precision) -> Result<cublasMath_t> {
     }
 }
 
-fn set_math_mode(gpu: &Gpu, blas: &CudaBlas, precision: Precision) -> Result<()> {
-    let mode = math_mode(precision)?;
-    // SAFETY: a live handle and a valid enum value.
-    unsafe { blas_sys::cublasSetMathMode(*blas.handle(), mode) }
-        .result()
-        .blas(gpu, "setting the cuBLAS math mode")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn math_modes_by_precision() {
-        assert_eq!(
-            math_mode(Precision::Fp32).unwrap(),
-            cublasMath_t::CUBLAS_DEFAULT_MATH
-        );
+        use cublasMath_t::*;
+        assert_eq!(math_mode(Precision::Fp32).unwrap(), CUBLAS_DEFAULT_MATH);
         assert_eq!(
             math_mode(Precision::Tf32).unwrap(),
-            cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
+            CUBLAS_TF32_TENSOR_OP_MATH
         );
         assert!(math_mode(Precision::Bf16).is_err());
     }

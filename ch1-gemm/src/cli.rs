@@ -3,15 +3,13 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use common::cli::{finish, parse_count_with_max, parse_seconds, CommonArgs};
-use common::gpu::Gpu;
+use common::cli::{parse_count_with_max, parse_seconds, run_lesson_with, CommonArgs};
 use common::report::Startup;
-use common::runner::run_lesson;
 use common::sweep::SweepLesson;
 use common::verify::Precision;
 
 use crate::problem::{Shape, MAX_DIM};
-use crate::sweep::GemmSweep;
+use crate::sweep::{memory_at_hand, GemmSweep};
 use crate::{sweep, GemmLesson};
 
 #[derive(Parser, Debug, Clone)]
@@ -75,12 +73,7 @@ pub fn parse_shape(s: &str) -> Result<[usize; 3], String> {
 impl Args {
     pub fn shape(&self) -> Shape {
         let [m, n, k] = self.shape;
-        Shape {
-            m,
-            n,
-            k,
-            count: self.count,
-        }
+        Shape::new(m, n, k, self.count)
     }
 
     pub fn precision(&self) -> Precision {
@@ -94,46 +87,24 @@ impl Args {
 
 /// Run the named variants (all when `only` is empty), or the sweep, and report.
 pub fn run(args: &Args, only: &[&str], startup: Startup) -> anyhow::Result<ExitCode> {
-    let precision = args.precision();
-    if args.sweep {
-        return run_sweep(args, only, precision, startup);
+    let (precision, seed) = (args.precision(), args.seed);
+    if !args.sweep {
+        let shape = args.shape();
+        // Before the GPU: a shape that cannot be counted is wrong on any machine.
+        shape.validate()?;
+        return run_lesson_with(&args.common, only, startup, |gpu| {
+            GemmLesson::new(gpu, shape, precision, seed)
+        });
     }
-    let shape = args.shape();
-    // Before the GPU: a shape that cannot be counted is wrong on any machine.
-    shape.validate()?;
-    let mut startup = startup;
-    let gpu = Gpu::open(args.common.device)?;
-    startup.mark("GPU opened (context, stream, NVML)");
-    let mut lesson = GemmLesson::new(&gpu, shape, precision, args.seed)?;
-    startup.mark("inputs, float64 reference, cuBLAS handle, workspace and buffers ready");
-    let options = args.common.options(&startup).only(only);
-    let report = run_lesson(&gpu, &mut lesson, &options)?;
-    Ok(finish(&report, args.common.json.as_deref())?)
-}
-
-fn run_sweep(
-    args: &Args,
-    only: &[&str],
-    precision: Precision,
-    mut startup: Startup,
-) -> anyhow::Result<ExitCode> {
     if !only.is_empty() {
         anyhow::bail!("--sweep times both sides of every point: run it as `ch1-gemm --sweep`");
     }
-    let gpu = Gpu::open(args.common.device)?;
-    startup.mark("GPU opened (context, stream, NVML)");
-    let sweep = GemmSweep::new(
-        &gpu,
-        &args.sweep_sizes,
-        &args.sweep_counts,
-        precision,
-        args.seed,
-        args.sweep_time_cap,
-    )?;
-    let mut lesson = SweepLesson(sweep);
-    let options = args.common.options(&startup);
-    let report = run_lesson(&gpu, &mut lesson, &options)?;
-    Ok(finish(&report, args.common.json.as_deref())?)
+    let (sizes, counts) = (&args.sweep_sizes, &args.sweep_counts);
+    run_lesson_with(&args.common, &[], startup, |gpu| {
+        let (memory, cap) = (memory_at_hand(gpu)?, args.sweep_time_cap);
+        let sweep = GemmSweep::new(sizes, counts, precision, seed, cap, memory)?;
+        Ok(SweepLesson(sweep))
+    })
 }
 
 /// The body of every binary of this crate.
@@ -146,18 +117,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dims_are_positive_and_fit_in_int() {
-        assert_eq!(parse_dim("256"), Ok(256));
-        assert_eq!(parse_dim("1K"), Ok(1024));
-        assert!(parse_dim("0").unwrap_err().contains("a count of 0"));
-        assert!(parse_dim("-3").unwrap_err().contains("negative"));
-        assert!(parse_dim("2147483648").unwrap_err().contains("too large"));
-        assert_eq!(parse_dim("2147483647"), Ok(i32::MAX as usize));
-    }
-
-    #[test]
-    fn shapes_are_three_dimensions() {
-        assert_eq!(parse_shape("32x256x256"), Ok([32, 256, 256]));
+    fn shapes_are_three_dimensions_each_named_when_refused() {
         assert_eq!(parse_shape(" 1Kx2X64 "), Ok([1024, 2, 64]));
         for bad in ["32x256", "32x256x256x4", "", "32*256*256"] {
             let err = parse_shape(bad).unwrap_err();
@@ -165,38 +125,39 @@ mod tests {
         }
         let err = parse_shape("32x0x256").unwrap_err();
         assert!(err.starts_with("N of '32x0x256': a count of 0"), "{err}");
-        assert!(parse_shape("32x256x-5").unwrap_err().contains("negative"));
         assert!(parse_shape("2147483648x1x1")
             .unwrap_err()
             .starts_with("M of '2147483648x1x1': '2147483648' is too large"));
+        assert_eq!(parse_dim("2147483647"), Ok(i32::MAX as usize));
     }
 
     #[test]
-    fn defaults_are_the_chapter_and_fp32() {
+    fn defaults_are_the_chapter_in_fp32_and_the_sweeps_grid() {
         let args = Args::parse_from(["ch1-gemm"]);
-        assert_eq!(args.shape(), Shape::CHAPTER);
-        assert_eq!(args.precision(), Precision::Fp32);
-        assert_eq!(args.sweep_sizes, sweep::SIZES);
-        assert_eq!(args.sweep_counts, sweep::COUNTS);
+        assert_eq!(
+            (args.shape(), args.precision()),
+            (Shape::CHAPTER, Precision::Fp32)
+        );
+        assert_eq!(
+            (&args.sweep_sizes[..], &args.sweep_counts[..]),
+            (&sweep::SIZES[..], &sweep::COUNTS[..])
+        );
         let tf32 = Args::parse_from(["ch1-gemm", "--tf32", "--shape", "3x256x256", "--count", "2"]);
-        assert_eq!(tf32.precision(), Precision::Tf32);
-        assert_eq!((tf32.shape().m, tf32.count), (3, 2));
-    }
-
-    #[test]
-    fn sweep_lists_parse() {
-        let args = Args::parse_from([
+        assert_eq!(
+            (tf32.precision(), tf32.shape()),
+            (Precision::Tf32, Shape::new(3, 256, 256, 2))
+        );
+        let sweep = [
             "ch1-gemm",
             "--sweep",
             "--sweep-sizes",
             "64,16",
             "--sweep-counts=8,32",
-            "--sweep-time-cap",
-            "5",
-        ]);
-        assert!(args.sweep);
-        assert_eq!(args.sweep_sizes, vec![64, 16]);
-        assert_eq!(args.sweep_counts, vec![8, 32]);
-        assert_eq!(args.sweep_time_cap, 5.0);
+        ];
+        let args = Args::parse_from(sweep);
+        assert_eq!(
+            (args.sweep_sizes, args.sweep_counts),
+            (vec![64, 16], vec![8, 32])
+        );
     }
 }

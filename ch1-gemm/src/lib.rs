@@ -22,7 +22,7 @@ use common::verify::Precision;
 use common::Result;
 
 use batch::GemmBatch;
-use problem::{inputs, reference, tolerance, work, MemoryPlan, Shape};
+use problem::{tolerance, work, MemoryPlan, Shape};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -34,20 +34,25 @@ pub enum Variant {
 impl Variant {
     pub const ALL: [Variant; 3] = [Variant::Baseline, Variant::Batched, Variant::Strided];
 
+    /// Each variant's name and description, in the order of [Variant::ALL].
+    const TEXT: [(&str, &str); 3] = [
+        ("baseline", "one cublasSgemm call per product"),
+        (
+            "batched",
+            "one cublasSgemmBatched call (device arrays of pointers)",
+        ),
+        (
+            "strided",
+            "one cublasSgemmStridedBatched call (fixed strides)",
+        ),
+    ];
+
     pub fn name(self) -> &'static str {
-        match self {
-            Variant::Baseline => "baseline",
-            Variant::Batched => "batched",
-            Variant::Strided => "strided",
-        }
+        Variant::TEXT[self as usize].0
     }
 
     pub fn description(self) -> &'static str {
-        match self {
-            Variant::Baseline => "one cublasSgemm call per product",
-            Variant::Batched => "one cublasSgemmBatched call (device arrays of pointers)",
-            Variant::Strided => "one cublasSgemmStridedBatched call (fixed strides)",
-        }
+        Variant::TEXT[self as usize].1
     }
 }
 
@@ -66,29 +71,20 @@ pub const PER_PRODUCT: &str = "per product";
 
 /// [PER_PRODUCT] of a timed variant whose runs compute `count` products.
 pub fn per_product(timed: &VariantReport, count: usize) -> Vec<Metric> {
-    timed
-        .time_ms
-        .as_ref()
-        .map(|t| Metric::new(PER_PRODUCT, t.median * 1e3 / count as f64, "us"))
-        .into_iter()
-        .collect()
-}
-
-pub fn precision_label(precision: Precision) -> &'static str {
-    match precision {
-        Precision::Tf32 => "tf32 (cuBLAS TF32 tensor-op math)",
-        _ => "fp32 (cuBLAS default math, no tensor-op shortcuts)",
-    }
+    let per = |us: f64| Metric::new(PER_PRODUCT, us / count as f64, "us");
+    timed.time_ms.iter().map(|t| per(t.median * 1e3)).collect()
 }
 
 /// What was computed, in what precision, checked how closely.
 pub fn problem_section(shape: &Shape, precision: Precision) -> Section {
+    let math = match precision {
+        Precision::Tf32 => "tf32 (cuBLAS TF32 tensor-op math)",
+        _ => "fp32 (cuBLAS default math, no tensor-op shortcuts)",
+    };
+    let (label, tolerance) = (shape.label(), tolerance(precision, shape.k));
     let mut s = Section::new("problem");
     s.lines.push(format!(
-        "{}, {} (tolerance {:.1e} relative L2 against float64)",
-        shape.label(),
-        precision_label(precision),
-        tolerance(precision, shape.k)
+        "{label}, {math} (tolerance {tolerance:.1e} relative L2 against float64)"
     ));
     s
 }
@@ -100,18 +96,14 @@ pub struct GemmLesson {
 }
 
 impl GemmLesson {
-    /// Check memory (device, host) and the reference's cost first, then make seeded inputs,
-    /// the float64 reference and the batch on the GPU.
+    /// Check the shape, memory (device, host) and the reference's cost first, then make the
+    /// batch on the GPU from seeded inputs, and the float64 reference.
     pub fn new(gpu: &Gpu, shape: Shape, precision: Precision, seed: u64) -> Result<GemmLesson> {
-        shape.validate()?;
         let (free, total) = gpu.memory()?;
         MemoryPlan::of(&shape)?.check(&shape, free, total, common::gpu::host_available_bytes())?;
-        let (a, b) = inputs(&shape, seed);
-        let reference = Reference::single(
-            "float64 CPU reference",
-            reference(&shape, &a, &b, 0, shape.count),
-        );
-        let batch = GemmBatch::new(gpu, shape, &a, &b, precision)?;
+        let batch = GemmBatch::new(gpu, shape, seed, precision)?;
+        let reference = batch.reference(0, shape.count);
+        let reference = Reference::single("float64 CPU reference", reference);
         Ok(GemmLesson {
             seed,
             batch,
@@ -155,13 +147,9 @@ impl Lesson for GemmLesson {
         Variant::ALL
             .iter()
             .map(|&v| {
-                VariantSpec::new(
-                    v.name(),
-                    v.description(),
-                    precision,
-                    work(&s, v == Variant::Batched),
-                )
-                .with_tolerance(tolerance(precision, s.k))
+                let work = work(&s, v == Variant::Batched);
+                VariantSpec::new(v.name(), v.description(), precision, work)
+                    .with_tolerance(tolerance(precision, s.k))
             })
             .collect()
     }
@@ -202,33 +190,7 @@ impl Lesson for GemmLesson {
         Ok(per_product(timed, self.shape().count))
     }
 
-    fn sections(
-        &mut self,
-        _gpu: &Gpu,
-        _variants: &[VariantReport],
-        _meter: &mut Meter,
-    ) -> Result<Vec<Section>> {
+    fn sections(&mut self, _: &Gpu, _: &[VariantReport], _: &mut Meter) -> Result<Vec<Section>> {
         Ok(vec![problem_section(&self.shape(), self.batch.precision())])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variant_names_are_unique_and_strided_is_last() {
-        let mut names: Vec<_> = Variant::ALL.iter().map(|v| v.name()).collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), 3);
-        assert_eq!(Variant::ALL[0].name(), "baseline");
-    }
-
-    #[test]
-    fn long_loops_are_not_held() {
-        assert!(can_hold(40));
-        assert!(can_hold(256));
-        assert!(!can_hold(1024));
     }
 }

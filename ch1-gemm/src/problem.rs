@@ -31,20 +31,15 @@ pub struct Shape {
 
 impl Shape {
     /// The chapter's shapes: 40 products of (32 x 256) x (256 x 256).
-    pub const CHAPTER: Shape = Shape {
-        m: 32,
-        n: 256,
-        k: 256,
-        count: 40,
-    };
+    pub const CHAPTER: Shape = Shape::new(32, 256, 256, 40);
 
-    pub fn square(size: usize, count: usize) -> Shape {
-        Shape {
-            m: size,
-            n: size,
-            k: size,
-            count,
-        }
+    /// `count` products of (m x k) x (k x n).
+    pub const fn new(m: usize, n: usize, k: usize, count: usize) -> Shape {
+        Shape { m, n, k, count }
+    }
+
+    pub const fn square(size: usize, count: usize) -> Shape {
+        Shape::new(size, size, size, count)
     }
 
     /// Elements of one A, B and C.
@@ -70,32 +65,33 @@ impl Shape {
 
     /// "40 x (32x256)x(256x256)"
     pub fn label(&self) -> String {
-        format!(
-            "{} x ({}x{})x({}x{})",
-            self.count, self.m, self.k, self.k, self.n
-        )
+        let (m, n, k) = (self.m, self.n, self.k);
+        format!("{} x ({m}x{k})x({k}x{n})", self.count)
     }
 
     /// Refuse shapes cuBLAS cannot take or whose sizes overflow, with the reason.
     pub fn validate(&self) -> Result<()> {
+        MemoryPlan::of(self).map(drop)
+    }
+
+    /// Every dimension and the count at least 1 and at most [MAX_DIM].
+    fn check_dims(&self) -> Result<()> {
         for (name, v) in [
             ("--shape: M", self.m),
             ("--shape: N", self.n),
             ("--shape: K", self.k),
             ("--count", self.count),
         ] {
-            if v == 0 {
-                return Err(Error::invalid(format!(
-                    "{name} is 0: every dimension and the count must be at least 1"
-                )));
-            }
-            if v as u64 > MAX_DIM {
-                return Err(Error::invalid(format!(
-                    "{name} {v} is too large: cuBLAS takes at most {MAX_DIM}"
-                )));
-            }
+            let why = match v {
+                0 => "is 0: every dimension and the count must be at least 1".to_string(),
+                v if v as u64 > MAX_DIM => {
+                    format!("{v} is too large: cuBLAS takes at most {MAX_DIM}")
+                }
+                _ => continue,
+            };
+            return Err(Error::invalid(format!("{name} {why}")));
         }
-        MemoryPlan::of(self).map(|_| ())
+        Ok(())
     }
 }
 
@@ -111,43 +107,24 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// Counted with checked arithmetic: a shape whose byte count overflows is refused here.
+    /// Of a shape whose dimensions cuBLAS takes, counted in 128 bits: one whose counts
+    /// overflow 64 is refused here.
     pub fn of(shape: &Shape) -> Result<MemoryPlan> {
+        shape.check_dims()?;
+        let [m, n, k, count] = [shape.m, shape.n, shape.k, shape.count].map(|v| v as u128);
         let too_large = || {
+            let label = shape.label();
             Error::invalid(format!(
-                "{} is too large: its byte count overflows 64 bits",
-                shape.label()
+                "{label} is too large: its byte count overflows 64 bits"
             ))
         };
-        let (m, n, k, count) = (
-            shape.m as u64,
-            shape.n as u64,
-            shape.k as u64,
-            shape.count as u64,
-        );
-        let per = |x: u64, y: u64| x.checked_mul(y).and_then(|e| e.checked_mul(count));
-        let a = per(m, k).ok_or_else(too_large)?;
-        let b = per(k, n).ok_or_else(too_large)?;
-        let c = per(m, n).ok_or_else(too_large)?;
-        let elements = a
-            .checked_add(b)
-            .and_then(|e| e.checked_add(c))
-            .ok_or_else(too_large)?;
-        let pointers = 3 * POINTER_BYTES * count;
-        let device_bytes = elements
-            .checked_mul(4)
-            .and_then(|e| e.checked_add(pointers + WORKSPACE_BYTES))
-            .ok_or_else(too_large)?;
-        let host_bytes = (a + b)
-            .checked_mul(4)
-            .and_then(|e| c.checked_mul(12).and_then(|r| e.checked_add(r)))
-            .and_then(|e| e.checked_add(pointers))
-            .ok_or_else(too_large)?;
-        let reference_flops = c.checked_mul(2 * k).ok_or_else(too_large)?;
+        let (a, b, c) = (m * k * count, k * n * count, m * n * count);
+        let pointers = 3 * POINTER_BYTES as u128 * count;
+        let fit = |v: u128| u64::try_from(v).map_err(|_| too_large());
         Ok(MemoryPlan {
-            device_bytes,
-            host_bytes,
-            reference_flops,
+            device_bytes: fit(4 * (a + b + c) + pointers + WORKSPACE_BYTES as u128)?,
+            host_bytes: fit(4 * (a + b) + 12 * c + pointers)?,
+            reference_flops: fit(2 * k * c)?,
         })
     }
 
@@ -160,29 +137,19 @@ impl MemoryPlan {
         total: u64,
         host_available: Option<u64>,
     ) -> Result<()> {
-        common::gpu::check_fits_in(
-            &format!(
-                "{} (A, B, C, pointer arrays, cuBLAS workspace)",
-                shape.label()
-            ),
-            self.device_bytes,
-            free,
-            total,
-        )?;
-        if let Some(available) = host_available {
-            if self.host_bytes > available {
-                return Err(Error::invalid(format!(
-                    "out of host memory: inputs and float64 reference of {} need {}, the system has {} available",
-                    shape.label(),
-                    human_bytes(self.host_bytes),
-                    human_bytes(available)
-                )));
-            }
+        let label = shape.label();
+        let what = format!("{label} (A, B, C, pointer arrays, cuBLAS workspace)");
+        common::gpu::check_fits_in(&what, self.device_bytes, free, total)?;
+        if let Some(available) = host_available.filter(|&h| self.host_bytes > h) {
+            return Err(Error::invalid(format!(
+                "out of host memory: inputs and float64 reference of {label} need {}, the system has {} available",
+                human_bytes(self.host_bytes),
+                human_bytes(available)
+            )));
         }
         if self.reference_flops > MAX_REFERENCE_FLOPS {
             return Err(Error::invalid(format!(
-                "the float64 CPU reference of {} would take {:.1} TFLOP, over the {:.1} TFLOP this lesson computes on the host: choose smaller sizes or fewer products (--sweep times large sizes)",
-                shape.label(),
+                "the float64 CPU reference of {label} would take {:.1} TFLOP, over the {:.1} TFLOP this lesson computes on the host: choose smaller sizes or fewer products (--sweep times large sizes)",
                 self.reference_flops as f64 / 1e12,
                 MAX_REFERENCE_FLOPS as f64 / 1e12
             )));
@@ -195,14 +162,9 @@ impl MemoryPlan {
 /// pointers the batched call reads.
 pub fn work(shape: &Shape, pointer_arrays: bool) -> Work {
     let count = shape.count as u64;
-    let read = (shape.a_len() + shape.b_len()) as u64 * 4 * count;
+    let pointers = 3 * POINTER_BYTES * count * pointer_arrays as u64;
     Work {
-        bytes_read: read
-            + if pointer_arrays {
-                3 * POINTER_BYTES * count
-            } else {
-                0
-            },
+        bytes_read: (shape.a_len() + shape.b_len()) as u64 * 4 * count + pointers,
         bytes_written: shape.c_len() as u64 * 4 * count,
         flops: shape.flops_per_product() * count,
     }
@@ -270,46 +232,27 @@ mod tests {
 
     #[test]
     fn zero_and_oversized_dimensions_are_refused() {
-        let bad = Shape {
-            k: 0,
-            ..Shape::CHAPTER
-        };
-        assert!(bad
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("--shape: K is 0"));
-        let big = Shape {
-            n: 1 << 31,
-            ..Shape::CHAPTER
-        };
-        assert!(big
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("--shape: N 2147483648 is too large"));
-        let none = Shape {
-            count: 0,
-            ..Shape::CHAPTER
-        };
-        assert!(none
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("--count is 0"));
+        for (shape, says) in [
+            (Shape::new(32, 256, 0, 40), "--shape: K is 0"),
+            (
+                Shape::new(32, 1 << 31, 256, 40),
+                "--shape: N 2147483648 is too large",
+            ),
+            (Shape::new(32, 256, 256, 0), "--count is 0"),
+        ] {
+            let err = shape.validate().unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
         assert!(Shape::CHAPTER.validate().is_ok());
         assert_eq!(Shape::CHAPTER.dims(), "32x256x256");
     }
 
     #[test]
-    fn overflowing_byte_counts_are_refused_not_wrapped() {
-        let s = Shape::square(i32::MAX as usize, i32::MAX as usize);
-        let err = MemoryPlan::of(&s).unwrap_err().to_string();
-        assert!(err.contains("overflows"), "{err}");
-    }
-
-    #[test]
-    fn memory_plan_counts_every_buffer() {
+    fn memory_plan_counts_every_buffer_and_refuses_overflow() {
+        let err = MemoryPlan::of(&Shape::square(i32::MAX as usize, 2)).unwrap_err();
+        assert!(err.to_string().contains("overflows 64 bits"), "{err}");
+        let err = MemoryPlan::of(&Shape::square(usize::MAX, 1)).unwrap_err();
+        assert!(err.to_string().contains("cuBLAS takes at most"), "{err}");
         let p = MemoryPlan::of(&Shape::CHAPTER).unwrap();
         let elements = 40 * (32 * 256 + 256 * 256 + 32 * 256);
         assert_eq!(p.device_bytes, elements * 4 + 40 * 24 + WORKSPACE_BYTES);
@@ -321,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn buffers_larger_than_the_device_are_out_of_memory() {
+    fn device_then_host_memory_then_the_references_cost_are_checked() {
         // 64 products of 65536^2 fp32 matrices: 3 TiB, on an 80 GiB card.
         let s = Shape::square(65536, 64);
         let p = MemoryPlan::of(&s).unwrap();
@@ -334,22 +277,15 @@ mod tests {
         );
         assert!(msg.contains("needs 3 TiB"), "{msg}");
         assert!(msg.contains("79 GiB free of 80 GiB"), "{msg}");
-    }
-
-    #[test]
-    fn host_memory_and_reference_cost_are_checked_after_the_device() {
-        let s = Shape::CHAPTER;
+        let (s, plenty) = (Shape::CHAPTER, 1 << 40);
         let p = MemoryPlan::of(&s).unwrap();
-        assert!(p.check(&s, 1 << 40, 1 << 40, Some(1 << 40)).is_ok());
-        let err = p.check(&s, 1 << 40, 1 << 40, Some(1 << 20)).unwrap_err();
+        assert!(p.check(&s, plenty, plenty, Some(plenty)).is_ok());
+        let err = p.check(&s, plenty, plenty, Some(1 << 20)).unwrap_err();
         assert!(err.to_string().starts_with("out of host memory"), "{err}");
         let huge = Shape::square(8192, 4);
-        let err = MemoryPlan::of(&huge)
-            .unwrap()
-            .check(&huge, 1 << 40, 1 << 40, None)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("float64 CPU reference"), "{err}");
+        let p = MemoryPlan::of(&huge).unwrap();
+        let err = p.check(&huge, plenty, plenty, None).unwrap_err();
+        assert!(err.to_string().contains("float64 CPU reference"), "{err}");
     }
 
     #[test]
@@ -364,19 +300,10 @@ mod tests {
 
     #[test]
     fn reference_is_the_row_major_product() {
-        // Two products of (2x3)x(3x2), by hand.
-        let s = Shape {
-            m: 2,
-            n: 2,
-            k: 3,
-            count: 2,
-        };
-        let a = [
-            1., 2., 3., 4., 5., 6., /* second */ 1., 0., 0., 0., 1., 0.,
-        ];
-        let b = [
-            7., 8., 9., 10., 11., 12., /* second */ 1., 2., 3., 4., 5., 6.,
-        ];
+        // Two products of (2x3)x(3x2), by hand; the second's A is the 2x3 identity.
+        let s = Shape::new(2, 2, 3, 2);
+        let a = [1., 2., 3., 4., 5., 6., 1., 0., 0., 0., 1., 0.];
+        let b = [7., 8., 9., 10., 11., 12., 1., 2., 3., 4., 5., 6.];
         let all = reference(&s, &a, &b, 0, 2);
         assert_eq!(all, vec![58., 64., 139., 154., 1., 2., 3., 4.]);
         assert_eq!(reference(&s, &a, &b, 1, 1), vec![1., 2., 3., 4.]);
@@ -390,7 +317,7 @@ mod tests {
         assert_eq!(inputs(&s, 9).0, a);
         assert_ne!(a, b);
         assert!(a.iter().all(|v| v.is_finite() && *v != 0.0));
-        let (a2, _) = inputs(&Shape { count: 2, ..s }, 9);
+        let (a2, _) = inputs(&Shape::square(8, 2), 9);
         assert_eq!(&a[..128], &a2[..]);
     }
 }

@@ -23,7 +23,7 @@ use common::verify::{check, Precision};
 use common::Result;
 
 use crate::batch::GemmBatch;
-use crate::problem::{inputs, reference, tolerance, work, MemoryPlan, Shape};
+use crate::problem::{tolerance, work, MemoryPlan, Shape};
 use crate::{can_hold, per_product, Variant};
 
 /// Sizes past 1024: on an H200 a single 1024^3 product still leaves SMs idle, so the grid goes
@@ -43,6 +43,10 @@ pub const MAX_RUN_FLOPS: u64 = 1 << 41;
 /// What the wall-time cap says of the points it skips.
 pub const TIME_CAP: &str = "time cap";
 
+/// The two sides of every point: one call per product (the group's baseline) and one
+/// strided-batched call.
+const SIDES: [Variant; 2] = [Variant::Baseline, Variant::Strided];
+
 /// Why a point of `count` products of `size`^3 is not measured, decided before any time is
 /// spent on it: too much work per run, or more memory than the device has `free` (a quarter
 /// is left for the harness and cuBLAS) or the host has `host` (half is left).
@@ -52,39 +56,34 @@ pub fn skip_reason(size: usize, count: usize, free: u64, host: Option<u64>) -> O
         return Some("more bytes than 64 bits count".into());
     };
     let flops = shape.flops_per_product().saturating_mul(count as u64);
-    if flops > MAX_RUN_FLOPS {
-        return Some(format!(
-            "{:.1} TFLOP per run, over the sweep's {:.1}",
-            flops as f64 / 1e12,
-            MAX_RUN_FLOPS as f64 / 1e12
-        ));
-    }
-    if plan.device_bytes > free / 4 * 3 {
-        return Some(format!(
-            "needs {} of device memory, {} free",
-            human_bytes(plan.device_bytes),
-            human_bytes(free)
-        ));
-    }
     let host_inputs = 4 * (shape.a_len() + shape.b_len()) as u64 * count as u64;
-    if let Some(available) = host.filter(|&h| host_inputs > h / 2) {
-        return Some(format!(
-            "needs {} of host memory for its inputs, {} available",
-            human_bytes(host_inputs),
-            human_bytes(available)
-        ));
+    if flops > MAX_RUN_FLOPS {
+        let tflop = |f: u64| f as f64 / 1e12;
+        Some(format!(
+            "{:.1} TFLOP per run, over the sweep's {:.1}",
+            tflop(flops),
+            tflop(MAX_RUN_FLOPS)
+        ))
+    } else if plan.device_bytes > free / 4 * 3 {
+        let (needed, free) = (human_bytes(plan.device_bytes), human_bytes(free));
+        Some(format!("needs {needed} of device memory, {free} free"))
+    } else {
+        host.filter(|&h| host_inputs > h / 2).map(|available| {
+            let (needed, available) = (human_bytes(host_inputs), human_bytes(available));
+            format!("needs {needed} of host memory for its inputs, {available} available")
+        })
     }
-    None
 }
 
-/// Per side of a point: a few samples suffice to place it in a table of ratios. A side of
-/// `calls` cuBLAS calls per run is held behind the blocking kernel only when its runs fit the
-/// launch queue, and a held sample queues at most [crate::MAX_HELD_CALLS] calls.
-pub fn sweep_bench(cold: bool, calls: usize) -> BenchConfig {
+/// Per side of a point in a run measured by `run`'s settings: a few samples suffice to place it
+/// in a table of ratios. A side of `calls` cuBLAS calls per run is held behind the blocking
+/// kernel only when the run holds and its runs fit the launch queue, and a held sample queues at
+/// most [crate::MAX_HELD_CALLS] calls.
+pub fn sweep_bench(run: BenchConfig, calls: usize) -> BenchConfig {
     BenchConfig {
         stop: StopRule::sweep(),
-        cold,
-        hold: can_hold(calls),
+        cold: run.cold,
+        hold: run.hold && can_hold(calls),
         max_batch: (crate::MAX_HELD_CALLS / calls.max(1)).max(1),
         warmup_runs: 2,
         warmup_time_s: 0.01,
@@ -97,22 +96,19 @@ pub fn point_group(size: usize, count: usize) -> String {
     format!("{size}^3 x {count}")
 }
 
-/// The inputs and batch of one size, for the largest count measured at it, and the float64
-/// products checked so far (each computed once).
+/// The batch of one size, for the largest count measured at it, and the float64 products
+/// checked so far (each computed once).
 struct SizeBatch {
-    size: usize,
-    a: Vec<f32>,
-    b: Vec<f32>,
     batch: GemmBatch,
     references: HashMap<usize, Vec<f64>>,
 }
 
 impl SizeBatch {
     fn product_reference(&mut self, i: usize) -> &[f64] {
-        let (shape, a, b) = (*self.batch.shape(), &self.a, &self.b);
+        let batch = &self.batch;
         self.references
             .entry(i)
-            .or_insert_with(|| reference(&shape, a, b, i, 1))
+            .or_insert_with(|| batch.reference(i, 1))
     }
 }
 
@@ -122,11 +118,10 @@ pub struct GemmSweep {
     seed: u64,
     time_cap_s: f64,
     start: Instant,
-    /// Per point: why it is skipped regardless of time (work cap, memory).
-    limits: Vec<Option<String>>,
-    /// Per point, once asked: whether it runs, or why not. Both sides follow the first answer,
-    /// so the time cap never leaves a point half measured.
-    decided: Vec<Option<Option<String>>>,
+    /// Per point, once decided: whether it runs, or why not. The work cap and the memory decide
+    /// up front, the time cap when the point's first side is asked; both sides follow the first
+    /// answer, so the time cap never leaves a point half measured.
+    skips: Vec<Option<Option<String>>>,
     current: Option<SizeBatch>,
 }
 
@@ -137,30 +132,21 @@ pub fn plan(sizes: &[usize], counts: &[usize]) -> Plan {
         Axis::counts("size", &values(sizes)),
         Axis::counts("count", &values(counts)).labelled(|c| format!("{c} products")),
     ];
-    let sides = [Variant::Baseline.name(), Variant::Strided.name()];
-    Plan::product(axes, "size", sides, BAR)
+    Plan::product(axes, "size", SIDES.map(Variant::name), BAR)
+}
+
+/// Device memory free on `gpu` now, and host memory available where the system says: what
+/// [GemmSweep::new] plans by.
+pub fn memory_at_hand(gpu: &Gpu) -> Result<(u64, Option<u64>)> {
+    Ok((gpu.memory()?.0, common::gpu::host_available_bytes()))
 }
 
 impl GemmSweep {
-    /// The grid `sizes` x `counts` (each sorted, without repeats). Points over the work cap or
-    /// the memory free now are marked skipped here, before anything is allocated; the time cap
-    /// counts from here.
+    /// The grid `sizes` x `counts` (each sorted, without repeats), for `free` device bytes and
+    /// `host` bytes available ([memory_at_hand]). Points over the work cap or that memory are
+    /// marked skipped here, before anything is allocated (nothing touches a GPU until a variant
+    /// runs); the time cap counts from here.
     pub fn new(
-        gpu: &Gpu,
-        sizes: &[usize],
-        counts: &[usize],
-        precision: Precision,
-        seed: u64,
-        time_cap_s: f64,
-    ) -> Result<GemmSweep> {
-        let (free, _) = gpu.memory()?;
-        let host = common::gpu::host_available_bytes();
-        GemmSweep::planned(sizes, counts, precision, seed, time_cap_s, (free, host))
-    }
-
-    /// [GemmSweep::new] for `free` device bytes and `host` bytes available (where the system
-    /// says): the plan alone, nothing touches a GPU until a variant runs.
-    pub fn planned(
         sizes: &[usize],
         counts: &[usize],
         precision: Precision,
@@ -170,19 +156,14 @@ impl GemmSweep {
     ) -> Result<GemmSweep> {
         crate::batch::math_mode(precision)?;
         let plan = plan(sizes, counts);
-        let limits: Vec<Option<String>> = plan
-            .points
-            .iter()
-            .map(|p| skip_reason(p[0] as usize, p[1] as usize, free, host))
-            .collect();
+        let skip = |p: &Vec<u64>| skip_reason(p[0] as usize, p[1] as usize, free, host);
         Ok(GemmSweep {
-            decided: vec![None; limits.len()],
+            skips: plan.points.iter().map(|p| skip(p).map(Some)).collect(),
             plan,
             precision,
             seed,
             time_cap_s,
             start: Instant::now(),
-            limits,
             current: None,
         })
     }
@@ -195,40 +176,31 @@ impl GemmSweep {
 
     /// The largest count measured at `size`: the batch the inputs are made for.
     fn capacity(&self, size: usize) -> Option<usize> {
-        (0..self.limits.len())
-            .filter(|&i| self.limits[i].is_none() && self.point(i).0 == size)
+        (0..self.skips.len())
+            .filter(|&i| !matches!(self.skips[i], Some(Some(_))) && self.point(i).0 == size)
             .map(|i| self.point(i).1)
             .max()
     }
 
-    /// The batch of `size`, made (after freeing the previous size's) when first needed.
-    fn batch_for(&mut self, gpu: &Gpu, size: usize) -> Result<&mut SizeBatch> {
-        if self.current.as_ref().is_none_or(|c| c.size != size) {
+    /// The batch of point `point`'s size, made (after freeing the previous size's) when first
+    /// needed.
+    fn batch_for(&mut self, gpu: &Gpu, point: usize) -> Result<&mut SizeBatch> {
+        let (size, _) = self.point(point);
+        if self
+            .current
+            .as_ref()
+            .is_none_or(|c| c.batch.shape().m != size)
+        {
             self.current = None;
             let capacity = self
                 .capacity(size)
                 .ok_or_else(|| common::Error::invalid(format!("no point of size {size} runs")))?;
             let shape = Shape::square(size, capacity);
-            let (a, b) = inputs(&shape, self.seed);
-            let batch = GemmBatch::new(gpu, shape, &a, &b, self.precision)?;
-            self.current = Some(SizeBatch {
-                size,
-                a,
-                b,
-                batch,
-                references: HashMap::new(),
-            });
+            let batch = GemmBatch::new(gpu, shape, self.seed, self.precision)?;
+            let references = HashMap::new();
+            self.current = Some(SizeBatch { batch, references });
         }
         Ok(self.current.as_mut().expect("made above"))
-    }
-
-    /// The batch of point `point`'s size, which its poison made.
-    fn prepared(&mut self, point: usize) -> Result<&mut SizeBatch> {
-        let (size, _) = self.point(point);
-        self.current
-            .as_mut()
-            .filter(|c| c.size == size)
-            .ok_or_else(|| common::Error::invalid(format!("size {size} was not set up")))
     }
 
     /// The grids, the crossover and the skipped points of a sweep that took `wall_s`; `bench`
@@ -244,10 +216,9 @@ impl GemmSweep {
         speedup.table = Some(self.grid(pts, |_, p| {
             p.speedup().map(|r| format!("{}x", three_figures(r.value)))
         }));
+        let (precision, cap) = (self.precision.label(), self.time_cap_s);
         speedup.lines.push(format!(
-            "{}, square products, time cap {} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64",
-            self.precision.label(),
-            self.time_cap_s
+            "{precision}, square products, time cap {cap} s, whole sweep {wall_s:.1} s; products 0 and count-1 of every side checked against float64"
         ));
         for size in self.plan.values_of("size") {
             let at: Vec<(usize, f64)> = (0..pts.len())
@@ -258,10 +229,9 @@ impl GemmSweep {
                 continue;
             };
             let min = at.iter().map(|a| a.1).fold(f64::INFINITY, f64::min);
+            let (min, max) = (three_figures(min), three_figures(max));
             speedup.lines.push(format!(
-                "size {size}: strided is {}x..{}x faster (best at {best} products)",
-                three_figures(min),
-                three_figures(max)
+                "size {size}: strided is {min}x..{max}x faster (best at {best} products)"
             ));
         }
         speedup.lines.push(summary.rule_line());
@@ -274,17 +244,12 @@ impl GemmSweep {
             ),
         });
         let skipped: Vec<String> = (0..pts.len())
-            .filter_map(|i| {
-                let (size, count) = self.point(i);
-                Some(format!("{size}x{count}: {}", pts[i].skipped.as_ref()?))
-            })
+            .filter_map(|i| Some((self.point(i), pts[i].skipped.as_ref()?)))
+            .map(|((size, count), why)| format!("{size}x{count}: {why}"))
             .collect();
         if !skipped.is_empty() {
-            speedup.lines.push(format!(
-                "skipped {} point(s): {}",
-                skipped.len(),
-                skipped.join("; ")
-            ));
+            let (n, all) = (skipped.len(), skipped.join("; "));
+            speedup.lines.push(format!("skipped {n} point(s): {all}"));
         }
         speedup.data = serde_json::to_value(summary).unwrap_or_default();
         speedup.data["wall_s"] = json!(wall_s);
@@ -305,9 +270,8 @@ impl GemmSweep {
     /// One size-by-count table whose cells `cell` fills; "-" where a point is skipped or has
     /// nothing to show, "FAILED" where a side did not verify.
     fn grid(&self, pts: &[Point], cell: impl Fn(usize, &Point) -> Option<String>) -> Table {
-        let counts = self.plan.values_of("count");
         let mut table = Table::new().left("size \\ count");
-        for c in &counts {
+        for c in self.plan.values_of("count") {
             table = table.right(c.to_string());
         }
         for size in self.plan.values_of("size") {
@@ -344,65 +308,56 @@ impl Sweep for GemmSweep {
     }
 
     fn parameters(&self) -> serde_json::Value {
+        let tolerance_at = |size: &u64| tolerance(self.precision, *size as usize);
+        let tolerances: Vec<f64> = self
+            .plan
+            .values_of("size")
+            .iter()
+            .map(tolerance_at)
+            .collect();
         json!({
             "seed": self.seed,
             "precision": self.precision.label(),
             "time_cap_s": self.time_cap_s,
-            "stop_rule": sweep_bench(false, 1).stop,
+            "stop_rule": StopRule::sweep(),
             "max_held_calls": crate::MAX_HELD_CALLS,
             "max_run_flops": MAX_RUN_FLOPS,
             "checked_products": "0 and count-1 of every side, relative L2 against float64",
-            "tolerance_rel_l2": self
-                .plan
-                .values_of("size")
-                .iter()
-                .map(|&s| tolerance(self.precision, s as usize))
-                .collect::<Vec<_>>(),
+            "tolerance_rel_l2": tolerances,
         })
     }
 
     fn spec(&self, point: usize, strided: bool) -> VariantSpec {
         let (size, count) = self.point(point);
-        let side = if strided {
-            Variant::Strided
-        } else {
-            Variant::Baseline
-        };
-        let work = work(&Shape::square(size, count), false);
+        let (side, work) = (
+            SIDES[strided as usize],
+            work(&Shape::square(size, count), false),
+        );
         VariantSpec::new("", side.description(), self.precision, work)
             .with_tolerance(tolerance(self.precision, size))
     }
 
     fn skip(&mut self, point: usize) -> Option<String> {
-        if self.decided[point].is_none() {
-            let why = self.limits[point].clone().or_else(|| {
-                (self.start.elapsed().as_secs_f64() > self.time_cap_s).then(|| TIME_CAP.into())
-            });
-            self.decided[point] = Some(why);
-        }
-        self.decided[point].clone().flatten()
+        let over_time = self.start.elapsed().as_secs_f64() > self.time_cap_s;
+        let decided = self.skips[point].get_or_insert_with(|| over_time.then(|| TIME_CAP.into()));
+        decided.clone()
     }
 
     fn poison(&mut self, gpu: &Gpu, point: usize) -> Result<()> {
-        let (size, _) = self.point(point);
-        self.batch_for(gpu, size)?.batch.poison(gpu)
+        self.batch_for(gpu, point)?.batch.poison(gpu)
     }
 
     fn run(&mut self, gpu: &Gpu, point: usize, strided: bool) -> Result<()> {
         let (_, count) = self.point(point);
-        let side = if strided {
-            Variant::Strided
-        } else {
-            Variant::Baseline
-        };
-        self.prepared(point)?.batch.run(gpu, side, count)
+        let side = SIDES[strided as usize];
+        self.batch_for(gpu, point)?.batch.run(gpu, side, count)
     }
 
     /// Products 0 and count-1 against float64: the first and last a run writes.
     fn output(&mut self, gpu: &Gpu, point: usize, _strided: bool) -> Result<Output> {
         let (size, count) = self.point(point);
         let tol = tolerance(self.precision, size);
-        let current = self.prepared(point)?;
+        let current = self.batch_for(gpu, point)?;
         let mut checks = Vec::new();
         for (part, i) in [("first product", 0), ("last product", count - 1)] {
             let got = current.batch.product(gpu, i)?;
@@ -414,11 +369,7 @@ impl Sweep for GemmSweep {
 
     fn bench_config(&self, point: usize, strided: bool, cfg: BenchConfig) -> BenchConfig {
         let (_, count) = self.point(point);
-        let sweep = sweep_bench(cfg.cold, if strided { 1 } else { count });
-        BenchConfig {
-            hold: cfg.hold && sweep.hold,
-            ..sweep
-        }
+        sweep_bench(cfg, if strided { 1 } else { count })
     }
 
     fn metrics(&mut self, point: usize, _: bool, timed: &VariantReport) -> Result<Vec<Metric>> {
@@ -441,24 +392,15 @@ mod tests {
     const PLENTY: u64 = 1 << 40;
 
     #[test]
-    fn the_default_grid_keeps_every_point_up_to_1024() {
-        for size in SIZES.iter().filter(|&&s| s <= 1024) {
-            for count in COUNTS {
-                assert_eq!(skip_reason(*size, count, PLENTY, Some(PLENTY)), None);
-            }
+    fn points_are_skipped_over_the_work_cap_or_the_memory_and_say_which() {
+        let up_to_1024 = SIZES.iter().filter(|&&s| s <= 1024);
+        for (size, count) in up_to_1024.flat_map(|&s| COUNTS.map(|c| (s, c))) {
+            assert_eq!(skip_reason(size, count, PLENTY, Some(PLENTY)), None);
         }
-    }
-
-    #[test]
-    fn large_sizes_stop_at_the_work_cap() {
         assert_eq!(skip_reason(2048, 128, PLENTY, None), None);
         assert_eq!(skip_reason(4096, 16, PLENTY, None), None);
         let why = skip_reason(4096, 32, PLENTY, None).unwrap();
         assert_eq!(why, "4.4 TFLOP per run, over the sweep's 2.2");
-    }
-
-    #[test]
-    fn memory_limits_say_which_memory() {
         // 1024 products of 1024^2: 12 GiB of A, B and C.
         let why = skip_reason(1024, 1024, 8 << 30, None).unwrap();
         assert!(
@@ -472,33 +414,19 @@ mod tests {
 
     fn plan(time_cap_s: f64) -> SweepLesson<GemmSweep> {
         // Listed out of order and with a repeat: the grid is sorted, each point once.
-        let grid = (&[4096, 16, 16][..], &[32, 8][..]);
-        let sweep = GemmSweep::planned(
-            grid.0,
-            grid.1,
-            Precision::Fp32,
-            1,
-            time_cap_s,
-            (PLENTY, None),
-        );
-        SweepLesson(sweep.unwrap())
+        let (sizes, counts, fp32) = ([4096, 16, 16], [32, 8], Precision::Fp32);
+        let memory = (PLENTY, None);
+        SweepLesson(GemmSweep::new(&sizes, &counts, fp32, 1, time_cap_s, memory).unwrap())
     }
 
     /// A side as the runner reports it: checked, and timed at `ms` unless it failed.
     fn side(spec: &VariantSpec, ms: f64, passed: bool) -> VariantReport {
         let got = if passed { 1.0f32 } else { f32::NAN };
         let checks = vec![check(&[got], &[1.0], spec.tolerance, "ref").named("first product")];
-        let mut v = VariantReport::checked(
-            &spec.name,
-            &spec.description,
-            spec.precision,
-            checks,
-            spec.work,
-        );
+        let (name, what) = (&spec.name, &spec.description);
+        let mut v = VariantReport::checked(name, what, spec.precision, checks, spec.work);
         v.group = spec.group.clone();
-        if passed {
-            v.time_ms = common::stats::Summary::of(&[ms, ms]);
-        }
+        v.time_ms = common::stats::Summary::of(&[ms, ms]).filter(|_| passed);
         v
     }
 
@@ -506,19 +434,10 @@ mod tests {
     fn every_point_is_a_group_with_the_loop_as_its_baseline() {
         let sweep = plan(60.0);
         let ids: Vec<String> = sweep.variants().iter().map(VariantSpec::id).collect();
-        assert_eq!(
-            ids,
-            [
-                "16^3 x 8:baseline",
-                "16^3 x 8:strided",
-                "16^3 x 32:baseline",
-                "16^3 x 32:strided",
-                "4096^3 x 8:baseline",
-                "4096^3 x 8:strided",
-                "4096^3 x 32:baseline",
-                "4096^3 x 32:strided",
-            ]
-        );
+        // Every point's group, its loop (the baseline) first.
+        let groups = ["16^3 x 8", "16^3 x 32", "4096^3 x 8", "4096^3 x 32"];
+        let sides = |g: &&str| [format!("{g}:baseline"), format!("{g}:strided")];
+        assert_eq!(ids, groups.iter().flat_map(sides).collect::<Vec<_>>());
         let specs = sweep.variants();
         assert_eq!(common::runner::baseline_of(&specs, 3), 2);
         assert_eq!(specs[3].work.flops, 32 * 2 * 16 * 16 * 16);
@@ -528,14 +447,7 @@ mod tests {
         let (loop_side, strided) = (sweep.bench_config(2, cfg), sweep.bench_config(3, cfg));
         assert!(loop_side.hold && strided.hold);
         assert_eq!((loop_side.max_batch, strided.max_batch), (8, 256));
-        assert_eq!(loop_side.stop, sweep_bench(false, 1).stop);
-        // The run's cold flag carries through; a run that holds nothing holds no side.
-        let cold = BenchConfig {
-            cold: true,
-            hold: false,
-            ..cfg
-        };
-        assert!(sweep.bench_config(0, cold).cold && !sweep.bench_config(0, cold).hold);
+        assert_eq!(loop_side.stop, StopRule::sweep());
     }
 
     #[test]
@@ -549,24 +461,17 @@ mod tests {
         assert_eq!(sweep.skip(7), Some(why));
         assert_eq!(sweep.0.capacity(16), Some(32));
         assert_eq!(sweep.0.capacity(4096), Some(8));
-        // Past the time cap, every point not yet begun is skipped, both of its sides.
-        let mut capped = plan(0.0);
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        assert_eq!(capped.skip(0).as_deref(), Some(TIME_CAP));
-        assert_eq!(capped.skip(1).as_deref(), Some(TIME_CAP));
     }
 
     #[test]
-    fn a_side_begun_before_the_time_cap_finishes_its_point() {
+    fn past_the_time_cap_a_begun_point_finishes_and_the_others_are_skipped() {
         let mut sweep = plan(0.05);
         assert_eq!(sweep.skip(0), None);
         std::thread::sleep(std::time::Duration::from_millis(60));
-        assert_eq!(
-            sweep.skip(1),
-            None,
-            "the strided side of a begun point runs"
-        );
-        assert_eq!(sweep.skip(2).as_deref(), Some(TIME_CAP));
+        assert_eq!(sweep.skip(1), None, "the strided side of a begun point");
+        for side in [2, 3] {
+            assert_eq!(sweep.skip(side).as_deref(), Some(TIME_CAP));
+        }
     }
 
     #[test]
@@ -617,13 +522,16 @@ mod tests {
 
     #[test]
     fn only_calls_that_fit_the_launch_queue_are_held() {
-        let one_by_one = sweep_bench(false, 300);
-        assert!(!one_by_one.hold);
-        assert_eq!(one_by_one.max_batch, 1);
-        let strided = sweep_bench(true, 1);
+        let hot = BenchConfig::default();
+        let one_by_one = sweep_bench(hot, 300);
+        assert_eq!((one_by_one.hold, one_by_one.max_batch), (false, 1));
+        // The run's cold flag carries through; a run that holds nothing holds no side.
+        let strided = sweep_bench(BenchConfig { cold: true, ..hot }, 1);
         assert!(strided.hold && strided.cold);
+        assert!(!sweep_bench(BenchConfig { hold: false, ..hot }, 1).hold);
         assert_eq!(strided.max_batch, crate::MAX_HELD_CALLS);
-        assert_eq!(sweep_bench(false, 8).max_batch, 32);
+        assert_eq!(sweep_bench(hot, 8).max_batch, 32);
+        assert!(can_hold(crate::MAX_HELD_CALLS) && !can_hold(crate::MAX_HELD_CALLS + 1));
         assert_eq!(point_group(64, 16), "64^3 x 16");
     }
 }

@@ -2,9 +2,9 @@
 
 use std::process::Command;
 
-use ch1_gemm::layout::ColumnMajorCall;
+use ch1_gemm::layout::strided_config;
 use ch1_gemm::problem::{tolerance, Shape};
-use ch1_gemm::sweep::{point_group, GemmSweep, BAR, SPEEDUP_TITLE, TIME_CAP};
+use ch1_gemm::sweep::{memory_at_hand, point_group, GemmSweep, BAR, SPEEDUP_TITLE, TIME_CAP};
 use ch1_gemm::{GemmLesson, Variant, PER_PRODUCT};
 use common::blas::BlasContext as _;
 use common::gpu::Gpu;
@@ -164,7 +164,7 @@ fn a_planted_layout_bug_is_caught_and_gets_no_speedup() {
         ),
         |inner: &mut GemmLesson, gpu: &Gpu| {
             let shape = inner.shape();
-            let cfg = ColumnMajorCall::for_row_major(&shape).strided_config(shape.count);
+            let cfg = strided_config(&shape, shape.count);
             let (blas, a, b, c) = inner.batch_mut().parts_mut();
             // The test's shape is square, so every access stays in bounds: only the order of
             // the operands is wrong.
@@ -227,7 +227,8 @@ fn sweep_data(report: &LessonReport) -> Summary {
 fn a_small_sweep_measures_and_verifies_every_point() {
     let gpu = Gpu::open(0).unwrap();
     let options = RunOptions::default();
-    let sweep = GemmSweep::new(&gpu, &[16, 48], &[8, 300], Precision::Tf32, 1, 60.0).unwrap();
+    let memory = memory_at_hand(&gpu).unwrap();
+    let sweep = GemmSweep::new(&[16, 48], &[8, 300], Precision::Tf32, 1, 60.0, memory).unwrap();
     let report = run_lesson(&gpu, &mut SweepLesson(sweep), &options).unwrap();
     let summary = sweep_data(&report);
     assert_eq!(summary.points.len(), 4);
@@ -254,7 +255,7 @@ fn a_small_sweep_measures_and_verifies_every_point() {
     assert_eq!(summary.crossovers.len(), 2, "a line per count");
     assert!(common::table::unpadded(&report.markdown()).contains("| 48 |"));
     // A zero time cap skips everything after the first check.
-    let capped = GemmSweep::new(&gpu, &[16, 32], &[8], Precision::Fp32, 1, 0.0).unwrap();
+    let capped = GemmSweep::new(&[16, 32], &[8], Precision::Fp32, 1, 0.0, memory).unwrap();
     let capped = run_lesson(&gpu, &mut SweepLesson(capped), &options).unwrap();
     let summary = sweep_data(&capped);
     assert_eq!(summary.points.len(), 2);

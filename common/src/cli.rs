@@ -61,6 +61,10 @@ pub struct CommonArgs {
     /// sections): what the compare reads of a lesson.
     #[arg(long, hide = true)]
     pub measure_only: bool,
+    /// Run only these of the binary's variants (ids as its report names them): how the
+    /// compare runs the variants it needs of a lesson, several in one process.
+    #[arg(long, hide = true, value_name = "ID,...", value_delimiter = ',')]
+    pub variants: Vec<String>,
 }
 
 impl CommonArgs {
@@ -101,10 +105,12 @@ impl CommonArgs {
         }
     }
 
-    /// The runner's options these flags ask for (every variant; a binary narrows `only`).
+    /// The runner's options these flags ask for (every variant; a binary narrows `only`, and
+    /// `--variants` narrows that).
     pub fn options(&self, startup: &Startup) -> RunOptions {
         RunOptions {
             only: Vec::new(),
+            variants: self.variants.clone(),
             bench: self.bench_config(),
             refresh_ceilings: self.refresh_ceilings,
             trace: self.trace.clone(),
@@ -207,18 +213,6 @@ pub fn exit_for_problems(problems: &[String]) -> ExitCode {
     } else {
         Exit::Problem.into()
     }
-}
-
-/// Parse `argv` as `A`; a refusal is a usage error ([Exit::Usage]), `--help` and `--version`
-/// print and exit 0 as clap does. For a program that parses another's flags in process.
-pub fn try_parse<A: clap::Parser>(argv: &[String]) -> anyhow::Result<A> {
-    A::try_parse_from(argv).map_err(|e| {
-        if e.use_stderr() {
-            crate::exit::usage(e.to_string().trim())
-        } else {
-            e.exit()
-        }
-    })
 }
 
 /// Run a binary's body with the process's start-up clock, and turn its error into one line
@@ -330,6 +324,23 @@ mod tests {
     }
 
     #[test]
+    fn the_variants_asked_for_reach_the_runner() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Lesson {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let asked = Lesson::parse_from(["lesson", "--variants", "training:baseline,graphs"]);
+        let options = asked.common.options(&Startup::now());
+        assert_eq!(options.variants, ["training:baseline", "graphs"]);
+        let all = Lesson::parse_from(["lesson"])
+            .common
+            .options(&Startup::now());
+        assert!(all.variants.is_empty() && all.only.is_empty());
+    }
+
+    #[test]
     fn every_lesson_gets_trace() {
         use clap::Parser;
         #[derive(Parser)]
@@ -356,16 +367,7 @@ mod tests {
         );
         assert_eq!(exit_code_for(&anyhow::anyhow!("anything else")), 1);
         assert_eq!(exit_code_for(&anyhow::Error::new(Error::invalid("x"))), 1);
-        #[derive(clap::Parser, Debug)]
-        struct Lesson {
-            #[command(flatten)]
-            common: CommonArgs,
-        }
-        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let err = try_parse::<Lesson>(&argv(&["lesson", "--min-samples", "0"])).unwrap_err();
-        assert_eq!(exit_code_for(&err), 2);
-        assert!(err.to_string().contains("--min-samples"), "{err}");
-        assert!(try_parse::<Lesson>(&argv(&["lesson", "--quick"])).is_ok());
+        assert_eq!(exit_code_for(&crate::exit::usage("--min-samples 0")), 2);
     }
 
     #[test]

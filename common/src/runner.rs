@@ -220,6 +220,9 @@ impl Reference {
 pub struct RunOptions {
     /// Variants to run by id ("fused", "training:pinned") or unique name; empty: all.
     pub only: Vec<String>,
+    /// The variants the command line asked for (`--variants`), named as in `only`: of those
+    /// `only` selects, these alone run; empty: no narrowing.
+    pub variants: Vec<String>,
     pub bench: BenchConfig,
     /// Re-measure the device ceilings instead of using the cached ones.
     pub refresh_ceilings: bool,
@@ -241,6 +244,29 @@ impl RunOptions {
             only: variants.iter().map(|s| s.to_string()).collect(),
             ..self
         }
+    }
+
+    /// The indexes of `specs` to run: those `only` selects ([select]), in its order, narrowed
+    /// to those `variants` names when it names any (in the order it names them when `only`
+    /// names none). A name that is no variant's, or a narrowing that leaves none, is an error.
+    pub fn selected(&self, specs: &[VariantSpec]) -> Result<Vec<usize>> {
+        if self.variants.is_empty() {
+            return select(specs, &self.only);
+        }
+        let asked = select(specs, &self.variants)?;
+        let chosen: Vec<usize> = if self.only.is_empty() {
+            asked
+        } else {
+            let only = select(specs, &self.only)?;
+            only.into_iter().filter(|i| asked.contains(i)).collect()
+        };
+        if chosen.is_empty() {
+            return Err(Error::invalid(format!(
+                "--variants {}: none of them is among the variants this binary runs",
+                self.variants.join(",")
+            )));
+        }
+        Ok(chosen)
     }
 }
 
@@ -468,7 +494,7 @@ pub fn run_lesson(
     options: &RunOptions,
 ) -> Result<LessonReport> {
     let specs = lesson.variants();
-    let selected = grouped(&select(&specs, &options.only)?, &specs);
+    let selected = grouped(&options.selected(&specs)?, &specs);
     options.bench.stop.validate().map_err(Error::invalid)?;
     let mut startup = options.startup.clone();
     let mut clock = ProcessClock::default();
@@ -894,6 +920,35 @@ mod tests {
             err.contains("names several variants: use one of x:a, y:a"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_variants_asked_for_narrow_the_binarys_own() {
+        let specs = [spec("baseline"), spec("fused"), spec("strided")];
+        let options = |only: &[&str], variants: &[&str]| RunOptions {
+            only: names(only),
+            variants: names(variants),
+            ..RunOptions::default()
+        };
+        // Nothing asked: the binary's own selection, all when it has none.
+        assert_eq!(options(&[], &[]).selected(&specs).unwrap(), [0, 1, 2]);
+        assert_eq!(options(&["fused"], &[]).selected(&specs).unwrap(), [1]);
+        // Asked of a binary that runs every variant: in the order asked.
+        let asked = options(&[], &["strided", "baseline"]);
+        assert_eq!(asked.selected(&specs).unwrap(), [2, 0]);
+        // Asked of a binary that runs some: its own order, those asked alone.
+        let narrowed = options(&["strided", "fused", "baseline"], &["baseline", "fused"]);
+        assert_eq!(narrowed.selected(&specs).unwrap(), [1, 0]);
+        let err = options(&["fused"], &["baseline"])
+            .selected(&specs)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--variants baseline: none of them is among the variants"),
+            "{err}"
+        );
+        let err = options(&[], &["fast"]).selected(&specs).unwrap_err();
+        assert!(err.to_string().contains("unknown variant 'fast'"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! `cargo run --release -p compare`: every pair of every lesson in child processes (one per
-//! lesson and set of flags), one table, and a verdict against the expected figures of this GPU (and, for
-//! host-paced variants, of this machine). `--html FILE` writes the chapter's report page from
-//! results folders instead, with no GPU.
+//! `cargo run --release -p compare`: every pair of every lesson in child processes (each
+//! lesson's own binary, one process per lesson and set of flags), one table, and a verdict
+//! against the expected figures of this GPU (and, for host-paced variants, of this machine).
+//! `--html FILE` writes the chapter's report page from results folders instead, with no GPU.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ use clap::Parser;
 use common::ceilings;
 use common::cli::CommonArgs;
 use common::gpu::DeviceList;
-use common::report::{Provenance, Startup};
+use common::report::Provenance;
 
 use crate::child::{self, Outcome};
 use crate::expectations::{self, Expectations};
@@ -34,9 +35,6 @@ pub const MIN_TIME_S: f64 = 0.1;
 pub const MIN_SAMPLES: usize = 10;
 /// The median's relative standard error that is enough (a fraction).
 pub const MAX_MEDIAN_ERROR: f64 = 0.04;
-
-/// First argument that makes this binary a child running one variant.
-pub const CHILD_FLAG: &str = "__run-variant";
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -93,9 +91,10 @@ pub struct Args {
     /// Smallest change that counts, in percent.
     #[arg(long, default_value = "5", value_name = "PERCENT", value_parser = common::cli::parse_percent)]
     pub threshold: f64,
-    /// Test only: run this program instead of this binary for each variant.
-    #[arg(long, hide = true, value_name = "PATH")]
-    pub child_program: Option<PathBuf>,
+    /// Test only: run the lesson binaries in this folder (fakes that need no GPU, so none is
+    /// looked for) instead of those beside this binary.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub lessons_dir: Option<PathBuf>,
     /// The flags every lesson takes, passed on to each variant's process (`--json` writes the
     /// whole compare; `--trace FILE` gives each variant its own FILE-<lesson>-<variant>.json;
     /// the hidden `--plant-slowdown` takes "lesson/variant").
@@ -164,28 +163,17 @@ pub fn child_flags(common: &CommonArgs, lesson: &str, variants: &[&str]) -> Vec<
     flags
 }
 
-pub fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some(CHILD_FLAG) {
-        return common::cli::main_with(|startup| run_child(&argv[2..], startup));
-    }
-    common::cli::main_with(|_| run(&Args::parse()))
+/// The command line of `child`'s lesson binary: the variants it runs (`--variants`), the
+/// measuring flags ([child_flags]) and the pair's own flags.
+pub fn child_argv(common: &CommonArgs, child: &Child) -> Vec<String> {
+    let mut argv = vec!["--variants".to_string(), child.variants.join(",")];
+    argv.extend(child_flags(common, child.lesson, &child.variants));
+    argv.extend(child.args.iter().map(|a| a.to_string()));
+    argv
 }
 
-/// Child side: `compare __run-variant LESSON VARIANT[,VARIANT...] [lesson flags...]`.
-fn run_child(rest: &[String], startup: Startup) -> anyhow::Result<ExitCode> {
-    let [lesson, variants, flags @ ..] = rest else {
-        return Err(common::exit::usage(format!(
-            "usage: compare {CHILD_FLAG} LESSON VARIANT[,VARIANT...] [FLAGS]"
-        )));
-    };
-    let entry =
-        lessons::lesson(lesson).ok_or_else(|| anyhow::anyhow!("unknown lesson '{lesson}'"))?;
-    let argv: Vec<String> = std::iter::once(lesson.clone())
-        .chain(flags.iter().cloned())
-        .collect();
-    let only: Vec<&str> = variants.split(',').collect();
-    (entry.run)(&argv, &only, startup)
+pub fn main() -> ExitCode {
+    common::cli::main_with(|_| run(&Args::parse()))
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -221,17 +209,35 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             args.filter.as_deref().unwrap_or_default()
         )));
     }
+    if !args.common.variants.is_empty() {
+        return Err(common::exit::usage(
+            "--variants picks a lesson binary's variants: compare picks pairs with --filter",
+        ));
+    }
     // One clear line and exit 2 without a GPU, before starting any child (tests that run fake
     // children instead need no GPU, and name their GPUs).
-    let count = match &args.child_program {
+    let count = match &args.lessons_dir {
         None => common::gpu::probe_driver()?,
         Some(_) => usize::MAX,
     };
+    let variants = lessons::variants_of(&pairs);
+    let mut needed: Vec<&str> = variants.iter().map(|v| v.lesson).collect();
+    needed.sort_unstable();
+    needed.dedup();
+    let dir = match &args.lessons_dir {
+        Some(dir) => dir.clone(),
+        None => lessons::binaries_dir()?,
+    };
+    let programs: HashMap<&str, PathBuf> = needed
+        .iter()
+        .copied()
+        .zip(lessons::binaries(&dir, &needed)?)
+        .collect();
     let scratch = child::scratch_dir()?;
     if let Some(devices) = &args.devices {
-        if *devices == DeviceList::All && args.child_program.is_some() {
+        if *devices == DeviceList::All && args.lessons_dir.is_some() {
             return Err(common::exit::usage(
-                "--devices: name the GPUs (0,1,...) when the variants are not this binary's",
+                "--devices: name the GPUs (0,1,...) when the lessons are not the built ones",
             ));
         }
         if let Some(requested) = devices.missing(count) {
@@ -250,11 +256,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&scratch);
         return code;
     }
-    let program = match &args.child_program {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()?,
-    };
-    let variants = lessons::variants_of(&pairs);
     // A trace file is named for one variant, so each runs in a process of its own.
     let isolate = args.isolate || args.common.trace.is_some();
     let started = Instant::now();
@@ -278,13 +279,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let _ = std::io::stderr().flush();
         }
         let (lesson, names) = (child.lesson, &child.variants);
-        let mut child_args = vec![CHILD_FLAG.to_string(), lesson.to_string(), names.join(",")];
-        child_args.extend(child_flags(&args.common, lesson, names));
-        child_args.extend(child.args.iter().map(|a| a.to_string()));
         let t0 = Instant::now();
         let outcome = child::run(
-            &program,
-            &child_args,
+            &programs[lesson],
+            &child_argv(&args.common, &child),
             Duration::from_secs_f64(args.timeout * names.len() as f64),
             &scratch,
             &format!("{}-{lesson}", children.len()),

@@ -1,10 +1,6 @@
-//! Every lesson the compare knows, how to run one of its variants in this process (the child
-//! side), and its baseline/optimized pairs.
+//! Every lesson the compare knows, where its binary is, and its baseline/optimized pairs.
 
-use std::process::ExitCode;
-
-use clap::Parser;
-use common::report::Startup;
+use std::path::{Path, PathBuf};
 
 /// Which measured ceiling a pair's optimized variant is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,42 +68,51 @@ pub struct VariantKey {
     pub args: &'static [&'static str],
 }
 
-type RunFn = fn(&[String], &[&str], Startup) -> anyhow::Result<ExitCode>;
+/// The lessons the compare runs. Each runs as its own binary, found beside the compare's
+/// ([binaries]): the compare builds on no lesson's code.
+pub const LESSONS: &[&str] = &[
+    "ch1-intensity",
+    "ch1-gemm",
+    "ch1-basics",
+    "ch1-graph-shapes",
+];
 
-pub struct LessonEntry {
-    pub name: &'static str,
-    pub run: RunFn,
+/// The folder of this executable, where `cargo build` puts every binary of the workspace
+/// (target/release/ for `cargo run --release -p compare`); a test's executable sits one
+/// folder down, in deps/.
+pub fn binaries_dir() -> std::io::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    Ok(match dir.parent() {
+        Some(up) if dir.ends_with("deps") => up.to_path_buf(),
+        _ => dir.to_path_buf(),
+    })
 }
 
-/// Parse a lesson's own flags and run its `cli::run`, as its binary would.
-fn run_parsed<A: Parser>(
-    argv: &[String],
-    only: &[&str],
-    startup: Startup,
-    run: fn(&A, &[&str], Startup) -> anyhow::Result<ExitCode>,
-) -> anyhow::Result<ExitCode> {
-    run(&common::cli::try_parse::<A>(argv)?, only, startup)
-}
-
-pub fn lessons() -> Vec<LessonEntry> {
-    vec![
-        LessonEntry {
-            name: "ch1-intensity",
-            run: |argv, only, s| run_parsed(argv, only, s, ch1_intensity::cli::run),
-        },
-        LessonEntry {
-            name: "ch1-gemm",
-            run: |argv, only, s| run_parsed(argv, only, s, ch1_gemm::cli::run),
-        },
-        LessonEntry {
-            name: "ch1-basics",
-            run: |argv, only, s| run_parsed(argv, only, s, ch1_basics::cli::run),
-        },
-        LessonEntry {
-            name: "ch1-graph-shapes",
-            run: |argv, only, s| run_parsed(argv, only, s, ch1_graph_shapes::cli::run),
-        },
-    ]
+/// The binary of each of `lessons` in `dir`, in order; those missing are one line that names
+/// the command that builds them.
+pub fn binaries(dir: &Path, lessons: &[&str]) -> anyhow::Result<Vec<PathBuf>> {
+    let paths: Vec<PathBuf> = lessons.iter().map(|l| dir.join(l)).collect();
+    let missing: Vec<&str> = lessons
+        .iter()
+        .zip(&paths)
+        .filter(|(_, p)| !p.is_file())
+        .map(|(l, _)| *l)
+        .collect();
+    if missing.is_empty() {
+        return Ok(paths);
+    }
+    let release = if dir.ends_with("debug") {
+        ""
+    } else {
+        " --release"
+    };
+    anyhow::bail!(
+        "compare runs each lesson's own binary and finds no {} in {}: build every lesson with `cargo build{release}` (or `cargo build{release} -p {}`)",
+        missing.join(", "),
+        dir.display(),
+        missing.join(" -p ")
+    )
 }
 
 /// Flags of the pinned pair: one pass of 4096 samples per step copies 4 MiB, where a pinned
@@ -205,10 +210,6 @@ pub const PAIRS: &[Pair] = &[
     ),
 ];
 
-pub fn lesson(name: &str) -> Option<LessonEntry> {
-    lessons().into_iter().find(|l| l.name == name)
-}
-
 /// Pairs whose id ("lesson/pair") contains `filter` (all when None).
 pub fn select(filter: Option<&str>) -> Vec<Pair> {
     PAIRS
@@ -280,10 +281,40 @@ mod tests {
 
     #[test]
     fn every_pair_names_a_known_lesson() {
-        let names: Vec<_> = lessons().iter().map(|l| l.name).collect();
         for p in PAIRS {
-            assert!(names.contains(&p.lesson), "{}", p.id());
+            assert!(LESSONS.contains(&p.lesson), "{}", p.id());
         }
+    }
+
+    #[test]
+    fn a_missing_binary_is_one_line_naming_the_build() {
+        let dir = std::env::temp_dir().join(format!("compare-bins-{}", std::process::id()));
+        let release = dir.join("release");
+        std::fs::create_dir_all(&release).unwrap();
+        std::fs::write(release.join("ch1-gemm"), "").unwrap();
+        let found = binaries(&release, &["ch1-gemm"]).unwrap();
+        assert_eq!(found, [release.join("ch1-gemm")]);
+        let err = binaries(&release, &["ch1-gemm", "ch1-basics", "ch1-intensity"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "compare runs each lesson's own binary and finds no ch1-basics, ch1-intensity in "
+            ),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("`cargo build --release` (or `cargo build --release -p ch1-basics -p ch1-intensity`)"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1);
+        let debug = dir.join("debug");
+        let err = binaries(&debug, &["ch1-gemm"]).unwrap_err().to_string();
+        assert!(
+            err.contains("`cargo build` (or `cargo build -p ch1-gemm`)"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn names(runs: &[VariantKey]) -> Vec<(&str, &str, usize)> {
@@ -324,20 +355,17 @@ mod tests {
     }
 
     #[test]
-    fn pairs_at_other_sizes_say_why_and_use_flags_the_lesson_takes() {
+    fn pairs_at_other_sizes_say_why() {
         for p in PAIRS {
             assert_eq!(p.args.is_empty(), p.size_note.is_empty(), "{}", p.id());
         }
-        for args in [PINNED_ARGS, PREALLOC_ARGS] {
-            let argv = std::iter::once("ch1-basics").chain(args.iter().copied());
-            let parsed = ch1_basics::cli::Args::try_parse_from(argv).unwrap();
-            parsed.train_config().unwrap();
-        }
-        let pinned = ch1_basics::cli::Args::parse_from(
-            std::iter::once("ch1-basics").chain(PINNED_ARGS.iter().copied()),
-        );
-        // 4096 samples of 256 fp32 features: 4 MiB per copy.
-        assert_eq!(pinned.microbatch * 256 * 4, 4 << 20);
+        // 4096 samples of the MLP's 256 fp32 features: 4 MiB per copy. (That ch1-basics takes
+        // these flags: tests/lesson_binaries.rs.)
+        let microbatch = PINNED_ARGS
+            .windows(2)
+            .find(|w| w[0] == "--microbatch")
+            .map(|w| w[1].parse::<u64>().unwrap());
+        assert_eq!(microbatch.map(|m| m * 256 * 4), Some(4 << 20));
     }
 
     #[test]

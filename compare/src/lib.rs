@@ -1,7 +1,8 @@
 //! The cross-lesson compare: how readers see the whole chapter at once, and how the project
-//! catches regressions. The variants run in child processes (this binary re-run in child mode, one
-//! process per lesson and set of flags, one per variant when a process fails),
-//! so a crash, a hang or a sticky CUDA error costs that process, not the run.
+//! catches regressions. The variants run in child processes (each lesson's own binary, found
+//! beside this one; one process per lesson and set of flags, one per variant when a process
+//! fails), so a crash, a hang or a sticky CUDA error costs that process, not the run. The
+//! compare builds on no lesson's code.
 
 pub mod child;
 pub mod cli;

@@ -98,42 +98,44 @@ fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> Le
     }
 }
 
-/// A fake variant program: what it does for each variant is read from files next to it
-/// (`<variant>.mode`, or `<variant>-dev<N>.mode` for `--device N`: crash, hang, garbage, or the
-/// name of a report file to copy). Several variants at once (`baseline,fused`) read
-/// `baseline,fused.mode`; without one, the program fails without a report, and the compare
-/// runs each variant on its own.
-fn fake_program(d: &Path) -> PathBuf {
-    let script = d.join("fake-variant.sh");
-    std::fs::write(
-        &script,
-        r#"#!/bin/sh
-# args: __run-variant LESSON VARIANT ... --json PATH
-variant="$3"
-for a in "$@"; do last_but_one="$prev"; prev="$a"; done
-json="$prev"
-echo "$@" >> "$(dirname "$0")/calls.log"
-dev=""; p=""
-for a in "$@"; do [ "$p" = "--device" ] && dev="$a"; p="$a"; done
-mode_file="$(dirname "$0")/$variant-dev$dev.mode"
-[ -f "$mode_file" ] || mode_file="$(dirname "$0")/$variant.mode"
+/// A folder of fake lesson binaries, one per lesson, in `d/lessons`: what one does for its
+/// variants (`--variants`) is read from files in `d` (`<variant>.mode`, or
+/// `<variant>-dev<N>.mode` for `--device N`: crash, hang, garbage, or the name of a report file
+/// to copy). Several variants at once (`baseline,fused`) read `baseline,fused.mode`; without
+/// one, the program fails without a report, and the compare runs each variant on its own. Each
+/// call is a line of `d/calls.log`: the lesson, then its arguments.
+fn fake_lessons(d: &Path) -> PathBuf {
+    let script = r#"#!/bin/sh
+# args: --variants VARIANT[,VARIANT...] ... --json PATH
+here="$(dirname "$0")/.."
+variant=""; dev=""; p=""
+for a in "$@"; do
+  [ "$p" = "--variants" ] && variant="$a"
+  [ "$p" = "--device" ] && dev="$a"
+  p="$a"
+done
+json="$p"
+echo "$(basename "$0") $*" >> "$here/calls.log"
+mode_file="$here/$variant-dev$dev.mode"
+[ -f "$mode_file" ] || mode_file="$here/$variant.mode"
 if [ ! -f "$mode_file" ]; then echo "error: no fake report for $variant" >&2; exit 1; fi
 mode=$(cat "$mode_file")
 case "$mode" in
   crash) kill -SEGV $$ ;;
   hang) sleep 30 ;;
   garbage) echo "this is not json" > "$json"; exit 0 ;;
-  *) cp "$(dirname "$0")/$mode" "$json"; exit 0 ;;
+  *) cp "$here/$mode" "$json"; exit 0 ;;
 esac
-"#,
-    )
-    .unwrap();
-    #[cfg(unix)]
-    {
+"#;
+    let lessons = d.join("lessons");
+    std::fs::create_dir_all(&lessons).unwrap();
+    for lesson in compare::lessons::LESSONS {
+        let bin = lessons.join(lesson);
+        std::fs::write(&bin, script).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    script
+    lessons
 }
 
 fn set_mode(d: &Path, variant: &str, mode: &str) {
@@ -172,9 +174,9 @@ fn compare(d: &Path, extra: &[&str]) -> (i32, String, String) {
 }
 
 fn compare_pairs(d: &Path, filter: &str, extra: &[&str]) -> (i32, String, String) {
-    let fake = fake_program(d);
+    let fake = fake_lessons(d);
     let out = Command::new(BIN)
-        .args(["--filter", filter, "--timeout", "2", "--child-program"])
+        .args(["--filter", filter, "--timeout", "2", "--lessons-dir"])
         .arg(&fake)
         .args(extra)
         .current_dir(d)
@@ -377,7 +379,7 @@ fn a_pair_at_other_flags_runs_both_sides_with_them_and_judges_its_effect() {
         "both sides in one process: {calls}"
     );
     assert!(
-        calls.starts_with("__run-variant ch1-basics training:baseline,training:pinned "),
+        calls.starts_with("ch1-basics --variants training:baseline,training:pinned "),
         "{calls}"
     );
     assert!(
@@ -594,6 +596,25 @@ fn a_fleet_run_takes_no_expectations_update_and_names_its_gpus() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.starts_with("error: invalid value '0' for '--fleet-bar"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_lesson_binary_is_one_line_naming_the_build() {
+    let d = dir("missing");
+    let empty = d.join("no-lessons-here");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = Command::new(BIN)
+        .args(["--filter", "ch1-gemm", "--lessons-dir"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("finds no ch1-gemm in") && err.contains("`cargo build --release`"),
         "{err}"
     );
 }

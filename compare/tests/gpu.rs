@@ -2,9 +2,15 @@
 
 use std::process::Command;
 
+mod support;
+
 fn compare(args: &[&str]) -> (i32, String, String) {
-    // On a GPU machine the binary travels apart from the build tree: COMPARE_BIN says where.
-    let bin = std::env::var("COMPARE_BIN").unwrap_or(env!("CARGO_BIN_EXE_compare").into());
+    // On a GPU machine the binary travels apart from the build tree: COMPARE_BIN says where
+    // (with the lessons' binaries beside it).
+    let bin = std::env::var("COMPARE_BIN").unwrap_or_else(|_| {
+        support::lesson_binaries();
+        env!("CARGO_BIN_EXE_compare").into()
+    });
     let out = Command::new(bin).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),

@@ -1,6 +1,6 @@
-//! `cargo bench -p compare`: criterion benchmarks. The lesson variants are timed on the GPU by
-//! the harness's own timer (CUDA events on the lesson's stream, one sample of `iters` runs per
-//! criterion iteration, not held behind the blocking kernel: criterion's iteration counts can
+//! `cargo bench -p ch1-intensity`: criterion benchmarks. The lesson's variants are timed on the
+//! GPU by the harness's own timer (CUDA events on the lesson's stream, one sample of `iters` runs
+//! per criterion iteration, not held behind the blocking kernel: criterion's iteration counts can
 //! exceed the launch queue), and skipped with a printed reason without one; the harness's
 //! CPU-side statistics and stopping rule are benchmarked everywhere.
 

@@ -176,7 +176,12 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
     if let Some(kind) = args.sweep {
         return run_sweeps(args, only, kind, startup);
     }
-    let chosen = selection(args.part, only)?;
+    let mut chosen = selection(args.part, only)?;
+    // The compare's `--variants` narrows the parts too: a part is built, and the pipeline
+    // judged whole, by what really runs.
+    if !args.common.variants.is_empty() {
+        chosen.retain(|id| args.common.variants.contains(id));
+    }
     let in_group = |id: &String, group: &str| id.split_once(':').is_some_and(|(g, _)| g == group);
     let picked = |group: &str| chosen.iter().filter(|id| in_group(id, group)).count();
     // Sizes are checked before the GPU is opened: one clear line, no device needed.

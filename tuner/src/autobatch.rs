@@ -36,7 +36,8 @@ pub const SCHEMA: &str = "tuner-autobatch/2";
 
 /// Optimizer steps a search trial may run: no warmup (nothing is timed), then until memory is
 /// steady (the third step at the earliest) or this many. Few to spare: a program that sizes its
-/// data by the steps it is told prepares (and pins) batches for every one of them.
+/// data by the steps it is told has its loader prepare (and pin) batches ahead, as many as
+/// there are up to the loader's prefetch, while the first step autotunes.
 pub const SEARCH_WARMUP: usize = 0;
 pub const SEARCH_STEPS: usize = 6;
 

@@ -2,29 +2,126 @@
 //! are tested on constructed ones): the best configurations, the recommendation (by the one rule
 //! of [crate::recommend]), and the diagnosis in words, which states only what was measured.
 
+use std::cmp::Ordering;
+
 use serde::{Deserialize, Serialize};
 
 use crate::classify::Status;
+use crate::named::Named;
+use crate::program::Axes;
 use crate::protocol::ThroughputSource;
 use crate::trial::TrialResult;
 
 /// One point of the sweep. Ordered for a deterministic tie-break: smaller batch, fewer workers,
-/// fp32 before AMP.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// fp32 before AMP, then the user's axes' values as text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
     pub amp: bool,
+    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    pub axes: Axes,
 }
 
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        format!(
+        let mut label = format!(
             "workers {}, {}",
             self.workers,
             if self.amp { "AMP" } else { "fp32" }
-        )
+        );
+        for (name, value) in self.axes.iter() {
+            label.push_str(&format!(", {name} {value}"));
+        }
+        label
+    }
+}
+
+/// Whether the lowest or the highest value of a metric is best.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Goal {
+    Min,
+    Max,
+}
+
+/// `--pick loss:min`: the recommendation by a metric the program reports, not by throughput.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PickRule {
+    pub metric: String,
+    pub goal: Goal,
+}
+
+impl PickRule {
+    pub fn parse(s: &str) -> Result<PickRule, String> {
+        let form = || format!("'{s}' is not METRIC:min or METRIC:max (e.g. --pick loss:min)");
+        let (metric, goal) = s.rsplit_once(':').ok_or_else(form)?;
+        let goal = match goal.trim() {
+            "min" => Goal::Min,
+            "max" => Goal::Max,
+            _ => return Err(form()),
+        };
+        let metric = metric.trim();
+        if metric.is_empty() {
+            return Err(form());
+        }
+        Ok(PickRule {
+            metric: metric.to_string(),
+            goal,
+        })
+    }
+
+    /// `lowest loss`, `highest accuracy`.
+    pub fn describe(&self) -> String {
+        let which = match self.goal {
+            Goal::Min => "lowest",
+            Goal::Max => "highest",
+        };
+        format!("{which} {}", self.metric)
+    }
+
+    /// Less is better: sorts the best value first.
+    fn order(&self, a: f64, b: f64) -> Ordering {
+        match self.goal {
+            Goal::Min => a.total_cmp(&b),
+            Goal::Max => b.total_cmp(&a),
+        }
+    }
+
+    /// The message for a metric no trial reported, naming those that were.
+    pub fn unreported(&self, trials: &[TrialResult]) -> Option<String> {
+        let mut seen: Vec<&str> = Vec::new();
+        for name in trials.iter().flat_map(|t| t.measured.metrics.names()) {
+            if name == self.metric {
+                return None;
+            }
+            if !seen.contains(&name) {
+                seen.push(name);
+            }
+        }
+        let reported = if seen.is_empty() {
+            "no trial reported any metric (a \"metrics\" object on its step or end lines)".into()
+        } else {
+            format!("the trials reported {}", seen.join(", "))
+        };
+        Some(format!(
+            "--pick {}: no trial reported a metric '{}'; {reported}",
+            self.metric, self.metric
+        ))
+    }
+}
+
+/// A metric's value as tables show it: four significant figures, `NaN` for one that was not a
+/// number.
+pub fn metric_text(v: Option<f64>) -> String {
+    match v {
+        None => "NaN".into(),
+        Some(v) if v == 0.0 || (1e-3..1e5).contains(&v.abs()) => {
+            let decimals = (3 - v.abs().log10().floor() as i32).max(0) as usize;
+            format!("{v:.decimals$}")
+        }
+        Some(v) => format!("{v:.3e}"),
     }
 }
 
@@ -35,6 +132,22 @@ impl TrialResult {
             batch: self.params.batch_size,
             workers: self.params.workers,
             amp: self.params.amp,
+            axes: self.params.axes.clone(),
+        }
+    }
+
+    /// Why a trial that ended OK cannot be picked by `rule`, or None when it can: it did not
+    /// report the metric, reported one that was not a number, or its peak is inside the margin.
+    pub fn not_picked_by(&self, rule: &PickRule, margin: f64) -> Option<String> {
+        let m = &rule.metric;
+        match self.measured.metrics.get(m) {
+            None => Some(format!("reported no {m}")),
+            Some(v) if !v.is_some_and(f64::is_finite) => Some(format!("{m} not a number")),
+            Some(_) if !within_margin(self, margin) => Some(format!(
+                "peak inside the {:.0}% memory margin",
+                100.0 * margin
+            )),
+            Some(_) => None,
         }
     }
 
@@ -85,6 +198,9 @@ pub struct Pick {
     pub key: TrialKey,
     pub samples_per_s: f64,
     pub peak_bytes: u64,
+    /// The value of the metric it was picked by (`--pick`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<f64>,
     pub why: String,
 }
 
@@ -99,6 +215,9 @@ pub struct Best {
     /// The margin the recommendation kept free.
     #[serde(default)]
     pub margin: f64,
+    /// The metric the recommendation was picked by (`--pick`); by throughput without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub picked_by: Option<PickRule>,
 }
 
 /// Throughput within this fraction of the best counts as as good.
@@ -120,6 +239,7 @@ fn pick_max(
             key,
             samples_per_s,
             peak_bytes,
+            metric: None,
             why: why(s),
         })
 }
@@ -155,20 +275,12 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
                 .then(a.key().cmp(&b.key()))
         })
         .map(|(t, tp)| {
-            let (peak, limit) = t.memory_terms();
-            let memory = match (peak, limit) {
-                (Some(p), Some(l)) => format!(
-                    "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
-                    p as f64 / 1e9,
-                    l as f64 / 1e9,
-                    100.0 * margin
-                ),
-                _ => "memory limit not known: the margin could not be checked".into(),
-            };
+            let memory = memory_note(t, margin);
             Pick {
                 key: t.key(),
                 samples_per_s: tp,
-                peak_bytes: peak.unwrap_or(0),
+                peak_bytes: t.memory_terms().0.unwrap_or(0),
+                metric: None,
                 why: format!(
                     "{tp:.0} samples/s ({:.0}% of the fastest within the margin; {memory}), smallest batch within {:.0}%",
                     100.0 * tp / top,
@@ -181,7 +293,59 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
         best_efficiency,
         recommended,
         margin,
+        picked_by: None,
     }
+}
+
+/// The trial's peak against its limit and the margin kept, or that the limit is not known.
+fn memory_note(t: &TrialResult, margin: f64) -> String {
+    match t.memory_terms() {
+        (Some(p), Some(l)) => format!(
+            "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
+            p as f64 / 1e9,
+            l as f64 / 1e9,
+            100.0 * margin
+        ),
+        _ => "memory limit not known: the margin could not be checked".into(),
+    }
+}
+
+/// [best], with the recommendation by `rule`'s metric where one is given: the best value among
+/// the trials that ended OK, reported it as a number and leave the margin free (the same memory
+/// rule as by throughput); equal values go to the higher throughput, then the smaller batch.
+pub fn best_by(trials: &[TrialResult], margin: f64, rule: Option<&PickRule>) -> Best {
+    let mut b = best(trials, margin);
+    let Some(rule) = rule else { return b };
+    let candidates: Vec<(&TrialResult, f64)> = trials
+        .iter()
+        .filter(|t| t.status == Status::Ok && t.not_picked_by(rule, margin).is_none())
+        .filter_map(|t| Some((t, (*t.measured.metrics.get(&rule.metric)?)?)))
+        .collect();
+    let throughput = |t: &TrialResult| t.measured.samples_per_s.unwrap_or(0.0);
+    let count = candidates.len();
+    b.recommended = candidates
+        .into_iter()
+        .min_by(|(a, va), (b, vb)| {
+            (rule.order(*va, *vb))
+                .then(throughput(b).total_cmp(&throughput(a)))
+                .then(a.key().cmp(&b.key()))
+        })
+        .map(|(t, v)| Pick {
+            key: t.key(),
+            samples_per_s: throughput(t),
+            peak_bytes: t.memory_terms().0.unwrap_or(0),
+            metric: Some(v),
+            why: format!(
+                "{} {}, the {} of the {count} trial(s) that ended OK, reported it and leave the margin free ({}); {:.0} samples/s",
+                rule.metric,
+                metric_text(Some(v)),
+                rule.describe(),
+                memory_note(t, margin),
+                throughput(t),
+            ),
+        });
+    b.picked_by = Some(rule.clone());
+    b
 }
 
 /// What the measurements say about AMP against out-of-memory: AMP's measured peak against
@@ -192,7 +356,10 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     let (batch, fp32, amp) = peaks()
         .filter(|(k, _)| !k.amp)
         .filter_map(|(k, fp32)| {
-            let amp = TrialKey { amp: true, ..k };
+            let amp = TrialKey {
+                amp: true,
+                ..k.clone()
+            };
             Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1))
         })
         .max_by_key(|m| m.0)?;
@@ -431,10 +598,11 @@ mod tests {
     fn a_single_config_is_every_pick() {
         let trials = vec![ok(32, 500.0, 1.0)];
         let b = best(&trials, MARGIN);
-        let key = Some(trials[0].key());
-        assert_eq!(b.highest_throughput.as_ref().map(|p| p.key), key);
-        assert_eq!(b.best_efficiency.as_ref().map(|p| p.key), key);
-        assert_eq!(b.recommended.as_ref().map(|p| p.key), key);
+        let key = trials[0].key();
+        let key = Some(&key);
+        assert_eq!(b.highest_throughput.as_ref().map(|p| &p.key), key);
+        assert_eq!(b.best_efficiency.as_ref().map(|p| &p.key), key);
+        assert_eq!(b.recommended.as_ref().map(|p| &p.key), key);
         let d = diagnose(&trials, &b);
         assert_eq!(d[0].finding, Finding::Healthy);
     }

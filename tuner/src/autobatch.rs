@@ -192,6 +192,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         accumulation: 1,
         steps,
         warmup_steps,
+        axes: Default::default(),
     };
     let mut results = ResultsFile::create(&run.results_path)?;
     run.announce("autobatch", None);

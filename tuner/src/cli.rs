@@ -5,9 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::analysis::PickRule;
 use crate::autobatch::CONFIRM_STEPS;
 use crate::config::{self, Overrides, Switch};
 use crate::granularity::Granularity;
+use crate::program::Axis;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -85,7 +87,8 @@ pub struct RunArgs {
     pub quiet: bool,
     /// Your training command and its arguments, after `--`. {batch_size}, {workers}, {amp},
     /// {accumulation}, {steps} and {warmup} are replaced by each trial's values, which are
-    /// also in PERF_LESSONS_BATCH_SIZE and the like.
+    /// also in PERF_LESSONS_BATCH_SIZE and the like (and a sweep's --axis NAME in {NAME} and
+    /// PERF_LESSONS_<NAME>).
     #[arg(last = true, value_name = "COMMAND", required = true)]
     pub command: Vec<String>,
 }
@@ -179,6 +182,14 @@ pub struct SweepArgs {
     /// Draw FILE.png and FILE.svg: samples/s and peak memory against the batch.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
+    /// An axis of your own, repeatable (lr=0.1,0.01): {NAME} in the command and
+    /// PERF_LESSONS_<NAME> in the environment carry each value, tried with every other setting.
+    #[arg(long = "axis", value_name = "NAME=V1,V2,...", value_parser = Axis::parse)]
+    pub axes: Vec<Axis>,
+    /// Recommend by a metric the program reports (loss:min, accuracy:max) rather than by
+    /// throughput; the memory margin still applies.
+    #[arg(long, value_name = "METRIC:min|max", value_parser = PickRule::parse)]
+    pub pick: Option<PickRule>,
     #[command(flatten)]
     pub run: RunArgs,
 }

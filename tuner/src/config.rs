@@ -25,6 +25,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::program::Axis;
+
 /// Largest batch the tool accepts (far past any GPU's memory for every model).
 pub const MAX_BATCH: usize = 1 << 26;
 
@@ -170,6 +172,7 @@ impl Overrides {
             adam_like: self.adam_like.unwrap_or(false),
             devices: self.devices,
             time_limit_s,
+            axes: Vec::new(),
         })
     }
 }
@@ -191,6 +194,9 @@ pub struct Settings {
     pub adam_like: bool,
     pub devices: Option<String>,
     pub time_limit_s: f64,
+    /// The user's own axes (`--axis`), each value a trial of every other setting.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub axes: Vec<Axis>,
 }
 
 /// `1,2,4` or a power-of-two range `1..8192`.

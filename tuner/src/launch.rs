@@ -26,7 +26,7 @@ const SERVER: &str = include_str!("forkserver.py");
 /// own), its folder, and where its output goes.
 pub struct Spawn<'a> {
     pub argv: &'a [String],
-    pub env: Vec<(&'static str, OsString)>,
+    pub env: Vec<(String, OsString)>,
     pub stdout: &'a Path,
     pub stderr: &'a Path,
 }

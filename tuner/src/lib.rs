@@ -10,9 +10,10 @@
 //!
 //! Modules in layers, each using only those above it:
 //!
-//! - [config], [granularity], [line], [program], [protocol], [classify]: settings, the sizes an
-//!   answer may take, the peak-memory line, the command and its placeholders, the report
-//!   protocol, how a trial ended
+//! - [config], [granularity], [line], [named], [program], [protocol], [classify]: settings, the
+//!   sizes an answer may take, the peak-memory line, values by name in their order, the command
+//!   with its placeholders and the user's axes, the report protocol and its metrics, how a trial
+//!   ended
 //! - [nvml], [gpu], [launch]: NVML readings, the GPUs trials run on, how a trial's process
 //!   starts (spawned, or forked from a Python parent that imported the program's modules once)
 //! - [trial], [queue]: one trial watched to its end; trials over the GPUs from one queue
@@ -27,6 +28,7 @@ pub mod classify;
 pub mod config;
 pub mod granularity;
 pub mod line;
+pub mod named;
 pub mod program;
 pub mod protocol;
 

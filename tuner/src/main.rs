@@ -8,7 +8,7 @@ use tuner::autobatch::{self, Options};
 use tuner::cli::{Cli, Command, RunArgs};
 use tuner::config::Settings;
 use tuner::gpu::visible_devices;
-use tuner::program::{Placeholder, Program};
+use tuner::program::{Axis, Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
 
 fn main() -> ExitCode {
@@ -18,9 +18,16 @@ fn main() -> ExitCode {
             if let Some(b) = &a.batch_sizes {
                 settings.batch_sizes = b.0.clone();
             }
+            Axis::check_distinct(&a.axes).map_err(usage)?;
+            settings.axes = a.axes.clone();
             let run = start(&a.run, &settings, "sweep")?;
-            let report = tuner::sweep::sweep(&run, settings, a.margin, a.plot.as_deref())?;
+            let pick = a.pick.as_ref();
+            let report = tuner::sweep::sweep(&run, settings, a.margin, pick, a.plot.as_deref())?;
             emit(&a.run.json, &report, &tuner::sweep::render(&report))?;
+            // Known only once the trials reported: their results are kept, the pick is refused.
+            if let Some(e) = &report.pick_error {
+                return Err(usage(e));
+            }
             Ok(code(report.best.highest_throughput.is_some()))
         }
         Command::Memory(a) => {
@@ -95,13 +102,12 @@ fn settings(a: &RunArgs) -> anyhow::Result<Settings> {
 /// its trials start.
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
     let program = Program::new(a.command.clone()).map_err(usage)?;
-    if let Some(word) = program.unknown_placeholders().first() {
-        let known: Vec<String> = Placeholder::ALL
-            .iter()
-            .map(|p| format!("{{{}}}", p.name))
-            .collect();
+    if let Some(word) = program.unknown_placeholders(&settings.axes).first() {
+        let names = Placeholder::ALL.iter().map(|p| p.name);
+        let axes = settings.axes.iter().map(|a| a.name.as_str());
+        let known: Vec<String> = names.chain(axes).map(|n| format!("{{{n}}}")).collect();
         return Err(usage(format!(
-            "{{{word}}} in the command is not a placeholder: use {}",
+            "{{{word}}} in the command is not a placeholder: use {}, or give it values with a sweep's --axis {word}=V1,V2,...",
             known.join(", ")
         )));
     }

@@ -5,8 +5,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::named::Named;
+
+/// One trial's values of the user's own axes (`--axis lr=0.1,0.01`), in the order the axes were
+/// given.
+pub type Axes = Named<String>;
+
 /// One trial's settings: what the tuner varies and how long the program runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Params {
     /// Samples per micro-batch.
     pub batch_size: usize,
@@ -20,6 +26,9 @@ pub struct Params {
     pub steps: usize,
     /// Optimizer steps run (and reported) before measuring.
     pub warmup_steps: usize,
+    /// The user's own axes: `{name}` in the command, `PERF_LESSONS_<NAME>` in the environment.
+    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    pub axes: Axes,
 }
 
 impl Params {
@@ -44,7 +53,102 @@ impl Params {
         if self.accumulation > 1 {
             s.push_str(&format!(", accumulation {}", self.accumulation));
         }
+        for (name, value) in self.axes.iter() {
+            s.push_str(&format!(", {name} {value}"));
+        }
         s
+    }
+}
+
+/// One of the user's own axes: a name and the values a sweep tries, as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Axis {
+    pub name: String,
+    pub values: Vec<String>,
+}
+
+impl Axis {
+    /// `NAME=V1,V2,...`: a lowercase identifier that is none of the tuner's own placeholders,
+    /// and values kept as written (`1e-3` stays `1e-3`), repeats dropped.
+    pub fn parse(s: &str) -> Result<Axis, String> {
+        let Some((name, values)) = s.split_once('=') else {
+            return Err(format!(
+                "'{s}' is not an axis: write NAME=V1,V2,... (e.g. lr=0.1,0.01)"
+            ));
+        };
+        let name = name.trim();
+        let identifier = name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !identifier {
+            return Err(format!(
+                "axis name '{name}': use a lowercase identifier (letters, digits, _; a letter first)"
+            ));
+        }
+        let env = Axis::env_of(name);
+        if let Some(p) = Placeholder::ALL
+            .iter()
+            .find(|p| p.name == name || p.env == env)
+        {
+            return Err(format!(
+                "axis name '{name}' is the tuner's own {{{}}}: give it with its own flag, or name the axis otherwise",
+                p.name
+            ));
+        }
+        if env == REPORT_ENV || env == TRIAL_ENV {
+            return Err(format!(
+                "axis name '{name}' would set {env}, which the tuner sets itself: name the axis otherwise"
+            ));
+        }
+        let mut list: Vec<String> = Vec::new();
+        for v in values.split(',').map(str::trim) {
+            if v.is_empty() {
+                return Err(format!("axis '{name}' has an empty value: '{s}'"));
+            }
+            if !list.iter().any(|x| x == v) {
+                list.push(v.to_string());
+            }
+        }
+        Ok(Axis {
+            name: name.to_string(),
+            values: list,
+        })
+    }
+
+    /// `PERF_LESSONS_<NAME>`.
+    pub fn env_of(name: &str) -> String {
+        format!("PERF_LESSONS_{}", name.to_ascii_uppercase())
+    }
+
+    /// Every combination of the axes' values, the first axis slowest; one empty combination
+    /// without axes.
+    pub fn grid(axes: &[Axis]) -> Vec<Axes> {
+        axes.iter().fold(vec![Axes::default()], |combos, axis| {
+            combos
+                .iter()
+                .flat_map(|c| {
+                    axis.values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.set(&axis.name, v.clone());
+                        c
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The same axis given twice is a mistake worth a line.
+    pub fn check_distinct(axes: &[Axis]) -> Result<(), String> {
+        for (i, a) in axes.iter().enumerate() {
+            if axes[..i].iter().any(|b| b.name == a.name) {
+                return Err(format!(
+                    "--axis {} is given twice: list all its values in one --axis {}=V1,V2,...",
+                    a.name, a.name
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -131,17 +235,19 @@ impl Program {
         self.argv.iter().map(|a| substitute(a, p)).collect()
     }
 
-    /// The environment every trial gets for these values (placeholders' variables).
-    pub fn env_for(p: &Params) -> Vec<(&'static str, String)> {
-        Placeholder::ALL
+    /// The environment every trial gets for these values (placeholders' variables and the
+    /// axes').
+    pub fn env_for(p: &Params) -> Vec<(String, String)> {
+        let builtin = Placeholder::ALL
             .iter()
-            .map(|ph| (ph.env, (ph.value)(p)))
-            .collect()
+            .map(|ph| (ph.env.to_string(), (ph.value)(p)));
+        let axes = p.axes.iter().map(|(n, v)| (Axis::env_of(n), v.clone()));
+        builtin.chain(axes).collect()
     }
 
-    /// Words in braces that look like placeholders but are none of ours (`{batch}` for
-    /// `{batch_size}`): worth a warning, since they reach the program as they are.
-    pub fn unknown_placeholders(&self) -> Vec<String> {
+    /// Words in braces that look like placeholders but are none of ours nor an axis's
+    /// (`{batch}` for `{batch_size}`): worth a warning, since they reach the program as they are.
+    pub fn unknown_placeholders(&self, axes: &[Axis]) -> Vec<String> {
         let mut out = Vec::new();
         for a in &self.argv {
             let mut rest = a.as_str();
@@ -153,6 +259,7 @@ impl Program {
                     !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if looks_like_one
                     && !Placeholder::ALL.iter().any(|p| p.name == word)
+                    && !axes.iter().any(|a| a.name == word)
                     && !out.iter().any(|w: &String| w == word)
                 {
                     out.push(word.to_string());
@@ -211,6 +318,9 @@ fn substitute(arg: &str, p: &Params) -> String {
             out = out.replace(&token, &(ph.value)(p));
         }
     }
+    for (name, value) in p.axes.iter() {
+        out = out.replace(&format!("{{{name}}}"), value);
+    }
     out
 }
 
@@ -233,6 +343,7 @@ mod tests {
             accumulation: 2,
             steps: 20,
             warmup_steps: 3,
+            axes: Axes::default(),
         }
     }
 
@@ -264,10 +375,88 @@ mod tests {
             "{epoch}/{batch}",
         ];
         let prog = Program::new(argv.map(String::from).to_vec()).unwrap();
-        assert_eq!(prog.unknown_placeholders(), vec!["batch", "epoch"]);
+        assert_eq!(prog.unknown_placeholders(&[]), vec!["batch", "epoch"]);
         let argv = prog.argv_for(&params());
         assert_eq!(argv[2], "{\"json\": 1}");
         assert_eq!(argv[3], "96");
+    }
+
+    #[test]
+    fn axes_become_placeholders_and_environment_variables() {
+        let lr = Axis::parse("lr=1e-3, 0.01,1e-3").unwrap();
+        assert_eq!(lr.values, ["1e-3", "0.01"], "as written, repeats dropped");
+        let model = Axis::parse("model_2=resnet18,vit").unwrap();
+        let grid = Axis::grid(&[lr.clone(), model.clone()]);
+        let pairs: Vec<String> = grid
+            .iter()
+            .map(|a| {
+                a.iter()
+                    .map(|(_, v)| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect();
+        assert_eq!(
+            pairs,
+            ["1e-3/resnet18", "1e-3/vit", "0.01/resnet18", "0.01/vit"]
+        );
+        assert_eq!(Axis::grid(&[]), vec![Axes::default()]);
+
+        let mut p = params();
+        p.axes = grid[3].clone();
+        let prog = Program::new(words(
+            "train.py --lr={lr} --model {model_2} --b {batch_size} {lr2}",
+        ))
+        .unwrap();
+        let axes = [lr, model];
+        assert_eq!(prog.unknown_placeholders(&axes), ["lr2"]);
+        assert_eq!(
+            prog.argv_for(&p),
+            words("train.py --lr=0.01 --model vit --b 96 {lr2}")
+        );
+        let env = Program::env_for(&p);
+        assert!(env.contains(&("PERF_LESSONS_LR".into(), "0.01".into())));
+        assert!(env.contains(&("PERF_LESSONS_MODEL_2".into(), "vit".into())));
+        assert_eq!(env.len(), Placeholder::ALL.len() + 2);
+        assert!(
+            p.describe().ends_with(", lr 0.01, model_2 vit"),
+            "{}",
+            p.describe()
+        );
+        // The axes travel with the trial's params, in their order.
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(
+            json.contains(r#""axes":{"lr":"0.01","model_2":"vit"}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Params>(&json).unwrap(), p);
+        let plain = serde_json::to_string(&params()).unwrap();
+        assert!(!plain.contains("axes"), "{plain}");
+    }
+
+    #[test]
+    fn an_axis_that_is_not_one_is_refused_in_one_line() {
+        let refused = [
+            ("lr", "NAME=V1,V2"),
+            ("LR=0.1", "lowercase identifier"),
+            ("2lr=0.1", "lowercase identifier"),
+            ("l-r=0.1", "lowercase identifier"),
+            ("=0.1", "lowercase identifier"),
+            ("batch_size=8,16", "the tuner's own {batch_size}"),
+            ("amp=bf16", "the tuner's own {amp}"),
+            ("warmup_steps=1", "the tuner's own {warmup}"),
+            ("report=x", "PERF_LESSONS_REPORT"),
+            ("trial=1", "PERF_LESSONS_TRIAL"),
+            ("lr=0.1,,0.2", "empty value"),
+            ("lr=", "empty value"),
+        ];
+        for (arg, says) in refused {
+            let e = Axis::parse(arg).unwrap_err();
+            assert!(e.contains(says) && !e.contains('\n'), "{arg}: {e}");
+        }
+        let twice = [Axis::parse("lr=1").unwrap(), Axis::parse("lr=2").unwrap()];
+        assert!(Axis::check_distinct(&twice).unwrap_err().contains("twice"));
+        assert!(Axis::check_distinct(&twice[..1]).is_ok());
     }
 
     #[test]

@@ -10,6 +10,16 @@ use serde_json::{Map, Value};
 
 use common::stats::Summary;
 
+use crate::named::Named;
+
+/// A program's own figures by name (`"metrics": {"loss": 2.31}` on a step or end line). None is
+/// a value that was not a number (a loss that diverged: JSON has no NaN, so it comes as null).
+pub type Metrics = Named<Option<f64>>;
+
+/// Most metrics one line may carry, and the longest name: a table shows a column for each.
+const MAX_METRICS: usize = 16;
+const MAX_METRIC_NAME: usize = 64;
+
 /// One optimizer step as the program reported it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
@@ -25,6 +35,8 @@ pub struct StepRecord {
     /// The share of the step the GPU was working (0..1), as the program measured it.
     #[serde(default)]
     pub gpu_busy: Option<f64>,
+    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    pub metrics: Metrics,
 }
 
 /// The program's closing line, `"kind": "end"`.
@@ -36,6 +48,9 @@ pub struct EndRecord {
     /// The share of the measured steps the GPU was working (0..1).
     #[serde(default)]
     pub gpu_busy: Option<f64>,
+    /// Figures of the whole run (a final evaluation's loss): they stand over the steps' last.
+    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    pub metrics: Metrics,
 }
 
 /// The program's `"kind": "device"` line: the GPU as the framework sees it, written once the
@@ -148,6 +163,7 @@ fn parse_line(line: &str) -> Result<Line, String> {
             samples_per_s: seconds_like(&o, "samples_per_s")?,
             peak_memory_bytes: whole(&o, "peak_memory_bytes")?,
             gpu_busy: share(&o, "gpu_busy")?,
+            metrics: metrics(&o)?,
         })),
         "device" => Ok(Line::Device(DeviceRecord {
             name: match o.get("name") {
@@ -186,7 +202,49 @@ fn step(o: &Map<String, Value>) -> Result<StepRecord, String> {
         optimizer_s: seconds_like(o, "optimizer_s")?,
         peak_memory_bytes: whole(o, "peak_memory_bytes")?,
         gpu_busy: share(o, "gpu_busy")?,
+        metrics: metrics(o)?,
     })
+}
+
+/// `"metrics": {"loss": 2.31, "accuracy": 0.5}`: numbers by name, null for one that is not a
+/// number.
+fn metrics(o: &Map<String, Value>) -> Result<Metrics, String> {
+    let m = match o.get("metrics") {
+        None | Some(Value::Null) => return Ok(Metrics::default()),
+        Some(Value::Object(m)) => m,
+        Some(v) => {
+            return Err(format!(
+                "'metrics' must be an object of numbers by name, found {v}"
+            ))
+        }
+    };
+    if m.len() > MAX_METRICS {
+        return Err(format!(
+            "{} metrics on one line: at most {MAX_METRICS}",
+            m.len()
+        ));
+    }
+    let mut out = Metrics::default();
+    for (name, v) in m {
+        if name.trim().is_empty() || name.chars().count() > MAX_METRIC_NAME {
+            return Err(format!(
+                "metric name '{name}': give 1 to {MAX_METRIC_NAME} characters"
+            ));
+        }
+        let value = match v {
+            Value::Null => None,
+            v => match v.as_f64() {
+                Some(x) => Some(x),
+                None => {
+                    return Err(format!(
+                        "metric '{name}' must be a number or null, found {v}"
+                    ))
+                }
+            },
+        };
+        out.set(name, value);
+    }
+    Ok(out)
 }
 
 /// A step line's record, or None for any other line (used while the program runs; the whole
@@ -294,6 +352,10 @@ pub struct Measured {
     /// median of its steps' figures, else its end line's.
     #[serde(default)]
     pub gpu_busy: Option<f64>,
+    /// The program's own figures: the last value of each over its lines, warmup included, the
+    /// end line's where it gave one.
+    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    pub metrics: Metrics,
 }
 
 impl Measured {
@@ -346,6 +408,13 @@ impl Measured {
             }
             _ => None,
         };
+        let mut metrics = Metrics::default();
+        let lines = report.steps.iter().map(|s| &s.metrics);
+        for line in lines.chain(report.end.as_ref().map(|e| &e.metrics)) {
+            for (name, value) in line.iter() {
+                metrics.set(name, *value);
+            }
+        }
         let program_difference = against(program_samples_per_s);
         let clock_difference = against(clock_samples_per_s);
         Measured {
@@ -367,6 +436,7 @@ impl Measured {
             gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
                 .map(|m| m.median)
                 .or(report.end.as_ref().and_then(|e| e.gpu_busy)),
+            metrics,
         }
     }
 }
@@ -531,6 +601,63 @@ mod tests {
         let m = Measured::from_report(&steps(&[1.0, 1.0], 10), 5, Some((100, 1.0)), &[]);
         assert_eq!((m.source, m.samples_per_s), (ThroughputSource::None, None));
         assert_eq!(m.warmup_steps, 2);
+    }
+
+    #[test]
+    fn metrics_keep_their_last_value_and_the_end_line_s_over_the_steps() {
+        let r = ReportFile::parse(concat!(
+            "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": {\"loss\": 2.5, \"acc\": 0.1}}\n",
+            "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": {\"loss\": 2.0, \"grad_norm\": null}}\n",
+            "{\"samples\": 8, \"step_s\": 0.1}\n",
+            "{\"kind\": \"end\", \"metrics\": {\"acc\": 0.75}}\n",
+        ));
+        assert_eq!((r.steps.len(), r.health.bad_lines), (3, 0));
+        let m = Measured::from_report(&r, 1, None, &[]).metrics;
+        assert_eq!(m.get("loss"), Some(&Some(2.0)), "the last step's");
+        assert_eq!(m.get("acc"), Some(&Some(0.75)), "the end line's");
+        assert_eq!(m.get("grad_norm"), Some(&None), "not a number");
+        assert_eq!(m.get("lr"), None);
+        // Carried through JSON, null and all.
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<Metrics>(&text).unwrap(), m);
+        // A later number replaces a null, a null a number: the last word counts.
+        let r = ReportFile::parse(concat!(
+            "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": {\"loss\": null}}\n",
+            "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": {\"loss\": 1.5}}\n",
+        ));
+        let m = Measured::from_report(&r, 0, None, &[]).metrics;
+        assert_eq!(m.get("loss"), Some(&Some(1.5)));
+        // What is not a metric makes the line bad, said why.
+        let long = "x".repeat(65);
+        for (line, says) in [
+            (
+                "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": [1]}",
+                "'metrics' must be an object",
+            ),
+            (
+                "{\"samples\": 8, \"step_s\": 0.1, \"metrics\": {\"loss\": \"low\"}}",
+                "metric 'loss' must be a number",
+            ),
+            ("{\"kind\": \"end\", \"metrics\": {\"\": 1}}", "metric name"),
+            (
+                &format!("{{\"kind\": \"end\", \"metrics\": {{\"{long}\": 1}}}}"),
+                "metric name",
+            ),
+        ] {
+            let r = ReportFile::parse(line);
+            assert_eq!(r.health.bad_lines, 1, "{line}");
+            assert!(
+                r.health.first_bad[0].reason.contains(says),
+                "{line}: {:?}",
+                r.health.first_bad
+            );
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("\"m{i}\": 1")).collect();
+        let r = ReportFile::parse(&format!(
+            "{{\"kind\": \"end\", \"metrics\": {{{}}}}}",
+            many.join(",")
+        ));
+        assert!(r.health.first_bad[0].reason.contains("at most 16"));
     }
 
     #[test]

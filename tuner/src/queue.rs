@@ -108,7 +108,7 @@ impl Progress<'_> {
 }
 
 /// A skip rule for sweeps: a batch at or above one that ran out of memory with the same other
-/// settings would run out too.
+/// settings (the user's axes among them) would run out too.
 pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String> {
     done.iter()
         .filter(|r| r.status == Status::Oom)
@@ -116,7 +116,7 @@ pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String
             r.params.batch_size <= p.batch_size
                 && Params {
                     batch_size: p.batch_size,
-                    ..r.params
+                    ..r.params.clone()
                 } == *p
         })
         .map(|r| r.params.batch_size)
@@ -180,7 +180,7 @@ where
         return Err(Error::invalid("no device to run trials on"));
     }
     let state = Mutex::new(State {
-        pending: jobs.iter().copied().enumerate().collect(),
+        pending: jobs.iter().cloned().enumerate().collect(),
         running: 0,
         total: jobs.len(),
         done: Vec::with_capacity(jobs.len()),
@@ -275,7 +275,7 @@ mod tests {
                 } else {
                     Status::Ok
                 };
-                result(i, *p, s, d)
+                result(i, p.clone(), s, d)
             },
             larger_batch_after_oom,
             &mut file,
@@ -307,7 +307,7 @@ mod tests {
     fn no_devices_is_an_error_and_no_jobs_is_nothing() {
         let dir = temp("empty");
         let mut file = ResultsFile::create(&dir.join("r.jsonl")).unwrap();
-        let run = |i: usize, p: &Params, d: &Device| result(i, *p, Status::Ok, d);
+        let run = |i: usize, p: &Params, d: &Device| result(i, p.clone(), Status::Ok, d);
         let none = |_: &Params, _: &[TrialResult]| None;
         let quiet = |_: &Progress| {};
         assert!(run_queue(&[params(1, 0)], &[], run, none, &mut file, quiet).is_err());

@@ -219,12 +219,27 @@ impl Run {
                 ..self.limits
             },
         };
-        let folder = format!(
+        let mut folder = format!(
             "trial-{index:03}-b{}-w{}-amp-{}",
             p.batch_size,
             p.workers,
             on_off(p.amp)
         );
+        for (name, value) in p.axes.iter() {
+            // A value is the user's text (a path, say): only what is safe in a file name.
+            let value: String = value
+                .chars()
+                .take(40)
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || ".-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            folder.push_str(&format!("-{name}-{value}"));
+        }
         runner.trial(p, index, device, &self.folder.join(folder))
     }
 

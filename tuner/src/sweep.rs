@@ -13,10 +13,10 @@ use common::stats::Summary;
 use common::table::{cell, Table};
 use common::{Error, Result};
 
-use crate::analysis::{self, Best, Diagnosis, Pick};
+use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
 use crate::config::Settings;
-use crate::program::{on_off, Params, Program};
+use crate::program::{on_off, Axis, Params, Program};
 use crate::protocol::ThroughputSource;
 use crate::run::{Ran, Run};
 use crate::trial::TrialResult;
@@ -72,23 +72,31 @@ pub struct SweepReport {
     pub best: Best,
     pub diagnosis: Vec<Diagnosis>,
     pub throughput_check: ThroughputCheck,
+    /// `--pick` named a metric no trial reported: the trials are kept, the pick is not made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pick_error: Option<String>,
 }
 
-/// The sweep's trials: every AMP setting x worker count x batch size, batches ascending within
-/// each setting (so the skip rule can spare the batches above an out-of-memory).
+/// The sweep's trials: every AMP setting x worker count x combination of the user's axes x
+/// batch size, batches ascending within each setting (so the skip rule can spare the batches
+/// above an out-of-memory).
 pub fn plan(s: &Settings) -> Vec<Params> {
+    let combos = Axis::grid(&s.axes);
     let mut out = Vec::new();
     for &amp in &s.amp {
         for &workers in &s.workers {
-            for &batch_size in &s.batch_sizes {
-                out.push(Params {
-                    batch_size,
-                    workers,
-                    amp,
-                    accumulation: s.accumulation_steps,
-                    steps: s.steps,
-                    warmup_steps: s.warmup_steps,
-                });
+            for axes in &combos {
+                for &batch_size in &s.batch_sizes {
+                    out.push(Params {
+                        batch_size,
+                        workers,
+                        amp,
+                        accumulation: s.accumulation_steps,
+                        steps: s.steps,
+                        warmup_steps: s.warmup_steps,
+                        axes: axes.clone(),
+                    });
+                }
             }
         }
     }
@@ -99,15 +107,17 @@ pub fn sweep(
     run: &Run,
     settings: Settings,
     margin: Option<f64>,
+    pick: Option<&PickRule>,
     plot: Option<&Path>,
 ) -> Result<SweepReport> {
     let jobs = plan(&settings);
     let ran = run.ran("sweep", &jobs, settings, margin)?;
-    let best = analysis::best(&ran.trials, ran.margin);
+    let best = analysis::best_by(&ran.trials, ran.margin, pick);
     let diagnosis = analysis::diagnose(&ran.trials, &best);
     let report = SweepReport {
         schema: SCHEMA,
         throughput_check: throughput_check(&ran.trials),
+        pick_error: pick.and_then(|rule| rule.unreported(&ran.trials)),
         best,
         diagnosis,
         ran,
@@ -123,18 +133,41 @@ pub fn sweep(
     Ok(report)
 }
 
+/// Names in the order the trials first have them.
+fn names_in<'a>(
+    trials: &'a [TrialResult],
+    of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
+) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for name in trials.iter().flat_map(of) {
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
+}
+
 /// One row per trial (columns no trial has are left out); figures only of a trial that ended OK.
-pub fn trial_table(trials: &[TrialResult]) -> Table {
-    let mut t = Table::new()
-        .right("batch")
-        .right("workers")
-        .left("AMP")
+/// A column per axis of the user's and per metric the program reported; with `pick` (the rule
+/// and the margin), an OK trial the rule cannot pick says why in its status.
+pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Table {
+    let axes = names_in(trials, |r| r.params.axes.names().collect());
+    let metrics = names_in(trials, |r| r.measured.metrics.names().collect());
+    let mut t = Table::new().right("batch").right("workers").left("AMP");
+    for name in &axes {
+        t = t.left(*name);
+    }
+    t = t
         .right("data ms")
         .right("fwd ms")
         .right("bwd ms")
         .right("opt ms")
         .right("step ms")
-        .right("samples/s")
+        .right("samples/s");
+    for name in &metrics {
+        t = t.right(*name);
+    }
+    t = t
         .right("vs program %")
         .right("vs clock %")
         .right("GPU busy %")
@@ -150,21 +183,40 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
         let ms =
             |s: &Option<Summary>| cell(s.as_ref().filter(|_| ok), |s| format!("{:.3}", s.median));
         let percent = |d: Option<f64>| cell(d, |d| format!("{:+.2}", 100.0 * d));
-        let status = match (r.status, m.source) {
+        let mut status: String = match (r.status, m.source) {
             (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
             (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
             (s, _) => format!("{s:?}").to_uppercase(),
         };
-        t.row(vec![
+        if let Some(why) = pick
+            .filter(|_| ok)
+            .and_then(|(rule, margin)| r.not_picked_by(rule, margin))
+        {
+            status.push_str(&format!(": {why} (not picked)"));
+        }
+        let mut row = vec![
             r.params.batch_size.to_string(),
             r.params.workers.to_string(),
             on_off(r.params.amp).into(),
+        ];
+        row.extend(
+            axes.iter()
+                .map(|a| cell(r.params.axes.get(a), String::clone)),
+        );
+        row.extend([
             ms(&m.data_ms),
             ms(&m.forward_ms),
             ms(&m.backward_ms),
             ms(&m.optimizer_ms),
             ms(&m.step_ms),
             cell(m.samples_per_s.filter(|_| ok), |v| format!("{v:.0}")),
+        ]);
+        row.extend(
+            metrics
+                .iter()
+                .map(|name| cell(m.metrics.get(name).filter(|_| ok), |v| metric_text(*v))),
+        );
+        row.extend([
             percent(m.program_difference),
             percent(m.clock_difference),
             cell(m.gpu_busy.filter(|_| ok), |v| format!("{:.0}", 100.0 * v)),
@@ -177,6 +229,7 @@ pub fn trial_table(trials: &[TrialResult]) -> Table {
             status,
             cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone()),
         ]);
+        t.row(row);
     }
     t.drop_empty(&[
         "vs program %",
@@ -197,20 +250,38 @@ pub fn render(r: &SweepReport) -> String {
         "each trial a process of its own: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
         s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
     );
-    o.push_str(&trial_table(&r.ran.trials).markdown());
+    let rule = r.best.picked_by.as_ref();
+    o.push_str(&trial_table(&r.ran.trials, rule.map(|p| (p, r.best.margin))).markdown());
     o.push('\n');
-    let pick = |name: &str, p: &Option<Pick>| match p {
+    let pick = |name: &str, p: &Option<Pick>, none: &str| match p {
         Some(p) => format!(
             "- {name}: batch {}, {}: {}\n",
             p.key.batch,
             p.key.line_label(),
             p.why
         ),
-        None => format!("- {name}: none (no trial that reported its steps fits)\n"),
+        None => format!("- {name}: none ({none})\n"),
     };
-    o.push_str(&pick("highest throughput", &r.best.highest_throughput));
-    o.push_str(&pick("best efficiency", &r.best.best_efficiency));
-    o.push_str(&pick("recommended", &r.best.recommended));
+    let unpicked = "no trial that reported its steps fits";
+    o.push_str(&pick(
+        "highest throughput",
+        &r.best.highest_throughput,
+        unpicked,
+    ));
+    o.push_str(&pick("best efficiency", &r.best.best_efficiency, unpicked));
+    match rule {
+        Some(rule) => {
+            let none = r.pick_error.clone().unwrap_or_else(|| {
+                format!(
+                    "no trial ended OK, reported {} as a number and leaves the margin free",
+                    rule.metric
+                )
+            });
+            let name = format!("recommended, by {}", rule.describe());
+            o.push_str(&pick(&name, &r.best.recommended, &none));
+        }
+        None => o.push_str(&pick("recommended", &r.best.recommended, unpicked)),
+    }
     o.push('\n');
     for d in &r.diagnosis {
         let _ = writeln!(o, "diagnosis: {}", d.message);

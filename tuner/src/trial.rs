@@ -269,20 +269,21 @@ pub fn trial_environment(
     index: usize,
     device: &Device,
     report: &Path,
-) -> Vec<(&'static str, OsString)> {
-    let mut env: Vec<(&'static str, OsString)> = Program::env_for(params)
+) -> Vec<(String, OsString)> {
+    let mut env: Vec<(String, OsString)> = Program::env_for(params)
         .into_iter()
         .map(|(k, v)| (k, v.into()))
         .collect();
-    env.extend([
+    let ours: [(&str, OsString); 5] = [
         (REPORT_ENV, report.as_os_str().to_owned()),
         (TRIAL_ENV, index.to_string().into()),
         ("CUDA_VISIBLE_DEVICES", device.cuda_visible.clone().into()),
         ("NCCL_NVLS_ENABLE", "0".into()),
         ("PYTHONUNBUFFERED", "1".into()),
-    ]);
+    ];
+    env.extend(ours.map(|(k, v)| (k.to_string(), v)));
     if device.pci_bus_order {
-        env.push(("CUDA_DEVICE_ORDER", "PCI_BUS_ID".into()));
+        env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     }
     env
 }
@@ -306,7 +307,7 @@ impl Runner<'_> {
         folder: &Path,
     ) -> TrialResult {
         let argv = self.program.argv_for(params);
-        let mut result = TrialResult::skipped(index, *params, String::new());
+        let mut result = TrialResult::skipped(index, params.clone(), String::new());
         result.device = device.label.clone();
         result.cuda_visible = device.cuda_visible.clone();
         result.command = argv.clone();

@@ -64,6 +64,7 @@ fn nvml_reads_the_memory_a_trial_holds() {
         accumulation: 1,
         steps: 1,
         warmup_steps: 0,
+        ..Params::default()
     };
     let dir = scratch("nvml");
     let r = trial(
@@ -111,6 +112,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
         accumulation: 2,
         steps: 10,
         warmup_steps: 3,
+        ..Params::default()
     };
     let r = trial(&prog, &p, 0, &device, &dir.join("fits"), &limits);
     assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
@@ -158,6 +160,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
         accumulation: 1,
         steps: 1,
         warmup_steps: 0,
+        ..Params::default()
     };
     let r = trial(&prog, &huge, 1, &device, &dir.join("oom"), &limits);
     println!("batch 16384: {} after {:.1} s", r.verdict(), r.wall_s);

@@ -29,6 +29,7 @@ fn placeholders_and_environment_reach_the_program() {
         accumulation: 2,
         steps: 4,
         warmup_steps: 2,
+        ..Params::default()
     };
     let device = Device::stand_in("GPU 5", "5");
     let r = trial(&prog, &p, 7, &device, &dir.path("trial"), &limits(60));

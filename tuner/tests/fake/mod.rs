@@ -55,6 +55,7 @@ pub fn params(batch: usize) -> Params {
         accumulation: 1,
         steps: 2,
         warmup_steps: 1,
+        axes: Default::default(),
     }
 }
 

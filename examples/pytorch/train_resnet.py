@@ -26,7 +26,8 @@ Before the model is built the script reports the GPU's name and the memory free 
 context exists (`torch.cuda.mem_get_info()`): the limit the finder holds the peaks against. At
 the end the script prints, and reports, its own samples/s over the steps after warmup.
 
-Every step is reported through perf_lessons_report.py (a no-op outside the tuner). The model,
+Every step is reported through perf_lessons_report.py (a no-op outside the tuner), with its
+loss as a metric (`tuner sweep --axis lr=0.01,0.1 --pick loss:min -- ... --lr {lr}`). The model,
 the data and the optimizer are made by the functions below, which
 lightning_batch_finder.py uses too, so both train the same thing.
 """
@@ -226,6 +227,7 @@ def main(argv=None):
             backward_s=seconds(backwards),
             optimizer_s=seconds([(o0, o1)]),
             peak_memory_bytes=torch.cuda.max_memory_reserved() if step >= args.warmup else None,
+            metrics={"loss": loss_value},
         )
         if step + 1 == args.warmup:
             # The steady step's memory from here: the autotuner's trial workspaces go.

@@ -70,12 +70,17 @@ print("enabled" if r.enabled else "disabled")
 time.sleep(0.02)
 r.step(samples=32)
 r.device(name="GPU X", total_bytes=1000, free_bytes=900)
-r.step(samples=32, step_s=0.5, forward_s=0.1, data_s=float("nan"), peak_memory_bytes=123)
+r.step(samples=32, step_s=0.5, forward_s=0.1, data_s=float("nan"), peak_memory_bytes=123,
+       metrics={"loss": 2.5, "grad_norm": float("inf")})
 try:
     r.step(samples=1, fwd_s=1.0)
 except TypeError as e:
     print("refused:", e)
-r.end(samples_per_s=64.0)
+try:
+    r.step(samples=1, metrics={"loss": "low"})
+except TypeError as e:
+    print("refused:", e)
+r.end(samples_per_s=64.0, metrics={"loss": 2.25})
 r.close()
 print(setting("BATCH_SIZE", 7), setting("AMP", False), setting("WORKERS", 3))
 "#;
@@ -101,6 +106,10 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
         stdout.contains("refused: unknown phase(s) ['fwd_s']"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("refused: metric 'loss' must be a number, got 'low'"),
+        "{stdout}"
+    );
     assert!(stdout.ends_with("48 True 3\n"), "{stdout}");
 
     let r = ReportFile::read(&report);
@@ -111,7 +120,7 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
         (device.total_bytes, device.free_bytes),
         (Some(1000), Some(900))
     );
-    assert_eq!(r.steps.len(), 2, "the refused step wrote nothing");
+    assert_eq!(r.steps.len(), 2, "the refused steps wrote nothing");
     assert!(
         r.steps[0].step_s >= 0.02,
         "time since the Reporter was made"
@@ -120,7 +129,12 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     assert_eq!(r.steps[1].forward_s, Some(0.1));
     assert_eq!(r.steps[1].data_s, None, "a NaN phase is left out");
     assert_eq!(r.steps[1].peak_memory_bytes, Some(123));
-    assert_eq!(r.end.unwrap().samples_per_s, Some(64.0));
+    let metrics = &r.steps[1].metrics;
+    assert_eq!(metrics.get("loss"), Some(&Some(2.5)));
+    assert_eq!(metrics.get("grad_norm"), Some(&None), "not finite: null");
+    let end = r.end.unwrap();
+    assert_eq!(end.samples_per_s, Some(64.0));
+    assert_eq!(end.metrics.get("loss"), Some(&Some(2.25)));
 
     // Outside the tuner: every call does nothing, no file appears.
     let out = python(&["-c", USE_THE_REPORTER])

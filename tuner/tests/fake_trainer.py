@@ -1,8 +1,14 @@
 """A stand-in training program for the tuner's external-mode tests (no GPU, no PyTorch).
 
 It takes the flags a real script would (--batch-size, --workers, --amp, --accumulation,
---steps, --warmup), reports every step through examples/pytorch/perf_lessons_report.py, and
-misbehaves on request through its environment:
+--steps, --warmup, and --lr or PERF_LESSONS_LR, a sweep's axis), reports every step through
+examples/pytorch/perf_lessons_report.py, and misbehaves on request through its environment.
+
+Given a learning rate it reports a loss on every step and, at the end, a final one of
+(log10(lr) + 2)^2 + 8 / batch: lowest at lr 0.01 and the largest batch; NaN (diverged) from
+lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
+
+  FAKE_NO_LOSS_BATCH=B   the batch B reports no metrics
 
   FAKE_OOM_ABOVE=N   batches above N run out of memory: PyTorch's message, exit 1
   FAKE_MODE=ok       (default) run the steps and exit 0
@@ -32,6 +38,7 @@ misbehaves on request through its environment:
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -67,6 +74,7 @@ def main():
     p.add_argument("--accumulation", type=int, default=setting("ACCUMULATION", 1))
     p.add_argument("--steps", type=int, default=setting("STEPS", 5))
     p.add_argument("--warmup", type=int, default=setting("WARMUP_STEPS", 1))
+    p.add_argument("--lr", type=float, default=setting("LR", 0.0) or None)
     args = p.parse_args()
 
     mode = os.environ.get("FAKE_MODE", "ok")
@@ -132,6 +140,17 @@ def main():
 
     samples = args.batch_size * args.accumulation
     measured_start = None
+    no_loss = os.environ.get("FAKE_NO_LOSS_BATCH")
+    reports_loss = args.lr is not None and str(args.batch_size) != no_loss
+
+    def metrics(extra):
+        if not reports_loss:
+            return None
+        loss = (math.log10(args.lr) + 2) ** 2 + 8 / args.batch_size + extra
+        if args.lr >= 1:
+            loss = float("nan")
+        return {"loss": loss, "accuracy": 1 / (1 + loss)}
+
     late = os.environ.get("FAKE_LATE_OOM")
     grows = int(os.environ.get("FAKE_PEAK_GROWS", "1"))
     steps = 1 if mode == "short" else args.warmup + args.steps
@@ -155,9 +174,10 @@ def main():
             backward_s=reported_s * 0.5,
             optimizer_s=reported_s * 0.1,
             peak_memory_bytes=peak,
+            metrics=metrics(1 / (step + 1)),
         )
     if measured_start is not None and args.steps > 0 and mode != "short":
-        report.end(samples_per_s=samples / reported_s)
+        report.end(samples_per_s=samples / reported_s, metrics=metrics(0))
     if mode == "garbage" and report.enabled:
         with open(os.environ["PERF_LESSONS_REPORT"], "a", encoding="utf-8") as f:
             f.write("epoch 1 done, loss 0.42\n")

@@ -117,7 +117,8 @@ impl PickRule {
 pub fn metric_text(v: Option<f64>) -> String {
     match v {
         None => "NaN".into(),
-        Some(v) if v == 0.0 || (1e-3..1e5).contains(&v.abs()) => {
+        Some(0.0) => "0".into(),
+        Some(v) if (1e-3..1e5).contains(&v.abs()) => {
             let decimals = (3 - v.abs().log10().floor() as i32).max(0) as usize;
             format!("{v:.decimals$}")
         }
@@ -707,6 +708,109 @@ mod tests {
         t.nvml_util_pct = Some(97.0);
         let m = &diagnosed(std::slice::from_ref(&t))[0].message;
         assert!(m.contains("busy 97% of the step (NVML utilization)"), "{m}");
+    }
+
+    /// An OK trial at `lr` that reported `loss` (None: not a number).
+    fn with_loss(batch: usize, lr: &str, loss: Option<f64>, mem_gb: f64) -> TrialResult {
+        let mut t = ok(batch, 1000.0 * batch as f64, mem_gb);
+        t.params.axes.set("lr", lr.into());
+        t.measured.metrics.set("loss", loss);
+        t.measured
+            .metrics
+            .set("accuracy", loss.map(|l| 1.0 / (1.0 + l)));
+        t
+    }
+
+    #[test]
+    fn a_metric_picks_among_the_ok_trials_that_reported_it_within_the_margin() {
+        let rule = PickRule::parse("loss:min").unwrap();
+        let mut unreported = with_loss(64, "0.1", None, 1.0);
+        unreported.measured.metrics = Default::default();
+        let trials = vec![
+            with_loss(64, "0.01", Some(0.9), 1.0),
+            with_loss(128, "0.01", Some(0.7), 90.0), // inside the 20% margin
+            with_loss(64, "1", None, 1.0),           // diverged
+            unreported,
+            with_loss(32, "0.03", Some(0.8), 1.0),
+            {
+                let mut t = with_loss(16, "0.001", Some(0.1), 1.0);
+                t.status = Status::Oom;
+                t
+            },
+        ];
+        let b = best_by(&trials, MARGIN, Some(&rule));
+        let r = b.recommended.as_ref().unwrap();
+        assert_eq!((r.key.batch, r.metric), (32, Some(0.8)));
+        assert_eq!(r.key.line_label(), "workers 4, fp32, lr 0.03");
+        assert!(
+            r.why.contains("the lowest loss of the 2 trial(s)"),
+            "{}",
+            r.why
+        );
+        assert!(r.why.contains("20% kept free"), "{}", r.why);
+        assert_eq!(b.picked_by.as_ref(), Some(&rule));
+        // Throughput's own picks are as they were.
+        assert_eq!(b.highest_throughput.as_ref().unwrap().key.batch, 128);
+        let why: Vec<Option<String>> = trials
+            .iter()
+            .map(|t| t.not_picked_by(&rule, MARGIN))
+            .collect();
+        assert_eq!(why[0], None);
+        assert_eq!(why[1].as_deref(), Some("peak inside the 20% memory margin"));
+        assert_eq!(why[2].as_deref(), Some("loss not a number"));
+        assert_eq!(why[3].as_deref(), Some("reported no loss"));
+        // The highest accuracy is the same trial; without a rule, throughput decides.
+        let acc = PickRule::parse("accuracy:max").unwrap();
+        let a = best_by(&trials, MARGIN, Some(&acc)).recommended.unwrap();
+        assert_eq!(a.key.batch, 32);
+        assert!(a.why.contains("the highest accuracy"), "{}", a.why);
+        assert_eq!(best_by(&trials, MARGIN, None), best(&trials, MARGIN));
+        // Equal values: the higher throughput (here the larger batch), then the key.
+        let tie = vec![
+            with_loss(32, "0.1", Some(0.5), 1.0),
+            with_loss(64, "0.1", Some(0.5), 1.0),
+        ];
+        let t = best_by(&tie, MARGIN, Some(&rule)).recommended.unwrap();
+        assert_eq!(t.key.batch, 64);
+        // Nobody reported it: no pick, and the message names what was reported.
+        let nobody = PickRule::parse("val_loss:min").unwrap();
+        assert!(best_by(&trials, MARGIN, Some(&nobody))
+            .recommended
+            .is_none());
+        let e = nobody.unreported(&trials).unwrap();
+        assert!(
+            e.ends_with(
+                "no trial reported a metric 'val_loss'; the trials reported loss, accuracy"
+            ),
+            "{e}"
+        );
+        assert_eq!(rule.unreported(&trials), None);
+        let e = rule.unreported(&[ok(8, 1.0, 1.0)]).unwrap();
+        assert!(e.contains("no trial reported any metric"), "{e}");
+    }
+
+    #[test]
+    fn pick_rules_and_metric_values_read_and_print() {
+        let r = PickRule::parse("val/loss:max").unwrap();
+        assert_eq!((r.metric.as_str(), r.goal), ("val/loss", Goal::Max));
+        for bad in ["loss", "loss:", ":min", "loss:minimum", ""] {
+            assert!(
+                PickRule::parse(bad).unwrap_err().contains("METRIC:min"),
+                "{bad}"
+            );
+        }
+        let shown: Vec<String> = [
+            Some(2.3125),
+            Some(0.5),
+            Some(1234.5),
+            Some(1e-5),
+            Some(0.0),
+            None,
+        ]
+        .into_iter()
+        .map(metric_text)
+        .collect();
+        assert_eq!(shown, ["2.312", "0.5000", "1234", "1.000e-5", "0", "NaN"]);
     }
 
     #[test]

@@ -158,12 +158,12 @@ fn parse_line(line: &str) -> Result<Line, String> {
         Some(_) => return Err("'kind' must be a string".into()),
     };
     match kind {
-        "step" => step(&o).map(Line::Step),
+        "step" => step(line, &o).map(Line::Step),
         "end" => Ok(Line::End(EndRecord {
             samples_per_s: seconds_like(&o, "samples_per_s")?,
             peak_memory_bytes: whole(&o, "peak_memory_bytes")?,
             gpu_busy: share(&o, "gpu_busy")?,
-            metrics: metrics(&o)?,
+            metrics: metrics(line, &o)?,
         })),
         "device" => Ok(Line::Device(DeviceRecord {
             name: match o.get("name") {
@@ -178,7 +178,7 @@ fn parse_line(line: &str) -> Result<Line, String> {
     }
 }
 
-fn step(o: &Map<String, Value>) -> Result<StepRecord, String> {
+fn step(line: &str, o: &Map<String, Value>) -> Result<StepRecord, String> {
     let samples = whole(o, "samples")?.ok_or("a step needs 'samples'")?;
     let step_s = match (
         seconds_like(o, "step_s")?,
@@ -202,30 +202,38 @@ fn step(o: &Map<String, Value>) -> Result<StepRecord, String> {
         optimizer_s: seconds_like(o, "optimizer_s")?,
         peak_memory_bytes: whole(o, "peak_memory_bytes")?,
         gpu_busy: share(o, "gpu_busy")?,
-        metrics: metrics(o)?,
+        metrics: metrics(line, o)?,
     })
 }
 
 /// `"metrics": {"loss": 2.31, "accuracy": 0.5}`: numbers by name, null for one that is not a
-/// number.
-fn metrics(o: &Map<String, Value>) -> Result<Metrics, String> {
-    let m = match o.get("metrics") {
+/// number, in the order the line gives them (read from the line again: a parsed object keeps
+/// its keys sorted).
+fn metrics(line: &str, o: &Map<String, Value>) -> Result<Metrics, String> {
+    match o.get("metrics") {
         None | Some(Value::Null) => return Ok(Metrics::default()),
-        Some(Value::Object(m)) => m,
+        Some(Value::Object(_)) => {}
         Some(v) => {
             return Err(format!(
                 "'metrics' must be an object of numbers by name, found {v}"
             ))
         }
-    };
-    if m.len() > MAX_METRICS {
+    }
+    #[derive(Deserialize)]
+    struct InOrder {
+        metrics: Named<Value>,
+    }
+    let m = serde_json::from_str::<InOrder>(line.trim())
+        .map_err(|e| format!("'metrics': {e}"))?
+        .metrics;
+    if m.0.len() > MAX_METRICS {
         return Err(format!(
             "{} metrics on one line: at most {MAX_METRICS}",
-            m.len()
+            m.0.len()
         ));
     }
     let mut out = Metrics::default();
-    for (name, v) in m {
+    for (name, v) in m.iter() {
         if name.trim().is_empty() || name.chars().count() > MAX_METRIC_NAME {
             return Err(format!(
                 "metric name '{name}': give 1 to {MAX_METRIC_NAME} characters"
@@ -617,6 +625,12 @@ mod tests {
         assert_eq!(m.get("acc"), Some(&Some(0.75)), "the end line's");
         assert_eq!(m.get("grad_norm"), Some(&None), "not a number");
         assert_eq!(m.get("lr"), None);
+        let order: Vec<&str> = m.names().collect();
+        assert_eq!(
+            order,
+            ["loss", "acc", "grad_norm"],
+            "as the program first gave them"
+        );
         // Carried through JSON, null and all.
         let text = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<Metrics>(&text).unwrap(), m);

@@ -304,6 +304,24 @@ mod tests {
     }
 
     #[test]
+    fn an_out_of_memory_skips_larger_batches_of_its_own_axis_values_only() {
+        let at = |batch: usize, model: &str| {
+            let mut p = params(batch, 0);
+            p.axes.set("model", model.into());
+            p
+        };
+        let big_oom = TrialResult {
+            status: Status::Oom,
+            ..TrialResult::skipped(0, at(16, "big"), String::new())
+        };
+        let done = [big_oom];
+        let skip = larger_batch_after_oom(&at(32, "big"), &done).unwrap();
+        assert!(skip.contains("batch 16"), "{skip}");
+        assert_eq!(larger_batch_after_oom(&at(32, "small"), &done), None);
+        assert_eq!(larger_batch_after_oom(&at(8, "big"), &done), None);
+    }
+
+    #[test]
     fn no_devices_is_an_error_and_no_jobs_is_nothing() {
         let dir = temp("empty");
         let mut file = ResultsFile::create(&dir.join("r.jsonl")).unwrap();

@@ -369,4 +369,31 @@ mod tests {
             .iter()
             .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));
     }
+
+    #[test]
+    fn the_user_s_axes_multiply_the_grid_inside_each_setting() {
+        let mut s = crate::config::Overrides {
+            batch_sizes: Some(vec![16, 8]),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        s.axes = vec![
+            Axis::parse("lr=0.1,0.01,0.001").unwrap(),
+            Axis::parse("depth=18,34").unwrap(),
+        ];
+        let g = plan(&s);
+        assert_eq!(g.len(), 2 * 3 * 2);
+        let shown: Vec<String> = g.iter().take(4).map(Params::describe).collect();
+        assert_eq!(
+            shown,
+            [
+                "batch 8, workers 4, amp off, lr 0.1, depth 18",
+                "batch 16, workers 4, amp off, lr 0.1, depth 18",
+                "batch 8, workers 4, amp off, lr 0.1, depth 34",
+                "batch 16, workers 4, amp off, lr 0.1, depth 34",
+            ]
+        );
+        assert_eq!(g[11].axes.get("lr").map(String::as_str), Some("0.001"));
+    }
 }

@@ -1144,3 +1144,215 @@ fn a_choice_the_command_cannot_make_is_refused_before_anything_starts() {
     }
     assert!(listing(&work).is_empty());
 }
+
+/// `tuner ARGS -- env VARS python3 fake_trainer.py ... --lr {lr}` on two stand-in GPUs.
+fn grid(args: &[&str], vars: &[(&str, &str)], work: &Path, tmp: &Path) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(args).arg("--").args(fake::argv(vars));
+    cmd.args(["--lr", "{lr}"]);
+    run(cmd, "3,5", work, tmp)
+}
+
+#[test]
+fn a_grid_of_the_user_s_axes_runs_over_two_gpus_and_is_picked_by_loss() {
+    let (s, work, tmp) = places("grid");
+    let log = s.str("log.jsonl");
+    let args = [
+        "sweep",
+        "--batch-sizes",
+        "8,16",
+        "--axis",
+        "lr=0.001,0.01,1",
+        "--axis",
+        "opt=sgd,adam",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--pick",
+        "loss:min",
+        "--json",
+        "g.json",
+    ];
+    // `{opt}` inside an argument; batch 16 reports no loss; lr 1 diverges.
+    let vars = [
+        ("FAKE_LOG", log.as_str()),
+        ("FAKE_TAG", "run-{opt}"),
+        ("FAKE_NO_LOSS_BATCH", "16"),
+    ];
+    let o = grid(&args, &vars, &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let report = json(&work.join("g.json"));
+    let trials = report["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2 * 3 * 2, "batch x lr x opt");
+    assert!(trials.iter().all(|t| t["status"] == "OK"), "{trials:?}");
+    let mut combos: Vec<(u64, String, String)> = Vec::new();
+    for t in trials {
+        let axes = &t["params"]["axes"];
+        let keys: Vec<&String> = axes.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["lr", "opt"], "the axes' order");
+        let (lr, opt) = (axes["lr"].as_str().unwrap(), axes["opt"].as_str().unwrap());
+        let command = t["command"].as_array().unwrap();
+        let word = |w: &str| command.iter().any(|c| c == w);
+        assert!(
+            word(&format!("FAKE_TAG=run-{opt}")) && word(lr),
+            "{command:?}"
+        );
+        combos.push((
+            t["params"]["batch_size"].as_u64().unwrap(),
+            lr.into(),
+            opt.into(),
+        ));
+    }
+    combos.sort();
+    combos.dedup();
+    assert_eq!(combos.len(), 12, "every combination once");
+    // What each trial's program saw: its values as flags and in the environment, on one GPU.
+    let entries = log_entries(Path::new(&log));
+    assert_eq!(entries.len(), 12);
+    let mut gpus = std::collections::BTreeSet::new();
+    for e in &entries {
+        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let axes = &trials[index]["params"]["axes"];
+        assert_eq!(e["env"]["PERF_LESSONS_LR"], axes["lr"]);
+        assert_eq!(e["env"]["PERF_LESSONS_OPT"], axes["opt"]);
+        let lr: f64 = axes["lr"].as_str().unwrap().parse().unwrap();
+        assert_eq!(e["args"]["lr"].as_f64(), Some(lr));
+        gpus.insert(e["cuda_visible_devices"].as_str().unwrap().to_string());
+    }
+    assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["3", "5"]);
+    // The grid is in the sweep's JSON and in every trial's line.
+    assert_eq!(report["settings"]["axes"][0]["name"], "lr");
+    assert_eq!(report["settings"]["axes"][1]["values"][1], "adam");
+    let jsonl = lines(&work.join("g.trials.jsonl"));
+    assert!(jsonl.iter().all(|t| t["params"]["axes"]["opt"].is_string()));
+    // Picked by the lowest loss: lr 0.01 at batch 8 (loss 1.0 = 0 + 8/8); batch 16 reported
+    // none, lr 1 only NaN; the tie between the two optimizers goes to the first in order.
+    let best = &report["best"];
+    assert_eq!(best["picked_by"]["metric"], "loss");
+    assert_eq!(best["picked_by"]["goal"], "min");
+    let r = &best["recommended"];
+    assert_eq!(r["key"]["batch"], 8);
+    assert_eq!(r["key"]["axes"]["lr"], "0.01");
+    assert_eq!(r["key"]["axes"]["opt"], "adam");
+    assert_eq!(r["metric"], 1.0);
+    // The table: a column per axis and per metric, and why a trial was not picked.
+    let table = &o.stdout;
+    assert!(
+        table.contains("| batch | workers | AMP | lr | opt | data ms |"),
+        "{table}"
+    );
+    assert!(table.contains("| samples/s | loss | accuracy |"), "{table}");
+    let row = |start: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no row {start}: {table}"))
+            .to_string()
+    };
+    assert!(
+        row("| 8 | 4 | off | 0.01 | adam |").contains("| 1.000 | 0.5000 |"),
+        "{table}"
+    );
+    let diverged = row("| 8 | 4 | off | 1 | sgd |");
+    assert!(diverged.contains("| NaN | NaN |"), "{diverged}");
+    assert!(
+        diverged.contains("OK: loss not a number (not picked)"),
+        "{diverged}"
+    );
+    let unreported = row("| 16 | 4 | off | 0.001 | sgd |");
+    assert!(
+        unreported.contains("OK: reported no loss (not picked)"),
+        "{unreported}"
+    );
+    assert!(
+        table.contains("- recommended, by lowest loss: batch 8, workers 4, fp32, lr 0.01, opt adam: loss 1.000, the lowest loss of the 4 trial(s)"),
+        "{table}"
+    );
+    // Throughput's picks stand beside it.
+    assert!(table.contains("- highest throughput: batch 16"), "{table}");
+}
+
+#[test]
+fn axes_and_picks_that_are_not_right_are_refused() {
+    let (_s, work, tmp) = places("grid-bad");
+    // Before any trial: one line (clap's own form for a flag's value), exit 2.
+    let before: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["sweep", "--axis", "LR=0.1"], "lowercase identifier"),
+        (vec!["sweep", "--axis", "lr"], "NAME=V1,V2"),
+        (
+            vec!["sweep", "--axis", "batch_size=8,16"],
+            "the tuner's own {batch_size}",
+        ),
+        (vec!["sweep", "--axis", "lr=0.1,"], "empty value"),
+        (
+            vec!["sweep", "--axis", "lr=1", "--axis", "lr=2"],
+            "given twice",
+        ),
+        (
+            vec!["sweep", "--pick", "loss"],
+            "not METRIC:min or METRIC:max",
+        ),
+        (
+            vec!["sweep", "--pick", "loss:lowest"],
+            "not METRIC:min or METRIC:max",
+        ),
+        (vec!["sweep"], "{lr} in the command is not a placeholder"),
+        (
+            vec!["memory", "--axis", "lr=0.1", "--batch-sizes", "8"],
+            "unexpected argument '--axis'",
+        ),
+    ];
+    for (args, says) in before {
+        let o = grid(&args, &[], &work, &tmp);
+        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+        assert!(
+            o.stderr.starts_with("error: ") && o.stderr.contains(says),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+        let first = o.stderr.lines().next().unwrap();
+        assert!(
+            first.contains(says) || says.contains("unexpected"),
+            "{args:?}: one line: {}",
+            o.stderr
+        );
+    }
+    assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
+
+    // A metric nobody reported is known only after the trials: they are kept, the pick refused.
+    let args = [
+        "sweep",
+        "--batch-sizes",
+        "8",
+        "--axis",
+        "lr=0.01,0.1",
+        "--steps",
+        "1",
+        "--pick",
+        "los:min",
+        "--json",
+        "p.json",
+    ];
+    let o = grid(&args, &[], &work, &tmp);
+    assert_eq!(o.code, 2, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(
+        o.stderr.trim(),
+        "error: --pick los: no trial reported a metric 'los'; the trials reported loss, accuracy"
+    );
+    assert!(
+        o.stdout
+            .contains("- recommended, by lowest los: none (--pick los: no trial"),
+        "{}",
+        o.stdout
+    );
+    let report = json(&work.join("p.json"));
+    assert_eq!(report["trials"].as_array().unwrap().len(), 2);
+    assert!(report["pick_error"].as_str().unwrap().contains("'los'"));
+    assert_eq!(lines(&work.join("p.trials.jsonl")).len(), 2);
+}

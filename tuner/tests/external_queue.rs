@@ -7,7 +7,7 @@ mod fake;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fake::{log_entries, params, program, trial, Scratch};
+use fake::{log_entries, params, program, trial, trial_of, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::program::Params;
@@ -67,11 +67,7 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
     assert_eq!(entries.len(), 9);
     let mut by_device: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
     for e in &entries {
-        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let index = trial_of(e);
         let r = &done[index];
         assert_eq!(e["cuda_visible_devices"], r.cuda_visible.as_str());
         assert_eq!(e["args"]["batch_size"], r.params.batch_size);

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use fake::{eventually, gone, log_entries, script, Scratch};
+use fake::{eventually, gone, log_entries, script, trial_of, Scratch};
 use serde_json::Value;
 
 struct Out {
@@ -768,11 +768,7 @@ fn the_queue_spreads_trials_over_several_gpus_one_each_at_a_time() {
     let visible: HashMap<&str, &str> = [("GPU 0", "3"), ("GPU 1", "5"), ("GPU 2", "7")].into();
     let mut spans: HashMap<String, Vec<(f64, f64)>> = HashMap::new();
     for e in log_entries(Path::new(&log)) {
-        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let index = trial_of(&e);
         let r = &runs[index];
         let device = r["device"].as_str().unwrap();
         assert_eq!(e["cuda_visible_devices"], visible[device]);
@@ -857,16 +853,7 @@ fn results_are_written_as_each_trial_ends() {
     // On one GPU the trials run in turn: trial k found the results of the k before it.
     let mut seen: Vec<(usize, u64)> = log_entries(Path::new(&log))
         .iter()
-        .map(|e| {
-            (
-                e["env"]["PERF_LESSONS_TRIAL"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap(),
-                e["watched_lines"].as_u64().unwrap_or(0),
-            )
-        })
+        .map(|e| (trial_of(e), e["watched_lines"].as_u64().unwrap_or(0)))
         .collect();
     seen.sort();
     assert_eq!(seen, [(0, 0), (1, 1), (2, 2), (3, 3)]);
@@ -1212,11 +1199,7 @@ fn a_grid_of_the_user_s_axes_runs_over_two_gpus_and_is_picked_by_loss() {
     assert_eq!(entries.len(), 12);
     let mut gpus = std::collections::BTreeSet::new();
     for e in &entries {
-        let index: usize = e["env"]["PERF_LESSONS_TRIAL"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let index = trial_of(e);
         let axes = &trials[index]["params"]["axes"];
         assert_eq!(e["env"]["PERF_LESSONS_LR"], axes["lr"]);
         assert_eq!(e["env"]["PERF_LESSONS_OPT"], axes["opt"]);
@@ -1258,21 +1241,15 @@ fn a_grid_of_the_user_s_axes_runs_over_two_gpus_and_is_picked_by_loss() {
         row("| 8 | 4 | off | 0.01 | adam |").contains("| 1.000 | 0.5000 |"),
         "{table}"
     );
-    let diverged = row("| 8 | 4 | off | 1 | sgd |");
-    assert!(diverged.contains("| NaN | NaN |"), "{diverged}");
-    assert!(
-        diverged.contains("OK: loss not a number (not picked)"),
-        "{diverged}"
-    );
-    let unreported = row("| 16 | 4 | off | 0.001 | sgd |");
-    assert!(
-        unreported.contains("OK: reported no loss (not picked)"),
-        "{unreported}"
-    );
-    assert!(
-        table.contains("- recommended, by lowest loss: batch 8, workers 4, fp32, lr 0.01, opt adam: loss 1.000, the lowest loss of the 4 trial(s)"),
-        "{table}"
-    );
+    let said = [
+        (row("| 8 | 4 | off | 1 | sgd |"), "| NaN | NaN |"),
+        (row("| 8 | 4 | off | 1 | sgd |"), "OK: loss not a number (not picked)"),
+        (row("| 16 | 4 | off | 0.001 | sgd |"), "OK: reported no loss (not picked)"),
+        (table.clone(), "- recommended, by lowest loss: batch 8, workers 4, fp32, lr 0.01, opt adam: loss 1.000, the lowest loss of the 4 trial(s)"),
+    ];
+    for (text, says) in said {
+        assert!(text.contains(says), "{says}: {text}");
+    }
     // Throughput's picks stand beside it.
     assert!(table.contains("- highest throughput: batch 16"), "{table}");
 }

@@ -116,6 +116,14 @@ pub fn log_entries(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The trial a FAKE_LOG entry was written by (its PERF_LESSONS_TRIAL).
+pub fn trial_of(entry: &serde_json::Value) -> usize {
+    entry["env"]["PERF_LESSONS_TRIAL"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .expect("every trial has its number in the environment")
+}
+
 /// Whether a process is gone (or a zombie nobody has reaped yet: it runs nothing).
 pub fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -970,6 +970,17 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
     );
 }
 
+/// A usage error (exit 2) saying `says`, and nothing on stdout.
+fn usage_error(o: &Out, args: &[&str], says: &str) {
+    assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+    assert!(
+        o.stderr.starts_with("error: ") && o.stderr.contains(says),
+        "{args:?}: {}",
+        o.stderr
+    );
+    assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+}
+
 /// `tuner ARGS` with no trial expected: its output.
 fn refused(args: &[&str], gpus: &str, work: &Path, tmp: &Path) -> Out {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tuner"));
@@ -1071,13 +1082,7 @@ fn bad_input_is_one_line_before_any_trial() {
     ];
     for (args, says) in clap {
         let o = refused(&args, "0", &work, &tmp);
-        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
-        assert!(
-            o.stderr.starts_with("error: ") && o.stderr.contains(says),
-            "{args:?}: {}",
-            o.stderr
-        );
-        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+        usage_error(&o, &args, says);
     }
     assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
 }
@@ -1286,13 +1291,7 @@ fn axes_and_picks_that_are_not_right_are_refused() {
     ];
     for (args, says) in before {
         let o = grid(&args, &[], &work, &tmp);
-        assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
-        assert!(
-            o.stderr.starts_with("error: ") && o.stderr.contains(says),
-            "{args:?}: {}",
-            o.stderr
-        );
-        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+        usage_error(&o, &args, says);
         let first = o.stderr.lines().next().unwrap();
         assert!(
             first.contains(says) || says.contains("unexpected"),

@@ -1,7 +1,6 @@
-//! The lesson's command line: the shared flags, the sizes of each part, and which part to run.
-//! The three parts run as one lesson of the runner ([Parts]: one report, one JSON shape); a
-//! part is built only when some of its variants are selected, and only while it runs.
-//! `--sweep` runs the sweeps of the training changes instead, each its own report and plot.
+//! The lesson's command line. The three parts run as one lesson of the runner ([Parts]), each
+//! built only when some of its variants are selected, and only while it runs; `--sweep` runs
+//! the sweeps instead, each its own report and plot.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,8 +16,10 @@ use common::sweep::{plot, Sweep, SweepLesson};
 use common::verify::Precision;
 
 use crate::pipeline::{self, PipelineConfig, PipelineLesson};
-use crate::sweep::training::{TrainingSweep, Which};
-use crate::sweep::{allocations, copies, Kind};
+use crate::sweep::allocations::{self, AllocationSweep};
+use crate::sweep::copies::{self, CopySweep};
+use crate::sweep::training::{self as training_sweep, TrainingSweep};
+use crate::sweep::Kind;
 use crate::training::{self, TrainConfig, TrainingLesson, Variant};
 use crate::transpose::{self, Transpose, TransposeVariant, MAX_SIDE};
 
@@ -27,7 +28,7 @@ pub const MAX_HIDDEN: u64 = 1 << 16;
 /// Largest sample count accepted (2^24 samples of 256 features is 16 GiB of host data).
 pub const MAX_SAMPLES: u64 = 1 << 24;
 
-/// The parts, in the order they run; each is a group of the one lesson.
+/// The parts, each a group of the one lesson, in the order they run.
 pub const TRAINING: &str = "training";
 pub const TRANSPOSE: &str = "transpose";
 pub const PIPELINE: &str = "pipeline";
@@ -228,19 +229,16 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// The training of sweep `kind` when it is a training sweep, its sizes checked without a GPU.
-fn training_sweep(args: &Args, kind: Kind) -> anyhow::Result<Option<(Which, TrainConfig)>> {
-    let Some(which) = Which::of(kind) else {
-        return Ok(None);
-    };
-    let base = args.train_config()?;
-    which
-        .plan(base, which.sizes())
-        .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", kind.name()))?;
-    Ok(Some((which, base)))
+/// Sweep `kind`'s training sizes, checked without a GPU.
+fn check_sweep(args: &Args, kind: Kind) -> anyhow::Result<()> {
+    if matches!(kind, Kind::Batch | Kind::Graphs) {
+        let sizes = training_sweep::sizes(kind);
+        training_sweep::plan(kind, args.train_config()?, sizes)
+            .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", kind.name()))?;
+    }
+    Ok(())
 }
 
-/// Run sweep `kind` on `gpu` into its report.
 fn run_sweep(
     gpu: &Gpu,
     args: &Args,
@@ -251,22 +249,20 @@ fn run_sweep(
         run_lesson(gpu, &mut SweepLesson(sweep), options)
     }
     let seed = args.seed;
-    Ok(match (kind, training_sweep(args, kind)?) {
-        (_, Some((which, base))) => {
-            let sweep = TrainingSweep::new(gpu, which, base, which.sizes())?;
+    Ok(match kind {
+        Kind::Pinned => {
+            let sweep = CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, seed)?;
             measure(gpu, sweep, options)?
         }
-        (Kind::Pinned, _) => {
-            let iterations = args.iterations as u32;
-            let sweep = copies::CopySweep::new(gpu, &copies::SIZES, iterations, seed)?;
+        Kind::Prealloc => {
+            let sweep = AllocationSweep::new(gpu, &allocations::SIZES, &allocations::COUNTS, seed)?;
             measure(gpu, sweep, options)?
         }
-        (Kind::Prealloc, _) => {
-            let (sizes, counts) = (&allocations::SIZES, &allocations::COUNTS);
-            let sweep = allocations::AllocationSweep::new(gpu, sizes, counts, seed)?;
+        _ => {
+            let sizes = training_sweep::sizes(kind);
+            let sweep = TrainingSweep::new(gpu, kind, args.train_config()?, sizes)?;
             measure(gpu, sweep, options)?
         }
-        _ => anyhow::bail!("--sweep all runs each sweep in turn"),
     })
 }
 
@@ -285,9 +281,8 @@ fn run_sweeps(
         );
     }
     let kinds = kind.each();
-    // Sizes first: one clear line, no device needed.
     for &k in &kinds {
-        training_sweep(args, k)?;
+        check_sweep(args, k)?;
     }
     let gpu = Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use ch1_basics::sweep::allocations::AllocationSweep;
 use ch1_basics::sweep::copies::CopySweep;
-use ch1_basics::sweep::training::{TrainingSweep, Which};
+use ch1_basics::sweep::training::TrainingSweep;
 use ch1_basics::sweep::{Kind, BAR};
 use ch1_basics::training::TrainConfig;
 use common::gpu::Gpu;
@@ -97,7 +97,7 @@ fn every_batch_point_trains_what_the_reference_trains() {
         seed: 7,
     };
     let mut sweep =
-        SweepLesson(TrainingSweep::new(&gpu, Which::Batch, base, &[8, 512, 4096]).unwrap());
+        SweepLesson(TrainingSweep::new(&gpu, Kind::Batch, base, &[8, 512, 4096]).unwrap());
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     every_point_verified(&report, Kind::Batch, 3);
     for v in &report.variants {
@@ -129,7 +129,7 @@ fn every_graphs_point_replays_exactly_what_eager_launches_do() {
         lr: 0.05,
         seed: 5,
     };
-    let mut sweep = SweepLesson(TrainingSweep::new(&gpu, Which::Graphs, base, &[1, 2, 8]).unwrap());
+    let mut sweep = SweepLesson(TrainingSweep::new(&gpu, Kind::Graphs, base, &[1, 2, 8]).unwrap());
     assert_eq!(sweep.variants().len(), 6);
     let report = run_lesson(&gpu, &mut sweep, &short()).unwrap();
     let summary = every_point_verified(&report, Kind::Graphs, 3);

@@ -1,10 +1,8 @@
-//! `--sweep prealloc`: what `cuMemAlloc`/`cuMemFree` cost by buffer size. Each use takes 1 or 16
-//! buffers of 4 KiB to 64 MiB, writes each from a source with a kernel and reads it into an
-//! accumulator with another; the baseline allocates each buffer with `cuMemAlloc` for the use
-//! and frees it with `cuMemFree` after (what `cudaMalloc`/`cudaFree` do; the free waits for the
-//! device), the change allocates the buffers once and reuses them. The kernels are the same on
-//! both sides, so the difference per buffer is what an allocation and its free cost. Checked:
-//! the accumulator against float64.
+//! `--sweep prealloc`: what `cuMemAlloc`/`cuMemFree` cost by buffer size. Each use writes 1 or
+//! 16 buffers from a source with a kernel and adds each into an accumulator with another; the
+//! baseline allocates each buffer for the use and frees it after (what `cudaMalloc`/`cudaFree`
+//! do; the free waits for the device), the change allocates them once. The kernels are the same
+//! on both sides, so the difference per buffer is what an allocation and its free cost.
 
 use cudarc::driver::{CudaFunction, CudaSlice, PushKernelArg};
 use serde_json::json;
@@ -48,7 +46,6 @@ pub fn expected(src: f32, count: usize) -> f64 {
 /// 16 additions.
 pub const TOLERANCE: f64 = 1e-5;
 
-/// The figure each point gets: what one allocation and its free cost, in microseconds.
 pub const ALLOCATION_US: &str = "alloc+free us";
 
 /// Every count at every size, a count's points together; `cuMemAlloc` per use first.
@@ -66,8 +63,8 @@ pub struct AllocationSweep {
     src_host: Vec<f32>,
     src: CudaSlice<f32>,
     out: CudaSlice<f32>,
-    /// The reused buffers: as many as the largest count, of the largest size.
-    pre: Vec<CudaSlice<f32>>,
+    /// As many as the largest count, of the largest size.
+    reused: Vec<CudaSlice<f32>>,
     write: CudaFunction,
     accumulate: CudaFunction,
     sm_count: u32,
@@ -90,7 +87,7 @@ impl AllocationSweep {
             src: gpu.upload(&src_host, "the sweep's source")?,
             src_host,
             out: gpu.alloc::<f32>(largest, "the sweep's accumulator")?,
-            pre: (0..most)
+            reused: (0..most)
                 .map(|_| gpu.alloc::<f32>(largest, "a reused buffer"))
                 .collect::<Result<Vec<_>>>()?,
             write: module.function("write_affine")?,
@@ -99,33 +96,11 @@ impl AllocationSweep {
         })
     }
 
-    /// (buffers per use, floats per buffer) of point `point`.
+    /// (buffers per use, floats per buffer).
     fn locate(&self, point: usize) -> (usize, usize) {
         let count = self.plan.value(point, "buffers per use");
         (count as usize, self.plan.x(point) as usize / 4)
     }
-}
-
-/// The use of one buffer: write its first `len` elements from `src`, add them into `out`.
-fn use_buffer(
-    gpu: &Gpu,
-    (write, accumulate, sm_count): (&CudaFunction, &CudaFunction, u32),
-    src: &CudaSlice<f32>,
-    out: &mut CudaSlice<f32>,
-    buf: &mut CudaSlice<f32>,
-    len: usize,
-) -> Result<()> {
-    assert!(len <= buf.len() && len <= src.len() && len <= out.len());
-    let (count, a, b) = (len as i64, A, B);
-    let mut l = gpu.stream.launch_builder(write);
-    l.arg(&mut *buf).arg(src).arg(&count).arg(&a).arg(&b);
-    // SAFETY: write_affine(float*, const float*, i64, float, float) over len elements.
-    unsafe { l.launch(grid_stride(len, sm_count)) }.cuda("write_affine")?;
-    let mut l = gpu.stream.launch_builder(accumulate);
-    l.arg(out).arg(&*buf).arg(&count);
-    // SAFETY: accumulate(float*, const float*, i64) over len elements.
-    unsafe { l.launch(grid_stride(len, sm_count)) }.cuda("accumulate")?;
-    Ok(())
 }
 
 impl Sweep for AllocationSweep {
@@ -137,7 +112,6 @@ impl Sweep for AllocationSweep {
         &self.plan
     }
 
-    /// "16 x 1 MiB".
     fn group(&self, point: usize) -> String {
         let (count, _) = self.locate(point);
         format!("{count} x {}", self.plan.axes[1].label(self.plan.x(point)))
@@ -154,8 +128,7 @@ impl Sweep for AllocationSweep {
     fn spec(&self, point: usize, reuse: bool) -> VariantSpec {
         let (count, len) = self.locate(point);
         let moved = (count * len * 4) as u64;
-        // Per buffer: the source read and the buffer written, the buffer read and the
-        // accumulator read and written.
+        // Per buffer: source read, buffer written and read, accumulator read and written.
         let work = Work {
             bytes_read: 3 * moved,
             bytes_written: 2 * moved,
@@ -172,7 +145,7 @@ impl Sweep for AllocationSweep {
 
     fn poison(&mut self, gpu: &Gpu, _point: usize) -> Result<()> {
         gpu.poison(&mut self.out)?;
-        for buf in &mut self.pre {
+        for buf in &mut self.reused {
             gpu.poison(buf)?;
         }
         Ok(())
@@ -183,16 +156,25 @@ impl Sweep for AllocationSweep {
         gpu.stream
             .memset_zeros(&mut self.out.slice_mut(..len))
             .cuda("clearing the accumulator")?;
-        let kernels = (&self.write, &self.accumulate, self.sm_count);
+        let (n, a, b) = (len as i64, A, B);
+        let grid = grid_stride(len, self.sm_count);
         for i in 0..count {
-            if reuse {
-                let buf = &mut self.pre[i];
-                use_buffer(gpu, kernels, &self.src, &mut self.out, buf, len)?;
+            let mut fresh;
+            let buf = if reuse {
+                &mut self.reused[i]
             } else {
-                let mut buf = DeviceBuf::<f32>::new(gpu, Allocator::Driver, len, "a buffer")?;
-                use_buffer(gpu, kernels, &self.src, &mut self.out, &mut buf, len)?;
-                // Freed here: cuMemFree waits for the device.
-            }
+                fresh = DeviceBuf::<f32>::new(gpu, Allocator::Driver, len, "a buffer")?;
+                &mut *fresh
+            };
+            let mut l = gpu.stream.launch_builder(&self.write);
+            l.arg(&mut *buf).arg(&self.src).arg(&n).arg(&a).arg(&b);
+            // SAFETY: write_affine(float*, const float*, i64, float, float) over len elements.
+            unsafe { l.launch(grid) }.cuda("write_affine")?;
+            let mut l = gpu.stream.launch_builder(&self.accumulate);
+            l.arg(&mut self.out).arg(&*buf).arg(&n);
+            // SAFETY: accumulate(float*, const float*, i64) over len elements.
+            unsafe { l.launch(grid) }.cuda("accumulate")?;
+            // A fresh buffer is freed here: cuMemFree waits for the device.
         }
         Ok(())
     }
@@ -214,7 +196,6 @@ impl Sweep for AllocationSweep {
         sweep_bench(cfg)
     }
 
-    /// What one allocation and its free cost at the point.
     fn figures(&self, index: usize, p: &Point, _: Option<&VariantReport>) -> Vec<(String, f64)> {
         let (count, _) = self.locate(index);
         match (p.speedup(), &p.baseline, &p.changed) {

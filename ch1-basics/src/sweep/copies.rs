@@ -1,23 +1,14 @@
-//! `--sweep pinned`: one host-to-device copy of 32 KiB to 64 MiB, from pageable memory (the
-//! group's baseline) or from page-locked memory, two ways:
-//!
-//! - **eager**: the host waits for each copy, as the naive training loop does. A pageable copy
-//!   goes through the driver's bounce buffer, the host copying into it; a pinned one is one DMA.
-//!   Small copies are latency-bound either way (the chapter's 32 KiB microbatch among them);
-//!   large ones run at the DMA's rate pinned and at the host's copy rate pageable.
-//! - **overlapped**: the copy is queued on a second stream, then a compute kernel (the double
-//!   buffering part's map, `--iterations` FMAs per element, over as many elements as the copy
-//!   moves) on the lesson's stream, as a loader feeds the next batch while this one computes.
-//!   A pinned copy returns at once and runs beside the kernel; a pageable one holds the host
-//!   until it is done, so the kernel starts only after it.
-//!
-//! Every run copies the same host bytes (small ones stay in the CPU's caches, as a batch just
-//! prepared would). Checks: the copied bytes against the host's, exactly; the kernel's output
-//! against the map's float64 closed form.
+//! `--sweep pinned`: one host-to-device copy from pageable memory (the baseline) or page-locked
+//! memory. **eager**: the host waits for it, as the naive loop does (pageable goes through the
+//! driver's bounce buffer, pinned is one DMA). **overlapped**: queued on a second stream before
+//! the double-buffering map over as many elements on the lesson's stream, as a loader feeds the
+//! next batch; a pinned copy returns at once, a pageable one holds the host until it is done,
+//! so the kernel starts only after it. Every run copies the same host bytes (small ones stay in
+//! the CPU's caches, as a batch just prepared would).
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use serde_json::json;
 
 use common::bench::BenchConfig;
@@ -33,11 +24,11 @@ use common::Result;
 
 use super::{geometric, sweep_bench, BAR};
 use crate::pipeline::engine::Affine;
+use crate::training::engine::Overlap;
 
 /// Copy sizes (bytes): 32 KiB (the chapter's microbatch of 32 samples) to 64 MiB, doubling.
 pub const SIZES: [u64; 12] = geometric(32 << 10, 2);
 
-/// The lines: the host waits for the copy, or the copy runs beside a kernel.
 pub const MODES: [&str; 2] = ["eager", "overlapped"];
 const EAGER: u64 = 0;
 
@@ -51,20 +42,16 @@ pub struct CopySweep {
     plan: Plan,
     pageable: Vec<f32>,
     pinned: Pinned<f32>,
-    /// Where the copies land.
     target: CudaSlice<f32>,
     /// What the overlapped compute maps, and its values before the checked run.
     work: CudaSlice<f32>,
     work_init: Vec<f32>,
     affine: Affine,
-    copy_stream: Arc<CudaStream>,
-    fork: CudaEvent,
-    join: CudaEvent,
+    overlap: Overlap,
 }
 
 impl CopySweep {
-    /// Host data (pageable and page-locked, the same values) and device buffers for the largest
-    /// size; the compute's map with `iterations` FMAs per element.
+    /// The compute's map takes `iterations` FMAs per element.
     pub fn new(gpu: &Gpu, sizes: &[u64], iterations: u32, seed: u64) -> Result<CopySweep> {
         let plan = plan(sizes);
         let largest = sizes.iter().copied().max().unwrap_or(4) as usize / 4;
@@ -73,7 +60,6 @@ impl CopySweep {
         let mut pinned = Pinned::<f32>::new(gpu, largest, "the page-locked copy source")?;
         pinned.as_mut_slice().copy_from_slice(&pageable);
         let work_init = uniform_f32(seed.wrapping_add(1), largest, -1.0, 1.0);
-        let event = || gpu.ctx.new_event(None).cuda("creating an event");
         Ok(CopySweep {
             plan,
             pageable,
@@ -82,9 +68,7 @@ impl CopySweep {
             work: gpu.upload(&work_init, "the compute's buffer")?,
             work_init,
             affine: Affine::new(gpu, iterations)?,
-            copy_stream: gpu.ctx.new_stream().cuda("creating the copy stream")?,
-            fork: event()?,
-            join: event()?,
+            overlap: Overlap::new(gpu)?,
         })
     }
 
@@ -94,7 +78,6 @@ impl CopySweep {
         (eager, self.plan.x(point) as usize / 4)
     }
 
-    /// Copy the first `len` floats of the host data to the target on `stream`.
     fn copy(&mut self, stream: &Arc<CudaStream>, len: usize, pinned: bool) -> Result<()> {
         let mut dst = self.target.slice_mut(..len);
         if pinned {
@@ -116,7 +99,6 @@ impl Sweep for CopySweep {
         &self.plan
     }
 
-    /// "eager 32 KiB".
     fn group(&self, point: usize) -> String {
         let bytes = self.plan.axes[1].label(self.plan.x(point));
         format!("{} {bytes}", self.plan.series(point))
@@ -164,18 +146,11 @@ impl Sweep for CopySweep {
             self.copy(&gpu.stream, len, pinned)?;
             return gpu.sync();
         }
-        // The copy stream starts after what the lesson's stream holds (the timer's start).
-        self.fork.record(&gpu.stream).cuda("recording the fork")?;
-        self.copy_stream
-            .wait(&self.fork)
-            .cuda("forking the copy stream")?;
-        let copies = self.copy_stream.clone();
+        // Forked after the timer's start on the lesson's stream, joined before its end.
+        let copies = self.overlap.fork(gpu)?.clone();
         self.copy(&copies, len, pinned)?;
         self.affine.queue(&gpu.stream, &mut self.work, len)?;
-        self.join
-            .record(&self.copy_stream)
-            .cuda("recording the join")?;
-        gpu.stream.wait(&self.join).cuda("joining the copy stream")
+        self.overlap.join(gpu)
     }
 
     fn output(&mut self, gpu: &Gpu, point: usize, _pinned: bool) -> Result<Output> {

@@ -1,20 +1,9 @@
 //! # Where each change starts to pay (`--sweep`)
 //!
-//! The training pairs are measured at the chapter's sizes, where some changes barely show: a
-//! 32 KiB pageable copy costs about what a pinned one does, and a 32 KiB `cuMemAlloc` little
-//! next to a pass's synchronized launches. Each sweep runs one change over the size that
-//! decides it, through `common::sweep`: every point a group of two variants of the one runner
-//! (the way things were, as the group's baseline, and the change), each checked before it is
-//! timed:
-//!
-//! **pinned** ([copies]): one host-to-device copy of 32 KiB to 64 MiB, eager and beside a
-//! kernel; **prealloc** ([allocations]): buffers of 4 KiB to 64 MiB, 1 or 16 per use;
-//! **batch** and **graphs** ([training]): the training loop's microbatch at an effective batch
-//! of 4096, and CUDA graphs of 1 to 64 steps.
-//!
-//! The change pays at a point when its speedup's 95% interval lies above [BAR]; the sweep says
-//! where it pays ("from 2 MiB on", "up to microbatch 256", "at every size measured") and draws
-//! the speedups and times as a plot.
+//! At the chapter's sizes some training changes barely show; each sweep runs one change over
+//! the size that decides it through `common::sweep` (the table of sweeps is in the README):
+//! every point two checked variants of the one runner, the way things were as the group's
+//! baseline and the change, which pays where its speedup's 95% interval lies above [BAR].
 
 pub mod allocations;
 pub mod copies;
@@ -27,8 +16,7 @@ use common::stop::StopRule;
 
 use crate::training::lesson::host_bound_bench;
 
-/// The change pays at a point when its speedup's 95% interval lies above this: at least 10%
-/// faster, beyond doubt.
+/// At least 10% faster, beyond doubt.
 pub const BAR: f64 = 1.1;
 
 /// `N` sizes from `first` on, each `factor` times the one before.
@@ -42,7 +30,6 @@ pub const fn geometric<const N: usize>(first: u64, factor: u64) -> [u64; N] {
     sizes
 }
 
-/// The sweeps `--sweep` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Kind {
     Pinned,
@@ -67,7 +54,7 @@ impl Kind {
         self.lesson().trim_start_matches("ch1-basics-sweep-")
     }
 
-    /// The lesson name of its report ("ch1-basics-sweep-pinned"), and the stem of its files.
+    /// The lesson name of its report, and the stem of its files.
     pub fn lesson(self) -> &'static str {
         match self {
             Kind::Pinned => "ch1-basics-sweep-pinned",
@@ -79,9 +66,8 @@ impl Kind {
     }
 }
 
-/// The measuring settings of a sweep's sides: a short stopping rule (a few samples place a
-/// point on a curve of ratios), samples of whole runs made longer than usual as the host paces
-/// every side, the run's cold flag carried through.
+/// A sweep side's measuring settings: a short stopping rule (a few samples place a point on a
+/// curve of ratios), samples made long as the host paces every side, the run's cold flag kept.
 pub fn sweep_bench(cfg: BenchConfig) -> BenchConfig {
     host_bound_bench(BenchConfig {
         stop: StopRule::sweep(),
@@ -101,12 +87,10 @@ mod tests {
         assert_eq!(geometric::<3>(4, 2), [4, 8, 16]);
         assert_eq!(Kind::All.each().len(), 4);
         assert_eq!(Kind::Batch.each(), vec![Kind::Batch]);
-        assert!(
-            sweep_bench(BenchConfig {
-                cold: true,
-                ..BenchConfig::default()
-            })
-            .cold
-        );
+        let cold = BenchConfig {
+            cold: true,
+            ..BenchConfig::default()
+        };
+        assert!(sweep_bench(cold).cold);
     }
 }

@@ -1,16 +1,10 @@
-//! `--sweep batch` and `--sweep graphs`: two of the training loop's changes over the size that
-//! decides them, on the training part's engine, every run checked like the training variants
-//! (weight change and loss curve against the float64 reference and the group's baseline).
-//!
-//! - **batch**: a fixed effective batch of [BATCH] samples per step, accumulated over
-//!   microbatches of 8 to 4096 by the baseline loop (allocations, pageable copies, a wait after
-//!   every operation), against one pass of the whole batch by the same loop (the batch
-//!   variant). Small microbatches pay the loop's per-pass overhead many times per step; once a
-//!   microbatch is large enough to keep the GPU busy, splitting the batch costs little.
-//! - **graphs**: the chapter's step (8 microbatches of 32, each copied in from page-locked
-//!   memory) launched operation by operation, against the same operations replayed as one CUDA
-//!   graph per 1 to 64 steps; the host waits once per graph's worth of steps either way, so what
-//!   differs is launching each operation against launching the graph.
+//! `--sweep batch` and `--sweep graphs` on the training part's engine, every run checked like
+//! the training variants. **batch**: an effective batch of [BATCH] accumulated over microbatches
+//! of 8 to 4096 by the baseline loop, against one pass of the whole batch by the same loop.
+//! **graphs**: the chapter's step (each microbatch copied in from page-locked memory) launched
+//! operation by operation, against one CUDA graph per 1 to 64 steps; the host waits once per
+//! graph's worth of steps either way, so what differs is launching each operation against
+//! launching the graph.
 
 use std::ops::Range;
 
@@ -37,103 +31,79 @@ pub const MICROBATCHES: [usize; 10] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048,
 /// The graphs sweep's steps per graph.
 pub const STEPS_PER_GRAPH: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-/// The metric the graph side of each graphs point gets.
 pub const GRAPH_NODES: &str = "nodes per graph";
 
-/// Which of the two sweeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
-    Batch,
-    Graphs,
-}
-
-impl Which {
-    /// The training sweep `kind` is, when it is one.
-    pub fn of(kind: Kind) -> Option<Which> {
-        match kind {
-            Kind::Batch => Some(Which::Batch),
-            Kind::Graphs => Some(Which::Graphs),
-            _ => None,
-        }
-    }
-
-    fn kind(self) -> Kind {
-        match self {
-            Which::Batch => Kind::Batch,
-            Which::Graphs => Kind::Graphs,
-        }
-    }
-
-    /// The sizes it sweeps by default.
-    pub fn sizes(self) -> &'static [usize] {
-        match self {
-            Which::Batch => &MICROBATCHES,
-            Which::Graphs => &STEPS_PER_GRAPH,
-        }
-    }
-
-    /// The training the sweep runs, from the lesson's `base` (the batch sweep's effective batch
-    /// is [BATCH], its smallest microbatch first, for the engine's warm-up), and its points: one
-    /// line across the sizes of `xs` that divide the effective batch (microbatches) or the
-    /// run's steps (steps per graph), the baseline's side first. An error says what to change
-    /// when none is left or the training itself does not fit.
-    pub fn plan(self, base: TrainConfig, xs: &[usize]) -> Result<(TrainConfig, Plan), String> {
-        let cfg = match self {
-            Which::Batch => TrainConfig {
-                step_batch: BATCH,
-                microbatch: xs.iter().copied().min().unwrap_or(BATCH),
-                ..base
-            },
-            Which::Graphs => base,
-        };
-        cfg.validate()?;
-        let (whole, what, axis, sides, series) = match self {
-            Which::Batch => (
-                BATCH,
-                "microbatch divides the effective batch",
-                "samples per microbatch",
-                ["accumulated", "whole batch"],
-                format!("effective batch {BATCH}"),
-            ),
-            Which::Graphs => (
-                cfg.steps(),
-                "number of steps per graph divides the run's steps",
-                "steps per graph",
-                ["eager", "graph"],
-                format!(
-                    "steps of {} x {}",
-                    cfg.step_batch / cfg.microbatch,
-                    cfg.microbatch
-                ),
-            ),
-        };
-        let xs: Vec<u64> = xs
-            .iter()
-            .filter(|&&x| x > 0 && whole % x == 0)
-            .map(|&x| x as u64)
-            .collect();
-        if xs.is_empty() {
-            return Err(format!("no {what} ({whole}): change --samples or --batch"));
-        }
-        let axes = vec![
-            Axis::names("line", &[series.as_str()]),
-            Axis::counts(axis, &xs),
-        ];
-        Ok((cfg, Plan::product(axes, axis, sides, BAR)))
-    }
-
-    /// "microbatch 8", "4 steps per graph": the group of a point.
-    pub fn group(self, x: usize) -> String {
-        match self {
-            Which::Batch => format!("microbatch {x}"),
-            Which::Graphs => format!("{x} steps per graph"),
-        }
+/// The sizes sweep `kind` (batch or graphs) takes by default.
+pub fn sizes(kind: Kind) -> &'static [usize] {
+    match kind {
+        Kind::Batch => &MICROBATCHES,
+        _ => &STEPS_PER_GRAPH,
     }
 }
 
-/// Queue steps `steps` of the chapter's step: each microbatch copied from the page-locked
-/// dataset into device slot 0 (fixed addresses, so a graph can replay it), its pass, then the
-/// update.
+/// The training sweep `kind` (batch, else graphs) runs from the lesson's `base` (batch: the
+/// effective batch is [BATCH], its smallest microbatch first, for the engine's warm-up), and its
+/// points: the sizes of `xs` that divide the effective batch (microbatches) or the run's steps
+/// (steps per graph). An error says what to change when none is left or the training does not
+/// fit.
+pub fn plan(kind: Kind, base: TrainConfig, xs: &[usize]) -> Result<(TrainConfig, Plan), String> {
+    let batch = kind == Kind::Batch;
+    let cfg = if batch {
+        TrainConfig {
+            step_batch: BATCH,
+            microbatch: xs.iter().copied().min().unwrap_or(BATCH),
+            ..base
+        }
+    } else {
+        base
+    };
+    cfg.validate()?;
+    let (whole, what, axis, sides, series) = if batch {
+        (
+            BATCH,
+            "microbatch divides the effective batch",
+            "samples per microbatch",
+            ["accumulated", "whole batch"],
+            format!("effective batch {BATCH}"),
+        )
+    } else {
+        (
+            cfg.steps(),
+            "number of steps per graph divides the run's steps",
+            "steps per graph",
+            ["eager", "graph"],
+            format!(
+                "steps of {} x {}",
+                cfg.step_batch / cfg.microbatch,
+                cfg.microbatch
+            ),
+        )
+    };
+    let xs: Vec<u64> = xs
+        .iter()
+        .filter(|&&x| x > 0 && whole % x == 0)
+        .map(|&x| x as u64)
+        .collect();
+    if xs.is_empty() {
+        return Err(format!("no {what} ({whole}): change --samples or --batch"));
+    }
+    let axes = vec![
+        Axis::names("line", &[series.as_str()]),
+        Axis::counts(axis, &xs),
+    ];
+    Ok((cfg, Plan::product(axes, axis, sides, BAR)))
+}
+
+/// "microbatch 8", "4 steps per graph".
+pub fn group(kind: Kind, x: usize) -> String {
+    match kind {
+        Kind::Batch => format!("microbatch {x}"),
+        _ => format!("{x} steps per graph"),
+    }
+}
+
+/// Queue `steps`, each microbatch copied from the page-locked dataset into device slot 0 (fixed
+/// addresses, so a graph can replay it).
 fn queue_steps(e: &mut Engine, ex: &Exec, steps: Range<usize>) -> Result<()> {
     let (gpu, cfg) = (e.gpu, e.cfg);
     let mb = cfg.microbatch;
@@ -148,8 +118,7 @@ fn queue_steps(e: &mut Engine, ex: &Exec, steps: Range<usize>) -> Result<()> {
     Ok(())
 }
 
-/// The graphs sweep's baseline: every operation launched as the host goes, one wait per
-/// `per_wait` steps.
+/// The graphs sweep's baseline: one wait per `per_wait` steps.
 pub fn eager(e: &mut Engine, per_wait: usize) -> Result<()> {
     let ex = Exec::queued(e.gpu);
     for first in (0..e.cfg.steps()).step_by(per_wait) {
@@ -159,8 +128,7 @@ pub fn eager(e: &mut Engine, per_wait: usize) -> Result<()> {
     Ok(())
 }
 
-/// The graphs sweep's change: the same operations, `per_graph` steps captured as one graph
-/// (once, then replayed), one wait per graph.
+/// The graphs sweep's change: `per_graph` steps captured once as one graph, one wait per graph.
 pub fn graphed(e: &mut Engine, per_graph: usize) -> Result<()> {
     let gpu = e.gpu;
     for first in (0..e.cfg.steps()).step_by(per_graph) {
@@ -179,21 +147,19 @@ pub fn graphed(e: &mut Engine, per_graph: usize) -> Result<()> {
     Ok(())
 }
 
-/// A sweep on the training lesson: its engine, reference, checks and poisoning, with loops of
-/// the sweep's own as variants.
+/// The training lesson's engine, reference, checks and poisoning, with loops of the sweep's own.
 pub struct TrainingSweep<'g> {
-    which: Which,
+    kind: Kind,
     training: TrainingLesson<'g>,
     plan: Plan,
 }
 
 impl<'g> TrainingSweep<'g> {
-    /// The training lesson of `which`'s training from the lesson's `base` (its engine and its
-    /// float64 reference when affordable), over the sizes of [Which::plan].
-    pub fn new(gpu: &'g Gpu, which: Which, base: TrainConfig, xs: &[usize]) -> Result<Self> {
-        let (cfg, plan) = which.plan(base, xs).map_err(common::Error::invalid)?;
+    /// Sweep `kind` (batch or graphs) over the sizes of [plan].
+    pub fn new(gpu: &'g Gpu, kind: Kind, base: TrainConfig, xs: &[usize]) -> Result<Self> {
+        let (cfg, plan) = plan(kind, base, xs).map_err(common::Error::invalid)?;
         Ok(TrainingSweep {
-            which,
+            kind,
             plan,
             training: TrainingLesson::new(gpu, cfg)?,
         })
@@ -206,7 +172,7 @@ impl<'g> TrainingSweep<'g> {
 
 impl Sweep for TrainingSweep<'_> {
     fn name(&self) -> &str {
-        self.which.kind().lesson()
+        self.kind.lesson()
     }
 
     fn plan(&self) -> &Plan {
@@ -214,7 +180,7 @@ impl Sweep for TrainingSweep<'_> {
     }
 
     fn group(&self, point: usize) -> String {
-        self.which.group(self.x(point))
+        group(self.kind, self.x(point))
     }
 
     fn parameters(&self) -> serde_json::Value {
@@ -229,16 +195,16 @@ impl Sweep for TrainingSweep<'_> {
 
     fn spec(&self, point: usize, changed: bool) -> VariantSpec {
         let (c, x) = (self.training.config(), self.x(point));
-        let description = match (self.which, changed) {
-            (Which::Batch, false) => format!(
+        let description = match (self.kind, changed) {
+            (Kind::Batch, false) => format!(
                 "{} microbatches of {x} per step, the naive loop",
                 c.step_batch / x
             ),
-            (Which::Batch, true) => {
+            (Kind::Batch, true) => {
                 format!("one pass of {} per step, the naive loop", c.step_batch)
             }
-            (Which::Graphs, false) => format!("every operation launched, a wait per {x} steps"),
-            (Which::Graphs, true) => format!("one CUDA graph per {x} steps, a wait per graph"),
+            (_, false) => format!("every operation launched, a wait per {x} steps"),
+            (_, true) => format!("one CUDA graph per {x} steps, a wait per graph"),
         };
         VariantSpec::new("", description, Precision::Fp32, run_work(&c))
             .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
@@ -261,14 +227,14 @@ impl Sweep for TrainingSweep<'_> {
         let x = self.x(point);
         let e = self.training.engine();
         e.reset()?;
-        match (self.which, changed) {
-            (Which::Batch, false) => {
+        match (self.kind, changed) {
+            (Kind::Batch, false) => {
                 e.cfg.microbatch = x;
                 baseline::run(e)
             }
-            (Which::Batch, true) => batch::run(e),
-            (Which::Graphs, false) => eager(e, x),
-            (Which::Graphs, true) => {
+            (Kind::Batch, true) => batch::run(e),
+            (_, false) => eager(e, x),
+            (_, true) => {
                 // Only this point's graphs stay on the device.
                 e.graphs
                     .retain(|k| !matches!(k, Captured::Steps { count, .. } if *count != x));
@@ -285,9 +251,8 @@ impl Sweep for TrainingSweep<'_> {
         sweep_bench(cfg)
     }
 
-    /// The graph side of a graphs point: the nodes of its graph.
     fn metrics(&mut self, point: usize, changed: bool, _: &VariantReport) -> Result<Vec<Metric>> {
-        if self.which != Which::Graphs || !changed {
+        if self.kind != Kind::Graphs || !changed {
             return Ok(Vec::new());
         }
         let key = Captured::Steps {
@@ -307,15 +272,15 @@ impl Sweep for TrainingSweep<'_> {
 
     fn sections(&mut self, summary: Summary, _bench: BenchConfig) -> Vec<Section> {
         let cfg = self.training.config();
-        let (title, note) = match self.which {
-            Which::Batch => (
+        let (title, note) = match self.kind {
+            Kind::Batch => (
                 "one pass of the whole batch vs accumulated microbatches, by microbatch",
                 format!(
                     "both sides run the naive loop (cuMemAlloc per pass, pageable copies, a wait after every operation) over {} samples in steps of {}; the line reads where splitting the step into microbatches stops costing",
                     cfg.samples, cfg.step_batch
                 ),
             ),
-            Which::Graphs => (
+            _ => (
                 "a CUDA graph per k steps vs launching every operation, by steps per graph",
                 format!(
                     "{} steps of {} microbatches of {}, each microbatch copied from page-locked memory; both sides wait once per k steps, so the difference is launching each operation against launching the graph; {GRAPH_NODES}: the captured graph's copies and kernels",
@@ -334,46 +299,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_batch_sweep_splits_a_batch_of_4096_into_every_microbatch_that_divides_it() {
-        let (cfg, plan) = Which::Batch
-            .plan(TrainConfig::chapter(), &MICROBATCHES)
-            .unwrap();
+    fn each_training_sweep_takes_the_sizes_that_divide_its_run() {
+        let chapter = TrainConfig::chapter();
+        let (cfg, p) = plan(Kind::Batch, chapter, &MICROBATCHES).unwrap();
         assert_eq!((cfg.step_batch, cfg.microbatch, cfg.steps()), (BATCH, 8, 4));
-        assert_eq!(plan.points.len(), 10);
-        assert_eq!(plan.series(0), "effective batch 4096");
-        assert_eq!(plan.sides[0], "accumulated", "the baseline first");
-        let (_, plan) = Which::Batch
-            .plan(TrainConfig::chapter(), &[4096, 8, 96, 8])
-            .unwrap();
-        let xs = plan.values_of("samples per microbatch");
+        assert_eq!(p.points.len(), 10);
+        assert_eq!(p.series(0), "effective batch 4096");
+        assert_eq!(p.sides[0], "accumulated", "the baseline first");
+        let (_, p) = plan(Kind::Batch, chapter, &[4096, 8, 96, 8]).unwrap();
+        let xs = p.values_of("samples per microbatch");
         assert_eq!(xs, [8, 4096], "96 does not divide 4096; repeats once");
-        assert_eq!(Which::Batch.group(64), "microbatch 64");
+        assert_eq!(group(Kind::Batch, 64), "microbatch 64");
         // Samples that make no whole step of 4096: one line saying what to change.
         let few = TrainConfig {
             samples: 1024,
-            ..TrainConfig::chapter()
+            ..chapter
         };
-        let err = Which::Batch.plan(few, &MICROBATCHES).unwrap_err();
+        let err = plan(Kind::Batch, few, &MICROBATCHES).unwrap_err();
         assert!(err.contains("does not divide the samples"), "{err}");
-    }
 
-    #[test]
-    fn the_graphs_sweep_takes_steps_per_graph_that_divide_the_run() {
-        let (cfg, plan) = Which::Graphs
-            .plan(TrainConfig::chapter(), &STEPS_PER_GRAPH)
-            .unwrap();
-        assert_eq!(cfg, TrainConfig::chapter());
+        let (cfg, p) = plan(Kind::Graphs, chapter, &STEPS_PER_GRAPH).unwrap();
+        assert_eq!(cfg, chapter);
         let all = STEPS_PER_GRAPH.map(|x| x as u64);
-        assert_eq!(plan.values_of("steps per graph"), all);
-        assert_eq!(plan.series(0), "steps of 8 x 32");
+        assert_eq!(p.values_of("steps per graph"), all);
+        assert_eq!(p.series(0), "steps of 8 x 32");
         let short = TrainConfig {
             samples: 256 * 6,
-            ..TrainConfig::chapter()
+            ..chapter
         };
-        let (_, plan) = Which::Graphs.plan(short, &STEPS_PER_GRAPH).unwrap();
-        assert_eq!(plan.values_of("steps per graph"), [1, 2]);
-        let err = Which::Graphs.plan(short, &[4, 5]).unwrap_err();
+        let (_, p) = plan(Kind::Graphs, short, &STEPS_PER_GRAPH).unwrap();
+        assert_eq!(p.values_of("steps per graph"), [1, 2]);
+        let err = plan(Kind::Graphs, short, &[4, 5]).unwrap_err();
         assert!(err.contains("divides the run's steps (6)"), "{err}");
-        assert_eq!(Which::Graphs.group(4), "4 steps per graph");
+        assert_eq!(group(Kind::Graphs, 4), "4 steps per graph");
     }
 }

@@ -278,7 +278,7 @@ pub struct Overlap {
 }
 
 impl Overlap {
-    fn new(gpu: &Gpu) -> Result<Overlap> {
+    pub fn new(gpu: &Gpu) -> Result<Overlap> {
         let event = || gpu.ctx.new_event(None).cuda("creating an event");
         Ok(Overlap {
             copy_stream: gpu.ctx.new_stream().cuda("creating the copy stream")?,

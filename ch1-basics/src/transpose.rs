@@ -1,12 +1,8 @@
-//! # Coalescing
+//! # Coalescing: a side x side fp32 transpose
 //!
-//! Transpose a side x side fp32 matrix (8192 x 8192 by default). The naive kernel (the
-//! baseline) reads rows and writes columns, so each warp's 32 stores land in 32 different memory
-//! segments; the tiled kernels stage a tile in shared memory (padded against bank conflicts) so
-//! that both global reads and writes are coalesced. Bytes are the same (side^2 * 4 read,
-//! side^2 * 4 written); only the access pattern changes. The table also shows the tile without
-//! padding (bank conflicts) and a few tile shapes. Every output is compared with the exact
-//! transpose, tolerance 0: moving values is exact, so any difference is a bug.
+//! The naive kernel's warps store to 32 memory segments each; the tiled kernels stage a tile in
+//! shared memory (padded against bank conflicts) so that reads and writes are both coalesced.
+//! The bytes are the same; only the access pattern changes.
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use serde_json::json;
@@ -71,7 +67,7 @@ impl TransposeVariant {
         }
     }
 
-    /// Its kernel in transpose.cu: `transpose_` and its name, '-' read as '_'.
+    /// `transpose_` and its name, '-' read as '_'.
     pub fn kernel(self) -> String {
         format!("transpose_{}", self.name().replace('-', "_"))
     }
@@ -93,31 +89,23 @@ impl TransposeVariant {
     }
 
     fn launch_config(self, n: u32) -> LaunchConfig {
-        // (tile rows, tile columns, thread rows) of each kernel.
-        let (rows, cols, block_rows) = match self {
-            TransposeVariant::Naive => (8, 32, 8),
-            TransposeVariant::Tiled32Unpadded | TransposeVariant::Tiled32 => (32, 32, 8),
-            TransposeVariant::Tiled32Rows16 => (32, 32, 16),
-            TransposeVariant::Tiled32x64 => (32, 64, 8),
-            TransposeVariant::Tiled64 => (64, 64, 8),
-            TransposeVariant::Tiled32Vec4 => (32, 32, 32),
+        // (tile rows, tile columns, threads) of each kernel.
+        let (rows, cols, threads) = match self {
+            TransposeVariant::Naive => (8, 32, (32, 8)),
+            TransposeVariant::Tiled32Unpadded | TransposeVariant::Tiled32 => (32, 32, (32, 8)),
+            TransposeVariant::Tiled32Rows16 => (32, 32, (32, 16)),
+            TransposeVariant::Tiled32x64 => (32, 64, (32, 8)),
+            TransposeVariant::Tiled64 => (64, 64, (32, 8)),
+            TransposeVariant::Tiled32Vec4 => (32, 32, (8, 32)),
         };
-        if self == TransposeVariant::Tiled32Vec4 {
-            return LaunchConfig {
-                grid_dim: (n.div_ceil(32), n.div_ceil(32), 1),
-                block_dim: (8, 32, 1),
-                shared_mem_bytes: 0,
-            };
-        }
         LaunchConfig {
             grid_dim: (n.div_ceil(cols), n.div_ceil(rows), 1),
-            block_dim: (32, block_rows, 1),
+            block_dim: (threads.0, threads.1, 1),
             shared_mem_bytes: 0,
         }
     }
 }
 
-/// The variants of a side x side transpose: the same bytes read and written by each.
 pub fn specs(side: u64) -> Vec<VariantSpec> {
     let bytes = 4 * side * side;
     let work = Work {
@@ -134,7 +122,6 @@ pub fn specs(side: u64) -> Vec<VariantSpec> {
         .collect()
 }
 
-/// Every variant, baseline first, each with its kernel; the runner picks which run.
 pub struct Transpose {
     side: u64,
     seed: u64,
@@ -145,8 +132,6 @@ pub struct Transpose {
 }
 
 impl Transpose {
-    /// Check memory first (device and host), then make the seeded input and its exact
-    /// transpose.
     pub fn new(gpu: &Gpu, side: u64, seed: u64) -> Result<Transpose> {
         let elems = side * side;
         gpu.check_fits(&format!("two {side} x {side} fp32 matrices"), 2 * 4 * elems)?;

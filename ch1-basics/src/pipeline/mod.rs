@@ -1,24 +1,11 @@
 //! # Double buffering
 //!
-//! A large pinned host array (1 GiB of fp32 by default) goes through the GPU in chunks: copy in,
-//! compute (an elementwise map with about as much arithmetic per chunk as its copy takes), copy
-//! out. Three engines do that work: the host-to-device copy engine, the SMs and the
-//! device-to-host copy engine.
-//!
-//! - **serial** (the baseline): one stream, each chunk's three stages back to back, so at any
-//!   moment two of the three engines sit idle. Its time is the sum of the stages.
-//! - **overlapped**: one stream per stage, events ordering them, `buffers` device buffers in
-//!   flight, so chunk k+1 is copied in while chunk k computes and chunk k-1 is copied out. Its
-//!   time approaches the slowest stage alone; the outputs are the same, bit for bit.
-//!
-//! Both are checked against the float64 closed form of the map, element by element, and the
-//! overlapped output against the serial one with tolerance 0. When both ran, each stage is
-//! timed alone to say how close the overlap came to the slowest stage and how the copies
-//! compare with the pinned copy ceilings; when the whole part runs, the pinned copy rate is
-//! measured across sizes, from a training microbatch to 256 MiB.
-//!
-//! The engine (plan, overlap model, the pass in each mode) is [engine]; what the stages alone
-//! say about the modes is [overlap]; the copy-rate table is [copy_rates].
+//! A large pinned array goes through the GPU in chunks (copy in, compute, copy out), once on
+//! one stream, chunk after chunk (the baseline), and once on a stream per stage with `buffers`
+//! device buffers in flight, so that the three engines (two copy engines, the SMs) overlap. Both
+//! are checked against the map's float64 closed form, and the overlapped output against the
+//! serial one with tolerance 0. When both run, each stage is timed alone ([overlap]); when the
+//! whole part runs, pinned copy rates are measured by size ([copy_rates]).
 
 pub mod copy_rates;
 pub mod engine;
@@ -39,19 +26,15 @@ use common::runner::{range_name, Lesson, Meter, Output, Reference, VariantSpec};
 use common::stats::Summary;
 use common::verify::Precision;
 use common::Result;
-use plotting::format::human_bytes;
 
 use overlap::Measured;
 
-/// The output part compared with the serial run's (tolerance 0: bitwise-equal values).
 pub const SAME_AS_SERIAL: &str = "output vs serial";
 
 /// The pair's variants, baseline first.
 pub const VARIANTS: [(&str, Mode); 2] =
     [("serial", Mode::Serial), ("overlapped", Mode::Overlapped)];
 
-/// The variants of the pair at `cfg`: every element copied in, mapped by `iterations` FMAs and
-/// copied out.
 pub fn specs(cfg: &PipelineConfig) -> Vec<VariantSpec> {
     let n = cfg.elements as u64;
     let work = Work {
@@ -80,15 +63,12 @@ pub fn specs(cfg: &PipelineConfig) -> Vec<VariantSpec> {
 
 pub struct PipelineLesson {
     pipeline: Pipeline,
-    /// Both variants run: compare their outputs and measure the copy-rate table.
+    /// Both variants run: compare their outputs, measure the copy rates.
     whole: bool,
     refresh_ceilings: bool,
 }
 
 impl PipelineLesson {
-    /// Check host memory first (the pinned arrays and, when both variants run, the outputs the
-    /// comparison keeps), then allocate and fill the input. `refresh_ceilings`: re-measure the
-    /// pinned copy ceilings instead of using the cached ones.
     pub fn new(
         gpu: &Gpu,
         cfg: PipelineConfig,
@@ -112,68 +92,6 @@ impl PipelineLesson {
 
     fn bytes(&self) -> u64 {
         4 * self.pipeline.cfg.elements as u64
-    }
-
-    /// One stage alone, timed like the variants.
-    fn time_alone(&mut self, gpu: &Gpu, meter: &mut Meter, mode: Mode) -> Result<Summary> {
-        let name = match mode {
-            Mode::CopyInOnly => "copy-in-alone",
-            Mode::ComputeOnly => "compute-alone",
-            _ => "copy-out-alone",
-        };
-        let _range = nvtx::range(&range_name(self.name(), &format!("pipeline:{name}")));
-        let cfg = meter.bench;
-        let main = gpu.stream.clone();
-        let pipeline = &mut self.pipeline;
-        Ok(meter
-            .measure(&cfg, &mut || pipeline.queue(&main, mode))?
-            .time_ms)
-    }
-
-    /// Each stage alone against the two modes (serial's and the overlapped run's times, and
-    /// the overlapped report for its comparison with the serial output).
-    fn overlap_section(
-        &mut self,
-        gpu: &Gpu,
-        meter: &mut Meter,
-        serial: &Summary,
-        (overlapped, overlapped_ms): (&VariantReport, &Summary),
-    ) -> Result<Section> {
-        let stages = [
-            self.time_alone(gpu, meter, Mode::CopyInOnly)?,
-            self.time_alone(gpu, meter, Mode::ComputeOnly)?,
-            self.time_alone(gpu, meter, Mode::CopyOutOnly)?,
-        ];
-        let transfers = ceilings::transfers(gpu, meter.timer(), self.refresh_ceilings)?;
-        let bitwise = overlapped
-            .checks
-            .iter()
-            .find(|c| c.part == SAME_AS_SERIAL)
-            .map(|c| c.passed && c.rel_l2_error == 0.0);
-        let (c, plan) = (&self.pipeline.cfg, self.pipeline.cfg.plan());
-        let headline = format!(
-            "{} fp32 ({}) in {} chunks of {} ({} buffers), {} FMAs per element",
-            c.elements,
-            human_bytes(self.bytes()),
-            plan.len(),
-            c.chunk,
-            c.buffers,
-            c.iterations
-        );
-        let measured = Measured {
-            stages,
-            serial: serial.clone(),
-            overlapped: overlapped_ms.clone(),
-        };
-        let pinned = (&transfers.h2d_pinned, &transfers.d2h_pinned);
-        Ok(overlap::section(
-            measured,
-            &plan,
-            self.bytes(),
-            pinned,
-            bitwise,
-            headline,
-        ))
     }
 }
 
@@ -202,9 +120,7 @@ impl Lesson for PipelineLesson {
     }
 
     fn reference(&self, _index: usize) -> Option<&Reference> {
-        // The closed form is evaluated on the fly in `output` instead: a stored float64
-        // reference would be another 2 GiB at the default size.
-        None
+        None // the closed form, on the fly in `output`
     }
 
     fn check_against_baseline(&self, _index: usize) -> bool {
@@ -243,7 +159,33 @@ impl Lesson for PipelineLesson {
         };
         let mut sections = Vec::new();
         if let (Some(serial), Some(overlapped)) = (ran(VARIANTS[0].0), ran(VARIANTS[1].0)) {
-            sections.push(self.overlap_section(gpu, meter, serial.1, overlapped)?);
+            let pipeline = &mut self.pipeline;
+            let mut alone = |mode: Mode, name: &str| -> Result<Summary> {
+                let _range = nvtx::range(&range_name("ch1-basics", &format!("pipeline:{name}")));
+                let (cfg, main) = (meter.bench, gpu.stream.clone());
+                Ok(meter
+                    .measure(&cfg, &mut || pipeline.queue(&main, mode))?
+                    .time_ms)
+            };
+            let stages = [
+                alone(Mode::CopyInOnly, "copy-in-alone")?,
+                alone(Mode::ComputeOnly, "compute-alone")?,
+                alone(Mode::CopyOutOnly, "copy-out-alone")?,
+            ];
+            let transfers = ceilings::transfers(gpu, meter.timer(), self.refresh_ceilings)?;
+            let same = overlapped
+                .0
+                .checks
+                .iter()
+                .find(|c| c.part == SAME_AS_SERIAL);
+            let measured = Measured {
+                stages,
+                serial: serial.1.clone(),
+                overlapped: overlapped.1.clone(),
+                bitwise: same.map(|c| c.passed && c.rel_l2_error == 0.0),
+            };
+            let pinned = (&transfers.h2d_pinned, &transfers.d2h_pinned);
+            sections.push(overlap::section(measured, &self.pipeline.cfg, pinned));
         }
         if self.whole {
             let sizes = copy_rates::sizes(4 * self.pipeline.cfg.chunk);

@@ -1,6 +1,6 @@
 //! What the stages timed alone say about the two modes: the slowest stage, how much of the
-//! time that could be hidden the overlapped run hid, what the plan's model predicts, and the
-//! copies as a share of the pinned copy ceilings.
+//! hideable time the overlapped run hid, what the plan's model predicts, and the copies as a
+//! share of the pinned copy ceilings.
 
 use serde_json::json;
 
@@ -8,28 +8,26 @@ use common::ceilings::Ceiling;
 use common::report::Section;
 use common::stats::Summary;
 use common::table::{format_ms, percent, Table};
+use plotting::format::human_bytes;
 
-use super::engine::{simulate, Chunk};
+use super::engine::{simulate, PipelineConfig};
 
-/// What was measured: each stage alone (copy in, compute, copy out) and the two modes.
 pub struct Measured {
+    /// Copy in, compute, copy out, each alone.
     pub stages: [Summary; 3],
     pub serial: Summary,
     pub overlapped: Summary,
+    /// Whether the overlapped output matched the serial one bit for bit, when compared.
+    pub bitwise: Option<bool>,
 }
 
-/// The section, from the measured times, the plan, the bytes each copy stage moves, the pinned
-/// ceilings (host-to-device, device-to-host) and whether the overlapped output matched the
-/// serial one bit for bit (when the two were compared): a table of the stages and modes, the
-/// derived figures as lines, every figure in the JSON. `headline` says what went through.
+/// The section of a run of `cfg` against the pinned ceilings (host-to-device, device-to-host).
 pub fn section(
     measured: Measured,
-    plan: &[Chunk],
-    bytes: u64,
+    cfg: &PipelineConfig,
     (htod, dtoh): (&Ceiling, &Ceiling),
-    bitwise: Option<bool>,
-    headline: String,
 ) -> Section {
+    let (plan, bytes) = (cfg.plan(), 4 * cfg.elements as u64);
     let [copy_in, compute, copy_out] = &measured.stages;
     let named = [
         ("copy in", copy_in.median),
@@ -45,7 +43,7 @@ pub fn section(
     let elements: usize = plan.iter().map(|c| c.len).sum();
     let per_chunk = |total: f64| total * plan[0].len as f64 / elements as f64;
     let stage_times = named.map(|s| per_chunk(s.1));
-    let model = simulate(plan, (stage_times[0], stage_times[1], stage_times[2]));
+    let model = simulate(&plan, (stage_times[0], stage_times[1], stage_times[2]));
     let gbps = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
     let (in_rate, out_rate) = (gbps(copy_in.median), gbps(copy_out.median));
     let overlapped = measured.overlapped.median;
@@ -68,7 +66,15 @@ pub fn section(
         ]);
     }
     let mut lines = vec![
-        headline,
+        format!(
+            "{} fp32 ({}) in {} chunks of {} ({} buffers), {} FMAs per element",
+            cfg.elements,
+            human_bytes(bytes),
+            plan.len(),
+            cfg.chunk,
+            cfg.buffers,
+            cfg.iterations
+        ),
         format!(
             "slowest stage: {slowest_stage} ({}); the stages add up to {}",
             format_ms(slowest),
@@ -92,7 +98,7 @@ pub fn section(
             percent(out_rate / dtoh.value)
         ),
     ];
-    if let Some(equal) = bitwise {
+    if let Some(equal) = measured.bitwise {
         lines.push(format!(
             "serial and overlapped outputs equal bit for bit: {}",
             if equal { "yes" } else { "NO" }
@@ -123,7 +129,7 @@ pub fn section(
             "copy_in_fraction_of_ceiling": in_rate / htod.value,
             "copy_out_gb_per_s": out_rate,
             "copy_out_fraction_of_ceiling": out_rate / dtoh.value,
-            "serial_and_overlapped_bitwise_equal": bitwise,
+            "serial_and_overlapped_bitwise_equal": measured.bitwise,
         }),
         ..Section::new("double buffering: each stage alone and the overlap")
     }
@@ -132,7 +138,6 @@ pub fn section(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::engine::plan;
 
     fn summary(ms: f64) -> Summary {
         Summary::of(&[ms]).unwrap()
@@ -153,19 +158,21 @@ mod tests {
 
     #[test]
     fn figures_from_the_stages_alone() {
-        // 1 GB copied each way: 20 ms is 50 GB/s. 10 chunks of 100 in 3 buffers.
-        let s = section(
-            Measured {
-                stages: [summary(20.0), summary(25.0), summary(20.0)],
-                serial: summary(65.0),
-                overlapped: summary(27.0),
-            },
-            &plan(1000, 100, 3),
-            1_000_000_000,
-            (&ceiling(50.0), &ceiling(40.0)),
-            Some(true),
-            "1000 fp32".into(),
-        );
+        // 1 GB copied each way: 20 ms is 50 GB/s. 10 chunks in 3 buffers.
+        let measured = Measured {
+            stages: [summary(20.0), summary(25.0), summary(20.0)],
+            serial: summary(65.0),
+            overlapped: summary(27.0),
+            bitwise: Some(true),
+        };
+        let cfg = PipelineConfig {
+            elements: 250_000_000,
+            chunk: 25_000_000,
+            buffers: 3,
+            iterations: 8,
+            seed: 1,
+        };
+        let s = section(measured, &cfg, (&ceiling(50.0), &ceiling(40.0)));
         let figure = |name: &str| s.data[name].as_f64().unwrap();
         assert_eq!(s.data["slowest_stage"], "compute");
         assert_eq!(figure("slowest_stage_ms"), 25.0);
@@ -180,7 +187,8 @@ mod tests {
         assert!((figure("copy_in_fraction_of_ceiling") - 1.0).abs() < 1e-9);
         assert!((figure("copy_out_fraction_of_ceiling") - 1.25).abs() < 1e-9);
         assert_eq!(s.table.as_ref().unwrap().rows.len(), 5);
-        assert_eq!(s.lines[0], "1000 fp32");
+        let headline = "250000000 fp32 (953.67 MiB) in 10 chunks of 25000000 (3 buffers), 8 FMAs";
+        assert!(s.lines[0].starts_with(headline), "{}", s.lines[0]);
         assert!(s.lines.iter().any(|l| l.ends_with("bit for bit: yes")));
         assert_eq!(s.data["serial_and_overlapped_bitwise_equal"], true);
         assert_eq!(s.data["pinned_ceilings"][0]["value"], 50.0);

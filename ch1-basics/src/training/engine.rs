@@ -1,8 +1,5 @@
-//! The engine the six training variants run on: everything they share, so that each variant's
-//! file holds its loop and nothing else. The model and its operations ([Trainer]), the dataset
-//! in pageable and page-locked memory with pinned staging for two steps ([Data]), device
-//! buffers ([Buffers]; the preallocated ones live here), captured CUDA graphs ([Graphs]), and
-//! the copy stream with the events that order it ([Overlap]).
+//! What the six training variants share, so that each variant's file holds its loop and
+//! nothing else.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -31,9 +28,8 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// Forward, loss and backward of the samples at `rows` of `buf`, which start `offset`
-    /// samples into their step: the step's first pass overwrites the gradient, later ones add
-    /// to it (gradient accumulation).
+    /// Forward, loss and backward of `rows` of `buf`, `offset` samples into their step: the
+    /// step's first pass overwrites the gradient, later ones add to it.
     pub fn pass(
         &mut self,
         ex: &Exec,
@@ -53,14 +49,14 @@ impl Trainer {
             .backward(ex, &mut self.model, act, input, offset > 0)
     }
 
-    /// The SGD step over every parameter; the losses' step counter moves on.
+    /// The SGD step; the losses' step counter moves on.
     pub fn update(&mut self, ex: &Exec) -> Result<()> {
         self.mlp
             .update(ex, &mut self.model, self.lr, Some(&mut self.losses))
     }
 }
 
-/// Device input (features and labels) for some rows of samples, and the activations of a pass.
+/// Device features and labels for some rows of samples, and the activations of a pass.
 pub struct Buffers {
     arch: Arch,
     x: DeviceBuf<f32>,
@@ -69,23 +65,17 @@ pub struct Buffers {
 }
 
 impl Buffers {
-    /// Input and activations for `rows` samples, from `allocator`.
     pub fn new(gpu: &Gpu, arch: Arch, rows: usize, allocator: Allocator) -> Result<Buffers> {
-        Buffers::with_input_rows(gpu, arch, rows, rows, allocator)
+        Buffers::with_slots(gpu, arch, rows, 1, allocator)
     }
 
-    fn with_input_rows(
-        gpu: &Gpu,
-        arch: Arch,
-        input_rows: usize,
-        pass_rows: usize,
-        allocator: Allocator,
-    ) -> Result<Buffers> {
+    /// Input for `slots` passes of `rows`, activations for one.
+    fn with_slots(gpu: &Gpu, arch: Arch, rows: usize, slots: usize, a: Allocator) -> Result<Self> {
         Ok(Buffers {
             arch,
-            x: DeviceBuf::new(gpu, allocator, input_rows * arch.input, "input")?,
-            labels: DeviceBuf::new(gpu, allocator, input_rows, "labels")?,
-            act: Activations::new(gpu, &arch, false, pass_rows, allocator)?,
+            x: DeviceBuf::new(gpu, a, slots * rows * arch.input, "input")?,
+            labels: DeviceBuf::new(gpu, a, slots * rows, "labels")?,
+            act: Activations::new(gpu, &arch, false, rows, a)?,
         })
     }
 
@@ -97,9 +87,8 @@ impl Buffers {
     }
 }
 
-/// The dataset as a data loader holds it: in pageable memory, again in page-locked memory
-/// (pinned once, when it is loaded), and pinned staging of two steps at fixed addresses for the
-/// graphs.
+/// The dataset in pageable memory and again in page-locked memory (pinned once, when loaded,
+/// as a data loader does), and pinned staging of two steps at fixed addresses for the graphs.
 pub struct Data {
     pub samples: Samples,
     width: usize,
@@ -129,8 +118,8 @@ impl Data {
         })
     }
 
-    /// Copy the dataset's `samples` to the first rows of `buf` from pageable memory: the driver
-    /// copies through a bounce buffer, and the host waits.
+    /// Copy `samples` to the first rows of `buf`: through the driver's bounce buffer, the host
+    /// waiting.
     pub fn copy_pageable(&self, gpu: &Gpu, samples: Range<usize>, buf: &mut Buffers) -> Result<()> {
         let _copy = common::nvtx::range("copy in");
         let (ni, n) = (self.width, samples.len());
@@ -148,8 +137,7 @@ impl Data {
             .cuda("copying labels")
     }
 
-    /// Copy the dataset's `samples` to the first rows of `buf` from page-locked memory: one
-    /// asynchronous DMA each, queued on the stream; the host does not wait.
+    /// Copy `samples` to the first rows of `buf`: one DMA each, queued; the host goes on.
     pub fn copy_pinned(&self, gpu: &Gpu, samples: Range<usize>, buf: &mut Buffers) -> Result<()> {
         let _copy = common::nvtx::range("copy in");
         let (ni, n) = (self.width, samples.len());
@@ -162,8 +150,7 @@ impl Data {
             .copy_to_device(samples, &mut buf.labels.slice_mut(..n), &gpu.stream)
     }
 
-    /// Copy step `step`'s samples into staging slot `slot` (CPU work; no copy out of that slot
-    /// may be in flight).
+    /// Copy step `step`'s samples into staging slot `slot` (no copy out of it may be in flight).
     pub fn stage(&mut self, step: usize, slot: usize) {
         let (sb, ni) = (self.step_batch, self.width);
         let s = step * sb;
@@ -173,7 +160,7 @@ impl Data {
             .copy_from_slice(&self.samples.labels[s..s + sb]);
     }
 
-    /// Queue the copy of staged `rows` (of both slots) into the same rows of `buf`, on `stream`.
+    /// Queue the copy of staged `rows` (of both slots) into the same rows of `buf`.
     pub fn copy_staged(
         &self,
         rows: Range<usize>,
@@ -212,8 +199,8 @@ pub enum Captured {
 pub struct Graphs(HashMap<Captured, CudaGraph>);
 
 impl Graphs {
-    /// Launch the graph for `key`, capturing it from what `queue` puts on the stream the first
-    /// time (warmup runs capture every graph a run needs, so timed runs only replay).
+    /// Launch the graph for `key`, captured from what `queue` queues the first time (warmup
+    /// runs capture every graph a run needs, so timed runs only replay).
     pub fn replay(
         &mut self,
         gpu: &Gpu,
@@ -224,7 +211,6 @@ impl Graphs {
         self.launch(key)
     }
 
-    /// Capture the graph for `key` unless it exists.
     pub fn capture_once(
         &mut self,
         gpu: &Gpu,
@@ -242,7 +228,7 @@ impl Graphs {
         Ok(())
     }
 
-    /// How many nodes (copies, kernels) the graph captured for `key` holds.
+    /// The copies and kernels of the graph for `key`.
     pub fn nodes(&self, key: Captured) -> Option<usize> {
         let graph = self.0.get(&key)?;
         let mut count = 0usize;
@@ -253,12 +239,10 @@ impl Graphs {
         Some(count)
     }
 
-    /// Drop every graph `keep` says no to.
     pub fn retain(&mut self, keep: impl Fn(&Captured) -> bool) {
         self.0.retain(|key, _| keep(key));
     }
 
-    /// Launch the graph captured for `key`.
     pub fn launch(&self, key: Captured) -> Result<()> {
         self.0
             .get(&key)
@@ -268,7 +252,7 @@ impl Graphs {
     }
 }
 
-/// A second stream for copies, the events that order it against the compute stream, and one
+/// A second stream for copies, the events that order it against the compute stream, and an
 /// event per staging slot that says when the GPU has copied out of it.
 pub struct Overlap {
     copy_stream: Arc<CudaStream>,
@@ -320,13 +304,11 @@ impl Overlap {
     }
 }
 
-/// What a finished run left on the device, brought back.
 pub struct RunOutput {
     pub params: Vec<f32>,
     pub losses: Vec<f32>,
 }
 
-/// Everything a training variant runs on.
 pub struct Engine<'g> {
     pub gpu: &'g Gpu,
     pub cfg: TrainConfig,
@@ -341,8 +323,7 @@ pub struct Engine<'g> {
 }
 
 impl<'g> Engine<'g> {
-    /// Check the sizes and memory, make the dataset and initial weights, allocate every buffer
-    /// a variant uses, and run each pass size once.
+    /// Every buffer a variant uses, the dataset and initial weights, each pass size run once.
     pub fn new(gpu: &'g Gpu, cfg: TrainConfig) -> Result<Engine<'g>> {
         cfg.validate().map_err(common::Error::invalid)?;
         let arch = cfg.arch();
@@ -372,7 +353,7 @@ impl<'g> Engine<'g> {
                 samples_per_step: sb,
             },
             data: Data::new(gpu, samples, arch.input, sb)?,
-            pre: Buffers::with_input_rows(gpu, arch, 2 * sb, sb, Allocator::Pool)?,
+            pre: Buffers::with_slots(gpu, arch, sb, 2, Allocator::Pool)?,
             graphs: Graphs::default(),
             overlap: Overlap::new(gpu)?,
             init_dev: gpu.upload(&init, "initial weights")?,
@@ -382,7 +363,7 @@ impl<'g> Engine<'g> {
         Ok(engine)
     }
 
-    /// Start a run: the initial weights, the losses' step counter at 0.
+    /// The initial weights, the losses' step counter at 0.
     pub fn reset(&mut self) -> Result<()> {
         let t = &mut self.train;
         t.mlp
@@ -390,7 +371,6 @@ impl<'g> Engine<'g> {
         t.losses.rewind(self.gpu)
     }
 
-    /// The parameters and every sample's loss, after a run.
     pub fn download(&self) -> Result<RunOutput> {
         Ok(RunOutput {
             params: self.gpu.download(&self.train.model.params)?,
@@ -398,8 +378,7 @@ impl<'g> Engine<'g> {
         })
     }
 
-    /// One step's compute on device slot 0, `pass` samples per pass: forward, loss and
-    /// backward of each pass, then the update.
+    /// One step's compute on device slot 0, `pass` samples per pass.
     fn queue_compute(&mut self, ex: &Exec, pass: usize) -> Result<()> {
         for first in (0..self.cfg.step_batch).step_by(pass) {
             self.train
@@ -408,7 +387,6 @@ impl<'g> Engine<'g> {
         self.train.update(ex)
     }
 
-    /// Real data in device slot 0, as a step would have it.
     fn load_slot_zero(&mut self) -> Result<()> {
         self.data.stage(0, 0);
         let rows = 0..self.cfg.step_batch;
@@ -427,9 +405,8 @@ impl<'g> Engine<'g> {
         self.gpu.sync()
     }
 
-    /// The graph of one step's compute alone (GEMMs and kernels, no copies, no host waits) at
-    /// `pass` samples per pass, captured, with real data in place and the initial weights:
-    /// ready for [Engine::replay_compute_only].
+    /// Capture one step's GEMMs and kernels alone (no copies, no host waits) at `pass` samples
+    /// per pass, with real data in place and the initial weights.
     pub fn prepare_compute_only(&mut self, pass: usize) -> Result<()> {
         self.load_slot_zero()?;
         self.reset()?;
@@ -442,7 +419,6 @@ impl<'g> Engine<'g> {
         captured
     }
 
-    /// Queue one replay of the compute-only graph of [Engine::prepare_compute_only].
     pub fn replay_compute_only(&self, pass: usize) -> Result<()> {
         self.graphs.launch(Captured::ComputeOnly { pass })
     }

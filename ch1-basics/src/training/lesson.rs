@@ -1,9 +1,5 @@
-//! The training variants as a lesson of the runner: each run's weight change and loss curve are
-//! checked against the float64 reference of the same training (when affordable) and against the
-//! baseline's run; whole runs are timed (runs that synchronize with the host, so not held
-//! behind the blocking kernel, each sample several whole runs long; the counted bytes are
-//! host-to-device copies); and each variant gets its samples/s, time per step, the step's
-//! compute time alone, goodput and the host's share of the step ([super::host]).
+//! The training variants as a lesson of the runner: checks, timing of whole runs, and each
+//! variant's step split into compute and the host's share ([super::host]).
 
 use serde_json::json;
 
@@ -29,8 +25,8 @@ use super::variant::Variant;
 pub const WEIGHT_CHANGE_TOLERANCE: f64 = 5e-4;
 /// Relative L2 tolerance on the loss curve (per-step mean losses, ~2.3 falling).
 pub const LOSS_CURVE_TOLERANCE: f64 = 2e-5;
-/// Above this many float64 FLOPs the CPU reference is skipped (variants are then checked
-/// against the baseline only).
+/// Above this many float64 FLOPs the CPU reference is skipped (then checked against the
+/// baseline only).
 pub const REFERENCE_FLOP_LIMIT: u64 = 200_000_000_000;
 
 const WEIGHT_CHANGE: &str = "weight change";
@@ -46,8 +42,6 @@ fn weight_change<T: Copy + Into<f64>>(params: &[T], init: &[f32]) -> Vec<f64> {
     change.map(|(&p, &i)| p.into() - i as f64).collect()
 }
 
-/// The float64 reference of the engine's training run (its weight change and loss curve), when
-/// it is affordable on the CPU.
 fn reference_of(engine: &Engine) -> Option<Reference> {
     let (cfg, init) = (engine.cfg, &engine.init);
     let arch = cfg.arch();
@@ -66,8 +60,7 @@ fn reference_of(engine: &Engine) -> Option<Reference> {
     })
 }
 
-/// The work of one training run: every sample's features and label copied in, forward and
-/// backward over every sample.
+/// Every sample's features and label copied in, forward and backward over every sample.
 pub fn run_work(cfg: &TrainConfig) -> Work {
     let arch = cfg.arch();
     Work {
@@ -77,7 +70,6 @@ pub fn run_work(cfg: &TrainConfig) -> Work {
     }
 }
 
-/// The six variants of a training run of `cfg`.
 pub fn specs(cfg: &TrainConfig) -> Vec<VariantSpec> {
     let work = run_work(cfg);
     Variant::ALL
@@ -101,7 +93,6 @@ pub fn host_bound_bench(cfg: BenchConfig) -> BenchConfig {
     }
 }
 
-/// The six training variants of one configuration, run by the runner.
 pub struct TrainingLesson<'g> {
     engine: Engine<'g>,
     reference: Option<Reference>,
@@ -110,8 +101,6 @@ pub struct TrainingLesson<'g> {
 }
 
 impl<'g> TrainingLesson<'g> {
-    /// Build the engine (dataset, weights, buffers, kernels) and train the float64 reference
-    /// when it is affordable.
     pub fn new(gpu: &'g Gpu, cfg: TrainConfig) -> Result<TrainingLesson<'g>> {
         let engine = Engine::new(gpu, cfg)?;
         let reference = reference_of(&engine);
@@ -126,12 +115,11 @@ impl<'g> TrainingLesson<'g> {
         self.engine.cfg
     }
 
-    /// The engine the variants run on, for a lesson that runs loops of its own on it (a sweep).
+    /// For a lesson that runs loops of its own on it (a sweep).
     pub fn engine(&mut self) -> &mut Engine<'g> {
         &mut self.engine
     }
 
-    /// The float64 reference's loss curve, when the reference was affordable.
     pub fn reference_loss_curve(&self) -> Option<&[f64]> {
         let r = self.reference.as_ref()?;
         r.parts
@@ -140,7 +128,6 @@ impl<'g> TrainingLesson<'g> {
             .map(|(_, v)| v.as_slice())
     }
 
-    /// The check table: every variant's errors against the reference and the baseline.
     fn check_table(variants: &[VariantReport]) -> Table {
         let mut t = Table::new()
             .left("variant")
@@ -214,7 +201,6 @@ impl Lesson for TrainingLesson<'_> {
         Variant::ALL[index].run(&mut self.engine)
     }
 
-    /// The weight change and the loss curve, each with its tolerance.
     fn output(&mut self, _gpu: &Gpu, index: usize) -> Result<Output> {
         let (e, run) = (&self.engine, self.engine.download()?);
         let curve = loss_curve(&run.losses, e.cfg.step_batch);

@@ -1,28 +1,9 @@
 //! ## The training loop: six variants of one SGD run
 //!
-//! The workload is a real, small training step with no framework: the MLP
-//! `Linear(256, hidden) -> ReLU -> Linear(hidden, 10)`, softmax cross-entropy and plain SGD, from
-//! cuBLAS SGEMMs and NVRTC kernels (the `mlp` crate). A run trains S samples (16384) in steps of
-//! an effective batch of 256 from the same initial weights; every variant trains the same
-//! samples with the same math and is checked against a float64 CPU reference of the run and
-//! against the baseline's run ([lesson]).
-//!
-//! Each variant is its own short loop over the MLP's operations, in its own file; what they
-//! share (the dataset, pinned staging, device buffers, cuBLAS with its workspace, graph capture,
-//! the copy stream and its events) is the [engine]. Read them as diffs:
-//! `diff baseline.rs pinned.rs`, `baseline.rs prealloc.rs`, `baseline.rs batch.rs`,
-//! `prealloc.rs graphs.rs`, `graphs.rs optimized.rs`.
-//!
-//! - [baseline]: what a first training loop often does (8 x 32 accumulated, `cuMemAlloc` per
-//!   microbatch, pageable copies, a wait after every operation): the GPU mostly waits;
-//! - [pinned], [prealloc], [batch]: the baseline with one change each (page-locked data, buffers
-//!   allocated once, one batch of 256 per step); [graphs]: prealloc with each step one CUDA
-//!   graph; [optimized]: all of them, and no wait per step (well over 20x the baseline).
-//!
-//! Each file's header says what its change removes and what to expect.
-//!
-//! At `--hidden 4096` the step's GEMMs are 16x larger, so compute takes a larger share of
-//! every variant's time and the speedups shrink: overhead only matters next to small work.
+//! Every variant trains the same samples with the same math from the same weights, checked
+//! against a float64 CPU reference and the baseline's run ([lesson]). Each is its own short loop
+//! in its own file, to be read as a diff from the one before (`diff baseline.rs pinned.rs`, ...,
+//! `graphs.rs optimized.rs`; the README has the story); what they share is the [engine].
 
 pub mod baseline;
 pub mod batch;
@@ -68,21 +49,16 @@ mod tests {
     }
 
     #[test]
-    fn the_default_learning_rate_shrinks_with_width() {
+    fn passes_samples_and_the_learning_rate_that_shrinks_with_width() {
         assert_eq!(TrainConfig::default_lr(256), 0.05);
         assert_eq!(TrainConfig::default_lr(100), 0.05);
         assert_eq!(TrainConfig::default_lr(4096), 0.003125);
-    }
-
-    #[test]
-    fn passes_and_samples() {
         let c = TrainConfig::chapter();
         assert_eq!(c.steps(), 64);
         assert_eq!(c.samples_of(2, 32, 32), 544..576);
         assert_eq!(Variant::Baseline.pass_batch(&c), 32);
         assert_eq!(Variant::Optimized.pass_batch(&c), 256);
-        let names = Variant::ALL.map(|v| v.name());
-        let expect = [
+        let names = [
             "baseline",
             "pinned",
             "prealloc",
@@ -90,6 +66,6 @@ mod tests {
             "graphs",
             "optimized",
         ];
-        assert_eq!(names, expect);
+        assert_eq!(Variant::ALL.map(|v| v.name()), names);
     }
 }

@@ -1,14 +1,12 @@
 //! The six variants of the training loop, by name, and the loop each one runs.
 
 use common::Result;
-use serde::Serialize;
 
 use super::config::TrainConfig;
 use super::engine::Engine;
 use super::{baseline, batch, graphs, optimized, pinned, prealloc};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
     Baseline,
     Pinned,
@@ -29,14 +27,14 @@ impl Variant {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Variant::Baseline => "baseline",
-            Variant::Pinned => "pinned",
-            Variant::Prealloc => "prealloc",
-            Variant::Batch => "batch",
-            Variant::Graphs => "graphs",
-            Variant::Optimized => "optimized",
-        }
+        [
+            "baseline",
+            "pinned",
+            "prealloc",
+            "batch",
+            "graphs",
+            "optimized",
+        ][self as usize]
     }
 
     pub fn description(self) -> &'static str {
@@ -58,8 +56,8 @@ impl Variant {
         }
     }
 
-    /// Queue one whole training run of this variant from the engine's current state (the eager
-    /// variants have finished when it returns).
+    /// Queue one whole run from the engine's current state (the eager variants have finished
+    /// when it returns).
     pub fn run(self, e: &mut Engine) -> Result<()> {
         match self {
             Variant::Baseline => baseline::run(e),

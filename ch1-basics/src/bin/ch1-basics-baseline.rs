@@ -1,4 +1,3 @@
-//! The baseline training variant alone.
 fn main() -> std::process::ExitCode {
     ch1_basics::cli::main(&["training:baseline"])
 }

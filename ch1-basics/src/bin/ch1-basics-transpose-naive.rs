@@ -1,4 +1,3 @@
-//! The transpose baseline alone: read rows, write columns.
 fn main() -> std::process::ExitCode {
     ch1_basics::cli::main(&["transpose:naive"])
 }

@@ -1,6 +1,5 @@
-//! The engine of the double-buffering pair: the chunk plan, the model of what overlap can
-//! reach, and the pass itself in each mode (serial, overlapped, or one stage alone), queued on
-//! the caller's stream. The lesson around it is in the module above.
+//! The double-buffering pair's chunk plan, the model of what overlap can reach, and the pass
+//! in each mode, queued on the caller's stream.
 
 use std::sync::Arc;
 
@@ -23,7 +22,6 @@ pub const KERNELS: KernelSource = KernelSource {
 pub const A: f32 = 0.999;
 pub const B: f32 = 0.001;
 
-/// One chunk of the plan: which elements, which device buffer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Chunk {
     pub index: usize,
@@ -49,8 +47,8 @@ pub fn plan(n: usize, chunk: usize, buffers: usize) -> Vec<Chunk> {
         .collect()
 }
 
-/// The time the overlapped run of a plan takes when each chunk's stages take (copy in,
-/// compute, copy out) and each engine does one thing at a time: what it should approach.
+/// The time the overlapped run of a plan takes when a full chunk's stages take `stage` (copy
+/// in, compute, copy out) and each engine does one thing at a time: what it should approach.
 pub fn simulate(chunks: &[Chunk], stage: (f64, f64, f64)) -> f64 {
     let (mut free_in, mut free_compute, mut free_out) = (0.0f64, 0.0f64, 0.0f64);
     let mut out_done = vec![0.0f64; chunks.len()];
@@ -85,8 +83,7 @@ pub fn grid_stride(len: usize, sm_count: u32) -> LaunchConfig {
     }
 }
 
-/// The compute stage: the map x <- A x + B, `iterations` times per element ([KERNELS]'
-/// `affine_iterate`).
+/// The compute stage: the map, `iterations` times per element.
 pub struct Affine {
     kernel: CudaFunction,
     sm_count: u32,
@@ -102,7 +99,6 @@ impl Affine {
         })
     }
 
-    /// Queue the map over the first `len` elements of `buf` on `stream`.
     pub fn queue(
         &self,
         stream: &Arc<CudaStream>,
@@ -118,8 +114,8 @@ impl Affine {
         Ok(())
     }
 
-    /// `mapped` against the float64 closed form of the map of `input`, element by element,
-    /// computed on the fly.
+    /// `mapped` against the float64 closed form of the map of `input`, computed on the fly (a
+    /// stored reference would be another 2 GiB at the pipeline's default size).
     pub fn check(&self, mapped: &[f32], input: &[f32]) -> Verification {
         let closed_form = |i: usize| reference_value(input[i], self.iterations);
         check_by(mapped, closed_form, TOLERANCE, "the float64 closed form")
@@ -130,28 +126,23 @@ impl Affine {
 pub enum Mode {
     Serial,
     Overlapped,
-    /// Stages alone, to know the slowest one.
+    /// Stages alone.
     CopyInOnly,
     ComputeOnly,
     CopyOutOnly,
 }
 
-/// The sizes of the pair.
+/// The sizes of the pair (the command line's flags say what each is).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PipelineConfig {
-    /// fp32 elements pushed through the GPU.
     pub elements: usize,
-    /// Elements per chunk.
     pub chunk: usize,
-    /// Device buffers in flight in the overlapped run.
     pub buffers: usize,
-    /// FMAs per element in the compute stage.
     pub iterations: u32,
     pub seed: u64,
 }
 
 impl PipelineConfig {
-    /// The sizes must make a plan; the message says what to change.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.chunk > self.elements {
             return Err(format!(
@@ -169,7 +160,6 @@ impl PipelineConfig {
         plan(self.elements, self.chunk, self.buffers)
     }
 
-    /// Chunks of the plan.
     pub fn chunks(&self) -> usize {
         self.elements.div_ceil(self.chunk.max(1))
     }
@@ -189,8 +179,7 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// The pinned input (seeded) and output, the device buffers, streams and events of `cfg`
-    /// (a chunk larger than the array is the array).
+    /// A chunk larger than the array is the array.
     pub fn new(gpu: &Gpu, cfg: PipelineConfig) -> Result<Pipeline> {
         let (n, buffers) = (cfg.elements, cfg.buffers);
         let cfg = PipelineConfig {
@@ -227,8 +216,8 @@ impl Pipeline {
         })
     }
 
-    /// Queue one whole pass in `mode`. Starts after, and ends before, the work queued on
-    /// `main` (forked and joined with events), so the harness's timer brackets it.
+    /// Queue one whole pass in `mode`, forked from and joined to `main`, so that the harness's
+    /// timer brackets it.
     pub fn queue(&mut self, main: &Arc<CudaStream>, mode: Mode) -> Result<()> {
         let chunks = self.cfg.plan();
         let streams = self.streams.clone();
@@ -300,8 +289,6 @@ impl Pipeline {
         });
     }
 
-    /// The output against the float64 closed form of every element, computed on the fly (a
-    /// stored reference would be another 2 GiB at the default size).
     pub fn check_closed_form(&self) -> Verification {
         self.affine
             .check(self.host_out.as_slice(), self.host_in.as_slice())
@@ -326,19 +313,17 @@ mod tests {
             seed: 1,
         };
         assert!(ok.validate().is_ok());
-        let big_chunk = PipelineConfig {
+        let err = PipelineConfig {
             chunk: 2 << 20,
             ..ok
-        };
-        assert!(big_chunk
-            .validate()
-            .unwrap_err()
-            .contains("larger than --pipeline-elements"));
+        }
+        .validate();
+        assert!(err.unwrap_err().contains("larger than --pipeline-elements"));
         assert!(PipelineConfig { buffers: 0, ..ok }.validate().is_err());
     }
 
     #[test]
-    fn chunks_cover_the_array_once_with_a_short_tail() {
+    fn chunks_cover_the_array_once_and_reuse_a_buffer_only_after_its_last_copy_out() {
         let p = plan(10, 4, 2);
         assert_eq!(
             p.iter().map(|c| (c.start, c.len)).collect::<Vec<_>>(),
@@ -346,20 +331,11 @@ mod tests {
         );
         assert_eq!(p.iter().map(|c| c.len).sum::<usize>(), 10);
         assert_eq!(plan(8, 4, 3).len(), 2);
-        assert_eq!(
-            plan(1, 4, 2),
-            vec![Chunk {
-                index: 0,
-                start: 0,
-                len: 1,
-                buffer: 0,
-                reuses_after: None
-            }]
-        );
-    }
-
-    #[test]
-    fn a_buffer_is_reused_only_after_its_last_copy_out() {
+        let one = plan(1, 4, 2).into_iter();
+        let one: Vec<_> = one
+            .map(|c| (c.index, c.start, c.len, c.buffer, c.reuses_after))
+            .collect();
+        assert_eq!(one, [(0, 0, 1, 0, None)]);
         for buffers in 1..4 {
             let p = plan(100, 7, buffers);
             for c in &p {

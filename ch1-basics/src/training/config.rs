@@ -1,28 +1,22 @@
-//! The sizes of one training run, and the samples each step and pass takes.
-
 use std::ops::Range;
 
 use mlp::Arch;
 use serde::Serialize;
 
-/// The sizes of one training run.
+/// The sizes of one training run (the command line's flags say what each is).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TrainConfig {
-    /// Hidden units of the MLP (256 -> hidden -> 10).
     pub hidden: usize,
-    /// Samples trained on (one pass).
     pub samples: usize,
-    /// Samples per optimizer step (the effective batch).
+    /// The effective batch.
     pub step_batch: usize,
-    /// Samples per microbatch of the gradient-accumulating variants.
     pub microbatch: usize,
     pub lr: f32,
     pub seed: u64,
 }
 
 impl TrainConfig {
-    /// The chapter's training, as the command line gives it by default: hidden 256, 16384
-    /// samples, 64 steps of 256 in microbatches of 32, seed 42.
+    /// The command line's defaults: 64 steps of 256 in microbatches of 32, hidden 256.
     pub fn chapter() -> TrainConfig {
         TrainConfig {
             hidden: 256,
@@ -34,8 +28,7 @@ impl TrainConfig {
         }
     }
 
-    /// The learning rate unless one is given: 0.05, scaled down for layers wider than 256
-    /// (wider layers need smaller steps; 0.05 diverges at hidden 4096).
+    /// 0.05, scaled down for layers wider than 256 (0.05 diverges at hidden 4096).
     pub fn default_lr(hidden: usize) -> f32 {
         0.05 * (256.0 / hidden as f32).min(1.0)
     }
@@ -54,7 +47,7 @@ impl TrainConfig {
         start..start + n
     }
 
-    /// The sizes must be sane and divide evenly; every message says what to change.
+    /// Every message says what to change.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.samples == 0 || self.step_batch == 0 || self.microbatch == 0 {
             return Err("samples, batch and microbatch must be at least 1".into());

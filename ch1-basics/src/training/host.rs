@@ -1,17 +1,8 @@
-//! Where each step's time goes, so that the noise of the host-bound variants has a name: the
-//! device's share (the step's GEMMs and kernels alone, timed as a replayed graph) and the
-//! host's share, the rest of the step, in which the GPU waits for the host (allocations,
-//! pageable copies, launches, synchronizations). A variant whose step is mostly host time
-//! carries the host's scheduling into every step, and its run-to-run noise with it; one whose
-//! step is mostly compute does not.
-//!
-//! Host share = 1 - compute / step. The two are timed apart (the step as the median of whole
-//! runs, the compute as the median replay), so a compute-bound variant can come out a little
+//! Where each step's time goes, so that the noise of the host-bound variants has a name: a
+//! step mostly of host time carries the host's scheduling, and its noise, into every step.
+//! Host share = 1 - compute / step, the two timed apart (the step as the median of whole runs,
+//! the compute as the median replay of its graph), so a compute-bound step can read a little
 //! under zero.
-//!
-//! The samples of a host-bound run are made long ([sample_time]) so that a scheduling hiccup
-//! is averaged over several whole runs rather than landing on one, and the runner keeps the
-//! measuring thread on one CPU core while it times runs that are not held.
 
 use serde::Serialize;
 
@@ -25,7 +16,7 @@ pub const HOST_BOUND_SAMPLE_S: f64 = 0.25;
 /// A step whose host share is at least this is called host-bound.
 pub const HOST_BOUND_SHARE: f64 = 0.5;
 
-/// The metric names the training lesson gives each variant (see its `metrics`).
+/// The metrics the training lesson gives each variant.
 pub const STEP_MS: &str = "step";
 pub const COMPUTE_MS: &str = "compute/step";
 pub const HOST_MS: &str = "host/step";
@@ -35,20 +26,18 @@ pub const HOST_SHARE: &str = "host share";
 pub const SAMPLES_IN_CAP: usize = 20;
 
 /// The shortest time a sample of whole runs should span under `stop`: long enough to average
-/// a scheduling hiccup over several runs ([HOST_BOUND_SAMPLE_S]), short enough that
-/// [SAMPLES_IN_CAP] samples fit in its time cap, whatever its least number of samples (a rule
-/// that stops once the median is known may stop before that many, or need them all).
+/// a scheduling hiccup over several runs rather than land on one, short enough that
+/// [SAMPLES_IN_CAP] samples fit in its time cap, whatever its least number of samples.
 pub fn sample_time(stop: &StopRule) -> f64 {
     (stop.max_time_s / SAMPLES_IN_CAP as f64).min(HOST_BOUND_SAMPLE_S)
 }
 
-/// The host's part of a step of `step_ms` whose compute alone takes `compute_ms`: (ms, share).
+/// (ms, share) of the host in a step whose compute alone takes `compute_ms`.
 pub fn host_part(step_ms: f64, compute_ms: f64) -> (f64, f64) {
     let host = step_ms - compute_ms;
     (host, host / step_ms)
 }
 
-/// One variant's step, split.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepSplit {
     pub variant: String,
@@ -56,16 +45,14 @@ pub struct StepSplit {
     pub compute_ms: f64,
     pub host_ms: f64,
     pub host_share: f64,
-    /// Relative standard deviation of its samples (each sample one or more whole runs).
+    /// Relative standard deviation of its samples.
     pub noise: f64,
-    /// Whole runs per sample.
     pub runs_per_sample: usize,
     /// The CPU core the measuring thread was kept on, when it was.
     pub cpu: Option<usize>,
 }
 
 impl StepSplit {
-    /// From a variant the runner timed and the lesson's metrics; None when it has no timing.
     pub fn of(v: &VariantReport) -> Option<StepSplit> {
         let (step_ms, compute_ms) = (v.metric(STEP_MS)?, v.metric(COMPUTE_MS)?);
         let (host_ms, host_share) = host_part(step_ms, compute_ms);
@@ -87,7 +74,6 @@ impl StepSplit {
     }
 }
 
-/// The section: each variant's step split into device and host time, beside its noise.
 pub fn section(variants: &[VariantReport]) -> Section {
     let splits: Vec<StepSplit> = variants.iter().filter_map(StepSplit::of).collect();
     let mut table = Table::new()
@@ -111,21 +97,6 @@ pub fn section(variants: &[VariantReport]) -> Section {
             if s.host_bound() { "host" } else { "device" }.into(),
         ]);
     }
-    let mut cpus: Vec<Option<usize>> = splits.iter().map(|s| s.cpu).collect();
-    cpus.sort_unstable();
-    cpus.dedup();
-    let pinned = match cpus[..] {
-        [] => None,
-        [Some(cpu)] => Some(format!("measuring thread kept on CPU {cpu}")),
-        [None] => Some("measuring thread not pinned: the OS did not allow it".into()),
-        _ => Some(format!(
-            "measuring thread on CPUs {}",
-            cpus.iter()
-                .map(|c| cell(*c, |c| c.to_string()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    };
     let mut lines = vec![
         "host share = 1 - compute / step: the part of each step in which the GPU does not run the step's GEMMs and kernels but waits for the host (allocations, pageable copies, launches, synchronizations); compute is the step's kernels alone replayed as a graph, so a compute-bound step can read slightly under 0%".to_string(),
         format!(
@@ -133,9 +104,23 @@ pub fn section(variants: &[VariantReport]) -> Section {
             percent(HOST_BOUND_SHARE)
         ),
     ];
-    if let Some(p) = pinned {
-        lines.push(p);
-    }
+    let mut cpus: Vec<Option<usize>> = splits.iter().map(|s| s.cpu).collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let cpu_list = || {
+        cpus.iter()
+            .map(|c| cell(*c, |c| c.to_string()))
+            .collect::<Vec<_>>()
+    };
+    lines.extend(match cpus[..] {
+        [] => None,
+        [Some(cpu)] => Some(format!("measuring thread kept on CPU {cpu}")),
+        [None] => Some("measuring thread not pinned: the OS did not allow it".into()),
+        _ => Some(format!(
+            "measuring thread on CPUs {}",
+            cpu_list().join(", ")
+        )),
+    });
     Section {
         table: Some(table),
         lines,
@@ -172,17 +157,6 @@ mod tests {
         assert_eq!(sample_time(&long), HOST_BOUND_SAMPLE_S);
     }
 
-    #[test]
-    fn the_host_share_is_what_compute_leaves_of_the_step() {
-        // The H100's baseline: 1.823 ms per step, 0.246 ms of it compute.
-        let (host, share) = host_part(1.823, 0.246);
-        assert!((host - 1.577).abs() < 1e-12);
-        assert!((share - 1.577 / 1.823).abs() < 1e-12);
-        // A compute-bound step timed apart from its compute can read under zero.
-        let (host, share) = host_part(0.0468, 0.0470);
-        assert!(host < 0.0 && share < 0.0);
-    }
-
     fn variant(name: &str, step_ms: f64, compute_ms: f64, cpu: Option<usize>) -> VariantReport {
         let mut v = VariantReport::checked(
             name,
@@ -207,6 +181,9 @@ mod tests {
 
     #[test]
     fn the_section_names_host_bound_steps_and_where_the_thread_ran() {
+        // A compute-bound step timed apart from its compute can read under zero.
+        let (host, share) = host_part(0.0468, 0.0470);
+        assert!(host < 0.0 && share < 0.0);
         let variants = vec![
             variant("baseline", 1.8, 0.25, Some(5)),
             variant("optimized", 0.047, 0.046, Some(5)),

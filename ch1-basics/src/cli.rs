@@ -130,8 +130,7 @@ impl Args {
     }
 }
 
-/// Every variant of every part, known without a GPU, as the runner names them
-/// ("training:pinned"), in the order they run.
+/// Every variant of every part, known without a GPU, in the order they run.
 pub fn variants() -> Vec<VariantSpec> {
     let names = [
         (TRAINING, Variant::ALL.map(|v| v.name()).to_vec()),
@@ -148,9 +147,8 @@ pub fn variants() -> Vec<VariantSpec> {
         .collect()
 }
 
-/// The ids of the variants that run: those named in `only` (by id, or by a name only one
-/// variant has: the runner's own rule, so unknown names fail here, before the GPU is opened),
-/// or, when `only` is empty, every variant of the parts `--part` names; in the order they run.
+/// The ids of the variants that run, in the order they run: those named in `only` (by the
+/// runner's rule, so unknown names fail before the GPU is opened), else those of `--part`.
 pub fn selection(part: Part, only: &[&str]) -> anyhow::Result<Vec<String>> {
     let specs = variants();
     let only: Vec<String> = only.iter().map(|s| s.to_string()).collect();
@@ -170,9 +168,8 @@ pub fn selection(part: Part, only: &[&str]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// Build the selected parts, run them as one lesson and report; exit 1 if anything failed
-/// verification. `only` names variants by id ("training:pinned"); empty: `--part` decides.
-/// With `--sweep`, run the sweeps instead.
+/// Build the selected parts, run them as one lesson and report. `only` names variants by id
+/// ("training:pinned"); empty: `--part` decides.
 pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
     if let Some(kind) = args.sweep {
         return run_sweeps(args, only, kind, startup);
@@ -185,7 +182,7 @@ pub fn run(args: &Args, only: &[&str], mut startup: Startup) -> anyhow::Result<E
     }
     let in_group = |id: &String, group: &str| id.split_once(':').is_some_and(|(g, _)| g == group);
     let picked = |group: &str| chosen.iter().filter(|id| in_group(id, group)).count();
-    // Sizes are checked before the GPU is opened: one clear line, no device needed.
+    // Sizes checked before the GPU is opened.
     let training = (picked(TRAINING) > 0).then(|| args.train_config());
     let pipeline = (picked(PIPELINE) > 0).then(|| args.pipeline_config());
     let (training, pipeline) = (training.transpose()?, pipeline.transpose()?);
@@ -227,16 +224,6 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
         None => format!("{stem}-{}", kind.name()),
     };
     path.with_file_name(name)
-}
-
-/// Sweep `kind`'s training sizes, checked without a GPU.
-fn check_sweep(args: &Args, kind: Kind) -> anyhow::Result<()> {
-    if matches!(kind, Kind::Batch | Kind::Graphs) {
-        let sizes = training_sweep::sizes(kind);
-        training_sweep::plan(kind, args.train_config()?, sizes)
-            .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", kind.name()))?;
-    }
-    Ok(())
 }
 
 fn run_sweep(
@@ -281,20 +268,25 @@ fn run_sweeps(
         );
     }
     let kinds = kind.each();
-    for &k in &kinds {
-        check_sweep(args, k)?;
+    // The training sweeps' sizes, checked without a GPU.
+    for &k in kinds
+        .iter()
+        .filter(|k| matches!(k, Kind::Batch | Kind::Graphs))
+    {
+        training_sweep::plan(k, args.train_config()?, training_sweep::sizes(k))
+            .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", k.name()))?;
     }
     let gpu = Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
     let mut all_passed = true;
     for &k in &kinds {
         let report = run_sweep(&gpu, args, k, &args.common.options(&startup))?;
-        print!("{}", report.markdown());
-        if let Some(path) = &args.common.json {
-            let path = sweep_json_path(path, k, kinds.len() > 1);
-            report.write_json(&path)?;
-            println!("wrote {}", path.display());
-        }
+        let json = args.common.json.as_deref();
+        finish(
+            &report,
+            json.map(|p| sweep_json_path(p, k, kinds.len() > 1))
+                .as_deref(),
+        )?;
         let plots = plot::render_report(&report, &args.sweep_out).map_err(anyhow::Error::msg)?;
         if let Some((svg, png)) = plots {
             println!("plot: {} and {}", svg.display(), png.display());
@@ -310,8 +302,7 @@ fn run_sweeps(
     .into())
 }
 
-/// The body of a binary: run the variants named by id ("training:pinned", whatever `--part`
-/// says; all of `--part` when empty).
+/// The body of a binary: run the variants named by id (all of `--part` when empty).
 pub fn main(only: &[&str]) -> ExitCode {
     common::cli::main_with(|startup| run(&Args::parse(), only, startup))
 }

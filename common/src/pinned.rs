@@ -41,6 +41,16 @@ impl<T: DeviceRepr + cudarc::driver::ValidAsZeroBits> Pinned<T> {
         })
     }
 
+    /// Page-locked memory holding a copy of `values`.
+    pub fn from_slice(gpu: &Gpu, values: &[T], what: &str) -> Result<Pinned<T>>
+    where
+        T: Copy,
+    {
+        let mut pinned = Pinned::new(gpu, values.len(), what)?;
+        pinned.as_mut_slice().copy_from_slice(values);
+        Ok(pinned)
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

@@ -65,8 +65,7 @@ fn copy_bench() -> BenchConfig {
 /// the harness's blocking kernel.
 pub fn measure(gpu: &Gpu, meter: &mut Meter, sizes: &[usize]) -> Result<Vec<CopyRate>> {
     let largest = sizes.iter().copied().max().unwrap_or(0) / 4;
-    let mut host = Pinned::<f32>::new(gpu, largest, "the pinned copy-rate buffer")?;
-    host.as_mut_slice().fill(1.0);
+    let mut host = Pinned::from_slice(gpu, &vec![1.0f32; largest], "the pinned copy-rate buffer")?;
     let mut dev = gpu.alloc::<f32>(largest, "the copy-rate device buffer")?;
     let stream = gpu.stream.clone();
     let cfg = copy_bench();

@@ -191,10 +191,8 @@ impl Pipeline {
             (4 * cfg.chunk * buffers) as u64,
         )?;
         let affine = Affine::new(gpu, cfg.iterations)?;
-        let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
         let values = common::verify::uniform_f32(cfg.seed, n, -1.0, 1.0);
-        host_in.as_mut_slice().copy_from_slice(&values);
-        drop(values);
+        let host_in = Pinned::from_slice(gpu, &values, "the pipeline input")?;
         let host_out = Pinned::<f32>::new(gpu, n, "the pipeline output")?;
         let dev = (0..buffers)
             .map(|_| gpu.alloc::<f32>(cfg.chunk, "a pipeline buffer"))

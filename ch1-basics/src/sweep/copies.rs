@@ -57,8 +57,7 @@ impl CopySweep {
         let largest = sizes.iter().copied().max().unwrap_or(4) as usize / 4;
         gpu.check_fits("the copy sweep's buffers", 8 * largest as u64)?;
         let pageable = uniform_f32(seed, largest, -1.0, 1.0);
-        let mut pinned = Pinned::<f32>::new(gpu, largest, "the page-locked copy source")?;
-        pinned.as_mut_slice().copy_from_slice(&pageable);
+        let pinned = Pinned::from_slice(gpu, &pageable, "the page-locked copy source")?;
         let work_init = uniform_f32(seed.wrapping_add(1), largest, -1.0, 1.0);
         Ok(CopySweep {
             plan,

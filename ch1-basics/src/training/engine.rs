@@ -101,17 +101,11 @@ pub struct Data {
 
 impl Data {
     fn new(gpu: &Gpu, samples: Samples, width: usize, step_batch: usize) -> Result<Data> {
-        let mut pinned_x = Pinned::new(gpu, samples.features.len(), "the pinned dataset")?;
-        pinned_x.as_mut_slice().copy_from_slice(&samples.features);
-        let mut pinned_labels = Pinned::new(gpu, samples.labels.len(), "the pinned labels")?;
-        pinned_labels
-            .as_mut_slice()
-            .copy_from_slice(&samples.labels);
         Ok(Data {
             width,
             step_batch,
-            pinned_x,
-            pinned_labels,
+            pinned_x: Pinned::from_slice(gpu, &samples.features, "the pinned dataset")?,
+            pinned_labels: Pinned::from_slice(gpu, &samples.labels, "the pinned labels")?,
             staged_x: Pinned::new(gpu, 2 * step_batch * width, "pinned staging of features")?,
             staged_labels: Pinned::new(gpu, 2 * step_batch, "pinned staging of labels")?,
             samples,

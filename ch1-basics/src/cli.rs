@@ -312,7 +312,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn part_picks_whole_parts_named_variants_their_own() {
+    fn part_picks_whole_parts_named_variants_their_own_and_the_training_is_the_chapters() {
         let all = selection(Part::All, &[]).unwrap();
         assert_eq!(all.len(), 6 + 7 + 2);
         assert_eq!(all[0], "training:baseline");
@@ -328,10 +328,6 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), all.len(), "every id is unique");
-    }
-
-    #[test]
-    fn the_default_training_is_the_chapters() {
         let args = Args::parse_from(["ch1-basics"]);
         assert_eq!(args.train_config().unwrap(), TrainConfig::chapter());
     }

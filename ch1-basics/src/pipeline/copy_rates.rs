@@ -1,6 +1,5 @@
-//! Pinned host-device copy rates by the size of one copy: small copies are latency-bound, which
-//! is one reason small batches are slow. Sizes from a training microbatch up to the 256 MiB the
-//! pinned ceilings are measured with.
+//! Pinned host-device copy rates by the size of one copy: small copies are latency-bound, one
+//! reason small batches are slow.
 
 use serde::Serialize;
 
@@ -16,8 +15,7 @@ use common::table::Table;
 use common::Result;
 use plotting::format::human_bytes;
 
-/// Bytes of one input microbatch (32 samples of 256 fp32 features) and of one batch (256
-/// samples) of the training part at its default sizes.
+/// One input microbatch and one batch of the training part (32 and 256 samples of 256 fp32).
 pub const MICROBATCH_BYTES: usize = 32 * 256 * 4;
 pub const BATCH_BYTES: usize = 256 * 256 * 4;
 
@@ -27,14 +25,12 @@ pub struct CopyRate {
     pub bytes: usize,
     /// Seconds per copy.
     pub time_s: Summary,
-    /// GB/s at the median time.
     pub median_gb_per_s: f64,
-    /// GB/s at the fastest sample.
+    /// At the fastest sample.
     pub best_gb_per_s: f64,
 }
 
-/// The sizes measured: a microbatch and a batch of the training part, 4 MiB, one chunk of the
-/// pipeline, and the ceilings' 256 MiB.
+/// A microbatch, a batch, 4 MiB, one chunk of the pipeline, the pinned ceilings' 256 MiB.
 pub fn sizes(chunk_bytes: usize) -> Vec<usize> {
     let mut sizes = vec![
         MICROBATCH_BYTES,
@@ -48,27 +44,22 @@ pub fn sizes(chunk_bytes: usize) -> Vec<usize> {
     sizes
 }
 
-/// A short stopping rule: ten copies of each size are plenty for a rate to two figures.
-fn copy_bench() -> BenchConfig {
-    let stop = StopRule {
-        max_samples: 1000,
-        max_noise: 0.01,
-        ..StopRule::quick()
-    };
-    BenchConfig {
-        stop,
-        ..BenchConfig::default()
-    }
-}
-
-/// Time pinned copies of each size (bytes), host-to-device and device-to-host, queued behind
-/// the harness's blocking kernel.
+/// Time pinned copies of each size (bytes) each way, queued behind the blocking kernel.
 pub fn measure(gpu: &Gpu, meter: &mut Meter, sizes: &[usize]) -> Result<Vec<CopyRate>> {
     let largest = sizes.iter().copied().max().unwrap_or(0) / 4;
     let mut host = Pinned::from_slice(gpu, &vec![1.0f32; largest], "the pinned copy-rate buffer")?;
     let mut dev = gpu.alloc::<f32>(largest, "the copy-rate device buffer")?;
     let stream = gpu.stream.clone();
-    let cfg = copy_bench();
+    // A short stopping rule: ten copies of each size are plenty for a rate to two figures.
+    let stop = StopRule {
+        max_samples: 1000,
+        max_noise: 0.01,
+        ..StopRule::quick()
+    };
+    let cfg = BenchConfig {
+        stop,
+        ..BenchConfig::default()
+    };
     let mut rates = Vec::new();
     for &bytes in sizes {
         let len = bytes / 4;
@@ -94,7 +85,6 @@ pub fn measure(gpu: &Gpu, meter: &mut Meter, sizes: &[usize]) -> Result<Vec<Copy
     Ok(rates)
 }
 
-/// The rates as a section: a table, and the rates themselves in the JSON.
 pub fn section(rates: &[CopyRate]) -> Section {
     let mut table = Table::new()
         .left("pinned copy")

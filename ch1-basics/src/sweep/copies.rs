@@ -113,19 +113,17 @@ impl Sweep for CopySweep {
 
     fn spec(&self, point: usize, _pinned: bool) -> VariantSpec {
         let (eager, len) = self.locate(point);
-        let work = Work {
-            bytes_read: 4 * len as u64,
-            bytes_written: 0,
-            flops: if eager {
-                0
-            } else {
-                2 * self.affine.iterations as u64 * len as u64
-            },
-        };
-        let what = if eager {
-            "the host waits for the copy"
+        let (what, fmas) = if eager {
+            ("the host waits for the copy", 0)
         } else {
-            "copy on a second stream beside a compute kernel"
+            let what = "copy on a second stream beside a compute kernel";
+            (what, self.affine.iterations as u64)
+        };
+        let (bytes_read, flops) = (4 * len as u64, 2 * fmas * len as u64);
+        let work = Work {
+            bytes_read,
+            bytes_written: 0,
+            flops,
         };
         let bytes = self.plan.axes[1].label(self.plan.x(point));
         let description = format!("{bytes} host-to-device copy, {what}");

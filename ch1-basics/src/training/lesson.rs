@@ -36,7 +36,6 @@ const REFERENCE_LABEL: &str = "float64 CPU reference";
 const GOODPUT_METHOD: &str = "compute = the step's GEMMs and kernels alone (no copies, no host waits), captured as a CUDA graph and replayed back to back behind a blocking kernel, CUDA events, median per replay; goodput = compute / (run time / steps)";
 const ALLOCATION: &str = "baseline, pinned and batch allocate per pass with cuMemAlloc/cuMemFree (what cudaMalloc/cudaFree do); preallocated buffers come from the stream-ordered pool once";
 
-/// Final - initial weights, in float64.
 fn weight_change<T: Copy + Into<f64>>(params: &[T], init: &[f32]) -> Vec<f64> {
     let change = params.iter().zip(init);
     change.map(|(&p, &i)| p.into() - i as f64).collect()
@@ -96,7 +95,7 @@ pub fn host_bound_bench(cfg: BenchConfig) -> BenchConfig {
 pub struct TrainingLesson<'g> {
     engine: Engine<'g>,
     reference: Option<Reference>,
-    /// Each variant's loss curve from its checked run, by name.
+    /// Each variant's loss curve from its checked run.
     curves: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -129,28 +128,29 @@ impl<'g> TrainingLesson<'g> {
     }
 
     fn check_table(variants: &[VariantReport]) -> Table {
-        let mut t = Table::new()
-            .left("variant")
-            .right("weight change vs reference")
-            .right("loss curve vs reference")
-            .right("weight change vs baseline")
-            .right("loss curve vs baseline");
+        let columns = [
+            (WEIGHT_CHANGE, REFERENCE_LABEL, "reference"),
+            (LOSS_CURVE, REFERENCE_LABEL, "reference"),
+            (WEIGHT_CHANGE, "the baseline", "baseline"),
+            (LOSS_CURVE, "the baseline", "baseline"),
+        ];
+        let mut t = Table::new().left("variant");
+        for (part, _, short) in columns {
+            t = t.right(format!("{part} vs {short}"));
+        }
         for v in variants {
-            let error = |part: &str, against: &str| {
-                cell(
-                    v.checks
-                        .iter()
-                        .find(|c| c.part == part && c.against == against),
-                    |c| format!("{:.1e}", c.rel_l2_error),
-                )
+            let error = |(part, against, _): (&str, &str, &str)| {
+                let c = v
+                    .checks
+                    .iter()
+                    .find(|c| c.part == part && c.against == against);
+                cell(c, |c| format!("{:.1e}", c.rel_l2_error))
             };
-            t.row(vec![
-                v.name.clone(),
-                error(WEIGHT_CHANGE, REFERENCE_LABEL),
-                error(LOSS_CURVE, REFERENCE_LABEL),
-                error(WEIGHT_CHANGE, "the baseline"),
-                error(LOSS_CURVE, "the baseline"),
-            ]);
+            t.row(
+                std::iter::once(v.name.clone())
+                    .chain(columns.map(error))
+                    .collect(),
+            );
         }
         t
     }

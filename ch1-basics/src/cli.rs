@@ -10,9 +10,9 @@ use common::cli::{finish, parse_count_with_max, parse_elements, CommonArgs};
 use common::counters::Work;
 use common::exit::Exit;
 use common::gpu::Gpu;
-use common::report::{LessonReport, Startup};
+use common::report::Startup;
 use common::runner::{run_lesson, select, Parts, RunOptions, VariantSpec};
-use common::sweep::{plot, Sweep, SweepLesson};
+use common::sweep::{plot, SweepLesson};
 use common::verify::Precision;
 
 use crate::pipeline::{self, PipelineConfig, PipelineLesson};
@@ -226,33 +226,6 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn run_sweep(
-    gpu: &Gpu,
-    args: &Args,
-    kind: Kind,
-    options: &RunOptions,
-) -> anyhow::Result<LessonReport> {
-    fn measure(gpu: &Gpu, sweep: impl Sweep, options: &RunOptions) -> common::Result<LessonReport> {
-        run_lesson(gpu, &mut SweepLesson(sweep), options)
-    }
-    let seed = args.seed;
-    Ok(match kind {
-        Kind::Pinned => {
-            let sweep = CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, seed)?;
-            measure(gpu, sweep, options)?
-        }
-        Kind::Prealloc => {
-            let sweep = AllocationSweep::new(gpu, &allocations::SIZES, &allocations::COUNTS, seed)?;
-            measure(gpu, sweep, options)?
-        }
-        _ => {
-            let sizes = training_sweep::sizes(kind);
-            let sweep = TrainingSweep::new(gpu, kind, args.train_config()?, sizes)?;
-            measure(gpu, sweep, options)?
-        }
-    })
-}
-
 /// `--sweep`: each sweep in turn, its report printed, its JSON written, its plot drawn; exit 1
 /// if any point failed its check.
 fn run_sweeps(
@@ -269,24 +242,40 @@ fn run_sweeps(
     }
     let kinds = kind.each();
     // The training sweeps' sizes, checked without a GPU.
-    for &k in kinds
+    let training = kinds
         .iter()
-        .filter(|k| matches!(k, Kind::Batch | Kind::Graphs))
-    {
+        .filter(|k| matches!(k, Kind::Batch | Kind::Graphs));
+    for &k in training {
         training_sweep::plan(k, args.train_config()?, training_sweep::sizes(k))
             .map_err(|e| anyhow::anyhow!("--sweep {}: {e}", k.name()))?;
     }
-    let gpu = Gpu::open(args.common.device)?;
+    let gpu = &Gpu::open(args.common.device)?;
     startup.mark("GPU opened (context, stream, NVML)");
     let mut all_passed = true;
     for &k in &kinds {
-        let report = run_sweep(&gpu, args, k, &args.common.options(&startup))?;
-        let json = args.common.json.as_deref();
-        finish(
-            &report,
-            json.map(|p| sweep_json_path(p, k, kinds.len() > 1))
-                .as_deref(),
-        )?;
+        let (options, seed) = (&args.common.options(&startup), args.seed);
+        let report = match k {
+            Kind::Pinned => {
+                let sweep = CopySweep::new(gpu, &copies::SIZES, args.iterations as u32, seed)?;
+                run_lesson(gpu, &mut SweepLesson(sweep), options)?
+            }
+            Kind::Prealloc => {
+                let (sizes, counts) = (&allocations::SIZES, &allocations::COUNTS);
+                let sweep = AllocationSweep::new(gpu, sizes, counts, seed)?;
+                run_lesson(gpu, &mut SweepLesson(sweep), options)?
+            }
+            _ => {
+                let sizes = training_sweep::sizes(k);
+                let sweep = TrainingSweep::new(gpu, k, args.train_config()?, sizes)?;
+                run_lesson(gpu, &mut SweepLesson(sweep), options)?
+            }
+        };
+        let json = args
+            .common
+            .json
+            .as_deref()
+            .map(|p| sweep_json_path(p, k, kinds.len() > 1));
+        finish(&report, json.as_deref())?;
         let plots = plot::render_report(&report, &args.sweep_out).map_err(anyhow::Error::msg)?;
         if let Some((svg, png)) = plots {
             println!("plot: {} and {}", svg.display(), png.display());

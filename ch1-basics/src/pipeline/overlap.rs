@@ -38,12 +38,9 @@ pub fn section(
         .into_iter()
         .fold(("", 0.0), |a, s| if s.1 > a.1 { s } else { a });
     let sum: f64 = named.iter().map(|s| s.1).sum();
-    // The plan's model, each engine doing one thing at a time, with stage times of one full
-    // chunk (the plan's first is full): what the overlapped run should approach.
-    let elements: usize = plan.iter().map(|c| c.len).sum();
-    let per_chunk = |total: f64| total * plan[0].len as f64 / elements as f64;
-    let stage_times = named.map(|s| per_chunk(s.1));
-    let model = simulate(&plan, (stage_times[0], stage_times[1], stage_times[2]));
+    // The plan's model with the stage times of one full chunk (the plan's first is full).
+    let t = named.map(|s| s.1 * plan[0].len as f64 / cfg.elements as f64);
+    let model = simulate(&plan, (t[0], t[1], t[2]));
     let gbps = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
     let (in_rate, out_rate) = (gbps(copy_in.median), gbps(copy_out.median));
     let overlapped = measured.overlapped.median;

@@ -412,8 +412,4 @@ impl<'g> Engine<'g> {
         self.graphs = graphs;
         captured
     }
-
-    pub fn replay_compute_only(&self, pass: usize) -> Result<()> {
-        self.graphs.launch(Captured::ComputeOnly { pass })
-    }
 }

@@ -14,7 +14,7 @@ use common::Result;
 use mlp::reference::{loss_curve, train_sgd};
 
 use super::config::TrainConfig;
-use super::engine::Engine;
+use super::engine::{Captured, Engine};
 use super::host::{self, COMPUTE_MS, HOST_MS, HOST_SHARE, STEP_MS};
 use super::variant::Variant;
 
@@ -235,7 +235,9 @@ impl Lesson for TrainingLesson<'_> {
         let bench = meter.bench;
         let engine = &self.engine;
         let compute = meter
-            .measure(&bench, &mut || engine.replay_compute_only(pass))?
+            .measure(&bench, &mut || {
+                engine.graphs.launch(Captured::ComputeOnly { pass })
+            })?
             .time_ms
             .median;
         let per_step = run_ms / c.steps() as f64;

@@ -130,7 +130,7 @@ impl Args {
     }
 }
 
-/// Every variant of every part, known without a GPU, in the order they run.
+/// Every variant of every part, known without a GPU.
 pub fn variants() -> Vec<VariantSpec> {
     let names = [
         (TRAINING, Variant::ALL.map(|v| v.name()).to_vec()),
@@ -226,8 +226,7 @@ pub fn sweep_json_path(path: &Path, kind: Kind, several: bool) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// `--sweep`: each sweep in turn, its report printed, its JSON written, its plot drawn; exit 1
-/// if any point failed its check.
+/// `--sweep`: each sweep's report printed, its JSON written, its plot drawn.
 fn run_sweeps(
     args: &Args,
     only: &[&str],

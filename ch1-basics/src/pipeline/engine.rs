@@ -179,7 +179,6 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A chunk larger than the array is the array.
     pub fn new(gpu: &Gpu, cfg: PipelineConfig) -> Result<Pipeline> {
         let (n, buffers) = (cfg.elements, cfg.buffers);
         let cfg = PipelineConfig {

@@ -51,7 +51,6 @@ pub struct CopySweep {
 }
 
 impl CopySweep {
-    /// The compute's map takes `iterations` FMAs per element.
     pub fn new(gpu: &Gpu, sizes: &[u64], iterations: u32, seed: u64) -> Result<CopySweep> {
         let plan = plan(sizes);
         let largest = sizes.iter().copied().max().unwrap_or(4) as usize / 4;
@@ -71,7 +70,7 @@ impl CopySweep {
         })
     }
 
-    /// (eager, floats copied) of point `point`.
+    /// (eager, floats copied).
     fn locate(&self, point: usize) -> (bool, usize) {
         let eager = self.plan.value(point, "mode") == EAGER;
         (eager, self.plan.x(point) as usize / 4)

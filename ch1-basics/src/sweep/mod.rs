@@ -41,7 +41,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The sweeps `self` stands for, in the order they run.
     pub fn each(self) -> Vec<Kind> {
         match self {
             Kind::All => vec![Kind::Pinned, Kind::Prealloc, Kind::Batch, Kind::Graphs],
@@ -49,7 +48,6 @@ impl Kind {
         }
     }
 
-    /// "pinned".
     pub fn name(self) -> &'static str {
         self.lesson().trim_start_matches("ch1-basics-sweep-")
     }

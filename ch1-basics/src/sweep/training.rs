@@ -41,44 +41,39 @@ pub fn sizes(kind: Kind) -> &'static [usize] {
     }
 }
 
-/// The training sweep `kind` (batch, else graphs) runs from the lesson's `base` (batch: the
-/// effective batch is [BATCH], its smallest microbatch first, for the engine's warm-up), and its
-/// points: the sizes of `xs` that divide the effective batch (microbatches) or the run's steps
-/// (steps per graph). An error says what to change when none is left or the training does not
-/// fit.
+/// The training sweep `kind` (batch, else graphs) runs from the lesson's `base` (batch: an
+/// effective batch of [BATCH], its smallest microbatch first for the engine's warm-up), and its
+/// points: the sizes of `xs` that divide the effective batch or the run's steps.
 pub fn plan(kind: Kind, base: TrainConfig, xs: &[usize]) -> Result<(TrainConfig, Plan), String> {
-    let batch = kind == Kind::Batch;
-    let cfg = if batch {
-        TrainConfig {
+    base.validate()?;
+    let (cfg, whole, what, axis, sides, series) = if kind == Kind::Batch {
+        let microbatch = xs.iter().copied().min().unwrap_or(BATCH);
+        let cfg = TrainConfig {
             step_batch: BATCH,
-            microbatch: xs.iter().copied().min().unwrap_or(BATCH),
+            microbatch,
             ..base
-        }
+        };
+        let what = "microbatch divides the effective batch";
+        let series = format!("effective batch {BATCH}");
+        let sides = ["accumulated", "whole batch"];
+        (cfg, BATCH, what, "samples per microbatch", sides, series)
     } else {
-        base
-    };
-    cfg.validate()?;
-    let (whole, what, axis, sides, series) = if batch {
+        let what = "number of steps per graph divides the run's steps";
+        let series = format!(
+            "steps of {} x {}",
+            base.step_batch / base.microbatch,
+            base.microbatch
+        );
         (
-            BATCH,
-            "microbatch divides the effective batch",
-            "samples per microbatch",
-            ["accumulated", "whole batch"],
-            format!("effective batch {BATCH}"),
-        )
-    } else {
-        (
-            cfg.steps(),
-            "number of steps per graph divides the run's steps",
+            base,
+            base.steps(),
+            what,
             "steps per graph",
             ["eager", "graph"],
-            format!(
-                "steps of {} x {}",
-                cfg.step_batch / cfg.microbatch,
-                cfg.microbatch
-            ),
+            series,
         )
     };
+    cfg.validate()?;
     let xs: Vec<u64> = xs
         .iter()
         .filter(|&&x| x > 0 && whole % x == 0)

@@ -69,7 +69,7 @@ impl Buffers {
         Buffers::with_slots(gpu, arch, rows, 1, allocator)
     }
 
-    /// Input for `slots` passes of `rows`, activations for one.
+    /// Input for `slots` passes of `rows` each, activations for one.
     fn with_slots(gpu: &Gpu, arch: Arch, rows: usize, slots: usize, a: Allocator) -> Result<Self> {
         Ok(Buffers {
             arch,
@@ -173,7 +173,6 @@ impl Data {
     }
 }
 
-/// What a captured graph holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Captured {
     /// A whole step of microbatches, each copied in from staging slot 0 first.
@@ -357,7 +356,6 @@ impl<'g> Engine<'g> {
         Ok(engine)
     }
 
-    /// The initial weights, the losses' step counter at 0.
     pub fn reset(&mut self) -> Result<()> {
         let t = &mut self.train;
         t.mlp

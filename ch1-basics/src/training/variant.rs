@@ -48,7 +48,6 @@ impl Variant {
         }
     }
 
-    /// Samples per forward/backward pass.
     pub fn pass_batch(self, cfg: &TrainConfig) -> usize {
         match self {
             Variant::Batch | Variant::Optimized => cfg.step_batch,

@@ -352,11 +352,16 @@ mod tests {
             Command::Autobatch(a) => a,
             _ => panic!(),
         };
-        let e = autobatch("tuner autobatch --write -- x").write_target().unwrap_err();
+        let e = autobatch("tuner autobatch --write -- x")
+            .write_target()
+            .unwrap_err();
         assert!(e.contains("give --config FILE"), "{e}");
         let a = autobatch("tuner autobatch --config run.toml --write -- x");
         let t = a.write_target().unwrap().unwrap();
-        assert_eq!((t.path.to_str(), t.keys), (Some("run.toml"), Keys::tuner_config()));
+        assert_eq!(
+            (t.path.to_str(), t.keys),
+            (Some("run.toml"), Keys::tuner_config())
+        );
         let e = autobatch("tuner autobatch --config run.toml --write conf.yaml -- x")
             .write_target()
             .unwrap_err();

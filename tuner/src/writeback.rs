@@ -28,7 +28,10 @@ pub struct KeyPath(Vec<String>);
 impl KeyPath {
     pub fn parse(s: &str) -> Result<KeyPath, String> {
         let segments: Vec<String> = s.split('.').map(str::to_string).collect();
-        if segments.iter().any(|p| p.trim().is_empty() || p.trim() != p) {
+        if segments
+            .iter()
+            .any(|p| p.trim().is_empty() || p.trim() != p)
+        {
             return Err(format!(
                 "'{s}' is not a key path: names joined by dots, like training.batch_size"
             ));
@@ -213,11 +216,7 @@ pub struct Written {
 }
 
 /// Save `FILE.bak`, then rewrite the file with the answer in it.
-pub fn write_config(
-    target: &Target,
-    batch: usize,
-    accumulation: usize,
-) -> Result<Written, String> {
+pub fn write_config(target: &Target, batch: usize, accumulation: usize) -> Result<Written, String> {
     let path = &target.path;
     let text = target.read()?;
     let edited = target.edited(&text, batch, accumulation)?;
@@ -486,9 +485,15 @@ my_own_key = "kept"
         let out = tuner_config_text("[model]\nhidden = 8\n", 128, 1).unwrap();
         assert_eq!(out, "[model]\nhidden = 8\n\n[training]\nbatch_size = 128\n");
         let out = tuner_config_text(&out, 64, 2).unwrap();
-        assert!(out.ends_with("batch_size = 64\naccumulation_steps = 2\n"), "{out}");
+        assert!(
+            out.ends_with("batch_size = 64\naccumulation_steps = 2\n"),
+            "{out}"
+        );
         let out = tuner_config_text(&out, 128, 1).unwrap();
-        assert!(out.ends_with("batch_size = 128\naccumulation_steps = 1\n"), "{out}");
+        assert!(
+            out.ends_with("batch_size = 128\naccumulation_steps = 1\n"),
+            "{out}"
+        );
         assert!(tuner_config_text("[model\n", 1, 1)
             .unwrap_err()
             .contains("not valid TOML"));
@@ -502,18 +507,29 @@ my_own_key = "kept"
         assert_eq!(format("a.json"), Ok(Format::Json));
         assert_eq!(format("a.toml"), Ok(Format::Toml));
         for bad in ["a.ini", "config", "a.yaml.bak"] {
-            assert!(format(bad).unwrap_err().contains(".toml, .yaml, .yml or .json"));
+            assert!(format(bad)
+                .unwrap_err()
+                .contains(".toml, .yaml, .yml or .json"));
         }
-        assert_eq!(KeyPath::parse("data.batch_size").unwrap().to_string(), "data.batch_size");
+        assert_eq!(
+            KeyPath::parse("data.batch_size").unwrap().to_string(),
+            "data.batch_size"
+        );
         for bad in ["", "a..b", ".a", "a.", "a. b"] {
-            assert!(KeyPath::parse(bad).unwrap_err().contains("not a key path"), "{bad}");
+            assert!(
+                KeyPath::parse(bad).unwrap_err().contains("not a key path"),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn overrides_use_the_key_paths() {
         let o = overrides(&Keys::tuner_config(), 744, 1);
-        assert_eq!(o.hydra, "training.batch_size=744 training.accumulation_steps=1");
+        assert_eq!(
+            o.hydra,
+            "training.batch_size=744 training.accumulation_steps=1"
+        );
         assert_eq!(
             o.lightning,
             "--training.batch_size=744 --training.accumulation_steps=1"
@@ -528,11 +544,17 @@ my_own_key = "kept"
     #[test]
     fn the_model_is_named_by_its_script() {
         let name = |line: &str| model_name(&line.split(' ').map(String::from).collect::<Vec<_>>());
-        assert_eq!(name("python3 examples/pytorch/train_resnet.py --batch-size {batch_size}"), "train_resnet");
+        assert_eq!(
+            name("python3 examples/pytorch/train_resnet.py --batch-size {batch_size}"),
+            "train_resnet"
+        );
         assert_eq!(name("env A=1 python3 /x/fake_trainer.py"), "fake_trainer");
         assert_eq!(name("torchrun --nproc-per-node 2 train.py"), "train");
         assert_eq!(name("python -m mypkg.train --lr 0.1"), "mypkg.train");
-        assert_eq!(name("target/release/mlp-train --preset medium"), "mlp-train");
+        assert_eq!(
+            name("target/release/mlp-train --preset medium"),
+            "mlp-train"
+        );
         assert_eq!(name("env CUDA_LAUNCH_BLOCKING=1 ./train"), "train");
     }
 

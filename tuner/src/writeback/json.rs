@@ -115,7 +115,10 @@ mod tests {
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        let keys: Vec<KeyPath> = pairs.iter().map(|(k, _)| KeyPath::parse(k).unwrap()).collect();
+        let keys: Vec<KeyPath> = pairs
+            .iter()
+            .map(|(k, _)| KeyPath::parse(k).unwrap())
+            .collect();
         let edits: Vec<Edit> = keys
             .iter()
             .zip(pairs)
@@ -133,7 +136,10 @@ mod tests {
         let out = set(RUN, &[("data.batch_size", 744), ("data.accumulation", 2)]).unwrap();
         let want = "{\n    \"model\": {\n        \"name\": \"vit\",\n        \"depth\": 12\n    },\n    \"data\": {\n        \"workers\": 8,\n        \"batch_size\": 744,\n        \"accumulation\": 2\n    },\n    \"callbacks\": [\n        {\n            \"name\": \"early-stop\"\n        }\n    ],\n    \"seed\": 7\n}\n";
         assert_eq!(out, want);
-        assert_eq!(set("{\"b\": 1, \"a\": 2}", &[("b", 3)]).unwrap(), "{\"b\":3,\"a\":2}");
+        assert_eq!(
+            set("{\"b\": 1, \"a\": 2}", &[("b", 3)]).unwrap(),
+            "{\"b\":3,\"a\":2}"
+        );
         let out = set("{\n\t\"z\": 1\n}\n", &[("y.x", 2)]).unwrap();
         assert_eq!(out, "{\n\t\"z\": 1,\n\t\"y\": {\n\t\t\"x\": 2\n\t}\n}\n");
     }
@@ -150,8 +156,13 @@ mod tests {
             let e = set(RUN, &[(k, 1)]).unwrap_err();
             assert!(e.contains(says), "{k}: {e}");
         }
-        assert!(set("[1]", &[("a", 1)]).unwrap_err().contains("not an object"));
+        assert!(set("[1]", &[("a", 1)])
+            .unwrap_err()
+            .contains("not an object"));
         let e = set("{\"a\": ", &[("a", 1)]).unwrap_err();
-        assert!(e.starts_with("not valid JSON") && e.contains("line 1"), "{e}");
+        assert!(
+            e.starts_with("not valid JSON") && e.contains("line 1"),
+            "{e}"
+        );
     }
 }

@@ -3,9 +3,9 @@
 
 use toml_edit::{DocumentMut, Item, Table, TableLike};
 
-use super::{Edit, Edited};
 #[cfg(test)]
 use super::KeyPath;
+use super::{Edit, Edited};
 
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
@@ -129,7 +129,10 @@ name = "early-stop"
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        let keys: Vec<KeyPath> = pairs.iter().map(|(k, _)| KeyPath::parse(k).unwrap()).collect();
+        let keys: Vec<KeyPath> = pairs
+            .iter()
+            .map(|(k, _)| KeyPath::parse(k).unwrap())
+            .collect();
         let edits: Vec<Edit> = keys
             .iter()
             .zip(pairs)
@@ -144,7 +147,11 @@ name = "early-stop"
 
     #[test]
     fn values_in_nested_tables_are_replaced_keeping_comments() {
-        let out = set(RUN, &[("training.batch_size", 744), ("model.optimizer.lr", 2)]).unwrap();
+        let out = set(
+            RUN,
+            &[("training.batch_size", 744), ("model.optimizer.lr", 2)],
+        )
+        .unwrap();
         let want = RUN
             .replace("batch_size = 64 # per GPU", "batch_size = 744 # per GPU")
             .replace("lr = 0.05 # linear rule", "lr = 2 # linear rule");
@@ -157,11 +164,16 @@ name = "early-stop"
     fn missing_keys_and_tables_are_added() {
         let out = set(RUN, &[("training.accumulation_steps", 4)]).unwrap();
         assert!(
-            out.contains("batch_size = 64 # per GPU\nmy_own_key = \"kept\"\naccumulation_steps = 4\n"),
+            out.contains(
+                "batch_size = 64 # per GPU\nmy_own_key = \"kept\"\naccumulation_steps = 4\n"
+            ),
             "{out}"
         );
         let out = set(RUN, &[("model.data.loader.batch_size", 8)]).unwrap();
-        assert!(out.contains("[model.data.loader]\nbatch_size = 8\n"), "{out}");
+        assert!(
+            out.contains("[model.data.loader]\nbatch_size = 8\n"),
+            "{out}"
+        );
         assert!(!out.contains("[model.data]\n"), "{out}");
         assert!(out.starts_with("# our training run\ntitle = \"resnet\" # which one\n"));
         let out = set("model = { name = \"vit\" }\n", &[("model.batch_size", 8)]).unwrap();
@@ -184,6 +196,9 @@ name = "early-stop"
         let e = set("a = [1, 2]\n", &[("a", 1)]).unwrap_err();
         assert!(e.contains("holds a list"), "{e}");
         let e = set("[training\n", &[("a", 1)]).unwrap_err();
-        assert!(e.starts_with("not valid TOML") && e.lines().count() == 1, "{e}");
+        assert!(
+            e.starts_with("not valid TOML") && e.lines().count() == 1,
+            "{e}"
+        );
     }
 }

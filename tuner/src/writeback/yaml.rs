@@ -860,6 +860,52 @@ data:
         }
     }
 
+    /// A LightningCLI config: lists of mappings on the way, class paths, a null.
+    const LIGHTNING: &str = "\
+# lightning.pytorch==2.6
+seed_everything: 42
+trainer:
+  accelerator: gpu
+  callbacks:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        monitor: val_loss
+    - EarlyStopping
+  logger: null
+data:
+  class_path: mydata.DataModule
+  init_args:
+    batch_size: 32 # per device
+    num_workers: 4
+";
+
+    #[test]
+    fn a_lightning_config_past_lists_of_mappings() {
+        let out = set(LIGHTNING, &[("data.init_args.batch_size", 96)]).unwrap();
+        assert_eq!(
+            out,
+            LIGHTNING.replace("batch_size: 32 # per device", "batch_size: 96 # per device")
+        );
+        let out = set(LIGHTNING, &[("trainer.logger", 1)]).unwrap();
+        assert!(out.contains("  logger: 1\ndata:"), "{out}");
+        let out = set(LIGHTNING, &[("trainer.accumulate_grad_batches", 4)]).unwrap();
+        assert!(
+            out.contains("  logger: null\n  accumulate_grad_batches: 4\ndata:"),
+            "{out}"
+        );
+        let e = set(LIGHTNING, &[("trainer.callbacks.init_args", 1)]).unwrap_err();
+        assert!(e.contains("'trainer.callbacks' is a list"), "{e}");
+        // An item out of line with its list is YAML's error too.
+        let bad = LIGHTNING.replace("    - EarlyStopping", "  - EarlyStopping");
+        let e = set(&bad, &[("seed_everything", 1)]).unwrap_err();
+        assert!(
+            e.contains("line 9: a list item among a mapping's keys"),
+            "{e}"
+        );
+        let e = set(LIGHTNING, &[("trainer.logger.x", 1)]).unwrap_err();
+        assert!(e.contains("'trainer.logger' is a scalar"), "{e}");
+    }
+
     #[test]
     fn a_key_only_if_present_is_left_out_when_missing() {
         let k = key("training.accumulation_steps");

@@ -149,6 +149,25 @@ impl Format {
     }
 }
 
+/// Each `(key path, value)` set in `text` as `format` has it: the editors' tests.
+#[cfg(test)]
+fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
+    let keys: Vec<KeyPath> = pairs
+        .iter()
+        .map(|(k, _)| KeyPath::parse(k).unwrap())
+        .collect();
+    let edits: Vec<Edit> = keys
+        .iter()
+        .zip(pairs)
+        .map(|(key, (_, value))| Edit {
+            key,
+            value: *value,
+            only_if_present: false,
+        })
+        .collect();
+    format.edit(text, &edits).map(|e| e.text)
+}
+
 /// A config file to write the answer into, and where in it.
 #[derive(Debug, Clone)]
 pub struct Target {

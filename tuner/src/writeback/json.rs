@@ -100,9 +100,6 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::KeyPath;
-    use super::*;
-
     const RUN: &str = r#"{
     "model": {"name": "vit", "depth": 12},
     "data": {
@@ -115,20 +112,7 @@ mod tests {
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        let keys: Vec<KeyPath> = pairs
-            .iter()
-            .map(|(k, _)| KeyPath::parse(k).unwrap())
-            .collect();
-        let edits: Vec<Edit> = keys
-            .iter()
-            .zip(pairs)
-            .map(|(key, (_, v))| Edit {
-                key,
-                value: *v,
-                only_if_present: false,
-            })
-            .collect();
-        edit(text, &edits).map(|e| e.text)
+        super::super::edit_pairs(super::super::Format::Json, text, pairs)
     }
 
     #[test]

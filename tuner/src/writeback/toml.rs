@@ -129,20 +129,7 @@ name = "early-stop"
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        let keys: Vec<KeyPath> = pairs
-            .iter()
-            .map(|(k, _)| KeyPath::parse(k).unwrap())
-            .collect();
-        let edits: Vec<Edit> = keys
-            .iter()
-            .zip(pairs)
-            .map(|(key, (_, v))| Edit {
-                key,
-                value: *v,
-                only_if_present: false,
-            })
-            .collect();
-        edit(text, &edits).map(|e| e.text)
+        super::super::edit_pairs(super::super::Format::Toml, text, pairs)
     }
 
     #[test]

@@ -702,17 +702,7 @@ mod tests {
     }
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        let keys: Vec<KeyPath> = pairs.iter().map(|(k, _)| key(k)).collect();
-        let edits: Vec<Edit> = keys
-            .iter()
-            .zip(pairs)
-            .map(|(k, (_, v))| Edit {
-                key: k,
-                value: *v,
-                only_if_present: false,
-            })
-            .collect();
-        edit(text, &edits).map(|e| e.text)
+        super::super::edit_pairs(super::super::Format::Yaml, text, pairs)
     }
 
     /// A Hydra-style config: nested mappings, comments everywhere, a list, quoting.

@@ -10,56 +10,18 @@
 //! paths and refuses, in one line, a path it cannot set without guessing.
 
 mod json;
+mod keys;
 mod toml;
 mod yaml;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use toml_edit::{value, Item, Table};
 
+pub use self::keys::KeyPath;
+use self::keys::{Edit, Edited};
 use self::toml::{parse as parse_doc, set_keeping_comments};
-
-/// A dotted key path: `training.batch_size`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyPath(Vec<String>);
-
-impl KeyPath {
-    pub fn parse(s: &str) -> Result<KeyPath, String> {
-        let segments: Vec<String> = s.split('.').map(str::to_string).collect();
-        if segments
-            .iter()
-            .any(|p| p.trim().is_empty() || p.trim() != p)
-        {
-            return Err(format!(
-                "'{s}' is not a key path: names joined by dots, like training.batch_size"
-            ));
-        }
-        Ok(KeyPath(segments))
-    }
-
-    pub fn segments(&self) -> &[String] {
-        &self.0
-    }
-
-    /// The first `n` names, as a key path's text.
-    pub fn prefix(&self, n: usize) -> String {
-        self.0[..n].join(".")
-    }
-}
-
-impl fmt::Display for KeyPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.join("."))
-    }
-}
-
-impl Serialize for KeyPath {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
 
 /// Where the answer goes: the batch size's key path and, where the file keeps them, the
 /// accumulation steps'.
@@ -73,11 +35,8 @@ impl Keys {
     /// The tuner config's own keys.
     pub fn tuner_config() -> Keys {
         Keys {
-            batch_size: KeyPath(vec!["training".into(), "batch_size".into()]),
-            accumulation: Some(KeyPath(vec![
-                "training".into(),
-                "accumulation_steps".into(),
-            ])),
+            batch_size: KeyPath::of(&["training", "batch_size"]),
+            accumulation: Some(KeyPath::of(&["training", "accumulation_steps"])),
         }
     }
 
@@ -98,20 +57,6 @@ impl Keys {
         }
         edits
     }
-}
-
-/// One whole number to set at a key path.
-pub(crate) struct Edit<'a> {
-    pub key: &'a KeyPath,
-    pub value: usize,
-    /// Set only where the key is already there.
-    pub only_if_present: bool,
-}
-
-/// A file's new text and what was set in it, in order.
-pub(crate) struct Edited {
-    pub text: String,
-    pub written: Vec<(String, usize)>,
 }
 
 /// The formats the answer can be written into, by the file's extension.

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{Edit, Edited};
+use super::keys::{Edit, Edited};
 
 fn parse(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))

@@ -4,8 +4,8 @@
 use toml_edit::{DocumentMut, Item, Table, TableLike};
 
 #[cfg(test)]
-use super::KeyPath;
-use super::{Edit, Edited};
+use super::keys::KeyPath;
+use super::keys::{Edit, Edited};
 
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {

@@ -9,7 +9,7 @@
 //! file is read first, so indentation that YAML itself would reject is refused too; after an
 //! edit the file is read again and the key must give back the value written.
 
-use super::{Edit, Edited, KeyPath};
+use super::keys::{Edit, Edited, KeyPath};
 
 /// What a key holds.
 #[derive(Debug)]

@@ -30,7 +30,7 @@ use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
 use crate::run::{default_margin, kept_at, DeviceSummary, Run};
 use crate::search::{self, Found, Probe};
 use crate::trial::{Stop, TrialResult};
-use crate::writeback::{self, TeamEntry};
+use crate::writeback::{self, Keys, Overrides, Target, TeamEntry, Written};
 
 pub const SCHEMA: &str = "tuner-autobatch/2";
 
@@ -53,9 +53,11 @@ pub struct Options {
     pub confirm_steps: usize,
     pub effective_batch: Option<usize>,
     /// Write the answer into this config.
-    pub write: Option<PathBuf>,
+    pub write: Option<Target>,
+    /// The answer's key paths, in the written file and in the printed overrides.
+    pub keys: Keys,
     pub team: Option<PathBuf>,
-    /// The team entry's model (default: the command).
+    /// The team entry's model (default: the script's name).
     pub model_name: Option<String>,
 }
 
@@ -68,7 +70,7 @@ pub fn choices(settings: &Settings) -> Result<(bool, usize)> {
 }
 
 /// Check what can be checked before any GPU time.
-pub fn check(o: &Options) -> std::result::Result<(), String> {
+pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String> {
     if o.start == 0 {
         return Err("--start must be at least 1".into());
     }
@@ -78,8 +80,17 @@ pub fn check(o: &Options) -> std::result::Result<(), String> {
     if o.confirm_steps == 0 {
         return Err("--confirm-steps must be at least 1".into());
     }
-    if let Some(path) = &o.write {
-        writeback::check_writable(path)?;
+    if let Some(target) = &o.write {
+        writeback::check_writable(target)?;
+        let effective = o
+            .effective_batch
+            .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
+        if let (Some(effective), None) = (effective, &target.keys.accumulation) {
+            return Err(format!(
+                "the answer keeps an effective batch of {effective} and may split it into accumulation steps: give --accumulation-key DOTTED.PATH, where {} keeps them",
+                target.path.display()
+            ));
+        }
     }
     Ok(())
 }
@@ -144,10 +155,13 @@ pub struct AutobatchReport {
     pub search_wall_s: f64,
     pub confirm_wall_s: f64,
     pub total_wall_s: f64,
+    /// The key paths of the answer, and the answer as overrides on them.
+    pub keys: Keys,
+    pub overrides: Overrides,
     #[serde(serialize_with = "common::files::serialize_recorded")]
     pub written_config: Option<PathBuf>,
-    #[serde(serialize_with = "common::files::serialize_recorded")]
-    pub backup: Option<PathBuf>,
+    /// What `--write` set in it, and its backup.
+    pub written: Option<Written>,
     pub team_entry: TeamEntry,
     #[serde(serialize_with = "common::files::serialize_recorded")]
     pub team_file: Option<PathBuf>,
@@ -176,7 +190,7 @@ fn probe(r: &TrialResult) -> Result<Probe> {
 }
 
 pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
-    check(o).map_err(Error::invalid)?;
+    check(o, &settings).map_err(Error::invalid)?;
     let (amp, workers) = choices(&settings)?;
     let device = &run.devices[0];
     if run.devices.len() > 1 {
@@ -294,15 +308,15 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         model: o
             .model_name
             .clone()
-            .unwrap_or_else(|| Program::display(&run.program.argv)),
+            .unwrap_or_else(|| writeback::model_name(&run.program.argv)),
         batch_size,
         accumulation_steps,
         precision: if amp { "amp".into() } else { "fp32".into() },
     };
-    let backup = o
+    let written = o
         .write
-        .as_deref()
-        .map(|path| writeback::write_config(path, batch_size, accumulation_steps))
+        .as_ref()
+        .map(|target| writeback::write_config(target, batch_size, accumulation_steps))
         .transpose()
         .map_err(Error::invalid)?;
     if let Some(team) = &o.team {
@@ -336,8 +350,10 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         search_wall_s,
         confirm_wall_s,
         total_wall_s: run.elapsed_s(),
-        written_config: o.write.clone(),
-        backup,
+        overrides: writeback::overrides(&o.keys, batch_size, accumulation_steps),
+        keys: o.keys.clone(),
+        written_config: o.write.as_ref().map(|t| t.path.clone()),
+        written,
         team_entry,
         team_file: o.team.clone(),
         trials_file,
@@ -406,21 +422,29 @@ pub fn render(r: &AutobatchReport) -> String {
     if let Some(a) = &r.accumulation {
         let _ = writeln!(o, "gradient accumulation: {}", a.advice);
     }
-    let _ = match (&r.written_config, &r.backup) {
-        (Some(c), Some(b)) => writeln!(
-            o,
-            "wrote batch_size = {} and accumulation_steps = {} into {} (backup {})",
-            r.batch_size,
-            r.accumulation_steps,
-            c.display(),
-            b.display()
-        ),
+    let _ = match (&r.written_config, &r.written) {
+        (Some(c), Some(w)) => {
+            let set: Vec<String> = w.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let backup = w
+                .backup
+                .as_ref()
+                .map_or_else(String::new, |b| format!(" (backup {})", b.display()));
+            writeln!(o, "wrote {} into {}{backup}", set.join(" and "), c.display())
+        }
         _ => writeln!(
             o,
-            "for the config: batch_size = {}, accumulation_steps = {} (--write puts them into the --config file)",
+            "for the config: batch size {}, accumulation steps {} (--write FILE --key DOTTED.PATH puts them into a TOML, YAML or JSON file)",
             r.batch_size, r.accumulation_steps
         ),
     };
+    let unkeyed = match (&r.keys.accumulation, r.accumulation_steps) {
+        (None, steps) if steps > 1 => {
+            format!(" (and {steps} accumulation steps: --accumulation-key names their key)")
+        }
+        _ => String::new(),
+    };
+    let _ = writeln!(o, "Hydra: {}{unkeyed}", r.overrides.hydra);
+    let _ = writeln!(o, "LightningCLI: {}{unkeyed}", r.overrides.lightning);
     let e = &r.team_entry;
     let what = format!(
         "[gpus.\"{}\".\"{}\"] batch_size = {}, accumulation_steps = {}, precision = \"{}\"",

@@ -10,6 +10,7 @@ use crate::autobatch::CONFIRM_STEPS;
 use crate::config::{self, Overrides, Switch};
 use crate::granularity::Granularity;
 use crate::program::Axis;
+use crate::writeback::{KeyPath, Keys, Target};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -220,18 +221,74 @@ pub struct AutobatchArgs {
     /// accumulation_steps).
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     pub effective_batch: Option<usize>,
-    /// Write the answer (batch_size, accumulation_steps) into the --config file, after a
-    /// backup (FILE.bak).
-    #[arg(long, requires = "config")]
-    pub write: bool,
+    /// Write the answer into FILE, a .toml, .yaml, .yml or .json of any shape (without FILE: the
+    /// --config file), at --key and --accumulation-key, after a backup (FILE.bak); every other
+    /// line, comment and key order kept (JSON has no comments).
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub write: Option<Option<PathBuf>>,
+    /// Where the batch size goes, as a dotted key path (data.batch_size); required for a file
+    /// other than the --config file, whose key is training.batch_size. The printed Hydra and
+    /// LightningCLI overrides name the key paths given here.
+    #[arg(long, value_name = "DOTTED.PATH", value_parser = KeyPath::parse)]
+    pub key: Option<KeyPath>,
+    /// Where the gradient accumulation steps go, as a dotted key path (default with the
+    /// --config file: training.accumulation_steps); written when the answer accumulates or the
+    /// key is already there.
+    #[arg(long, value_name = "DOTTED.PATH", value_parser = KeyPath::parse)]
+    pub accumulation_key: Option<KeyPath>,
     /// Add or update this GPU and model's entry in a shared team-settings TOML.
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
-    /// The model's name in the team file (default: the command as given).
+    /// The model's name in the team file (default: the script's file name without its
+    /// extension, else the program's).
     #[arg(long, value_name = "NAME")]
     pub model_name: Option<String>,
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+impl AutobatchArgs {
+    /// The key paths of the answer: --key and --accumulation-key, else the tuner config's own.
+    pub fn keys(&self) -> Keys {
+        match &self.key {
+            Some(k) => Keys {
+                batch_size: k.clone(),
+                accumulation: self.accumulation_key.clone(),
+            },
+            None => Keys {
+                accumulation: self
+                    .accumulation_key
+                    .clone()
+                    .or(Keys::tuner_config().accumulation),
+                ..Keys::tuner_config()
+            },
+        }
+    }
+
+    /// The file `--write` names, with the keys the answer goes to.
+    pub fn write_target(&self) -> Result<Option<Target>, String> {
+        let config = self.run.config.as_deref();
+        let path = match (&self.write, config) {
+            (None, _) => return Ok(None),
+            (Some(Some(file)), _) => file.clone(),
+            (Some(None), Some(config)) => config.to_path_buf(),
+            (Some(None), None) => {
+                return Err(
+                    "--write without a FILE writes into the --config file: give --config FILE, or --write FILE --key DOTTED.PATH".into(),
+                )
+            }
+        };
+        let same = |a: &std::path::Path, b: &std::path::Path| {
+            a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+        };
+        if self.key.is_none() && !config.is_some_and(|c| same(c, &path)) {
+            return Err(format!(
+                "{}: give --key DOTTED.PATH, where in it the batch size goes (only the --config file has a default, training.batch_size)",
+                path.display()
+            ));
+        }
+        Target::new(path, self.keys()).map(Some)
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -291,8 +348,33 @@ mod tests {
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
         let o = a.run.overrides().unwrap();
         assert_eq!((o.workers, o.amp), (Some(vec![4]), Some(Switch::On)));
-        let write = parse("tuner autobatch --write -- x");
-        assert!(write.is_err(), "--write needs --config");
+        let autobatch = |line: &str| match parse(line).unwrap().command {
+            Command::Autobatch(a) => a,
+            _ => panic!(),
+        };
+        let e = autobatch("tuner autobatch --write -- x")
+            .write_target()
+            .unwrap_err();
+        assert!(e.contains("give --config FILE"), "{e}");
+        let a = autobatch("tuner autobatch --config run.toml --write -- x");
+        let t = a.write_target().unwrap().unwrap();
+        assert_eq!(
+            (t.path.to_str(), t.keys),
+            (Some("run.toml"), Keys::tuner_config())
+        );
+        let e = autobatch("tuner autobatch --config run.toml --write conf.yaml -- x")
+            .write_target()
+            .unwrap_err();
+        assert!(e.contains("conf.yaml: give --key"), "{e}");
+        let a = autobatch("tuner autobatch --write conf.yaml --key data.batch_size -- x");
+        let t = a.write_target().unwrap().unwrap();
+        assert_eq!(t.keys.accumulation, None);
+        assert_eq!(t.keys.batch_size.to_string(), "data.batch_size");
+        let e = autobatch("tuner autobatch --write conf.ini --key a -- x")
+            .write_target()
+            .unwrap_err();
+        assert!(e.contains(".toml, .yaml, .yml or .json"), "{e}");
+        assert!(parse("tuner autobatch --key a..b -- x").is_err());
         assert!(parse("tuner memory --pow2 --multiple-of 4 -- x").is_err());
     }
 }

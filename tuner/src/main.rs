@@ -58,11 +58,12 @@ fn main() -> ExitCode {
                 margin: a.sizes.margin,
                 confirm_steps: a.confirm_steps,
                 effective_batch: a.effective_batch,
-                write: a.write.then(|| a.run.config.clone()).flatten(),
+                write: a.write_target().map_err(usage)?,
+                keys: a.keys(),
                 team: a.team.clone(),
                 model_name: a.model_name.clone(),
             };
-            autobatch::check(&options).map_err(usage)?;
+            autobatch::check(&options, &settings).map_err(usage)?;
             autobatch::choices(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "autobatch")?;
             let report = autobatch::autobatch(&run, settings, &options)?;

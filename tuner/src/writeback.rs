@@ -1,42 +1,153 @@
-//! Writing the finder's answer back: into the TOML config (`[training] batch_size` and
-//! `accumulation_steps`, every other key and comment kept, through toml_edit) after copying the
-//! file to `FILE.bak`; and into a shared team-settings TOML with one table per GPU model and
-//! training model (`[gpus."NVIDIA H100 80GB HBM3"."python3 train.py ..."]`), so people on
+//! Writing the finder's answer back: into the team's own config file, a TOML, YAML or JSON of
+//! any shape, at the key paths they name (`--key training.batch_size`), every other line,
+//! comment and key kept, after copying the file to `FILE.bak`; as Hydra and LightningCLI
+//! overrides on those key paths; and into a shared team-settings TOML with one table per GPU
+//! model and training model (`[gpus."NVIDIA H100 80GB HBM3".train_resnet]`), so people on
 //! different GPUs, tuning different models, share one file; `tuner team FILE` reads it back.
+//!
+//! Each format has its own editor ([toml] through toml_edit, [json] through serde_json with the
+//! file's key order, [yaml] a small editor of block mappings); each sets whole numbers at key
+//! paths and refuses, in one line, a path it cannot set without guessing.
+
+mod json;
+mod keys;
+mod toml;
+mod yaml;
 
 use std::path::{Path, PathBuf};
 
-use toml_edit::{value, DocumentMut, Item, Table};
+use serde::Serialize;
+use toml_edit::{value, Item, Table};
 
-/// The config's text with `[training] batch_size` and `accumulation_steps` set.
-pub fn update_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
-    let mut doc = parse_doc(text)?;
-    let training = doc
-        .entry("training")
-        .or_insert(Item::Table(Table::new()))
-        .as_table_like_mut()
-        .ok_or("'training' is not a table")?;
-    set_keeping_comments(training, "batch_size", batch as i64);
-    set_keeping_comments(training, "accumulation_steps", accumulation as i64);
-    Ok(doc.to_string())
+pub use self::keys::KeyPath;
+use self::keys::{Edit, Edited};
+use self::toml::{parse as parse_doc, set_keeping_comments};
+
+/// Where the answer goes: the batch size's key path and, where the file keeps them, the
+/// accumulation steps'.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Keys {
+    pub batch_size: KeyPath,
+    pub accumulation: Option<KeyPath>,
 }
 
-/// Set `key = v`; an existing key keeps its comments (the one above it and the one after it).
-fn set_keeping_comments(table: &mut dyn toml_edit::TableLike, key: &str, v: i64) {
-    match table.get_mut(key).and_then(|i| i.as_value_mut()) {
-        Some(old) => {
-            let decor = old.decor().clone();
-            *old = toml_edit::Value::from(v);
-            *old.decor_mut() = decor;
+impl Keys {
+    /// The tuner config's own keys.
+    pub fn tuner_config() -> Keys {
+        Keys {
+            batch_size: KeyPath::of(&["training", "batch_size"]),
+            accumulation: Some(KeyPath::of(&["training", "accumulation_steps"])),
         }
-        None => {
-            table.insert(key, value(v));
+    }
+
+    /// The edits that write `batch` and `accumulation`: accumulation steps go in where the
+    /// answer uses them or the file already has the key.
+    fn edits(&self, batch: usize, accumulation: usize) -> Vec<Edit<'_>> {
+        let mut edits = vec![Edit {
+            key: &self.batch_size,
+            value: batch,
+            only_if_present: false,
+        }];
+        if let Some(key) = &self.accumulation {
+            edits.push(Edit {
+                key,
+                value: accumulation,
+                only_if_present: accumulation == 1,
+            });
+        }
+        edits
+    }
+}
+
+/// The formats the answer can be written into, by the file's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Toml,
+    Yaml,
+    Json,
+}
+
+impl Format {
+    pub fn of(path: &Path) -> Result<Format, String> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("toml") => Ok(Format::Toml),
+            Some("yaml" | "yml") => Ok(Format::Yaml),
+            Some("json") => Ok(Format::Json),
+            _ => Err(format!(
+                "{}: the answer is written into a .toml, .yaml, .yml or .json file",
+                path.display()
+            )),
+        }
+    }
+
+    fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
+        match self {
+            Format::Toml => toml::edit(text, edits),
+            Format::Yaml => yaml::edit(text, edits),
+            Format::Json => json::edit(text, edits),
         }
     }
 }
 
-/// Fail early (before any GPU time is spent) when the config cannot be rewritten.
-pub fn check_writable(path: &Path) -> Result<(), String> {
+/// Each `(key path, value)` set in `text` as `format` has it: the editors' tests.
+#[cfg(test)]
+fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
+    let keys: Vec<KeyPath> = pairs
+        .iter()
+        .map(|(k, _)| KeyPath::parse(k).unwrap())
+        .collect();
+    let edits: Vec<Edit> = keys
+        .iter()
+        .zip(pairs)
+        .map(|(key, (_, value))| Edit {
+            key,
+            value: *value,
+            only_if_present: false,
+        })
+        .collect();
+    format.edit(text, &edits).map(|e| e.text)
+}
+
+/// A config file to write the answer into, and where in it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub path: PathBuf,
+    pub format: Format,
+    pub keys: Keys,
+}
+
+impl Target {
+    pub fn new(path: PathBuf, keys: Keys) -> Result<Target, String> {
+        Ok(Target {
+            format: Format::of(&path)?,
+            path,
+            keys,
+        })
+    }
+
+    fn read(&self) -> Result<String, String> {
+        std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("{}: cannot read the config: {e}", self.path.display()))
+    }
+
+    /// The file's text with the answer in it, and what was set.
+    fn edited(&self, text: &str, batch: usize, accumulation: usize) -> Result<Edited, String> {
+        self.format
+            .edit(text, &self.keys.edits(batch, accumulation))
+            .map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
+/// Fail early (before any GPU time is spent) when the answer cannot be written: a file that
+/// cannot be read, parsed or written, a key path that cannot be set.
+pub fn check_writable(target: &Target) -> Result<(), String> {
+    let path = &target.path;
+    let text = target.read()?;
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
     if meta.permissions().readonly() {
@@ -54,39 +165,98 @@ pub fn check_writable(path: &Path) -> Result<(), String> {
                 "{}: cannot write the config ({e}); leave out --write",
                 path.display()
             )
-        })
+        })?;
+    // Every key the answer may set, set in a copy.
+    target.edited(&text, 1, 2).map(|_| ())
 }
 
-/// Save `FILE.bak`, then rewrite the config. Returns the backup's path.
-pub fn write_config(path: &Path, batch: usize, accumulation: usize) -> Result<PathBuf, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
-    let updated = update_config_text(&text, batch, accumulation)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+/// What `--write` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Written {
+    /// Each key path set and its value, in order.
+    pub values: Vec<(String, usize)>,
+    #[serde(serialize_with = "common::files::serialize_recorded")]
+    pub backup: Option<PathBuf>,
+}
+
+/// Save `FILE.bak`, then rewrite the file with the answer in it.
+pub fn write_config(target: &Target, batch: usize, accumulation: usize) -> Result<Written, String> {
+    let path = &target.path;
+    let text = target.read()?;
+    let edited = target.edited(&text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
     let backup = PathBuf::from(backup);
-    std::fs::write(&backup, &text)
+    common::files::write_atomically(&backup, text.as_bytes())
         .map_err(|e| format!("{}: cannot save the backup: {e}", backup.display()))?;
-    common::files::write_atomically(path, updated.as_bytes())
+    common::files::write_atomically(path, edited.text.as_bytes())
         .map_err(|e| format!("{}: cannot write the config: {e}", path.display()))?;
-    Ok(backup)
+    Ok(Written {
+        values: edited.written,
+        backup: Some(backup),
+    })
+}
+
+/// The answer as command-line overrides on the same key paths.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Overrides {
+    /// `training.batch_size=744 training.accumulation_steps=1`
+    pub hydra: String,
+    /// `--training.batch_size=744 --training.accumulation_steps=1`
+    pub lightning: String,
+}
+
+pub fn overrides(keys: &Keys, batch: usize, accumulation: usize) -> Overrides {
+    let mut pairs = vec![(keys.batch_size.to_string(), batch)];
+    if let Some(k) = &keys.accumulation {
+        pairs.push((k.to_string(), accumulation));
+    }
+    let join = |dashes: &str| {
+        pairs
+            .iter()
+            .map(|(k, v)| format!("{dashes}{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    Overrides {
+        hydra: join(""),
+        lightning: join("--"),
+    }
+}
+
+/// The model a command trains, for the team file: the script it runs (its file's stem), the
+/// module after `-m`, else the program's own name.
+pub fn model_name(argv: &[String]) -> String {
+    let stem = |a: &str| {
+        Path::new(a)
+            .file_stem()
+            .map_or_else(|| a.to_string(), |s| s.to_string_lossy().into_owned())
+    };
+    if let Some(script) = argv.iter().find(|a| a.ends_with(".py")) {
+        return stem(script);
+    }
+    if let Some(i) = argv.iter().position(|a| a == "-m") {
+        if let Some(module) = argv.get(i + 1) {
+            return module.clone();
+        }
+    }
+    // `env VAR=VALUE ... PROGRAM`: the program.
+    argv.iter()
+        .find(|a| !a.contains('=') && stem(a) != "env")
+        .or(argv.first())
+        .map_or_else(String::new, |a| stem(a))
 }
 
 /// One entry of the team file: what one model trains with on one GPU model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TeamEntry {
     pub gpu: String,
-    /// The training model: `--model-name`, else the command (placeholders as given).
+    /// The training model: `--model-name`, else the script's name ([model_name]); entries
+    /// written before that hold the whole command.
     pub model: String,
     pub batch_size: usize,
     pub accumulation_steps: usize,
     pub precision: String,
-}
-
-fn parse_doc(text: &str) -> Result<DocumentMut, String> {
-    text.parse()
-        .map_err(|err: toml_edit::TomlError| format!("not valid TOML: {}", err.to_string().trim()))
 }
 
 /// The table `key` of `parent`, added (implicit: shown only through its own tables) when missing;
@@ -252,9 +422,15 @@ lr = 0.05
 my_own_key = "kept"
 "#;
 
+    fn tuner_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
+        Format::Toml
+            .edit(text, &Keys::tuner_config().edits(batch, accumulation))
+            .map(|e| e.text)
+    }
+
     #[test]
     fn write_back_keeps_comments_and_other_keys() {
-        let out = update_config_text(CONFIG, 4096, 2).unwrap();
+        let out = tuner_config_text(CONFIG, 4096, 2).unwrap();
         assert!(out.contains("# our training run"));
         assert!(out.contains("preset = \"large\" # the big one"));
         assert!(out.contains("# tuned by hand last week"));
@@ -269,29 +445,104 @@ my_own_key = "kept"
     }
 
     #[test]
-    fn write_back_adds_a_training_section_when_missing() {
-        let out = update_config_text("[model]\nhidden = 8\n", 128, 1).unwrap();
-        assert!(out.contains("[training]") && out.contains("batch_size = 128"));
-        assert!(update_config_text("[model\n", 1, 1)
+    fn accumulation_goes_in_where_it_is_used_or_already_there() {
+        let out = tuner_config_text("[model]\nhidden = 8\n", 128, 1).unwrap();
+        assert_eq!(out, "[model]\nhidden = 8\n\n[training]\nbatch_size = 128\n");
+        let out = tuner_config_text(&out, 64, 2).unwrap();
+        assert!(
+            out.ends_with("batch_size = 64\naccumulation_steps = 2\n"),
+            "{out}"
+        );
+        let out = tuner_config_text(&out, 128, 1).unwrap();
+        assert!(
+            out.ends_with("batch_size = 128\naccumulation_steps = 1\n"),
+            "{out}"
+        );
+        assert!(tuner_config_text("[model\n", 1, 1)
             .unwrap_err()
             .contains("not valid TOML"));
     }
 
     #[test]
-    fn read_only_and_missing_configs_are_refused() {
-        // The backup and the rewritten config: tests/program_cli.rs, through `--write`.
+    fn formats_by_extension_and_key_paths_by_their_text() {
+        let format = |p: &str| Format::of(Path::new(p));
+        assert_eq!(format("conf/train.YAML"), Ok(Format::Yaml));
+        assert_eq!(format("a.yml"), Ok(Format::Yaml));
+        assert_eq!(format("a.json"), Ok(Format::Json));
+        assert_eq!(format("a.toml"), Ok(Format::Toml));
+        for bad in ["a.ini", "config", "a.yaml.bak"] {
+            assert!(format(bad)
+                .unwrap_err()
+                .contains(".toml, .yaml, .yml or .json"));
+        }
+        assert_eq!(
+            KeyPath::parse("data.batch_size").unwrap().to_string(),
+            "data.batch_size"
+        );
+        for bad in ["", "a..b", ".a", "a.", "a. b"] {
+            assert!(
+                KeyPath::parse(bad).unwrap_err().contains("not a key path"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn overrides_use_the_key_paths() {
+        let o = overrides(&Keys::tuner_config(), 744, 1);
+        assert_eq!(
+            o.hydra,
+            "training.batch_size=744 training.accumulation_steps=1"
+        );
+        assert_eq!(
+            o.lightning,
+            "--training.batch_size=744 --training.accumulation_steps=1"
+        );
+        let keys = Keys {
+            batch_size: KeyPath::parse("data.batch_size").unwrap(),
+            accumulation: None,
+        };
+        assert_eq!(overrides(&keys, 32, 1).lightning, "--data.batch_size=32");
+    }
+
+    #[test]
+    fn the_model_is_named_by_its_script() {
+        let name = |line: &str| model_name(&line.split(' ').map(String::from).collect::<Vec<_>>());
+        assert_eq!(
+            name("python3 examples/pytorch/train_resnet.py --batch-size {batch_size}"),
+            "train_resnet"
+        );
+        assert_eq!(name("env A=1 python3 /x/fake_trainer.py"), "fake_trainer");
+        assert_eq!(name("torchrun --nproc-per-node 2 train.py"), "train");
+        assert_eq!(name("python -m mypkg.train --lr 0.1"), "mypkg.train");
+        assert_eq!(
+            name("target/release/mlp-train --preset medium"),
+            "mlp-train"
+        );
+        assert_eq!(name("env CUDA_LAUNCH_BLOCKING=1 ./train"), "train");
+    }
+
+    #[test]
+    fn read_only_missing_and_unwritable_configs_are_refused() {
+        // The backup and the rewritten config: tests/write_config.rs, through `--write`.
         let dir = std::env::temp_dir().join(format!("tuner-wb-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("run.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
-        check_writable(&cfg).unwrap();
+        let target = |path: PathBuf| Target::new(path, Keys::tuner_config()).unwrap();
+        check_writable(&target(cfg.clone())).unwrap();
         let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
         perms.set_readonly(true);
         std::fs::set_permissions(&cfg, perms).unwrap();
-        let e = check_writable(&cfg).unwrap_err();
+        let e = check_writable(&target(cfg.clone())).unwrap_err();
         assert!(e.contains("read-only") || e.contains("cannot write"), "{e}");
-        let e = check_writable(&dir.join("missing.toml")).unwrap_err();
+        let e = check_writable(&target(dir.join("missing.toml"))).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
+        let through = dir.join("through.toml");
+        std::fs::write(&through, "training = 3\n").unwrap();
+        let e = check_writable(&target(through.clone())).unwrap_err();
+        assert!(e.contains("through.toml: 'training' is a scalar"), "{e}");
+        assert_eq!(std::fs::read_to_string(&through).unwrap(), "training = 3\n");
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -321,7 +572,7 @@ my_own_key = "kept"
         };
         let updated = update_team_text(&three, &resnet_3000).unwrap();
         assert!(updated.starts_with("# shared by the team"));
-        let doc: DocumentMut = updated.parse().unwrap();
+        let doc: toml_edit::DocumentMut = updated.parse().unwrap();
         let h100s = &doc["gpus"][h100];
         assert_eq!(h100s[resnet]["batch_size"].as_integer(), Some(3000));
         assert_eq!(h100s[mlp]["batch_size"].as_integer(), Some(8192));

@@ -20,6 +20,7 @@ fn options(granularity: Granularity) -> Options {
         confirm_steps: 20,
         effective_batch: None,
         write: None,
+        keys: tuner::writeback::Keys::tuner_config(),
         team: None,
         model_name: None,
     }

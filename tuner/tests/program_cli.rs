@@ -10,54 +10,12 @@
 mod fake;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use fake::{eventually, gone, log_entries, script, trial_of, Scratch};
+use fake::{eventually, gone, listing, log_entries, places, run, script, trial_of, tuner, Out};
 use serde_json::Value;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// `tuner ARGS -- env VARS python3 fake_trainer.py --batch-size {batch_size} ...` in `cwd`, on
-/// the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`.
-fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: &Path) -> Out {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
-    cmd.args(args);
-    cmd.arg("--");
-    cmd.args(fake::argv(vars));
-    run(cmd, gpus, cwd, tmp)
-}
-
-/// Run `cmd` in `cwd` on the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`;
-/// the test's own PERF_LESSONS_ and FAKE_ variables stay out, those set on `cmd` go in.
-fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
-    std::fs::create_dir_all(tmp).unwrap();
-    let set: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
-    cmd.current_dir(cwd)
-        .env("CUDA_VISIBLE_DEVICES", gpus)
-        .env("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-        .env("TMPDIR", tmp);
-    for (k, _) in std::env::vars() {
-        if (k.starts_with("PERF_LESSONS_") || k.starts_with("FAKE_"))
-            && !set.contains(&k.clone().into())
-        {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd.output().expect("running tuner");
-    let o = Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
-        stderr: common::table::unpadded(&String::from_utf8_lossy(&out.stderr)),
-    };
-    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-    o
-}
 
 fn json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -70,24 +28,6 @@ fn lines(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-/// A scratch folder with a working folder and a temporary folder in it.
-fn places(name: &str) -> (Scratch, PathBuf, PathBuf) {
-    let s = Scratch::new(name);
-    let (work, tmp) = (s.path("work"), s.path("tmp"));
-    std::fs::create_dir_all(&work).unwrap();
-    std::fs::create_dir_all(&tmp).unwrap();
-    (s, work, tmp)
 }
 
 #[test]
@@ -879,7 +819,7 @@ fn the_answer_is_printed_and_nothing_written_unless_asked() {
     // no memory limit known), printed for the config.
     assert!(
         o.stdout.contains(
-            "for the config: batch_size = 32, accumulation_steps = 8 (--write puts them into the --config file)"
+            "for the config: batch size 32, accumulation steps 8 (--write FILE --key DOTTED.PATH puts them into a TOML, YAML or JSON file)"
         ),
         "{}",
         o.stdout
@@ -939,7 +879,7 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
     );
     assert!(
         o.stdout
-            .contains("wrote batch_size = 1024 and accumulation_steps = 4 into run.toml (backup run.toml.bak)"),
+            .contains("wrote training.batch_size = 1024 and training.accumulation_steps = 4 into run.toml (backup run.toml.bak)"),
         "{}",
         o.stdout
     );
@@ -1036,6 +976,11 @@ fn bad_input_is_one_line_before_any_trial() {
             "",
             "CUDA_VISIBLE_DEVICES is set but empty",
         ),
+        (
+            vec!["autobatch", "--write", "--", "python3", &fake],
+            "0",
+            "--write without a FILE writes into the --config file",
+        ),
     ];
     for (args, gpus, says) in cases {
         let o = refused(&args, gpus, &work, &tmp);
@@ -1051,7 +996,7 @@ fn bad_input_is_one_line_before_any_trial() {
     }
     assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
     // What clap checks answers with its usage error (exit 2): a command is required, the
-    // in-process model's flags are gone, --write needs the config it writes.
+    // in-process model's flags are gone.
     let clap: Vec<(Vec<&str>, &str)> = vec![
         (vec!["sweep", "--"], "<COMMAND>"),
         (vec!["sweep", "--devices", "0"], "<COMMAND>"),
@@ -1066,10 +1011,6 @@ fn bad_input_is_one_line_before_any_trial() {
         (
             vec!["autobatch", "--test-only", "--", "python3", &fake],
             "unexpected argument '--test-only'",
-        ),
-        (
-            vec!["autobatch", "--write", "--", "python3", &fake],
-            "--config <FILE>",
         ),
         (
             vec!["sweep", "--batch-sizes", "8,x", "--", "python3", &fake],

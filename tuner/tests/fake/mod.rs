@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a part
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -145,4 +146,65 @@ pub fn eventually(limit: Duration, cond: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     cond()
+}
+
+/// What a run of the `tuner` binary said.
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `tuner ARGS -- env VARS python3 fake_trainer.py --batch-size {batch_size} ...` in `cwd`, on
+/// the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`.
+pub fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(args);
+    cmd.arg("--");
+    cmd.args(argv(vars));
+    run(cmd, gpus, cwd, tmp)
+}
+
+/// Run `cmd` in `cwd` on the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`;
+/// the test's own PERF_LESSONS_ and FAKE_ variables stay out, those set on `cmd` go in.
+pub fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+    std::fs::create_dir_all(tmp).unwrap();
+    let set: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
+    cmd.current_dir(cwd)
+        .env("CUDA_VISIBLE_DEVICES", gpus)
+        .env("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
+        .env("TMPDIR", tmp);
+    for (k, _) in std::env::vars() {
+        if (k.starts_with("PERF_LESSONS_") || k.starts_with("FAKE_"))
+            && !set.contains(&k.clone().into())
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("running tuner");
+    let o = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
+        stderr: common::table::unpadded(&String::from_utf8_lossy(&out.stderr)),
+    };
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    o
+}
+
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A scratch folder with a working folder and a temporary folder in it.
+pub fn places(name: &str) -> (Scratch, PathBuf, PathBuf) {
+    let s = Scratch::new(name);
+    let (work, tmp) = (s.path("work"), s.path("tmp"));
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    (s, work, tmp)
 }

@@ -1,0 +1,152 @@
+//! JSON through serde_json with its keys in the file's order (`preserve_order`). JSON has no
+//! comments to keep; the file is written back with its own indentation (two spaces, four, a
+//! tab, or on one line).
+
+use serde_json::{Map, Value};
+
+use super::keys::{Edit, Edited};
+
+fn parse(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+        _ => "a scalar",
+    }
+}
+
+/// Set one key in `root`; false when it is missing and only to be set where present.
+fn set(root: &mut Value, e: &Edit) -> Result<bool, String> {
+    let segments = e.key.segments();
+    let (last, parents) = segments.split_last().expect("a key path has a name");
+    let Value::Object(mut object) = std::mem::take(root) else {
+        return Err("the file's top level is not an object".into());
+    };
+    // Work on the top-level object, then put it back.
+    let result = set_in(&mut object, parents, last, e);
+    *root = Value::Object(object);
+    result
+}
+
+fn set_in(
+    mut object: &mut Map<String, Value>,
+    parents: &[String],
+    last: &str,
+    e: &Edit,
+) -> Result<bool, String> {
+    for (i, seg) in parents.iter().enumerate() {
+        if !object.contains_key(seg) {
+            if e.only_if_present {
+                return Ok(false);
+            }
+            object.insert(seg.clone(), Value::Object(Map::new()));
+        }
+        let v = object.get_mut(seg).expect("present or just added");
+        let what = kind(v);
+        object = v.as_object_mut().ok_or_else(|| {
+            format!(
+                "'{}' is {what}, not an object; a key path goes through objects only",
+                e.key.prefix(i + 1)
+            )
+        })?;
+    }
+    match object.get(last) {
+        None if e.only_if_present => return Ok(false),
+        Some(v @ (Value::Array(_) | Value::Object(_))) => {
+            return Err(format!("'{}' holds {}, not a number", e.key, kind(v)))
+        }
+        _ => {}
+    }
+    object.insert(last.to_string(), Value::from(e.value));
+    Ok(true)
+}
+
+/// The indentation of the file's first indented line; None for a file on one line.
+fn indentation(text: &str) -> Option<String> {
+    text.trim_end().lines().skip(1).find_map(|l| {
+        let pad: String = l.chars().take_while(|c| *c == ' ' || *c == '\t').collect();
+        (!pad.is_empty()).then_some(pad)
+    })
+}
+
+pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
+    let mut root = parse(text)?;
+    let mut written = Vec::new();
+    for e in edits {
+        if set(&mut root, e)? {
+            written.push((e.key.to_string(), e.value));
+        }
+    }
+    let mut out = match indentation(text) {
+        None if !text.trim().contains('\n') => serde_json::to_string(&root),
+        pad => {
+            let pad = pad.unwrap_or_else(|| "  ".into());
+            let mut buf = Vec::new();
+            let formatter = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            let mut ser = serde_json::Serializer::with_formatter(&mut buf, formatter);
+            serde::Serialize::serialize(&root, &mut ser)
+                .map(|_| String::from_utf8(buf).expect("serde_json writes UTF-8"))
+        }
+    }
+    .map_err(|e| format!("cannot write JSON: {e}"))?;
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
+    Ok(Edited { text: out, written })
+}
+
+#[cfg(test)]
+mod tests {
+    const RUN: &str = r#"{
+    "model": {"name": "vit", "depth": 12},
+    "data": {
+        "workers": 8,
+        "batch_size": 64
+    },
+    "callbacks": [{"name": "early-stop"}],
+    "seed": 7
+}
+"#;
+
+    fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
+        super::super::edit_pairs(super::super::Format::Json, text, pairs)
+    }
+
+    #[test]
+    fn keys_keep_their_order_and_the_file_its_indentation() {
+        let out = set(RUN, &[("data.batch_size", 744), ("data.accumulation", 2)]).unwrap();
+        let want = "{\n    \"model\": {\n        \"name\": \"vit\",\n        \"depth\": 12\n    },\n    \"data\": {\n        \"workers\": 8,\n        \"batch_size\": 744,\n        \"accumulation\": 2\n    },\n    \"callbacks\": [\n        {\n            \"name\": \"early-stop\"\n        }\n    ],\n    \"seed\": 7\n}\n";
+        assert_eq!(out, want);
+        assert_eq!(
+            set("{\"b\": 1, \"a\": 2}", &[("b", 3)]).unwrap(),
+            "{\"b\":3,\"a\":2}"
+        );
+        let out = set("{\n\t\"z\": 1\n}\n", &[("y.x", 2)]).unwrap();
+        assert_eq!(out, "{\n\t\"z\": 1,\n\t\"y\": {\n\t\t\"x\": 2\n\t}\n}\n");
+    }
+
+    #[test]
+    fn paths_through_lists_and_scalars_are_refused() {
+        let cases = [
+            ("callbacks.name", "'callbacks' is a list"),
+            ("seed.x", "'seed' is a scalar"),
+            ("model", "holds an object"),
+            ("callbacks", "holds a list"),
+        ];
+        for (k, says) in cases {
+            let e = set(RUN, &[(k, 1)]).unwrap_err();
+            assert!(e.contains(says), "{k}: {e}");
+        }
+        assert!(set("[1]", &[("a", 1)])
+            .unwrap_err()
+            .contains("not an object"));
+        let e = set("{\"a\": ", &[("a", 1)]).unwrap_err();
+        assert!(
+            e.starts_with("not valid JSON") && e.contains("line 1"),
+            "{e}"
+        );
+    }
+}

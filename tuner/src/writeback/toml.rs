@@ -1,0 +1,191 @@
+//! TOML through toml_edit: the document keeps its comments, key order and formatting; a value
+//! replaced keeps the comments around it; a missing table is added as a table of its own.
+
+use toml_edit::{DocumentMut, Item, Table, TableLike};
+
+#[cfg(test)]
+use super::keys::KeyPath;
+use super::keys::{Edit, Edited};
+
+pub fn parse(text: &str) -> Result<DocumentMut, String> {
+    text.parse().map_err(|err: toml_edit::TomlError| {
+        let message = err.message().trim().replace('\n', " ");
+        match err.span() {
+            Some(span) => {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("not valid TOML: line {line}: {message}")
+            }
+            None => format!("not valid TOML: {message}"),
+        }
+    })
+}
+
+/// Set `key = v`; an existing key keeps its comments (the one above it and the one after it).
+pub fn set_keeping_comments(table: &mut dyn TableLike, key: &str, v: i64) {
+    match table.get_mut(key).and_then(|i| i.as_value_mut()) {
+        Some(old) => {
+            let decor = old.decor().clone();
+            *old = toml_edit::Value::from(v);
+            *old.decor_mut() = decor;
+        }
+        None => {
+            table.insert(key, toml_edit::value(v));
+        }
+    }
+}
+
+/// What `item` is, for a message about a key path that cannot go through it.
+fn kind(item: &Item) -> &'static str {
+    match item {
+        Item::ArrayOfTables(_) => "a list of tables",
+        Item::Value(toml_edit::Value::Array(_)) => "a list",
+        _ => "a scalar",
+    }
+}
+
+/// Set one key in `doc`; false when it is missing and only to be set where present.
+fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
+    let segments = e.key.segments();
+    let (last, parents) = segments.split_last().expect("a key path has a name");
+    let mut table: &mut dyn TableLike = doc.as_table_mut();
+    for (i, seg) in parents.iter().enumerate() {
+        let here = e.key.prefix(i + 1);
+        if !table.contains_key(seg) {
+            if e.only_if_present {
+                return Ok(false);
+            }
+            let mut t = Table::new();
+            // A table that holds only tables shows through them, as `[a.b]` shows `a`.
+            t.set_implicit(i + 1 < parents.len());
+            table.insert(seg, Item::Table(t));
+        }
+        let item = table.get_mut(seg).expect("present or just added");
+        let what = kind(item);
+        table = item.as_table_like_mut().ok_or_else(|| {
+            format!("'{here}' is {what}, not a table; a key path goes through tables only")
+        })?;
+    }
+    match table.get(last) {
+        None if e.only_if_present => return Ok(false),
+        Some(item) if item.is_table_like() => {
+            return Err(format!("'{}' holds a table, not a number", e.key))
+        }
+        Some(item) if item.is_array() || item.is_array_of_tables() => {
+            return Err(format!("'{}' holds a list, not a number", e.key))
+        }
+        _ => {}
+    }
+    let v = i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
+    set_keeping_comments(table, last, v);
+    Ok(true)
+}
+
+pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
+    let mut doc = parse(text)?;
+    let mut written = Vec::new();
+    for e in edits {
+        if set(&mut doc, e)? {
+            written.push((e.key.to_string(), e.value));
+        }
+    }
+    Ok(Edited {
+        text: doc.to_string(),
+        written,
+    })
+}
+
+/// The whole number `key` holds in `text`.
+#[cfg(test)]
+fn read(text: &str, key: &KeyPath) -> Option<i64> {
+    let doc = parse(text).ok()?;
+    let mut item = doc.as_item();
+    for seg in key.segments() {
+        item = item.get(seg)?;
+    }
+    item.as_integer()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = r#"# our training run
+title = "resnet" # which one
+
+[model]
+preset = "large" # the big one
+
+[model.optimizer]
+name = "sgd"
+lr = 0.05 # linear rule
+
+[training]
+# tuned by hand last week
+batch_size = 64 # per GPU
+my_own_key = "kept"
+
+[[callbacks]]
+name = "early-stop"
+"#;
+
+    fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
+        super::super::edit_pairs(super::super::Format::Toml, text, pairs)
+    }
+
+    #[test]
+    fn values_in_nested_tables_are_replaced_keeping_comments() {
+        let out = set(
+            RUN,
+            &[("training.batch_size", 744), ("model.optimizer.lr", 2)],
+        )
+        .unwrap();
+        let want = RUN
+            .replace("batch_size = 64 # per GPU", "batch_size = 744 # per GPU")
+            .replace("lr = 0.05 # linear rule", "lr = 2 # linear rule");
+        assert_eq!(out, want);
+        let k = KeyPath::parse("model.optimizer.lr").unwrap();
+        assert_eq!(read(&out, &k), Some(2));
+    }
+
+    #[test]
+    fn missing_keys_and_tables_are_added() {
+        let out = set(RUN, &[("training.accumulation_steps", 4)]).unwrap();
+        assert!(
+            out.contains(
+                "batch_size = 64 # per GPU\nmy_own_key = \"kept\"\naccumulation_steps = 4\n"
+            ),
+            "{out}"
+        );
+        let out = set(RUN, &[("model.data.loader.batch_size", 8)]).unwrap();
+        assert!(
+            out.contains("[model.data.loader]\nbatch_size = 8\n"),
+            "{out}"
+        );
+        assert!(!out.contains("[model.data]\n"), "{out}");
+        assert!(out.starts_with("# our training run\ntitle = \"resnet\" # which one\n"));
+        let out = set("model = { name = \"vit\" }\n", &[("model.batch_size", 8)]).unwrap();
+        assert_eq!(out, "model = { name = \"vit\" , batch_size = 8 }\n");
+    }
+
+    #[test]
+    fn paths_through_lists_and_scalars_are_refused() {
+        let cases = [
+            ("callbacks.name", "'callbacks' is a list of tables"),
+            ("title.x", "'title' is a scalar"),
+            ("model", "holds a table"),
+        ];
+        for (k, says) in cases {
+            let e = set(RUN, &[(k, 1)]).unwrap_err();
+            assert!(e.contains(says), "{k}: {e}");
+        }
+        let e = set("a = [1, 2]\n", &[("a.b", 1)]).unwrap_err();
+        assert!(e.contains("'a' is a list"), "{e}");
+        let e = set("a = [1, 2]\n", &[("a", 1)]).unwrap_err();
+        assert!(e.contains("holds a list"), "{e}");
+        let e = set("[training\n", &[("a", 1)]).unwrap_err();
+        assert!(
+            e.starts_with("not valid TOML") && e.lines().count() == 1,
+            "{e}"
+        );
+    }
+}

@@ -1,25 +1,41 @@
-"""Report training steps to perf-lessons' tuner (external mode). Standard library only.
+"""Report training steps to perf-lessons' tuner. Standard library only.
 
-Copy this file beside your training script, then:
+Installed (`pip install .` at the repository root puts `tuner` on the PATH beside this module):
 
-    from perf_lessons_report import Reporter
-    report = Reporter()
-    ...
-    for step in range(steps):          # warmup steps included: the tuner drops them
-        ...                            # one optimizer step
-        report.step(samples=batch_size * accumulation, forward_s=..., backward_s=...)
-    report.end(samples_per_s=...)      # optional: your own count, shown beside the tuner's
+    import perf_lessons
+    for batch in loader:               # warmup steps included: the tuner drops them
+        with perf_lessons.step(samples=len(batch)) as s:
+            ...                        # one optimizer step; optionally s.forward_s = ...
 
-Each call appends one JSON line to the file named by the PERF_LESSONS_REPORT environment
+Or copy this file beside your training script as perf_lessons_report.py (no install), and use
+`from perf_lessons_report import Reporter, step`.
+
+Each step appends one JSON line to the file named by the PERF_LESSONS_REPORT environment
 variable, which the tuner sets for every trial. Without that variable (a normal training run)
 every call does nothing, so the lines can stay in the script.
+
+`step(samples=...)` times a block as one optimizer step: from the end of the previous step to
+the end of this block, so the wait for the next batch (the time outside the blocks) is part of
+the step, and is also reported as `data_s`. Where the program has imported PyTorch and
+initialized CUDA, the block's end waits for the GPU (the host clock then measures the work, not
+its queuing) and the step carries `torch.cuda.max_memory_reserved()` as its peak memory; before
+the first step a device line gives the GPU's name and the memory the training can have (free
+now plus what PyTorch already holds). Set `s.forward_s`, `s.backward_s`, `s.optimizer_s`,
+`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy` or `s.samples` inside the block to report your
+own figures. A block left by an exception (out of memory, say) reports nothing.
+
+The lower level, for a loop that times itself:
+
+    report = Reporter()
+    report.step(samples=batch_size * accumulation, step_s=..., forward_s=..., backward_s=...)
+    report.end(samples_per_s=...)      # optional: your own count, shown beside the tuner's
 
 Fields of a step: `samples` (what the optimizer step consumed: batch x accumulation) and the
 step's time in seconds, `step_s`. Without `step_s`, the time since the previous `step()` call
 (or since the Reporter was made) is used: call `step()` after something that waits for the GPU
 (`loss.item()`, `torch.cuda.synchronize()`), or the host clock measures only the queuing of
-work. Optional: `data_s`, `forward_s`, `backward_s`, `optimizer_s` (seconds) and
-`peak_memory_bytes` (e.g. `torch.cuda.max_memory_allocated()`).
+work. Optional: `data_s`, `forward_s`, `backward_s`, `optimizer_s` (seconds),
+`peak_memory_bytes` (e.g. `torch.cuda.max_memory_reserved()`) and `gpu_busy` (0..1).
 
 Metrics: `metrics={"loss": loss.item()}` on a step or on `end()` (a final evaluation) reports
 the program's own figures by name; the tuner keeps the last value of each (the end line's where
@@ -41,6 +57,7 @@ PERF_LESSONS_LR); `setting("BATCH_SIZE", 64)` or `setting("LR", 0.1)` reads one 
 import json
 import math
 import os
+import sys
 import time
 
 REPORT_ENV = "PERF_LESSONS_REPORT"
@@ -69,6 +86,8 @@ def setting(name, default):
         return default
     if isinstance(default, bool):
         return raw.strip().lower() in ("on", "1", "true", "yes")
+    if default is None:
+        return raw
     return type(default)(raw)
 
 
@@ -161,3 +180,128 @@ class Reporter:
     def _write(self, line):
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.flush()
+
+
+def torch_cuda():
+    """PyTorch's `torch.cuda` where the program has imported PyTorch and initialized CUDA in
+    this process, else None. Nothing here imports PyTorch or touches the GPU first: a program
+    without them, or on the CPU, is left alone."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        return cuda if cuda is not None and cuda.is_initialized() else None
+    except Exception:
+        return None
+
+
+class StepClock:
+    """Times optimizer steps from the end of one to the end of the next and reports each one;
+    the context manager and the Lightning and Hugging Face callbacks share it. `begin()` marks
+    where a batch's own work starts (the time before it since the last step is the wait for
+    data), `end()` where it ends; a step of several micro-batches reports at its last one."""
+
+    def __init__(self, reporter=None):
+        self.reporter = reporter if reporter is not None else Reporter()
+        self._step_start = None
+        self._last_end = None
+        self._wait = None
+        self._samples = 0
+        self._device_sent = False
+
+    @property
+    def enabled(self):
+        return self.reporter.enabled
+
+    def begin(self):
+        now = time.perf_counter()
+        if self._step_start is None:
+            self._step_start = now
+        if self._last_end is not None:
+            self._wait = (self._wait or 0.0) + (now - self._last_end)
+            self._last_end = None
+
+    def end(self, samples, optimizer_stepped=True, **fields):
+        """A batch of `samples` ended; with `optimizer_stepped` it closed an optimizer step,
+        which is then reported with `fields` (the Reporter's step fields) over what PyTorch
+        can tell where the caller gave none."""
+        if not self.enabled:
+            return
+        self._samples += int(samples)
+        if not optimizer_stepped:
+            self._last_end = time.perf_counter()
+            return
+        cuda = torch_cuda()
+        if cuda is not None:
+            cuda.synchronize()
+        now = time.perf_counter()
+        if not self._device_sent:
+            self._device_sent = True
+            self._send_device(cuda)
+        start = self._step_start if self._step_start is not None else now
+        if fields.get("data_s") is None and self._wait is not None:
+            fields["data_s"] = self._wait
+        if fields.get("peak_memory_bytes") is None and cuda is not None:
+            fields["peak_memory_bytes"] = cuda.max_memory_reserved()
+        fields = {k: v for k, v in fields.items() if v is not None}
+        # The protocol refuses a step of no time; a clock that did not move is not one.
+        self.reporter.step(samples=self._samples, step_s=max(now - start, 1e-9), **fields)
+        self._samples = 0
+        self._wait = None
+        self._step_start = now
+        self._last_end = now
+
+    def finish(self, samples_per_s=None):
+        """The closing line, with PyTorch's peak where it is known; nothing is reported after
+        it."""
+        if not self.enabled:
+            return
+        cuda = torch_cuda()
+        peak = cuda.max_memory_reserved() if cuda is not None else None
+        self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak)
+        self.reporter.close()
+
+    def _send_device(self, cuda):
+        if cuda is None:
+            return
+        free, total = cuda.mem_get_info()
+        # What is free now plus what PyTorch already holds is what the training could have
+        # had before it built its model, the limit its peaks (max_memory_reserved) meet.
+        self.reporter.device(name=cuda.get_device_name(), total_bytes=total,
+                             free_bytes=free + cuda.memory_reserved())
+
+
+class Step:
+    """One block of `step()`: set its fields inside the block to report your own figures."""
+
+    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy") + _PHASES
+
+    def __init__(self, clock, samples, fields):
+        self._clock = clock
+        self.samples = samples
+        for name in self._FIELDS[1:]:
+            setattr(self, name, fields.pop(name, None))
+        if fields:
+            raise TypeError("unknown step field(s) %s; use %s"
+                            % (sorted(fields), ", ".join(self._FIELDS)))
+
+    def __enter__(self):
+        self._clock.begin()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            fields = {name: getattr(self, name) for name in self._FIELDS[1:]}
+            self._clock.end(self.samples, **fields)
+        return False
+
+
+_clock = None
+
+
+def step(samples, **fields):
+    """`with step(samples=B) as s:` around one optimizer step of a plain loop (see the top of
+    this file). Outside the tuner the block runs as it is and nothing is measured."""
+    global _clock
+    if _clock is None:
+        _clock = StepClock()
+    return Step(_clock, samples, fields)

@@ -1,0 +1,339 @@
+"""The perf_lessons package without PyTorch, Lightning, Transformers or a GPU: stand-ins take
+their places, and each report is read back line by line as the tuner would read it.
+
+    python3 -m unittest discover -s python/tests     # the installed package
+    PYTHONPATH=python python3 -m unittest discover -s python/tests   # the checkout's
+"""
+
+import contextlib
+import filecmp
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import perf_lessons
+from perf_lessons import hf, lightning, report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeCuda:
+    """torch.cuda as the reporter uses it, with every call counted."""
+
+    def __init__(self, initialized=True):
+        self.initialized = initialized
+        self.synchronized = 0
+
+    def is_initialized(self):
+        return self.initialized
+
+    def synchronize(self):
+        self.synchronized += 1
+
+    def max_memory_reserved(self):
+        return 3_000_000
+
+    def memory_reserved(self):
+        return 1_000_000
+
+    def mem_get_info(self):
+        return 7_000_000, 10_000_000
+
+    def get_device_name(self):
+        return "Stand-in GPU"
+
+
+class FakeTensor:
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+@contextlib.contextmanager
+def modules(**stand_ins):
+    """Put stand-in modules in sys.modules (None: a module that fails to import)."""
+    saved = {name: sys.modules.get(name, mock.sentinel.absent) for name in stand_ins}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is mock.sentinel.absent:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def torch_with(cuda):
+    return types.SimpleNamespace(cuda=cuda)
+
+
+class Trial(unittest.TestCase):
+    """A test inside a trial: PERF_LESSONS_REPORT names a fresh file, the module's own clock is
+    reset, and no PyTorch is imported unless a test puts its stand-in there."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.path = os.path.join(self.dir.name, "report.jsonl")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERF_LESSONS_")}
+        env[report.REPORT_ENV] = self.path
+        patch = mock.patch.dict(os.environ, env, clear=True)
+        patch.start()
+        self.addCleanup(patch.stop)
+        report._clock = None
+        self.addCleanup(self.close_the_module_clock)
+        no_torch = modules(torch=None)
+        no_torch.__enter__()
+        self.addCleanup(no_torch.__exit__, None, None, None)
+
+    def close_the_module_clock(self):
+        if report._clock is not None:
+            report._clock.reporter.close()
+            report._clock = None
+
+    def lines(self):
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def steps(self):
+        return [line for line in self.lines() if line.get("kind", "step") == "step"]
+
+
+class ContextManager(Trial):
+    def test_each_block_is_a_step_timed_end_to_end_with_the_wait_between_as_data(self):
+        for _ in range(3):
+            time.sleep(0.03)  # the loader's wait, outside the block
+            with perf_lessons.step(samples=16) as s:
+                time.sleep(0.02)
+                s.forward_s = 0.005
+        steps = self.steps()
+        self.assertEqual([s["samples"] for s in steps], [16, 16, 16])
+        self.assertGreaterEqual(steps[0]["step_s"], 0.02)
+        self.assertNotIn("data_s", steps[0], "no wait before the first block is seen")
+        for s in steps[1:]:
+            self.assertGreaterEqual(s["step_s"], 0.05)
+            self.assertGreaterEqual(s["data_s"], 0.03)
+            self.assertLess(s["data_s"], s["step_s"])
+            self.assertEqual(s["forward_s"], 0.005)
+        self.assertNotIn("peak_memory_bytes", steps[0], "no PyTorch, no peak")
+
+    def test_a_block_left_by_an_exception_reports_nothing(self):
+        with self.assertRaises(MemoryError):
+            with perf_lessons.step(samples=8):
+                raise MemoryError("CUDA out of memory")
+        with perf_lessons.step(samples=8) as s:
+            s.samples = 4
+        self.assertEqual([s["samples"] for s in self.steps()], [4])
+
+    def test_an_unknown_field_is_refused_at_once(self):
+        with self.assertRaisesRegex(TypeError, r"unknown step field\(s\) \['fwd_s'\]"):
+            perf_lessons.step(samples=1, fwd_s=0.1)
+
+    def test_with_cuda_in_use_it_waits_for_the_gpu_and_reports_memory(self):
+        cuda = FakeCuda()
+        with modules(torch=torch_with(cuda)):
+            for _ in range(2):
+                with perf_lessons.step(samples=2):
+                    pass
+        self.assertEqual(cuda.synchronized, 2)
+        lines = self.lines()
+        self.assertEqual(lines[0], {"kind": "device", "name": "Stand-in GPU",
+                                    "total_bytes": 10_000_000, "free_bytes": 8_000_000})
+        self.assertEqual([s.get("peak_memory_bytes") for s in lines[1:]], [3_000_000] * 2)
+
+    def test_pytorch_without_cuda_initialized_is_left_alone(self):
+        cuda = FakeCuda(initialized=False)
+        with modules(torch=torch_with(cuda)):
+            with perf_lessons.step(samples=2):
+                pass
+        self.assertEqual(cuda.synchronized, 0)
+        self.assertEqual(len(self.lines()), 1)
+
+    def test_the_lines_are_the_protocol(self):
+        with perf_lessons.step(samples=3, gpu_busy=0.5, data_s=float("nan")):
+            pass
+        (line,) = self.lines()
+        self.assertEqual(set(line), {"step", "samples", "step_s", "gpu_busy"})
+        self.assertGreater(line["step_s"], 0)
+
+
+class OutsideTheTuner(Trial):
+    def setUp(self):
+        super().setUp()
+        del os.environ[report.REPORT_ENV]
+
+    def test_nothing_is_written_timed_or_synchronized(self):
+        cuda = FakeCuda()
+        trainer = types.SimpleNamespace(global_step=0)
+        with modules(torch=torch_with(cuda), **fake_lightning()), \
+                modules(**fake_transformers()):
+            with perf_lessons.step(samples=1):
+                pass
+            callback = lightning.ReportCallback()
+            callback.on_train_batch_start(trainer, None, FakeTensor(4), 0)
+            trainer.global_step = 1
+            callback.on_train_batch_end(trainer, None, None, FakeTensor(4), 0)
+            callback.on_train_end(trainer, None)
+            args = types.SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=1)
+            callback = hf.ReportCallback()
+            callback.on_step_begin(args, None, None)
+            callback.on_step_end(args, None, None)
+            callback.on_train_end(args, None, None)
+            perf_lessons.Reporter().step(samples=1)
+        self.assertEqual(cuda.synchronized, 0)
+        self.assertEqual(os.listdir(self.dir.name), [])
+
+
+def fake_lightning():
+    class Callback:
+        pass
+
+    pytorch = types.ModuleType("lightning.pytorch")
+    pytorch.Callback = Callback
+    package = types.ModuleType("lightning")
+    package.pytorch = pytorch
+    return {"lightning": package, "lightning.pytorch": pytorch}
+
+
+def fake_transformers():
+    class TrainerCallback:
+        pass
+
+    package = types.ModuleType("transformers")
+    package.TrainerCallback = TrainerCallback
+    return {"transformers": package}
+
+
+class Lightning(Trial):
+    def setUp(self):
+        super().setUp()
+        stand_in = modules(**fake_lightning())
+        stand_in.__enter__()
+        self.addCleanup(stand_in.__exit__, None, None, None)
+        lightning._classes.clear()
+        self.addCleanup(lightning._classes.clear)
+
+    def fit(self, callback, batches, accumulate=1):
+        """Lightning's order of hooks over `batches`, global_step moving once per
+        `accumulate` batches."""
+        trainer = types.SimpleNamespace(global_step=0)
+        for i, batch in enumerate(batches):
+            callback.on_train_batch_start(trainer, None, batch, i)
+            time.sleep(0.005)
+            if (i + 1) % accumulate == 0:
+                trainer.global_step += 1
+            callback.on_train_batch_end(trainer, None, {"loss": 0.0}, batch, i)
+        callback.on_train_end(trainer, None)
+
+    def test_it_is_a_lightning_callback(self):
+        from lightning.pytorch import Callback
+
+        callback = lightning.ReportCallback()
+        self.assertIsInstance(callback, Callback)
+        callback.on_train_end(None, None)
+        self.assertIs(perf_lessons.lightning.ReportCallback, lightning.ReportCallback)
+
+    def test_each_optimizer_step_with_the_batch_size_it_saw(self):
+        batches = [FakeTensor(32, 3), (FakeTensor(16, 3), FakeTensor(16)),
+                   {"input_ids": FakeTensor(8, 128), "labels": FakeTensor(8)}]
+        self.fit(lightning.ReportCallback(), batches)
+        steps = self.steps()
+        self.assertEqual([s["samples"] for s in steps], [32, 16, 8])
+        self.assertTrue(all(s["step_s"] >= 0.005 for s in steps))
+        self.assertEqual(self.lines()[-1], {"kind": "end"})
+
+    def test_micro_batches_of_one_optimizer_step_report_once(self):
+        self.fit(lightning.ReportCallback(), [FakeTensor(4)] * 6, accumulate=3)
+        steps = self.steps()
+        self.assertEqual([s["samples"] for s in steps], [12, 12])
+        self.assertTrue(all(s["step_s"] >= 0.015 for s in steps))
+
+    def test_samples_it_cannot_see_come_from_the_argument_or_the_tuner(self):
+        self.fit(lightning.ReportCallback(samples_per_batch=5), [object()])
+        os.environ["PERF_LESSONS_BATCH_SIZE"] = "64"
+        self.fit(lightning.ReportCallback(), [object()])
+        self.assertEqual([s["samples"] for s in self.steps()], [5, 64])
+
+    def test_cuda_in_use_gives_the_device_and_the_peaks(self):
+        cuda = FakeCuda()
+        with modules(torch=torch_with(cuda)):
+            self.fit(lightning.ReportCallback(), [FakeTensor(2)] * 2)
+        lines = self.lines()
+        self.assertEqual([line.get("kind", "step") for line in lines],
+                         ["device", "step", "step", "end"])
+        self.assertEqual(lines[-1]["peak_memory_bytes"], 3_000_000)
+        self.assertEqual(cuda.synchronized, 2)
+
+    def test_without_lightning_one_line_says_what_to_install(self):
+        lightning._classes.clear()
+        with modules(**{"lightning": None, "lightning.pytorch": None,
+                        "pytorch_lightning": None}):
+            with self.assertRaisesRegex(ImportError, "pip install lightning"):
+                lightning.ReportCallback
+
+
+class HuggingFace(Trial):
+    def setUp(self):
+        super().setUp()
+        stand_in = modules(**fake_transformers())
+        stand_in.__enter__()
+        self.addCleanup(stand_in.__exit__, None, None, None)
+        hf._classes.clear()
+        self.addCleanup(hf._classes.clear)
+
+    def train(self, callback, args, steps):
+        for _ in range(steps):
+            callback.on_step_begin(args, None, None)
+            time.sleep(0.005)
+            callback.on_step_end(args, None, None)
+        callback.on_train_end(args, None, None)
+
+    def test_it_is_a_trainer_callback(self):
+        from transformers import TrainerCallback
+
+        callback = hf.ReportCallback()
+        self.assertIsInstance(callback, TrainerCallback)
+        callback.on_train_end(None, None, None)
+
+    def test_each_step_is_batch_times_accumulation(self):
+        args = types.SimpleNamespace(train_batch_size=8, gradient_accumulation_steps=4)
+        self.train(hf.ReportCallback(), args, 3)
+        args = types.SimpleNamespace(per_device_train_batch_size=2)
+        self.train(hf.ReportCallback(), args, 1)
+        self.train(hf.ReportCallback(samples_per_step=7), args, 1)
+        steps = self.steps()
+        self.assertEqual([s["samples"] for s in steps], [32, 32, 32, 2, 7])
+        self.assertTrue(all(s["step_s"] >= 0.005 for s in steps))
+        self.assertEqual(sum(line.get("kind") == "end" for line in self.lines()), 3)
+
+    def test_without_transformers_one_line_says_what_to_install(self):
+        hf._classes.clear()
+        with modules(transformers=None):
+            with self.assertRaisesRegex(ImportError, "pip install transformers"):
+                hf.ReportCallback
+
+
+class TheOneFileCopy(unittest.TestCase):
+    def test_the_example_copy_is_the_package_module(self):
+        copy = ROOT / "examples" / "pytorch" / "perf_lessons_report.py"
+        module = ROOT / "python" / "perf_lessons" / "report.py"
+        self.assertTrue(filecmp.cmp(copy, module, shallow=False),
+                        "%s differs from %s: copy one over the other" % (copy, module))
+
+    def test_it_imports_nothing_but_the_standard_library(self):
+        source = (ROOT / "python" / "perf_lessons" / "report.py").read_text()
+        imports = {line.split()[1] for line in source.splitlines()
+                   if line.startswith(("import ", "from "))}
+        self.assertEqual(imports, {"json", "math", "os", "sys", "time"})
+
+
+if __name__ == "__main__":
+    unittest.main()

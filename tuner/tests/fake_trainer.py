@@ -2,7 +2,7 @@
 
 It takes the flags a real script would (--batch-size, --workers, --amp, --accumulation,
 --steps, --warmup, and --lr or PERF_LESSONS_LR, a sweep's axis), reports every step through
-examples/pytorch/perf_lessons_report.py, and misbehaves on request through its environment.
+the repository's perf_lessons package, and misbehaves on request through its environment.
 
 Given a learning rate it reports a loss on every step and, at the end, a final one of
 (log10(lr) + 2)^2 + 8 / batch: lowest at lr 0.01 and the largest batch; NaN (diverged) from
@@ -45,8 +45,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "pytorch"))
-from perf_lessons_report import Reporter, setting  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+from perf_lessons import Reporter, setting  # noqa: E402
 
 PYTORCH_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "

@@ -26,7 +26,8 @@ Before the model is built the script reports the GPU's name and the memory free 
 context exists (`torch.cuda.mem_get_info()`): the limit the finder holds the peaks against. At
 the end the script prints, and reports, its own samples/s over the steps after warmup.
 
-Every step is reported through perf_lessons_report.py (a no-op outside the tuner), with its
+Every step is reported through the installed perf_lessons package, or without it through the
+one-file copy beside this script, perf_lessons_report.py (a no-op outside the tuner), with its
 loss as a metric (`tuner sweep --axis lr=0.01,0.1 --pick loss:min -- ... --lr {lr}`). The model,
 the data and the optimizer are made by the functions below, which
 lightning_batch_finder.py uses too, so both train the same thing.
@@ -39,7 +40,10 @@ STARTED = time.perf_counter()
 import argparse  # noqa: E402
 import sys  # noqa: E402
 
-from perf_lessons_report import Reporter  # noqa: E402
+try:
+    from perf_lessons import Reporter  # noqa: E402  (installed: pip install . at the root)
+except ImportError:
+    from perf_lessons_report import Reporter  # noqa: E402  (the one-file copy beside it)
 
 
 def positive(text):

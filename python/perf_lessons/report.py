@@ -3,8 +3,8 @@
 Installed (`pip install .` at the repository root puts `tuner` on the PATH beside this module):
 
     import perf_lessons
-    for batch in loader:               # warmup steps included: the tuner drops them
-        with perf_lessons.step(samples=len(batch)) as s:
+    for inputs, labels in loader:      # warmup steps included: the tuner drops them
+        with perf_lessons.step(samples=len(inputs)) as s:
             ...                        # one optimizer step; optionally s.forward_s = ...
 
 Or copy this file beside your training script as perf_lessons_report.py (no install), and use

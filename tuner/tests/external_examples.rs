@@ -43,6 +43,7 @@ fn the_example_scripts_compile() {
     for script in [
         "perf_lessons_report.py",
         "train_resnet.py",
+        "train_resnet_lightning.py",
         "lightning_batch_finder.py",
         "check_fit.py",
     ] {
@@ -196,6 +197,25 @@ fn lightning_s_finder_answers_bad_flags_without_lightning() {
         help.contains("--steps-per-trial") && help.contains("--init-val"),
         "{help}"
     );
+}
+
+#[test]
+fn the_lightning_training_script_answers_bad_flags_without_lightning() {
+    // The package as the checkout has it, where it is not installed.
+    let package = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
+    for (flag, value, says) in [
+        ("--accumulation", "0", "must be at least 1"),
+        ("--amp", "fp8", "invalid choice"),
+    ] {
+        let out = python(&["train_resnet_lightning.py", flag, value])
+            .env("PYTHONPATH", package)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!err.contains("Traceback"), "{err}");
+    }
 }
 
 /// `check_fit.py B --script fake_trainer.py`: its JSON and exit status.

@@ -10,6 +10,7 @@ the GPU and carries PyTorch's peak memory, and a device line goes before the fir
 Outside the tuner it does nothing.
 """
 
+from ._callbacks import lazy_callback
 from .report import StepClock
 
 
@@ -48,13 +49,4 @@ def _callback_base():
     return TrainerCallback
 
 
-_classes = {}
-
-
-def __getattr__(name):
-    if name != "ReportCallback":
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    if name not in _classes:
-        _classes[name] = type("ReportCallback", (_Report, _callback_base()),
-                              {"__module__": __name__, "__doc__": __doc__})
-    return _classes[name]
+__getattr__ = lazy_callback(__name__, _Report, _callback_base, __doc__)

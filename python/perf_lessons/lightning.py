@@ -11,6 +11,7 @@ tuner's batch size. Where CUDA is in use the step waits for the GPU and carries 
 memory, and a device line goes before the first step. Outside the tuner it does nothing.
 """
 
+from ._callbacks import lazy_callback
 from .report import StepClock, setting
 
 
@@ -70,13 +71,4 @@ def _callback_base():
     return Callback
 
 
-_classes = {}
-
-
-def __getattr__(name):
-    if name != "ReportCallback":
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    if name not in _classes:
-        _classes[name] = type("ReportCallback", (_Report, _callback_base()),
-                              {"__module__": __name__, "__doc__": __doc__})
-    return _classes[name]
+__getattr__ = lazy_callback(__name__, _Report, _callback_base, __doc__)

@@ -218,8 +218,8 @@ class Lightning(Trial):
         stand_in = modules(**fake_lightning())
         stand_in.__enter__()
         self.addCleanup(stand_in.__exit__, None, None, None)
-        lightning._classes.clear()
-        self.addCleanup(lightning._classes.clear)
+        lightning.__getattr__.made.clear()
+        self.addCleanup(lightning.__getattr__.made.clear)
 
     def fit(self, callback, batches, accumulate=1):
         """Lightning's order of hooks over `batches`, global_step moving once per
@@ -273,7 +273,7 @@ class Lightning(Trial):
         self.assertEqual(cuda.synchronized, 2)
 
     def test_without_lightning_one_line_says_what_to_install(self):
-        lightning._classes.clear()
+        lightning.__getattr__.made.clear()
         with modules(**{"lightning": None, "lightning.pytorch": None,
                         "pytorch_lightning": None}):
             with self.assertRaisesRegex(ImportError, "pip install lightning"):
@@ -286,8 +286,8 @@ class HuggingFace(Trial):
         stand_in = modules(**fake_transformers())
         stand_in.__enter__()
         self.addCleanup(stand_in.__exit__, None, None, None)
-        hf._classes.clear()
-        self.addCleanup(hf._classes.clear)
+        hf.__getattr__.made.clear()
+        self.addCleanup(hf.__getattr__.made.clear)
 
     def train(self, callback, args, steps):
         for _ in range(steps):
@@ -315,7 +315,7 @@ class HuggingFace(Trial):
         self.assertEqual(sum(line.get("kind") == "end" for line in self.lines()), 3)
 
     def test_without_transformers_one_line_says_what_to_install(self):
-        hf._classes.clear()
+        hf.__getattr__.made.clear()
         with modules(transformers=None):
             with self.assertRaisesRegex(ImportError, "pip install transformers"):
                 hf.ReportCallback

@@ -153,6 +153,16 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     assert_eq!(left.len(), 1, "only the report of the first run: {left:?}");
 }
 
+/// A script refuses a bad flag at once: exit 2 and a line that `says` why, no traceback.
+fn refuses(mut script: Command, says: &str) {
+    let out = script.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let what = format!("{:?}", script.get_args().collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+    assert!(err.contains(says), "{what}: {err}");
+    assert!(!err.contains("Traceback"), "{what}: {err}");
+}
+
 #[test]
 fn the_training_script_answers_bad_flags_without_pytorch() {
     for (flag, value, says) in [
@@ -163,11 +173,7 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
         ("--memory-limit", "0", "must be more than 0 GiB"),
         ("--memory-limit", "lots", "invalid gibibytes value"),
     ] {
-        let out = python(&["train_resnet.py", flag, value]).output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
-        assert!(err.contains(says), "{flag} {value}: {err}");
-        assert!(!err.contains("Traceback"), "{err}");
+        refuses(python(&["train_resnet.py", flag, value]), says);
     }
     let out = python(&["train_resnet.py", "--help"]).output().unwrap();
     assert!(out.status.success());
@@ -180,13 +186,7 @@ fn lightning_s_finder_answers_bad_flags_without_lightning() {
         ("--max-trials", "0", "must be at least 1"),
         ("--memory-limit", "-4", "must be more than 0 GiB"),
     ] {
-        let out = python(&["lightning_batch_finder.py", flag, value])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
-        assert!(err.contains(says), "{flag} {value}: {err}");
-        assert!(!err.contains("Traceback"), "{err}");
+        refuses(python(&["lightning_batch_finder.py", flag, value]), says);
     }
     let out = python(&["lightning_batch_finder.py", "--help"])
         .output()
@@ -207,14 +207,9 @@ fn the_lightning_training_script_answers_bad_flags_without_lightning() {
         ("--accumulation", "0", "must be at least 1"),
         ("--amp", "fp8", "invalid choice"),
     ] {
-        let out = python(&["train_resnet_lightning.py", flag, value])
-            .env("PYTHONPATH", package)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
-        assert!(err.contains(says), "{flag} {value}: {err}");
-        assert!(!err.contains("Traceback"), "{err}");
+        let mut script = python(&["train_resnet_lightning.py", flag, value]);
+        script.env("PYTHONPATH", package);
+        refuses(script, says);
     }
 }
 

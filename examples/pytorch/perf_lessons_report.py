@@ -21,8 +21,9 @@ initialized CUDA, the block's end waits for the GPU (the host clock then measure
 its queuing) and the step carries `torch.cuda.max_memory_reserved()` as its peak memory; before
 the first step a device line gives the GPU's name and the memory the training can have (free
 now plus what PyTorch already holds). Set `s.forward_s`, `s.backward_s`, `s.optimizer_s`,
-`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy` or `s.samples` inside the block to report your
-own figures. A block left by an exception (out of memory, say) reports nothing.
+`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy`, `s.metrics` (`{"loss": loss.item()}`) or
+`s.samples` inside the block to report your own figures. A block left by an exception (out of
+memory, say) reports nothing.
 
 The lower level, for a loop that times itself:
 
@@ -250,14 +251,14 @@ class StepClock:
         self._step_start = now
         self._last_end = now
 
-    def finish(self, samples_per_s=None):
+    def finish(self, samples_per_s=None, metrics=None):
         """The closing line, with PyTorch's peak where it is known; nothing is reported after
         it."""
         if not self.enabled:
             return
         cuda = torch_cuda()
         peak = cuda.max_memory_reserved() if cuda is not None else None
-        self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak)
+        self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak, metrics=metrics)
         self.reporter.close()
 
     def _send_device(self, cuda):
@@ -273,13 +274,14 @@ class StepClock:
 class Step:
     """One block of `step()`: set its fields inside the block to report your own figures."""
 
-    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy") + _PHASES
+    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy", "metrics") + _PHASES
 
     def __init__(self, clock, samples, fields):
         self._clock = clock
         self.samples = samples
         for name in self._FIELDS[1:]:
             setattr(self, name, fields.pop(name, None))
+        self.metrics = dict(self.metrics or {})
         if fields:
             raise TypeError("unknown step field(s) %s; use %s"
                             % (sorted(fields), ", ".join(self._FIELDS)))

@@ -7,8 +7,10 @@ closes this one (with `accumulate_grad_batches`, the last of its micro-batches: 
 step is seen by `trainer.global_step` moving), the wait between batches reported as `data_s`.
 Its samples are the micro-batches' sizes: `samples_per_batch=` where given, else the first
 dimension of the batch (a tensor, or the first tensor of a tuple, list or dict), else the
-tuner's batch size. Where CUDA is in use the step waits for the GPU and carries PyTorch's peak
-memory, and a device line goes before the first step. Outside the tuner it does nothing.
+tuner's batch size. The loss `training_step` returned is the step's `loss` metric (a sweep's
+`--pick loss:min`), the last micro-batch's where there are several. Where CUDA is in use the
+step waits for the GPU and carries PyTorch's peak memory, and a device line goes before the
+first step. Outside the tuner it does nothing.
 """
 
 from ._callbacks import lazy_callback
@@ -28,6 +30,19 @@ def batch_samples(batch):
             if samples is not None:
                 return samples
     return None
+
+
+def step_loss(outputs):
+    """The loss `training_step` returned (a tensor, or a dict's "loss") as a metric, or None."""
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    item = getattr(outputs, "item", None)
+    if item is None:
+        return None
+    try:
+        return {"loss": float(item())}
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 class _Report:
@@ -52,7 +67,8 @@ class _Report:
         global_step = getattr(trainer, "global_step", None)
         stepped = global_step is None or global_step != self._global_step
         self._global_step = global_step
-        self._clock.end(samples, optimizer_stepped=stepped)
+        self._clock.end(samples, optimizer_stepped=stepped,
+                        metrics=step_loss(outputs) if stepped else None)
 
     def on_train_end(self, trainer, pl_module):
         self._clock.finish()

@@ -21,8 +21,9 @@ initialized CUDA, the block's end waits for the GPU (the host clock then measure
 its queuing) and the step carries `torch.cuda.max_memory_reserved()` as its peak memory; before
 the first step a device line gives the GPU's name and the memory the training can have (free
 now plus what PyTorch already holds). Set `s.forward_s`, `s.backward_s`, `s.optimizer_s`,
-`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy` or `s.samples` inside the block to report your
-own figures. A block left by an exception (out of memory, say) reports nothing.
+`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy`, `s.metrics` (`{"loss": loss.item()}`) or
+`s.samples` inside the block to report your own figures. A block left by an exception (out of
+memory, say) reports nothing.
 
 The lower level, for a loop that times itself:
 
@@ -37,6 +38,11 @@ step's time in seconds, `step_s`. Without `step_s`, the time since the previous 
 work. Optional: `data_s`, `forward_s`, `backward_s`, `optimizer_s` (seconds),
 `peak_memory_bytes` (e.g. `torch.cuda.max_memory_reserved()`) and `gpu_busy` (0..1).
 
+Metrics: `metrics={"loss": loss.item()}` on a step or on `end()` (a final evaluation) reports
+the program's own figures by name; the tuner keeps the last value of each (the end line's where
+there is one), shows a column per metric and picks by one with `--pick loss:min`. A value that
+is not a finite number (a loss that diverged) is written as null, so the line stays valid JSON.
+
 Optional, once the framework holds the GPU and before the model is built:
 `report.device(name=..., total_bytes=..., free_bytes=...)` (in PyTorch
 `torch.cuda.get_device_name()` and `torch.cuda.mem_get_info()`). With it and a
@@ -45,7 +51,8 @@ limit instead of doubling its way there.
 
 The tuner also puts the trial's settings in the environment (PERF_LESSONS_BATCH_SIZE,
 PERF_LESSONS_WORKERS, PERF_LESSONS_AMP = on/off, PERF_LESSONS_ACCUMULATION, PERF_LESSONS_STEPS,
-PERF_LESSONS_WARMUP_STEPS); `setting("BATCH_SIZE", 64)` reads one with a default.
+PERF_LESSONS_WARMUP_STEPS), and each of a sweep's own axes (`--axis lr=0.1,0.01` gives
+PERF_LESSONS_LR); `setting("BATCH_SIZE", 64)` or `setting("LR", 0.1)` reads one with a default.
 """
 
 import json
@@ -57,6 +64,19 @@ import time
 REPORT_ENV = "PERF_LESSONS_REPORT"
 
 _PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s")
+
+
+def _metrics(metrics):
+    """`{"loss": 2.31}` as the protocol takes it: names to numbers, null for a value that is
+    not a finite number (JSON has no NaN)."""
+    out = {}
+    for name, value in dict(metrics).items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise TypeError("metric %r must be a number, got %r" % (name, value)) from None
+        out[str(name)] = number if math.isfinite(number) else None
+    return out
 
 
 def setting(name, default):
@@ -87,13 +107,16 @@ class Reporter:
     def enabled(self):
         return self._file is not None
 
-    def step(self, samples, step_s=None, peak_memory_bytes=None, gpu_busy=None, **phases):
+    def step(self, samples, step_s=None, peak_memory_bytes=None, gpu_busy=None, metrics=None,
+             **phases):
         """One optimizer step: `samples` consumed, its time `step_s` (default: since the last
-        call), optional phase times in seconds, the framework's peak memory in bytes and the
-        share of the step the GPU was working (0..1), where the program measures it."""
+        call), optional phase times in seconds, the framework's peak memory in bytes, the
+        share of the step the GPU was working (0..1), where the program measures it, and
+        `metrics`, the program's own figures by name ({"loss": 2.31})."""
         unknown = set(phases) - set(_PHASES)
         if unknown:
             raise TypeError("unknown phase(s) %s; use %s" % (sorted(unknown), ", ".join(_PHASES)))
+        metrics = _metrics(metrics or {})
         now = time.perf_counter()
         if step_s is None:
             step_s = now - self._last
@@ -110,6 +133,8 @@ class Reporter:
             line["peak_memory_bytes"] = int(peak_memory_bytes)
         if gpu_busy is not None and 0.0 <= gpu_busy <= 1.0:
             line["gpu_busy"] = float(gpu_busy)
+        if metrics:
+            line["metrics"] = metrics
         self._write(line)
 
     def device(self, name=None, total_bytes=None, free_bytes=None):
@@ -126,8 +151,10 @@ class Reporter:
             line["free_bytes"] = int(free_bytes)
         self._write(line)
 
-    def end(self, samples_per_s=None, peak_memory_bytes=None):
-        """The closing line: the program's own samples/s, shown beside the tuner's count."""
+    def end(self, samples_per_s=None, peak_memory_bytes=None, metrics=None):
+        """The closing line: the program's own samples/s, shown beside the tuner's count, and
+        `metrics` of the whole run (a final evaluation's loss), which stand over the steps'."""
+        metrics = _metrics(metrics or {})
         if self._file is None:
             return
         line = {"kind": "end"}
@@ -135,6 +162,8 @@ class Reporter:
             line["samples_per_s"] = float(samples_per_s)
         if peak_memory_bytes is not None:
             line["peak_memory_bytes"] = int(peak_memory_bytes)
+        if metrics:
+            line["metrics"] = metrics
         self._write(line)
 
     def close(self):
@@ -222,14 +251,14 @@ class StepClock:
         self._step_start = now
         self._last_end = now
 
-    def finish(self, samples_per_s=None):
+    def finish(self, samples_per_s=None, metrics=None):
         """The closing line, with PyTorch's peak where it is known; nothing is reported after
         it."""
         if not self.enabled:
             return
         cuda = torch_cuda()
         peak = cuda.max_memory_reserved() if cuda is not None else None
-        self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak)
+        self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak, metrics=metrics)
         self.reporter.close()
 
     def _send_device(self, cuda):
@@ -245,13 +274,14 @@ class StepClock:
 class Step:
     """One block of `step()`: set its fields inside the block to report your own figures."""
 
-    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy") + _PHASES
+    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy", "metrics") + _PHASES
 
     def __init__(self, clock, samples, fields):
         self._clock = clock
         self.samples = samples
         for name in self._FIELDS[1:]:
             setattr(self, name, fields.pop(name, None))
+        self.metrics = dict(self.metrics or {})
         if fields:
             raise TypeError("unknown step field(s) %s; use %s"
                             % (sorted(fields), ", ".join(self._FIELDS)))

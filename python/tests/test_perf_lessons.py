@@ -50,8 +50,12 @@ class FakeCuda:
 
 
 class FakeTensor:
-    def __init__(self, *shape):
+    def __init__(self, *shape, value=0.0):
         self.shape = shape
+        self.value = value
+
+    def item(self):
+        return self.value
 
 
 @contextlib.contextmanager
@@ -132,6 +136,14 @@ class ContextManager(Trial):
         with perf_lessons.step(samples=8) as s:
             s.samples = 4
         self.assertEqual([s["samples"] for s in self.steps()], [4])
+
+    def test_metrics_set_in_the_block_go_with_the_step_and_a_diverged_one_is_null(self):
+        with perf_lessons.step(samples=2, metrics={"accuracy": 0.5}) as s:
+            s.metrics["loss"] = float("nan")
+        with perf_lessons.step(samples=2) as s:
+            s.metrics["loss"] = 2.5
+        self.assertEqual([line["metrics"] for line in self.lines()],
+                         [{"accuracy": 0.5, "loss": None}, {"loss": 2.5}])
 
     def test_an_unknown_field_is_refused_at_once(self):
         with self.assertRaisesRegex(TypeError, r"unknown step field\(s\) \['fwd_s'\]"):
@@ -230,7 +242,7 @@ class Lightning(Trial):
             time.sleep(0.005)
             if (i + 1) % accumulate == 0:
                 trainer.global_step += 1
-            callback.on_train_batch_end(trainer, None, {"loss": 0.0}, batch, i)
+            callback.on_train_batch_end(trainer, None, {"loss": FakeTensor(value=i / 2)}, batch, i)
         callback.on_train_end(trainer, None)
 
     def test_it_is_a_lightning_callback(self):
@@ -247,6 +259,7 @@ class Lightning(Trial):
         self.fit(lightning.ReportCallback(), batches)
         steps = self.steps()
         self.assertEqual([s["samples"] for s in steps], [32, 16, 8])
+        self.assertEqual([s["metrics"] for s in steps], [{"loss": 0.0}, {"loss": 0.5}, {"loss": 1.0}])
         self.assertTrue(all(s["step_s"] >= 0.005 for s in steps))
         self.assertEqual(self.lines()[-1], {"kind": "end"})
 
@@ -254,6 +267,7 @@ class Lightning(Trial):
         self.fit(lightning.ReportCallback(), [FakeTensor(4)] * 6, accumulate=3)
         steps = self.steps()
         self.assertEqual([s["samples"] for s in steps], [12, 12])
+        self.assertEqual([s["metrics"]["loss"] for s in steps], [1.0, 2.5], "the last micro-batch's")
         self.assertTrue(all(s["step_s"] >= 0.015 for s in steps))
 
     def test_samples_it_cannot_see_come_from_the_argument_or_the_tuner(self):

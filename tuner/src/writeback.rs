@@ -6,8 +6,8 @@
 //! different GPUs, tuning different models, share one file; `tuner team FILE` reads it back.
 //!
 //! Each format has its own editor ([toml] through toml_edit, [json] through serde_json with the
-//! file's key order, [yaml] a small editor of block mappings); each sets whole numbers at key
-//! paths and refuses, in one line, a path it cannot set without guessing.
+//! file's key order, [yaml] through yaml-edit); each sets whole numbers at key paths and refuses,
+//! in one line, a path it cannot set without guessing.
 
 mod json;
 mod keys;

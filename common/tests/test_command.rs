@@ -1,7 +1,9 @@
 //! The README's test command (`scripts/test`) on a fresh machine: it installs what the tests
 //! drive (python3, Chromium) where it can, as root with apt-get, and otherwise stops with one
 //! line naming what to install; with everything there it runs `cargo test --workspace`. Run
-//! here with stand-ins for every program it calls, on a PATH of only those.
+//! here with stand-ins for every program it calls, on a PATH of only those, and without the pip
+//! package's step (`PERF_LESSONS_SKIP_WHEEL=1`: it builds a real wheel, which the CI run of the
+//! command does).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -63,6 +65,7 @@ impl Bin {
             .arg("--quiet")
             .env_clear()
             .env("PATH", &self.dir)
+            .env("PERF_LESSONS_SKIP_WHEEL", "1")
             .envs(env.iter().copied())
             .output()
             .unwrap();
@@ -91,6 +94,11 @@ fn with_everything_there_it_runs_the_workspace_tests() {
     let (out, log) = bin.run(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(log, "cargo test --workspace --locked --quiet\n");
+    assert!(
+        stderr(&out).contains("the pip package was not tried (PERF_LESSONS_SKIP_WHEEL=1)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -106,6 +114,14 @@ fn without_root_it_names_what_to_install_in_one_line() {
         "{err}"
     );
     assert_eq!(log, "", "nothing installed, no tests run");
+    // The pip package's step needs python3's venv as well.
+    let (out, _) = bin.run(&[("PERF_LESSONS_SKIP_WHEEL", "")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.starts_with("error: the tests need python3 python3-venv chromium: install them"),
+        "{err}"
+    );
     // Skipping the browser test on purpose needs no Chromium.
     bin.logging("python3");
     let (out, log) = bin.run(&[("PERF_LESSONS_SKIP_BROWSER", "1")]);

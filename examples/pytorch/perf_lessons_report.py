@@ -43,6 +43,18 @@ the program's own figures by name; the tuner keeps the last value of each (the e
 there is one), shows a column per metric and picks by one with `--pick loss:min`. A value that
 is not a finite number (a loss that diverged) is written as null, so the line stays valid JSON.
 
+Where the memory goes: after the first optimizer step (the optimizer makes its state then),
+`report.model(model, optimizer)`, or `perf_lessons.model(model, optimizer)` beside `step()`,
+reports once the bytes of the model's parameters, of its gradients and of the optimizer's
+state, which `tuner memory` sets against each batch's peak (the rest is activations and
+workspace). Parameters: every `p.numel() * p.element_size()` of `model.parameters()`.
+Gradients: for each parameter that requires one, its `.grad` where it holds one, else the
+parameter's own size (a gradient has its parameter's shape and dtype), so the count is the
+same before `backward()` and after `zero_grad(set_to_none=True)`. Optimizer state: every
+tensor in `optimizer.state` (momentum, Adam's two moments) that lives on the model's device;
+`optimizer=None` is a loop without one (no state). The objects are only asked for those
+methods and attributes: nothing here imports PyTorch.
+
 Optional, once the framework holds the GPU and before the model is built:
 `report.device(name=..., total_bytes=..., free_bytes=...)` (in PyTorch
 `torch.cuda.get_device_name()` and `torch.cuda.mem_get_info()`). With it and a
@@ -151,6 +163,15 @@ class Reporter:
             line["free_bytes"] = int(free_bytes)
         self._write(line)
 
+    def model(self, model, optimizer):
+        """Where the model's memory goes: its parameters, their gradients and `optimizer`'s
+        state, in bytes, as one line (see the top of this file; call it after the first
+        optimizer step). Returns the three counts, also outside the tuner."""
+        parts = model_bytes(model, optimizer)
+        if self._file is not None:
+            self._write(dict({"kind": "model"}, **parts))
+        return parts
+
     def end(self, samples_per_s=None, peak_memory_bytes=None, metrics=None):
         """The closing line: the program's own samples/s, shown beside the tuner's count, and
         `metrics` of the whole run (a final evaluation's loss), which stand over the steps'."""
@@ -181,6 +202,47 @@ class Reporter:
     def _write(self, line):
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.flush()
+
+
+def _tensor_bytes(tensor):
+    return int(tensor.numel()) * int(tensor.element_size())
+
+
+def _is_tensor(value):
+    return callable(getattr(value, "numel", None)) and callable(getattr(value, "element_size", None))
+
+
+def _device_type(tensor):
+    return getattr(getattr(tensor, "device", None), "type", None)
+
+
+def model_bytes(model, optimizer):
+    """`{"parameter_bytes", "gradient_bytes", "optimizer_state_bytes"}` of a PyTorch-like
+    model and optimizer (see the top of this file for what each counts)."""
+    parameters = list(model.parameters())
+    gradients = 0
+    for p in parameters:
+        if getattr(p, "requires_grad", True):
+            grad = getattr(p, "grad", None)
+            gradients += _tensor_bytes(grad if grad is not None else p)
+    # Adam keeps its step counts as host scalars beside moments on the GPU: only the state on
+    # the model's device takes its memory.
+    devices = {_device_type(p) for p in parameters}
+    state = 0
+    seen = set()
+    for per_parameter in getattr(optimizer, "state", {}).values():
+        for value in dict(per_parameter).values():
+            if not _is_tensor(value) or id(value) in seen:
+                continue
+            seen.add(id(value))
+            if _device_type(value) == "cpu" and "cpu" not in devices:
+                continue
+            state += _tensor_bytes(value)
+    return {
+        "parameter_bytes": sum(_tensor_bytes(p) for p in parameters),
+        "gradient_bytes": gradients,
+        "optimizer_state_bytes": state,
+    }
 
 
 def torch_cuda():
@@ -300,10 +362,20 @@ class Step:
 _clock = None
 
 
-def step(samples, **fields):
-    """`with step(samples=B) as s:` around one optimizer step of a plain loop (see the top of
-    this file). Outside the tuner the block runs as it is and nothing is measured."""
+def _module_clock():
     global _clock
     if _clock is None:
         _clock = StepClock()
-    return Step(_clock, samples, fields)
+    return _clock
+
+
+def model(model, optimizer):
+    """Report where the model's memory goes (`Reporter.model`), into the same report as
+    `step()`: call it once, after the first optimizer step."""
+    return _module_clock().reporter.model(model, optimizer)
+
+
+def step(samples, **fields):
+    """`with step(samples=B) as s:` around one optimizer step of a plain loop (see the top of
+    this file). Outside the tuner the block runs as it is and nothing is measured."""
+    return Step(_module_clock(), samples, fields)

@@ -5,6 +5,8 @@
 - PyTorch Lightning: `Trainer(callbacks=[perf_lessons.lightning.ReportCallback()])`.
 - Hugging Face: `Trainer(callbacks=[perf_lessons.hf.ReportCallback()])`.
 - A loop that times itself: `perf_lessons.Reporter().step(samples=..., step_s=...)`.
+- Where the memory goes: `perf_lessons.model(model, optimizer)` once, after the first optimizer
+  step: the bytes of parameters, gradients and optimizer state, for `tuner memory`.
 
 Outside the tuner (no PERF_LESSONS_REPORT in the environment) all of them do nothing. The
 protocol and each field: the `report` module, which is also the one file to copy beside a
@@ -12,6 +14,7 @@ script where nothing can be installed.
 """
 
 from . import hf, lightning
-from .report import REPORT_ENV, Reporter, Step, StepClock, setting, step
+from .report import REPORT_ENV, Reporter, Step, StepClock, model, model_bytes, setting, step
 
-__all__ = ["REPORT_ENV", "Reporter", "Step", "StepClock", "hf", "lightning", "setting", "step"]
+__all__ = ["REPORT_ENV", "Reporter", "Step", "StepClock", "hf", "lightning", "model", "model_bytes",
+           "setting", "step"]

@@ -177,6 +177,73 @@ class ContextManager(Trial):
         self.assertGreater(line["step_s"], 0)
 
 
+class FakeParameter:
+    """A tensor as the model line asks it: numel, element_size, device, requires_grad, grad."""
+
+    def __init__(self, numel, element_size=4, device="cuda", requires_grad=True, grad=None):
+        self._numel, self._size = numel, element_size
+        self.device = types.SimpleNamespace(type=device)
+        self.requires_grad = requires_grad
+        self.grad = grad
+
+    def numel(self):
+        return self._numel
+
+    def element_size(self):
+        return self._size
+
+
+class FakeModel:
+    def __init__(self, *parameters):
+        self._parameters = parameters
+
+    def parameters(self):
+        return iter(self._parameters)
+
+
+class ModelLine(Trial):
+    def adam(self):
+        """A bf16 weight with an fp32 gradient, an fp32 weight before its first backward, a frozen
+        one; Adam's two moments each, one shared, and host step counts."""
+        weight = FakeParameter(1000, 2, grad=FakeParameter(1000, 4))
+        bias = FakeParameter(10)
+        frozen = FakeParameter(500, requires_grad=False)
+        shared = FakeParameter(10)
+        state = {
+            weight: {"step": FakeParameter(1, device="cpu"), "exp_avg": FakeParameter(1000),
+                     "exp_avg_sq": FakeParameter(1000)},
+            bias: {"step": 3, "exp_avg": shared, "exp_avg_sq": shared},
+        }
+        return FakeModel(weight, bias, frozen), types.SimpleNamespace(state=state)
+
+    def test_parameters_gradients_and_the_optimizer_s_state_on_the_device(self):
+        parts = perf_lessons.model(*self.adam())
+        self.assertEqual(parts, {"parameter_bytes": 2000 + 40 + 2000,
+                                 "gradient_bytes": 4000 + 40,
+                                 "optimizer_state_bytes": 8000 + 40})
+        self.assertEqual(self.lines(), [dict({"kind": "model"}, **parts)])
+
+    def test_on_the_host_the_host_state_counts_and_no_optimizer_has_none(self):
+        on_host = FakeParameter(4, device="cpu")
+        state = {on_host: {"momentum_buffer": FakeParameter(4, device="cpu")}}
+        r = report.Reporter()
+        self.assertEqual(r.model(FakeModel(on_host), types.SimpleNamespace(state=state)),
+                         {"parameter_bytes": 16, "gradient_bytes": 16,
+                          "optimizer_state_bytes": 16})
+        self.assertEqual(r.model(FakeModel(on_host), None)["optimizer_state_bytes"], 0)
+        r.close()
+        self.assertEqual([line["kind"] for line in self.lines()], ["model", "model"])
+
+    def test_it_goes_into_the_report_of_the_steps(self):
+        with perf_lessons.step(samples=2):
+            pass
+        perf_lessons.model(*self.adam())
+        with perf_lessons.step(samples=2):
+            pass
+        self.assertEqual([line.get("kind", "step") for line in self.lines()],
+                         ["step", "model", "step"])
+
+
 class OutsideTheTuner(Trial):
     def setUp(self):
         super().setUp()
@@ -200,6 +267,8 @@ class OutsideTheTuner(Trial):
             callback.on_step_end(args, None, None)
             callback.on_train_end(args, None, None)
             perf_lessons.Reporter().step(samples=1)
+            counted = perf_lessons.model(FakeModel(FakeParameter(3)), None)
+        self.assertEqual(counted["parameter_bytes"], 12, "counted, only not written")
         self.assertEqual(cuda.synchronized, 0)
         self.assertEqual(os.listdir(self.dir.name), [])
 

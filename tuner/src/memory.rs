@@ -1,6 +1,12 @@
 //! `tuner memory -- COMMAND`: one trial per batch size (and per precision with `--amp both`),
-//! each run for all its steps, and what each one's peak was as the program and NVML saw it, whether it fit, the line through the peaks and the tiers by the one rule. It is also
-//! the fresh-process check of an answer: `--batch-sizes B,B+8`.
+//! each run for all its steps, and what each one's peak was as the program and NVML saw it,
+//! whether it fit, the line through the peaks and the tiers by the one rule. It is also the
+//! fresh-process check of an answer: `--batch-sizes B,B+8`.
+//!
+//! Where the memory goes, per batch that fit: the parameters, gradients and optimizer state the
+//! program counted (its model line), the rest of the framework's peak (activations and
+//! workspace), what NVML saw beyond that peak (the CUDA context) and the bytes each sample
+//! adds (the slope of the peak line).
 
 use std::fmt::Write as _;
 
@@ -14,6 +20,7 @@ use crate::config::Settings;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
 use crate::program::on_off;
+use crate::protocol::ModelRecord;
 use crate::recommend::{self, BatchStatus, MemoryFit, Tiers};
 use crate::run::{gb, Ran, Run};
 use crate::trial::TrialResult;
@@ -29,6 +36,68 @@ pub struct PrecisionMemory {
     pub largest_fitting: usize,
     pub first_failing: Option<usize>,
     pub tiers: Tiers,
+    /// Where the memory goes, per batch that fit, ascending.
+    pub parts: Vec<MemoryParts>,
+}
+
+/// Where one trial's memory went: the program's model line set against its peaks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryParts {
+    pub batch_size: usize,
+    /// The framework's peak (the program's `peak_memory_bytes`: PyTorch's reserved memory).
+    pub peak_bytes: Option<u64>,
+    /// The program's model line; None where it sent none.
+    pub model: Option<ModelRecord>,
+    /// The framework's peak less parameters, gradients and optimizer state: activations,
+    /// workspaces and the allocator's cache. None without the three, or where they exceed it.
+    pub activations_bytes: Option<u64>,
+    /// NVML's reading of the trial less the framework's peak: the CUDA context, its loaded
+    /// kernels and what libraries allocated outside the framework's allocator.
+    pub cuda_context_bytes: Option<u64>,
+    /// The slope of the peak line from the previous batch that fit to this one (the peaks the
+    /// tiers use); None for the first.
+    pub bytes_per_sample: Option<f64>,
+}
+
+impl MemoryParts {
+    /// The parts of each trial that fit, by ascending batch.
+    pub fn of(trials: &[&TrialResult]) -> Vec<MemoryParts> {
+        let mut fitting: Vec<&TrialResult> = trials
+            .iter()
+            .copied()
+            .filter(|r| r.fits() == Some(true))
+            .collect();
+        fitting.sort_by_key(|r| r.params.batch_size);
+        let mut previous: Option<(usize, u64)> = None;
+        fitting
+            .into_iter()
+            .map(|r| {
+                let batch = r.params.batch_size;
+                let peak = r.measured.framework_peak_bytes;
+                let model = r.measured.model;
+                let line_peak = r.memory_terms().0;
+                let bytes_per_sample = previous.zip(line_peak).and_then(|((b0, p0), p1)| {
+                    (batch > b0).then(|| (p1 as f64 - p0 as f64) / (batch - b0) as f64)
+                });
+                if let Some(p) = line_peak {
+                    previous = Some((batch, p));
+                }
+                MemoryParts {
+                    batch_size: batch,
+                    peak_bytes: peak,
+                    model,
+                    activations_bytes: peak
+                        .zip(model.and_then(|m| m.total_bytes()))
+                        .and_then(|(p, fixed)| p.checked_sub(fixed)),
+                    cuda_context_bytes: match r.memory.source {
+                        MemorySource::None => None,
+                        _ => (r.memory.peak_bytes.zip(peak)).and_then(|(n, p)| n.checked_sub(p)),
+                    },
+                    bytes_per_sample,
+                }
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -85,6 +154,7 @@ pub fn memory(
                 fit,
                 largest_fitting,
                 first_failing: batches(false).min(),
+                parts: MemoryParts::of(&of_amp),
             }
         })
         .collect();
@@ -143,6 +213,62 @@ fn memory_table(trials: &[TrialResult]) -> Table {
     t
 }
 
+const NOT_REPORTED: &str = "not reported";
+
+/// Bytes in GB to the megabyte: parameters of a small model and the peak of a large batch in
+/// one column.
+fn gb3(b: u64) -> String {
+    format!("{:.3} GB", b as f64 / 1e9)
+}
+
+fn parts_table(precisions: &[PrecisionMemory]) -> Table {
+    let mut t = Table::new()
+        .right("batch")
+        .left("AMP")
+        .right("parameters")
+        .right("gradients")
+        .right("optimizer state")
+        .right("activations + workspace")
+        .right("peak (program)")
+        .right("CUDA context")
+        .right("per sample");
+    for p in precisions {
+        for part in &p.parts {
+            let model = |f: fn(&ModelRecord) -> Option<u64>| match part.model.as_ref() {
+                None => NOT_REPORTED.to_string(),
+                Some(m) => f(m).map(gb3).unwrap_or_else(|| NOT_REPORTED.into()),
+            };
+            t.row(vec![
+                part.batch_size.to_string(),
+                on_off(p.amp).into(),
+                model(|m| m.parameter_bytes),
+                model(|m| m.gradient_bytes),
+                model(|m| m.optimizer_state_bytes),
+                match (part.model, part.activations_bytes) {
+                    (None, _) => NOT_REPORTED.into(),
+                    (Some(_), a) => cell(a, gb3),
+                },
+                cell(part.peak_bytes, gb3),
+                cell(part.cuda_context_bytes, gb3),
+                cell(part.bytes_per_sample, |b| format!("{:.2} MB", b / 1e6)),
+            ]);
+        }
+    }
+    t
+}
+
+/// The line's fixed part beside what the model line says is fixed, for one precision.
+fn fixed_part(p: &PrecisionMemory) -> Option<String> {
+    let line = p.fit.line?;
+    let model = p.parts.iter().find_map(|part| part.model?.total_bytes())?;
+    Some(format!(
+        "  bytes per sample {:.2} MB (the slope of the peak line); its fixed part {} against {} of parameters, gradients and optimizer state",
+        line.bytes_per_sample / 1e6,
+        gb3(line.fixed_bytes.max(0.0) as u64),
+        gb3(model)
+    ))
+}
+
 pub fn render(r: &MemoryReport) -> String {
     let mut o = r.ran.header("memory");
     for d in &r.ran.devices {
@@ -160,6 +286,15 @@ pub fn render(r: &MemoryReport) -> String {
     o.push('\n');
     o.push_str(&memory_table(&r.ran.trials).markdown());
     o.push('\n');
+    if r.precisions.iter().any(|p| !p.parts.is_empty()) {
+        o.push_str("Where the memory goes (the batches that fit):\n\n");
+        o.push_str(&parts_table(&r.precisions).markdown());
+        o.push_str(
+            "\nParameters, gradients and optimizer state as the program counted them (its model line); \
+             activations + workspace the rest of the program's peak; the CUDA context what NVML saw \
+             beyond that peak; per sample the peak's growth per sample since the batch before.\n\n",
+        );
+    }
     for p in &r.precisions {
         let _ = writeln!(
             o,
@@ -180,6 +315,9 @@ pub fn render(r: &MemoryReport) -> String {
             p.largest_fitting,
             recommend::describe(&p.tiers, r.ran.margin)
         );
+        if let Some(fixed) = fixed_part(p) {
+            let _ = writeln!(o, "{fixed}");
+        }
     }
     if let Some(a) = &r.amp_advice {
         let _ = writeln!(o, "{a}");
@@ -189,4 +327,151 @@ pub fn render(r: &MemoryReport) -> String {
     }
     o.push_str(&r.ran.footer("memory"));
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Status;
+    use crate::protocol::DeviceRecord;
+
+    const MB: u64 = 1_000_000;
+    /// ResNet-18's 11,689,512 fp32 parameters.
+    const RESNET18: u64 = 46_758_048;
+
+    /// A trial that fit: the framework's peak is the model's three parts plus 20 MB per sample,
+    /// NVML saw 500 MB more, and the program reported its free memory (so the tiers use its
+    /// peaks).
+    fn fit(batch: usize, model: Option<ModelRecord>) -> TrialResult {
+        let mut t = TrialResult {
+            status: Status::Ok,
+            params: crate::program::Params {
+                batch_size: batch,
+                ..Default::default()
+            },
+            ..TrialResult::default()
+        };
+        let peak = 3 * RESNET18 + 20 * MB * batch as u64;
+        t.measured.framework_peak_bytes = Some(peak);
+        t.measured.device = Some(DeviceRecord {
+            free_bytes: Some(80_000 * MB),
+            ..DeviceRecord::default()
+        });
+        t.measured.model = model;
+        t.memory.source = MemorySource::NvmlProcess;
+        t.memory.peak_bytes = Some(peak + 500 * MB);
+        t
+    }
+
+    fn resnet() -> Option<ModelRecord> {
+        Some(ModelRecord {
+            parameter_bytes: Some(RESNET18),
+            gradient_bytes: Some(RESNET18),
+            optimizer_state_bytes: Some(RESNET18),
+        })
+    }
+
+    #[test]
+    fn the_parts_and_the_rest_add_up_to_the_peak() {
+        let oom = TrialResult {
+            status: Status::Oom,
+            ..fit(1024, resnet())
+        };
+        let trials = [
+            fit(256, resnet()),
+            fit(64, resnet()),
+            oom,
+            fit(512, resnet()),
+        ];
+        let parts = MemoryParts::of(&trials.iter().collect::<Vec<_>>());
+        let batches: Vec<usize> = parts.iter().map(|p| p.batch_size).collect();
+        assert_eq!(batches, [64, 256, 512], "the batches that fit, ascending");
+        for p in &parts {
+            let m = p.model.unwrap();
+            assert_eq!(
+                m.total_bytes().unwrap() + p.activations_bytes.unwrap(),
+                p.peak_bytes.unwrap()
+            );
+            assert_eq!(p.activations_bytes, Some(20 * MB * p.batch_size as u64));
+            assert_eq!(p.cuda_context_bytes, Some(500 * MB));
+        }
+        assert_eq!(parts[0].bytes_per_sample, None, "nothing before the first");
+        assert_eq!(parts[1].bytes_per_sample, Some(20e6));
+        assert_eq!(parts[2].bytes_per_sample, Some(20e6));
+    }
+
+    #[test]
+    fn a_figure_that_cannot_be_had_is_none_not_a_wrapped_number() {
+        // Parts above the peak (a peak taken before the optimizer made its state), NVML below
+        // the framework's peak (a sample that missed the top), NVML not read, no peak at all.
+        let mut above = fit(8, resnet());
+        above.measured.framework_peak_bytes = Some(RESNET18);
+        above.memory.peak_bytes = Some(RESNET18 - 1);
+        let mut unread = fit(16, resnet());
+        unread.memory.source = MemorySource::None;
+        let mut no_peak = fit(32, resnet());
+        no_peak.measured.framework_peak_bytes = None;
+        let trials = [above, unread, no_peak];
+        let parts = MemoryParts::of(&trials.iter().collect::<Vec<_>>());
+        assert_eq!(parts[0].activations_bytes, None);
+        assert_eq!(parts[0].cuda_context_bytes, None);
+        assert_eq!(parts[1].cuda_context_bytes, None);
+        assert!(parts[1].activations_bytes.is_some());
+        assert_eq!(
+            (parts[2].activations_bytes, parts[2].cuda_context_bytes),
+            (None, None)
+        );
+        // The peak line's slope uses the peaks the tiers use: NVML's here, without the program's.
+        assert!(parts[2].bytes_per_sample.is_some());
+    }
+
+    fn precision(parts: Vec<MemoryParts>, fit: MemoryFit) -> PrecisionMemory {
+        PrecisionMemory {
+            amp: false,
+            fit,
+            largest_fitting: 0,
+            first_failing: None,
+            tiers: Tiers {
+                maximum: 0,
+                recommended: 0,
+                safe: 0,
+                note: None,
+            },
+            parts,
+        }
+    }
+
+    #[test]
+    fn the_table_says_not_reported_where_the_model_line_is_missing() {
+        let half = ModelRecord {
+            optimizer_state_bytes: None,
+            ..resnet().unwrap()
+        };
+        let trials = [fit(64, resnet()), fit(128, None), fit(256, Some(half))];
+        let trials: Vec<&TrialResult> = trials.iter().collect();
+        let p = precision(MemoryParts::of(&trials), MemoryFit::of(&trials));
+        let table = parts_table(std::slice::from_ref(&p)).markdown();
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(rows[0].contains(" 0.047 GB |"), "{table}");
+        assert!(rows[0].contains(" 1.280 GB |"), "activations: {table}");
+        assert!(!rows[0].contains(NOT_REPORTED), "{table}");
+        assert_eq!(rows[1].matches(NOT_REPORTED).count(), 4, "{table}");
+        assert!(rows[1].contains(" 0.500 GB |"), "NVML still: {table}");
+        assert!(rows[1].contains(" 20.00 MB |"), "the slope still: {table}");
+        assert_eq!(rows[2].matches(NOT_REPORTED).count(), 1, "{table}");
+        // The line's fixed part set beside the model's.
+        let fixed = fixed_part(&p).unwrap();
+        assert!(
+            fixed.contains("bytes per sample 20.00 MB")
+                && fixed.contains("fixed part 0.140 GB against 0.140 GB"),
+            "{fixed}"
+        );
+        let none = precision(MemoryParts::of(&trials[1..2]), MemoryFit::of(&trials[1..2]));
+        assert_eq!(
+            fixed_part(&none),
+            None,
+            "no model line, nothing to set beside"
+        );
+    }
 }

@@ -63,6 +63,28 @@ pub struct DeviceRecord {
     pub free_bytes: Option<u64>,
 }
 
+/// The program's `"kind": "model"` line: where the model's memory goes, in bytes, counted by the
+/// program from its model and optimizer once they exist (after the first optimizer step).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelRecord {
+    pub parameter_bytes: Option<u64>,
+    /// The gradients of the parameters that take one.
+    pub gradient_bytes: Option<u64>,
+    /// The optimizer's state (momentum, Adam's moments) on the device.
+    pub optimizer_state_bytes: Option<u64>,
+}
+
+impl ModelRecord {
+    /// Parameters, gradients and optimizer state together, where all three were reported.
+    pub fn total_bytes(&self) -> Option<u64> {
+        Some(
+            self.parameter_bytes?
+                .saturating_add(self.gradient_bytes?)
+                .saturating_add(self.optimizer_state_bytes?),
+        )
+    }
+}
+
 /// A line that was not used, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BadLine {
@@ -77,6 +99,9 @@ pub struct ReportFile {
     pub steps: Vec<StepRecord>,
     pub end: Option<EndRecord>,
     pub device: Option<DeviceRecord>,
+    /// The last model line.
+    #[serde(default)]
+    pub model: Option<ModelRecord>,
     #[serde(flatten)]
     pub health: ReportHealth,
 }
@@ -119,6 +144,7 @@ impl ReportFile {
                 Ok(Line::Step(s)) => r.steps.push(s),
                 Ok(Line::End(e)) => r.end = Some(e),
                 Ok(Line::Device(d)) => r.device = Some(d),
+                Ok(Line::Model(m)) => r.model = Some(m),
                 Ok(Line::Unknown) => h.unknown_kinds += 1,
                 Err(reason) => {
                     h.bad_lines += 1;
@@ -141,6 +167,7 @@ enum Line {
     Step(StepRecord),
     End(EndRecord),
     Device(DeviceRecord),
+    Model(ModelRecord),
     Unknown,
 }
 
@@ -173,6 +200,11 @@ fn parse_line(line: &str) -> Result<Line, String> {
             },
             total_bytes: whole(&o, "total_bytes")?,
             free_bytes: whole(&o, "free_bytes")?,
+        })),
+        "model" => Ok(Line::Model(ModelRecord {
+            parameter_bytes: whole(&o, "parameter_bytes")?,
+            gradient_bytes: whole(&o, "gradient_bytes")?,
+            optimizer_state_bytes: whole(&o, "optimizer_state_bytes")?,
         })),
         _ => Ok(Line::Unknown),
     }
@@ -360,6 +392,9 @@ pub struct Measured {
     /// median of its steps' figures, else its end line's.
     #[serde(default)]
     pub gpu_busy: Option<f64>,
+    /// Where the model's memory goes, as the program counted it (its last model line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRecord>,
     /// The program's own figures: the last value of each over its lines, warmup included, the
     /// end line's where it gave one.
     #[serde(default, skip_serializing_if = "Named::is_empty")]
@@ -444,6 +479,7 @@ impl Measured {
             gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
                 .map(|m| m.median)
                 .or(report.end.as_ref().and_then(|e| e.gpu_busy)),
+            model: report.model,
             metrics,
         }
     }
@@ -490,6 +526,32 @@ mod tests {
         assert!(r.health.first_bad[0].reason.contains("'name'"));
         let m = Measured::from_report(&r, 0, None, &[]);
         assert_eq!(m.device.unwrap().free_bytes, Some(84_500_000_000));
+    }
+
+    #[test]
+    fn the_model_line_gives_the_parts_of_the_memory_and_the_last_one_counts() {
+        let r = ReportFile::parse(concat!(
+            "{\"kind\": \"model\", \"parameter_bytes\": 1, \"gradient_bytes\": 1, \"optimizer_state_bytes\": 0}\n",
+            "{\"samples\": 8, \"step_s\": 0.1}\n",
+            "{\"kind\": \"model\", \"parameter_bytes\": 46758048, \"gradient_bytes\": 46758048.0, \"optimizer_state_bytes\": 46758048}\n",
+            "{\"kind\": \"model\", \"parameter_bytes\": -1}\n",
+            "{\"kind\": \"model\", \"gradient_bytes\": \"many\"}\n",
+        ));
+        assert_eq!((r.steps.len(), r.health.bad_lines), (1, 2));
+        assert!(r.health.first_bad[0].reason.contains("'parameter_bytes'"));
+        assert!(r.health.first_bad[1].reason.contains("'gradient_bytes'"));
+        let m = Measured::from_report(&r, 0, None, &[]).model.unwrap();
+        assert_eq!(m.parameter_bytes, Some(46_758_048));
+        assert_eq!(m.total_bytes(), Some(3 * 46_758_048));
+        // A part left out: no total, and the line is still read.
+        let r = ReportFile::parse("{\"kind\": \"model\", \"parameter_bytes\": 4}\n");
+        let m = r.model.unwrap();
+        assert_eq!((m.parameter_bytes, m.total_bytes()), (Some(4), None));
+        assert_eq!(r.health.unknown_kinds, 0);
+        // No model line: none in the trial, none in its JSON.
+        let m = Measured::from_report(&ReportFile::default(), 0, None, &[]);
+        assert!(m.model.is_none());
+        assert!(!serde_json::to_string(&m).unwrap().contains("model"));
     }
 
     #[test]

@@ -31,6 +31,10 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
                      PER_SAMPLE x batch, reported with every step beside a device line
                      (FAKE_GPU_NAME, default "Fake GPU"); past FREE it runs out of memory
+                     and, after the first step, a model line whose parameters, gradients
+                     and optimizer state (1 : 1 : 2, counted by perf_lessons from stand-in
+                     tensors) make up FIXED (a multiple of 16), so activations are the rest
+  FAKE_NO_MODEL=1    no model line
   FAKE_MEMORY_REAL_FREE=BYTES   run out of memory past this instead of FREE (the report and
                      the truth disagree, as an allocator's slack makes them)
   FAKE_WATCH_FILE=FILE   log how many lines FILE had when the run started
@@ -64,6 +68,37 @@ def log(entry):
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
+
+
+class Tensor:
+    """A stand-in fp32 tensor of `numel` elements on the GPU, as perf_lessons counts one."""
+
+    device = type("Device", (), {"type": "cuda"})()
+    requires_grad = True
+    grad = None
+
+    def __init__(self, numel):
+        self._numel = numel
+
+    def numel(self):
+        return self._numel
+
+    def element_size(self):
+        return 4
+
+
+class Model:
+    """A model of one fp32 parameter and an optimizer with two moments of it: parameters,
+    gradients and state of 4, 4 and 8 bytes an element, `fixed_bytes` in all."""
+
+    def __init__(self, fixed_bytes):
+        weight = Tensor(fixed_bytes // 16)
+        self.weight = weight
+        self.state = {weight: {"step": 1, "exp_avg": Tensor(weight.numel()),
+                               "exp_avg_sq": Tensor(weight.numel())}}
+
+    def parameters(self):
+        return iter([self.weight])
 
 
 def main():
@@ -116,6 +151,7 @@ def main():
     report = Reporter() if mode != "silent" else Reporter(path="")
     peak = args.batch_size * 1_000_000
     too_big = False
+    model = None
     memory = os.environ.get("FAKE_MEMORY")
     if memory:
         fixed, per_sample, free = (int(v) for v in memory.split(","))
@@ -124,6 +160,8 @@ def main():
                       total_bytes=free + 1_000_000_000, free_bytes=free)
         peak = fixed + per_sample * args.batch_size
         too_big = peak > real_free
+        if os.environ.get("FAKE_NO_MODEL") != "1":
+            model = Model(fixed)
     oom_above = os.environ.get("FAKE_OOM_ABOVE")
     if oom_above is not None and args.batch_size > int(oom_above):
         too_big = True
@@ -176,6 +214,9 @@ def main():
             peak_memory_bytes=peak,
             metrics=metrics(1 / (step + 1)),
         )
+        if step == 0 and model is not None:
+            # As a training loop would: once the optimizer has made its state.
+            report.model(model, model)
     if measured_start is not None and args.steps > 0 and mode != "short":
         report.end(samples_per_s=samples / reported_s, metrics=metrics(0))
     if mode == "garbage" and report.enabled:

@@ -405,6 +405,57 @@ fn invalid_report_lines_are_counted_and_the_first_quoted() {
 }
 
 #[test]
+fn memory_shows_where_it_goes_from_the_program_s_model_line() {
+    // The fake's peak is 600 MB + 40 MB per sample; its model line counts 150 MB of
+    // parameters, 150 MB of gradients and 300 MB of optimizer state.
+    let (_s, work, tmp) = places("memory-parts");
+    let args = [
+        "memory",
+        "--batch-sizes",
+        "64,1024,2048",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--workers",
+        "0",
+        "--json",
+        "-",
+    ];
+    let memory = ("FAKE_MEMORY", "600000000,40000000,79000000000");
+    let o = tuner(&args, &[memory], "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    for row in [
+        "| 64 | off | 0.150 GB | 0.150 GB | 0.300 GB | 2.560 GB | 3.160 GB | - | - |",
+        "| 1024 | off | 0.150 GB | 0.150 GB | 0.300 GB | 40.960 GB | 41.560 GB | - | 40.00 MB |",
+        "bytes per sample 40.00 MB (the slope of the peak line); its fixed part 0.600 GB against 0.600 GB of parameters, gradients and optimizer state",
+    ] {
+        assert!(o.stderr.contains(row), "{row}\n{}", o.stderr);
+    }
+    assert!(!o.stderr.contains("| 2048 | off | 0.150"), "{}", o.stderr);
+    let report: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(report["schema"], "tuner-memory/2");
+    let parts = report["precisions"][0]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "the batches that fit");
+    assert_eq!(parts[1]["batch_size"], 1024);
+    assert_eq!(parts[1]["model"]["optimizer_state_bytes"], 300_000_000u64);
+    assert_eq!(parts[1]["activations_bytes"], 40_960_000_000u64);
+    assert_eq!(parts[1]["bytes_per_sample"], 40_000_000.0);
+    let trial = &report["trials"][0]["measured"]["model"];
+    assert_eq!(
+        trial["parameter_bytes"], 150_000_000u64,
+        "the trial keeps it"
+    );
+
+    // A program that sends no model line: the same peaks, its parts not reported.
+    let o = tuner(&args, &[memory, ("FAKE_NO_MODEL", "1")], "0", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let row = "| 1024 | off | not reported | not reported | not reported | not reported | 41.560 GB | - | 40.00 MB |";
+    assert!(o.stderr.contains(row), "{}", o.stderr);
+    assert!(!o.stderr.contains("its fixed part"), "{}", o.stderr);
+}
+
+#[test]
 fn json_to_stdout_leaves_the_text_to_stderr() {
     let (_s, work, tmp) = places("json-stdout");
     let o = tuner(

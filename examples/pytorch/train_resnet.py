@@ -22,7 +22,9 @@ the workspaces of the algorithms cuDNN chose, and it chose them by the room ther
 under a memory cap the peak climbs towards the cap well before the batch that runs out (on an
 H100 with a 16 GiB share: 10.4 GB at batch 256, 17.05 GB at 704, 960 out of memory); the
 tuner's batch finder sees the peaks leave their line and falls back to doubling and bisecting.
-Before the model is built the script reports the GPU's name and the memory free once the CUDA
+After the first optimizer step it reports where the memory goes (`report.model`: the
+bytes of parameters, gradients and SGD's momentum), which `tuner memory` sets against each
+batch's peak. Before the model is built the script reports the GPU's name and the memory free once the CUDA
 context exists (`torch.cuda.mem_get_info()`): the limit the finder holds the peaks against. At
 the end the script prints, and reports, its own samples/s over the steps after warmup.
 
@@ -233,6 +235,9 @@ def main(argv=None):
             peak_memory_bytes=torch.cuda.max_memory_reserved() if step >= args.warmup else None,
             metrics={"loss": loss_value},
         )
+        if step == 0:
+            # Where the memory goes, once SGD has made its momentum buffers.
+            report.model(model, optimizer)
         if step + 1 == args.warmup:
             # The steady step's memory from here: the autotuner's trial workspaces go.
             torch.cuda.empty_cache()

@@ -9,6 +9,9 @@ built around are measured with (scripts/tuner-vs-lightning).
 Each step: one batch from a DataLoader, forward and loss under autocast, backward, AdamW step,
 synchronize. Reported per step: samples, step time (host clock between synchronized step ends),
 forward/backward/optimizer times (CUDA events) and the peak memory PyTorch reserved so far.
+After the first step, once AdamW has made its two moments, one model line: the bytes of the
+parameters, of their gradients (each parameter that takes one, at its dtype: the gradients are
+set to None after every step) and of the optimizer's state on the GPU.
 """
 
 import argparse
@@ -82,6 +85,22 @@ def model(name):
     return timm.create_model(name, pretrained=False, num_classes=1000)
 
 
+def model_bytes(torch, net, optimizer):
+    """The model line's three counts: parameters, their gradients, the optimizer's state on
+    the GPU (AdamW's step counts are host scalars)."""
+    def size(t):
+        return t.numel() * t.element_size()
+
+    parameters = list(net.parameters())
+    state = [t for s in optimizer.state.values() for t in s.values()
+             if torch.is_tensor(t) and t.is_cuda]
+    return {
+        "parameter_bytes": sum(size(p) for p in parameters),
+        "gradient_bytes": sum(size(p) for p in parameters if p.requires_grad),
+        "optimizer_state_bytes": sum(size(t) for t in state),
+    }
+
+
 def limit_memory(torch, limit_gib):
     free, total = torch.cuda.mem_get_info()
     if limit_gib is None:
@@ -135,6 +154,8 @@ def main(argv=None):
                     optimizer_s=e2.elapsed_time(e3) / 1e3,
                     peak_memory_bytes=torch.cuda.max_memory_reserved())
         last = now
+        if step == 0:
+            report.line(kind="model", **model_bytes(torch, net, optimizer))
         if step + 1 == args.warmup:
             measured_from = now
     rate = args.batch_size * args.steps / (last - measured_from)

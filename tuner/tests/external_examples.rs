@@ -87,6 +87,27 @@ print(setting("BATCH_SIZE", 7), setting("AMP", False), setting("WORKERS", 3))
 "#;
 
 #[test]
+fn the_memory_check_of_real_models_answers_without_a_gpu_in_one_line() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/memory_parts_check.py"
+    );
+    for (args, says) in [
+        (vec![], "memory_parts_check.py: "),
+        (
+            vec!["--tuner", "bert=x.json"],
+            "--tuner takes resnet=FILE or vit=FILE",
+        ),
+    ] {
+        let out = python(&[script]).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Traceback"), "{stderr}");
+    }
+}
+
+#[test]
 fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     let dir = Scratch::new("reporter");
     let report = dir.path("report.jsonl");

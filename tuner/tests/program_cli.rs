@@ -446,6 +446,32 @@ fn memory_shows_where_it_goes_from_the_program_s_model_line() {
         trial["parameter_bytes"], 150_000_000u64,
         "the trial keeps it"
     );
+    // The GPU check of real models reads this JSON: the fake's parts pass it, others do not.
+    let json = work.join("memory.json");
+    std::fs::write(&json, &o.stdout).unwrap();
+    let check = |optimizer_state: u64| {
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(concat!(
+                "import sys; sys.path.insert(0, sys.argv[1]); import memory_parts_check as m\n",
+                "counted = {'parameter_bytes': 150000000, 'gradient_bytes': 150000000,\n",
+                "           'optimizer_state_bytes': int(sys.argv[3])}\n",
+                "print(m.check_tuner({'counted': counted}, sys.argv[2]))",
+            ))
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts"))
+            .arg(&json)
+            .arg(optimizer_state.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(check(300_000_000), "[]\n");
+    assert!(check(1).contains("is not the count"), "{}", check(1));
 
     // A program that sends no model line: the same peaks, its parts not reported.
     let o = tuner(&args, &[memory, ("FAKE_NO_MODEL", "1")], "0", &work, &tmp);

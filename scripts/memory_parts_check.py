@@ -1,0 +1,201 @@
+"""Where the memory goes, checked against PyTorch's own counts on a GPU.
+
+    python3 scripts/memory_parts_check.py [--json FILE] [--tuner MODEL=FILE ...]
+
+For ResNet-18 (examples/pytorch/train_resnet.py's model and SGD with momentum, fp32) and
+ViT-B/16 (scripts/transformer/train_vit.py's timm model and AdamW, bf16 autocast), each built in
+this process on the GPU and counted the way its training program counts it for its model line:
+
+- parameters: the count against `torch.cuda.memory_allocated()` after the model is moved to the
+  GPU, less the model's buffers (batch-norm statistics);
+- gradients and optimizer state: their sum against `memory_allocated()` after the first optimizer
+  step less before it. A forward and backward at a small batch ran first, and their gradients
+  were set to None, so the libraries' workspaces already existed before; the step's inputs
+  exist on both sides;
+- with `--tuner resnet=FILE` or `--tuner vit=FILE` (the JSON of `tuner memory` on that training
+  program): every trial's model line equals the count here, and every batch's activations and
+  workspace (its peak less the three parts) is above zero.
+
+PyTorch's allocator rounds each allocation up to 512 bytes, so a count may sit under the
+allocator's figure by at most 512 bytes per tensor: that is the tolerance. Prints a table;
+exit 0 when every check holds, 1 when one does not, 2 without PyTorch, timm or a GPU.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "python"), str(ROOT / "examples" / "pytorch"),
+                str(ROOT / "scripts" / "transformer")]
+
+ROUNDING = 512
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", metavar="FILE", help="write the counts and the checks here")
+    p.add_argument("--tuner", action="append", default=[], metavar="MODEL=FILE",
+                   help="`tuner memory` JSON of resnet's or vit's training program")
+    args = p.parse_args(argv)
+    tuner = {}
+    for item in args.tuner:
+        model, _, path = item.partition("=")
+        if model not in ("resnet", "vit") or not path:
+            p.error("--tuner takes resnet=FILE or vit=FILE, not %r" % item)
+        tuner[model] = path
+    args.tuner = tuner
+    return args
+
+
+def resnet(torch):
+    import train_resnet
+    from perf_lessons.report import model_bytes
+
+    net = train_resnet.resnet18().cuda().train()
+    return net, train_resnet.sgd(net.parameters(), 0.1), False, model_bytes
+
+
+def vit(torch):
+    import train_vit
+
+    net = train_vit.model("vit_base_patch16_224").cuda().train()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    return net, optimizer, True, lambda n, o: train_vit.model_bytes(torch, n, o)
+
+
+def step(torch, net, optimizer, batch, amp, with_optimizer):
+    x = torch.randn(batch, 3, 224, 224, device="cuda")
+    y = torch.randint(1000, (batch,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+    if with_optimizer:
+        optimizer.step()
+    del loss, x, y
+    torch.cuda.synchronize()
+
+
+def measure(torch, name, build):
+    """Build `name` on the GPU and count it both ways."""
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    start = torch.cuda.memory_allocated()
+    net, optimizer, amp, count = build(torch)
+    torch.cuda.synchronize()
+    buffers = sum(b.numel() * b.element_size() for b in net.buffers())
+    parameters_allocated = torch.cuda.memory_allocated() - start - buffers
+    parameter_tensors = len(list(net.parameters()))
+    tensors = parameter_tensors + len(list(net.buffers()))
+
+    step(torch, net, optimizer, 2, amp, with_optimizer=False)
+    net.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    step(torch, net, optimizer, 8, amp, with_optimizer=True)
+    after = torch.cuda.memory_allocated()
+    counted = count(net, optimizer)
+    state_tensors = sum(1 for s in optimizer.state.values() for t in s.values()
+                        if torch.is_tensor(t) and t.is_cuda)
+    result = {
+        "model": name,
+        "counted": counted,
+        "parameters_allocated": parameters_allocated,
+        "parameter_tensors": parameter_tensors,
+        "tensors_moved": tensors,
+        "gradients_and_state_allocated": after - before,
+        "state_tensors": state_tensors,
+    }
+    del net, optimizer
+    torch.cuda.synchronize()
+    return result
+
+
+def within(counted, allocated, tensors):
+    return 0 <= allocated - counted <= ROUNDING * tensors
+
+
+def check_tuner(result, path):
+    """The trials' model lines against the count, and the rest of each peak above zero."""
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    problems = []
+    lines = [t["measured"].get("model") for t in report.get("trials", [])
+             if t.get("measured", {}).get("model") is not None]
+    if not lines:
+        problems.append("%s: no trial sent a model line" % path)
+    for line in lines:
+        if any(line.get(k) != v for k, v in result["counted"].items()):
+            problems.append("%s: a trial's model line %s is not the count %s"
+                            % (path, line, result["counted"]))
+            break
+    for precision in report.get("precisions", []):
+        for part in precision.get("parts", []):
+            if not part.get("activations_bytes"):
+                problems.append("%s: batch %s has no activations above its parts"
+                                % (path, part.get("batch_size")))
+    return problems
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("memory_parts_check.py: PyTorch is not installed", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("memory_parts_check.py: PyTorch sees no CUDA GPU", file=sys.stderr)
+        return 2
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    results, problems = [], []
+    for name, build in (("resnet", resnet), ("vit", vit)):
+        try:
+            result = measure(torch, name, build)
+        except ImportError as e:
+            print("memory_parts_check.py: %s needs %s" % (name, e.name), file=sys.stderr)
+            return 2
+        c = result["counted"]
+        result["parameters_hold"] = within(c["parameter_bytes"], result["parameters_allocated"],
+                                           result["tensors_moved"])
+        result["gradients_and_state_hold"] = within(
+            c["gradient_bytes"] + c["optimizer_state_bytes"],
+            result["gradients_and_state_allocated"],
+            result["parameter_tensors"] + result["state_tensors"])
+        if not result["parameters_hold"]:
+            problems.append("%s: parameters counted %d, allocated %d"
+                            % (name, c["parameter_bytes"], result["parameters_allocated"]))
+        if not result["gradients_and_state_hold"]:
+            problems.append("%s: gradients and optimizer state counted %d, allocated %d"
+                            % (name, c["gradient_bytes"] + c["optimizer_state_bytes"],
+                               result["gradients_and_state_allocated"]))
+        if name in args.tuner:
+            found = check_tuner(result, args.tuner[name])
+            result["tuner"] = {"file": args.tuner[name], "holds": not found}
+            problems += found
+        results.append(result)
+
+    print("| model | parameters counted | allocated (less buffers) | gradients + optimizer "
+          "state counted | allocated by the first step | holds |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        c = r["counted"]
+        print("| %s | %d | %d | %d | %d | %s |" % (
+            r["model"], c["parameter_bytes"], r["parameters_allocated"],
+            c["gradient_bytes"] + c["optimizer_state_bytes"], r["gradients_and_state_allocated"],
+            "yes" if r["parameters_hold"] and r["gradients_and_state_hold"] else "NO"))
+    for p in problems:
+        print("FAILED: " + p)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "tolerance_bytes_per_tensor": ROUNDING, "models": results,
+                       "problems": problems}, f, indent=2)
+            f.write("\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -404,25 +404,29 @@ fn invalid_report_lines_are_counted_and_the_first_quoted() {
     assert_eq!(report["first_bad"][1]["line"], 6);
 }
 
+/// `tuner memory` of three batches on the fake, its JSON to stdout, and the fake's memory:
+/// 600 MB + 40 MB per sample of 79 GB free, so 2048 runs out.
+const MEMORY_ON_THE_FAKE: [&str; 11] = [
+    "memory",
+    "--batch-sizes",
+    "64,1024,2048",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--workers",
+    "0",
+    "--json",
+    "-",
+];
+const FAKE_MEMORY: (&str, &str) = ("FAKE_MEMORY", "600000000,40000000,79000000000");
+
 #[test]
 fn memory_shows_where_it_goes_from_the_program_s_model_line() {
     // The fake's peak is 600 MB + 40 MB per sample; its model line counts 150 MB of
     // parameters, 150 MB of gradients and 300 MB of optimizer state.
     let (_s, work, tmp) = places("memory-parts");
-    let args = [
-        "memory",
-        "--batch-sizes",
-        "64,1024,2048",
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--workers",
-        "0",
-        "--json",
-        "-",
-    ];
-    let memory = ("FAKE_MEMORY", "600000000,40000000,79000000000");
+    let (args, memory) = (MEMORY_ON_THE_FAKE, FAKE_MEMORY);
     let o = tuner(&args, &[memory], "0", &work, &tmp);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     for row in [
@@ -484,25 +488,7 @@ fn memory_shows_where_it_goes_from_the_program_s_model_line() {
 #[test]
 fn json_to_stdout_leaves_the_text_to_stderr() {
     let (_s, work, tmp) = places("json-stdout");
-    let o = tuner(
-        &[
-            "memory",
-            "--batch-sizes",
-            "64,1024,2048",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--workers",
-            "0",
-            "--json",
-            "-",
-        ],
-        &[("FAKE_MEMORY", "600000000,40000000,79000000000")],
-        "0",
-        &work,
-        &tmp,
-    );
+    let o = tuner(&MEMORY_ON_THE_FAKE, &[FAKE_MEMORY], "0", &work, &tmp);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let report: Value = serde_json::from_str(&o.stdout).expect("stdout is the JSON alone");
     assert!(o.stderr.starts_with("## tuner memory: "), "{}", o.stderr);

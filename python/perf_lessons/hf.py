@@ -6,8 +6,9 @@ Each step is timed from the end of the previous optimizer step to the end of thi
 Trainer's `on_step_end`, after its gradient accumulation), the wait between steps reported as
 `data_s`. Its samples are `train_batch_size x gradient_accumulation_steps` of the Trainer's
 arguments (`samples_per_step=` where the batch differs). Where CUDA is in use the step waits for
-the GPU and carries PyTorch's peak memory, and a device line goes before the first step.
-Outside the tuner it does nothing.
+the GPU and carries PyTorch's peak memory, a device line goes before the first step, and NVTX
+ranges mark each step, its `optimizer` part (where the Trainer has the optimizer hooks) and the
+wait between steps. Outside the tuner it does nothing.
 """
 
 from ._callbacks import lazy_callback
@@ -30,6 +31,12 @@ class _Report:
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._clock.begin()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._clock.phase("optimizer")
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self._clock.phase(None)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._clock.enabled:

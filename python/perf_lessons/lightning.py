@@ -10,7 +10,8 @@ dimension of the batch (a tensor, or the first tensor of a tuple, list or dict),
 tuner's batch size. The loss `training_step` returned is the step's `loss` metric (a sweep's
 `--pick loss:min`), the last micro-batch's where there are several. Where CUDA is in use the
 step waits for the GPU and carries PyTorch's peak memory, and a device line goes before the
-first step. Outside the tuner it does nothing.
+first step, and NVTX ranges mark each step, its `forward`, `backward` and `optimizer` (by
+Lightning's hooks) and the wait for data. Outside the tuner it does nothing.
 """
 
 from ._callbacks import lazy_callback
@@ -59,6 +60,16 @@ class _Report:
             if self._global_step is None:
                 self._global_step = getattr(trainer, "global_step", None)
             self._clock.begin()
+            self._clock.phase("forward")
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self._clock.phase("backward")
+
+    def on_after_backward(self, trainer, pl_module):
+        self._clock.phase(None)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self._clock.phase("optimizer")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if not self._clock.enabled:

@@ -65,6 +65,17 @@ The tuner also puts the trial's settings in the environment (PERF_LESSONS_BATCH_
 PERF_LESSONS_WORKERS, PERF_LESSONS_AMP = on/off, PERF_LESSONS_ACCUMULATION, PERF_LESSONS_STEPS,
 PERF_LESSONS_WARMUP_STEPS), and each of a sweep's own axes (`--axis lr=0.1,0.01` gives
 PERF_LESSONS_LR); `setting("BATCH_SIZE", 64)` or `setting("LR", 0.1)` reads one with a default.
+
+Profiling. Where the program has imported PyTorch and initialized CUDA, the context manager and
+the callbacks mark every step with an NVTX range (`step 7`), the wait for the next batch
+(`data`) and, where the framework shows them (Lightning's hooks), `forward`, `backward` and
+`optimizer` inside it; Nsight Systems shows them on the timeline. `tuner profile` sets
+PERF_LESSONS_PROFILE for its trial: `cuda-api` starts the CUDA profiler
+(`torch.cuda.profiler.start()`, nsys's `--capture-range=cudaProfilerApi`) once the warmup steps
+are reported and stops it after the last measured step; `torch` records those same steps with
+PyTorch's profiler and writes a Chrome trace to PERF_LESSONS_PROFILE_OUT (open it at
+https://ui.perfetto.dev). Either way the window follows the steps the Reporter writes, so a
+loop that times itself gets it too.
 """
 
 import json
@@ -74,6 +85,8 @@ import sys
 import time
 
 REPORT_ENV = "PERF_LESSONS_REPORT"
+PROFILE_ENV = "PERF_LESSONS_PROFILE"
+PROFILE_OUT_ENV = "PERF_LESSONS_PROFILE_OUT"
 
 _PHASES = ("data_s", "forward_s", "backward_s", "optimizer_s")
 
@@ -114,10 +127,16 @@ class Reporter:
         self._file = open(path, "a", buffering=1, encoding="utf-8") if path else None
         self._last = time.perf_counter()
         self._steps = 0
+        self._profile = ProfileWindow.from_env() if self._file is not None else None
 
     @property
     def enabled(self):
         return self._file is not None
+
+    @property
+    def steps(self):
+        """Steps reported so far."""
+        return self._steps
 
     def step(self, samples, step_s=None, peak_memory_bytes=None, gpu_busy=None, metrics=None,
              **phases):
@@ -148,6 +167,8 @@ class Reporter:
         if metrics:
             line["metrics"] = metrics
         self._write(line)
+        if self._profile is not None:
+            self._profile.after_step(self._steps)
 
     def device(self, name=None, total_bytes=None, free_bytes=None):
         """The GPU as the framework sees it: its name, its memory and what is free for the
@@ -188,6 +209,9 @@ class Reporter:
         self._write(line)
 
     def close(self):
+        if self._profile is not None:
+            self._profile.close()
+            self._profile = None
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -257,6 +281,126 @@ def torch_cuda():
         return None
 
 
+def _say(text):
+    print("perf_lessons: " + text, file=sys.stderr, flush=True)
+
+
+class ProfileWindow:
+    """The measured steps under a profiler, as PERF_LESSONS_PROFILE asks (`tuner profile` sets
+    it): it opens once the warmup steps (PERF_LESSONS_WARMUP_STEPS) are reported and closes
+    after the last measured one (PERF_LESSONS_STEPS more). `cuda-api` brackets them with
+    cudaProfilerStart/Stop for nsys; `torch` records them with PyTorch's profiler into the
+    Chrome trace PERF_LESSONS_PROFILE_OUT names. What goes wrong is said on stderr and leaves
+    the training alone: the tuner finds no report and says so."""
+
+    MODES = ("cuda-api", "torch")
+
+    def __init__(self, mode, out, warmup, steps):
+        self.mode = mode
+        self.out = out
+        self.first = warmup
+        self.last = warmup + steps
+        self._recording = None
+
+    @classmethod
+    def from_env(cls):
+        mode = os.environ.get(PROFILE_ENV, "")
+        if not mode:
+            return None
+        if mode not in cls.MODES:
+            _say("%s=%s is not one of %s: not profiling" % (PROFILE_ENV, mode, ", ".join(cls.MODES)))
+            return None
+        out = os.environ.get(PROFILE_OUT_ENV) or None
+        if mode == "torch" and out is None:
+            _say("%s=torch needs %s, the trace's path: not profiling" % (PROFILE_ENV, PROFILE_OUT_ENV))
+            return None
+        warmup = setting("WARMUP_STEPS", 0)
+        if warmup < 1:
+            # The window opens when a step ends: there is no step before the first.
+            _say("profiling needs at least one warmup step (PERF_LESSONS_WARMUP_STEPS): not profiling")
+            return None
+        return cls(mode, out, warmup, setting("STEPS", 0))
+
+    @property
+    def recording(self):
+        return self._recording is not None
+
+    def after_step(self, steps):
+        """Step `steps` (counted from 1) was reported."""
+        if steps == self.first and self._recording is None:
+            self._start()
+        elif steps == self.last:
+            self.close()
+
+    def close(self):
+        """Stop recording (and write the trace) if it is on; nothing is recorded after."""
+        recording, self._recording = self._recording, None
+        if recording is None:
+            return
+        cuda = torch_cuda()
+        if cuda is not None:
+            cuda.synchronize()
+        try:
+            if self.mode == "cuda-api":
+                cuda.profiler.stop()
+                return
+            recording.stop()
+            recording.export_chrome_trace(self.out)
+            _say("steps %d to %d recorded by PyTorch's profiler: %s"
+                 % (self.first + 1, self.last, self.out))
+        except Exception as e:  # the profiler's own failure, not the training's
+            _say("the profiler could not finish: %s" % e)
+
+    def _start(self):
+        cuda = torch_cuda()
+        torch = sys.modules.get("torch")
+        try:
+            if self.mode == "cuda-api":
+                if cuda is None:
+                    _say("no CUDA in use by PyTorch in this process: nothing for nsys to record")
+                    return
+                cuda.profiler.start()
+                self._recording = True
+                return
+            if torch is None:
+                _say("PyTorch is not imported by this program: no trace to record")
+                return
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if cuda is not None:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            recording = torch.profiler.profile(activities=activities)
+            recording.start()
+            self._recording = recording
+        except Exception as e:
+            _say("the profiler could not start: %s" % e)
+
+
+class Marks:
+    """NVTX ranges, nested as a stack, through `torch.cuda.nvtx` where the program has PyTorch
+    with CUDA initialized; nothing otherwise."""
+
+    def __init__(self):
+        self._open = []
+
+    @property
+    def depth(self):
+        return len(self._open)
+
+    def enter(self, depth, name):
+        """Close the ranges above `depth` open ones, then open `name` inside them."""
+        self.close(depth)
+        cuda = torch_cuda()
+        nvtx = getattr(cuda, "nvtx", None)
+        if nvtx is not None:
+            nvtx.range_push(name)
+            self._open.append(nvtx)
+
+    def close(self, depth=0):
+        """Close the ranges above `depth` open ones."""
+        while len(self._open) > depth:
+            self._open.pop().range_pop()
+
+
 class StepClock:
     """Times optimizer steps from the end of one to the end of the next and reports each one;
     the context manager and the Lightning and Hugging Face callbacks share it. `begin()` marks
@@ -270,6 +414,8 @@ class StepClock:
         self._wait = None
         self._samples = 0
         self._device_sent = False
+        self._marks = Marks()
+        self._in_step = False
 
     @property
     def enabled(self):
@@ -282,6 +428,23 @@ class StepClock:
         if self._last_end is not None:
             self._wait = (self._wait or 0.0) + (now - self._last_end)
             self._last_end = None
+        if not self.enabled:
+            return
+        if self._in_step:
+            self._marks.close(1)  # the wait between micro-batches
+        else:
+            self._in_step = True
+            self._marks.enter(0, "step %d" % (self.reporter.steps + 1))
+
+    def phase(self, name):
+        """`forward`, `backward`, `optimizer`: a part of the step, for the NVTX ranges, up to
+        the next phase or the end of the batch; None closes the current one."""
+        if not self.enabled or not self._in_step:
+            return
+        if name is None:
+            self._marks.close(1)
+        else:
+            self._marks.enter(1, name)
 
     def end(self, samples, optimizer_stepped=True, **fields):
         """A batch of `samples` ended; with `optimizer_stepped` it closed an optimizer step,
@@ -292,11 +455,14 @@ class StepClock:
         self._samples += int(samples)
         if not optimizer_stepped:
             self._last_end = time.perf_counter()
+            self._marks.enter(1, "data")
             return
         cuda = torch_cuda()
         if cuda is not None:
             cuda.synchronize()
         now = time.perf_counter()
+        self._in_step = False
+        self._marks.close()
         if not self._device_sent:
             self._device_sent = True
             self._send_device(cuda)
@@ -308,6 +474,8 @@ class StepClock:
         fields = {k: v for k, v in fields.items() if v is not None}
         # The protocol refuses a step of no time; a clock that did not move is not one.
         self.reporter.step(samples=self._samples, step_s=max(now - start, 1e-9), **fields)
+        # After the step's line, which may have started the profiler: the wait is in its window.
+        self._marks.enter(0, "data")
         self._samples = 0
         self._wait = None
         self._step_start = now
@@ -318,6 +486,8 @@ class StepClock:
         it."""
         if not self.enabled:
             return
+        self._marks.close()
+        self._in_step = False
         cuda = torch_cuda()
         peak = cuda.max_memory_reserved() if cuda is not None else None
         self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak, metrics=metrics)

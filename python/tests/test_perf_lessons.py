@@ -7,6 +7,7 @@ their places, and each report is read back line by line as the tuner would read 
 
 import contextlib
 import filecmp
+import io
 import json
 import os
 import sys
@@ -29,6 +30,15 @@ class FakeCuda:
     def __init__(self, initialized=True):
         self.initialized = initialized
         self.synchronized = 0
+        # NVTX ranges and the CUDA profiler's start and stop, in order: ("push", name),
+        # ("pop",), ("start",), ("stop",).
+        self.events = []
+        self.nvtx = types.SimpleNamespace(
+            range_push=lambda name: self.events.append(("push", name)),
+            range_pop=lambda: self.events.append(("pop",)))
+        self.profiler = types.SimpleNamespace(
+            start=lambda: self.events.append(("start",)),
+            stop=lambda: self.events.append(("stop",)))
 
     def is_initialized(self):
         return self.initialized
@@ -73,8 +83,29 @@ def modules(**stand_ins):
                 sys.modules[name] = module
 
 
+class FakeTorchProfile:
+    """torch.profiler.profile as the reporter uses it: start, stop, export_chrome_trace."""
+
+    def __init__(self, events, activities):
+        self.events = events
+        self.activities = activities
+
+    def start(self):
+        self.events.append(("torch profiler start", tuple(self.activities)))
+
+    def stop(self):
+        self.events.append(("torch profiler stop",))
+
+    def export_chrome_trace(self, path):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": []}, f)
+
+
 def torch_with(cuda):
-    return types.SimpleNamespace(cuda=cuda)
+    profiler = types.SimpleNamespace(
+        ProfilerActivity=types.SimpleNamespace(CPU="CPU", CUDA="CUDA"),
+        profile=lambda activities: FakeTorchProfile(cuda.events, activities))
+    return types.SimpleNamespace(cuda=cuda, profiler=profiler)
 
 
 class Trial(unittest.TestCase):
@@ -402,6 +433,127 @@ class HuggingFace(Trial):
         with modules(transformers=None):
             with self.assertRaisesRegex(ImportError, "pip install transformers"):
                 hf.ReportCallback
+
+
+def ranges(events):
+    """The NVTX events as text: "+step 1", "-"."""
+    return ["+" + e[1] if e[0] == "push" else "-" for e in events if e[0] in ("push", "pop")]
+
+
+class NvtxRanges(Trial):
+    def test_each_step_and_the_wait_between_are_ranges(self):
+        cuda = FakeCuda()
+        with modules(torch=torch_with(cuda)):
+            for _ in range(2):
+                with perf_lessons.step(samples=2):
+                    pass
+        self.assertEqual(ranges(cuda.events), ["+step 1", "-", "+data", "-", "+step 2", "-",
+                                               "+data"])
+
+    def test_lightning_s_hooks_mark_forward_backward_and_optimizer(self):
+        cuda = FakeCuda()
+        trainer = types.SimpleNamespace(global_step=0)
+        with modules(torch=torch_with(cuda), **fake_lightning()):
+            lightning.__getattr__.made.clear()
+            callback = lightning.ReportCallback()
+            for i in range(2):  # two micro-batches of one optimizer step
+                callback.on_train_batch_start(trainer, None, FakeTensor(4), i)
+                callback.on_before_backward(trainer, None, None)
+                callback.on_after_backward(trainer, None)
+                if i == 1:
+                    callback.on_before_optimizer_step(trainer, None, None)
+                    trainer.global_step = 1
+                callback.on_train_batch_end(trainer, None, None, FakeTensor(4), i)
+            callback.on_train_end(trainer, None)
+            lightning.__getattr__.made.clear()
+        self.assertEqual(ranges(cuda.events), [
+            "+step 1", "+forward", "-", "+backward", "-", "+data",
+            "-", "+forward", "-", "+backward", "-", "+optimizer", "-", "-",
+            "+data", "-"])
+
+    def test_none_without_cuda_in_use(self):
+        cuda = FakeCuda(initialized=False)
+        with modules(torch=torch_with(cuda)):
+            with perf_lessons.step(samples=2):
+                pass
+        self.assertEqual(cuda.events, [])
+
+
+class Profiling(Trial):
+    def setUp(self):
+        super().setUp()
+        os.environ["PERF_LESSONS_WARMUP_STEPS"] = "2"
+        os.environ["PERF_LESSONS_STEPS"] = "3"
+        self.trace = os.path.join(self.dir.name, "trace.json")
+
+    def run_steps(self, cuda, steps=7):
+        stderr = io.StringIO()
+        with modules(torch=torch_with(cuda)), contextlib.redirect_stderr(stderr):
+            for _ in range(steps):
+                with perf_lessons.step(samples=2):
+                    cuda.events.append(("work",))
+            report._clock.reporter.close()
+        return stderr.getvalue()
+
+    def test_the_cuda_profiler_brackets_the_measured_steps(self):
+        os.environ["PERF_LESSONS_PROFILE"] = "cuda-api"
+        cuda = FakeCuda()
+        self.run_steps(cuda)
+        work = [e[0] for e in cuda.events if e[0] in ("work", "start", "stop")]
+        self.assertEqual(work, ["work", "work", "start", "work", "work", "work", "stop",
+                                "work", "work"])
+
+    def test_pytorch_s_profiler_records_the_measured_steps_into_a_chrome_trace(self):
+        os.environ["PERF_LESSONS_PROFILE"] = "torch"
+        os.environ["PERF_LESSONS_PROFILE_OUT"] = self.trace
+        cuda = FakeCuda()
+        said = self.run_steps(cuda)
+        work = [e for e in cuda.events if e[0] != "push" and e[0] != "pop"]
+        self.assertEqual(work[2], ("torch profiler start", ("CPU", "CUDA")))
+        self.assertEqual(work[6], ("torch profiler stop",))
+        self.assertEqual(sum(e == ("work",) for e in work[2:6]), 3)
+        with open(self.trace, encoding="utf-8") as f:
+            self.assertEqual(json.load(f), {"traceEvents": []})
+        self.assertIn("steps 3 to 5 recorded by PyTorch's profiler: " + self.trace, said)
+
+    def test_a_run_cut_short_still_writes_what_it_recorded(self):
+        os.environ["PERF_LESSONS_PROFILE"] = "torch"
+        os.environ["PERF_LESSONS_PROFILE_OUT"] = self.trace
+        self.run_steps(FakeCuda(), steps=4)
+        self.assertTrue(os.path.exists(self.trace))
+
+    def test_what_cannot_be_profiled_is_said_and_the_training_goes_on(self):
+        cases = [
+            ({"PERF_LESSONS_PROFILE": "nsys"}, "is not one of cuda-api, torch"),
+            ({"PERF_LESSONS_PROFILE": "torch"}, "needs PERF_LESSONS_PROFILE_OUT"),
+            ({"PERF_LESSONS_PROFILE": "cuda-api", "PERF_LESSONS_WARMUP_STEPS": "0"},
+             "at least one warmup step"),
+        ]
+        for env, says in cases:
+            with mock.patch.dict(os.environ, env):
+                report._clock = None
+                cuda = FakeCuda()
+                said = self.run_steps(cuda)
+                self.assertIn(says, said)
+                self.assertNotIn(("start",), cuda.events)
+                self.assertEqual(len(self.steps()) % 7, 0)
+        os.environ["PERF_LESSONS_PROFILE"] = "torch"
+        os.environ["PERF_LESSONS_PROFILE_OUT"] = self.trace
+        report._clock = None
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            for _ in range(7):
+                with perf_lessons.step(samples=1):
+                    pass
+        self.assertIn("PyTorch is not imported", stderr.getvalue())
+        self.assertFalse(os.path.exists(self.trace))
+
+    def test_nothing_outside_the_tuner(self):
+        del os.environ[report.REPORT_ENV]
+        os.environ["PERF_LESSONS_PROFILE"] = "cuda-api"
+        cuda = FakeCuda()
+        self.run_steps(cuda)
+        self.assertEqual([e for e in cuda.events if e != ("work",)], [])
 
 
 class TheOneFileCopy(unittest.TestCase):

@@ -204,28 +204,11 @@ pub fn run_nsys(a: &NsysArgs) -> Result<ExitCode> {
         println!("report: {}", r.display());
     }
     if reports.is_empty() {
-        let streams = target::reports_with(&p.base, ".qdstrm");
-        if streams.is_empty() {
-            println!(
-                "no report written ({}): see nsys's messages above",
-                describe(status)
-            );
-        } else {
-            println!(
-                "no report written ({}): this nsys ({}) left {} raw capture stream(s) (.qdstrm) it \
-                 could not turn into .nsys-rep reports; the copy bundled with Nsight Compute lacks \
-                 the importer. {}. The streams (large; delete them) are: {}",
-                describe(status),
-                nsys_path.display(),
-                streams.len(),
-                discover::NSYS.install,
-                streams
-                    .iter()
-                    .map(|s| s.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
+        println!(
+            "no report written ({}): {}",
+            describe(status),
+            nsys::why_no_report(&nsys_path, &p.base, "see nsys's messages above")
+        );
         return Ok(Exit::Problem.into());
     }
     if !status.success() {

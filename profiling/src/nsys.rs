@@ -31,6 +31,9 @@ pub enum Capture {
     TimedRegions,
     /// Everything from the start to the exit.
     WholeProcess,
+    /// From the first cudaProfilerStart to its cudaProfilerStop, the program then running on
+    /// unrecorded to its own end (a training program's measured steps: `tuner profile`).
+    FirstRegion,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +82,10 @@ pub fn choose_capture(program: &Path, asked: Option<Capture>) -> (Capture, Strin
             Capture::WholeProcess,
             "nsys records the whole process (--whole-process)".into(),
         ),
+        Some(Capture::FirstRegion) => (
+            Capture::FirstRegion,
+            "nsys records from the first cudaProfilerStart to its cudaProfilerStop".into(),
+        ),
         None if marks_timed_regions(program) => (
             Capture::TimedRegions,
             format!(
@@ -106,9 +113,15 @@ pub fn command(
 ) -> ToolCommand {
     let mut c = ToolCommand::new(nsys);
     c.arg("profile").arg(format!("--trace={}", opts.trace));
-    if opts.capture == Capture::TimedRegions {
+    let end = match opts.capture {
+        Capture::TimedRegions => Some("repeat"),
+        // `stop`, not the default `stop-shutdown`, which would end the program at its stop.
+        Capture::FirstRegion => Some("stop"),
+        Capture::WholeProcess => None,
+    };
+    if let Some(end) = end {
         c.arg("--capture-range=cudaProfilerApi")
-            .arg("--capture-range-end=repeat");
+            .arg(format!("--capture-range-end={end}"));
     }
     c.arg(format!("--stats={}", opts.stats))
         .arg("--force-overwrite=true")
@@ -118,6 +131,28 @@ pub fn command(
         c.arg(a.clone());
     }
     c
+}
+
+/// Why nsys left no `.nsys-rep` at `base`: raw capture streams it could not import (the copy
+/// bundled with Nsight Compute lacks the importer), named; else `otherwise`.
+pub fn why_no_report(nsys: &Path, base: &Path, otherwise: &str) -> String {
+    let streams = crate::target::reports_with(base, ".qdstrm");
+    if streams.is_empty() {
+        return otherwise.to_string();
+    }
+    format!(
+        "this nsys ({}) left {} raw capture stream(s) (.qdstrm) it could not turn into \
+         .nsys-rep reports; the copy bundled with Nsight Compute lacks the importer. {}. The \
+         streams (large; delete them) are: {}",
+        nsys.display(),
+        streams.len(),
+        crate::discover::NSYS.install,
+        streams
+            .iter()
+            .map(|s| s.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -162,6 +197,26 @@ mod tests {
         assert!(s.contains("--stats=true"), "{s}");
         assert!(s.contains("'--output=my profiles/x'"), "{s}");
         assert!(s.ends_with("./bin/lesson --json 'out dir/r.json'"), "{s}");
+    }
+
+    #[test]
+    fn the_first_region_lets_the_program_run_on_after_it() {
+        let opts = NsysOptions {
+            capture: Capture::FirstRegion,
+            ..NsysOptions::default()
+        };
+        let c = command(
+            Path::new("nsys"),
+            &opts,
+            Path::new("p"),
+            Path::new("python3"),
+            &[],
+        );
+        let s = c.display();
+        assert!(
+            s.contains("--capture-range=cudaProfilerApi --capture-range-end=stop "),
+            "{s}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use crate::analysis::PickRule;
 use crate::autobatch::CONFIRM_STEPS;
 use crate::config::{self, Overrides, Switch};
 use crate::granularity::Granularity;
+use crate::profile::Choice;
 use crate::program::Axis;
 use crate::writeback::{KeyPath, Keys, Target};
 
@@ -34,6 +35,10 @@ pub enum Command {
     /// Find the largest batch that fits, confirm it in a run of its own, and print (or write)
     /// the batch to use.
     Autobatch(Box<AutobatchArgs>),
+    /// Run the answer (the team file's batch for this GPU and model, or --batch-size) once
+    /// under a profiler, its measured steps only: nsys where it is installed, else PyTorch's
+    /// profiler into a Chrome trace.
+    Profile(Box<ProfileArgs>),
     /// Print a team-settings file (written by `autobatch --team`) as a table.
     Team(TeamArgs),
     /// Redraw the plot of a sweep from its JSON.
@@ -289,6 +294,34 @@ impl AutobatchArgs {
         }
         Target::new(path, self.keys()).map(Some)
     }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// The batch to profile ({batch_size}; default: the --team file's entry, else the config's
+    /// training.batch_size).
+    #[arg(long, value_name = "N", value_parser = parse_positive, conflicts_with = "team")]
+    pub batch_size: Option<usize>,
+    /// A team-settings TOML (written by `autobatch --team`): profile its batch, accumulation
+    /// and precision for this GPU and model.
+    #[arg(long, value_name = "FILE")]
+    pub team: Option<PathBuf>,
+    /// The model's name in the team file (default: the script's file name without its
+    /// extension, else the program's).
+    #[arg(long, value_name = "NAME")]
+    pub model_name: Option<String>,
+    /// Which profiler: nsys where --nsys, the PATH or NSYS names one, else PyTorch's (auto);
+    /// nsys (looked for in its install folders too); or PyTorch's (torch).
+    #[arg(long, value_enum, default_value_t)]
+    pub profiler: Choice,
+    /// nsys to use.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<PathBuf>,
+    /// Folder for the report or trace, named MODEL-bBATCH-TIME.
+    #[arg(long, value_name = "DIR", default_value = "profiles")]
+    pub out_dir: PathBuf,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -21,7 +21,8 @@
 //!   "recommended" with the accumulation advice, a sweep's picks and diagnosis
 //! - [run], [plot], [writeback]: what a command's trials share (GPUs, folder, progress, the
 //!   results file, JSON), the sweep's figure, the answer written back
-//! - [sweep], [memory], [autobatch]: the three commands, each one report type and schema
+//! - [sweep], [memory], [autobatch]: the three commands, each one report type and schema;
+//!   [profile]: the answer run once under a profiler
 //! - [cli]: the edge
 
 pub mod classify;
@@ -49,6 +50,7 @@ pub mod writeback;
 
 pub mod autobatch;
 pub mod memory;
+pub mod profile;
 pub mod sweep;
 
 pub mod cli;

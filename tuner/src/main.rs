@@ -1,15 +1,19 @@
 use std::process::ExitCode;
+use std::time::SystemTime;
 
 use clap::Parser;
 
 use common::exit::{no_gpu, usage};
 use common::Error;
+use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, Options};
-use tuner::cli::{Cli, Command, RunArgs};
+use tuner::cli::{Cli, Command, ProfileArgs, RunArgs};
 use tuner::config::Settings;
 use tuner::gpu::visible_devices;
-use tuner::program::{Axis, Placeholder, Program};
-use tuner::run::{emit, Run, RunOptions};
+use tuner::profile::{team_answer, Answer, Choice, Profiler};
+use tuner::program::{Axis, Params, Placeholder, Program};
+use tuner::run::{emit, DeviceSummary, Run, RunOptions};
+use tuner::writeback;
 
 fn main() -> ExitCode {
     common::cli::main_with(|_| match Cli::parse().command {
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
             emit(&a.run.json, &report, &autobatch::render(&report))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Profile(a) => profile(&a),
         Command::Team(a) => {
             print!(
                 "{}",
@@ -102,6 +107,13 @@ fn settings(a: &RunArgs) -> anyhow::Result<Settings> {
 /// The command after `--` and the GPUs, checked before anything runs; the run's folder and how
 /// its trials start.
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
+    let program = checked_program(a, settings)?;
+    let devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    run_on(a, settings, what, program, devices)
+}
+
+/// The command after `--`, its placeholders and its program checked.
+fn checked_program(a: &RunArgs, settings: &Settings) -> anyhow::Result<Program> {
     let program = Program::new(a.command.clone()).map_err(usage)?;
     if let Some(word) = program.unknown_placeholders(&settings.axes).first() {
         let names = Placeholder::ALL.iter().map(|p| p.name);
@@ -113,7 +125,17 @@ fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
         )));
     }
     program.check_runnable().map_err(usage)?;
-    let devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    Ok(program)
+}
+
+/// The run's folder and how its trials start.
+fn run_on(
+    a: &RunArgs,
+    settings: &Settings,
+    what: &str,
+    program: Program,
+    devices: Vec<tuner::gpu::Device>,
+) -> anyhow::Result<Run> {
     Ok(Run::new(
         RunOptions {
             program,
@@ -126,4 +148,69 @@ fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
         },
         what,
     )?)
+}
+
+/// `tuner profile`: the answer's trial under nsys or PyTorch's profiler.
+fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(&a.run)?;
+    if settings.warmup_steps == 0 {
+        return Err(usage(
+            "profile needs at least one warmup step (--warmup 1 or more): the profiler starts as the last one is reported",
+        ));
+    }
+    if a.nsys.is_some() && a.profiler == Choice::Torch {
+        return Err(usage("--nsys and --profiler torch: choose one"));
+    }
+    let (amp, workers) = autobatch::choices(&settings).map_err(usage)?;
+    let program = checked_program(&a.run, &settings)?;
+    let mut devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    devices.truncate(1);
+    let model = (a.model_name.clone()).unwrap_or_else(|| writeback::model_name(&program.argv));
+    let answer = match (a.batch_size, &a.team, settings.batch_size) {
+        (Some(b), _, _) => Answer::given(b, "--batch-size"),
+        (None, Some(team), _) => {
+            let entries = writeback::read_team(team).map_err(usage)?;
+            let gpu = DeviceSummary::of(&devices[0]).name;
+            team_answer(&entries, gpu.as_deref(), &model, team).map_err(usage)?
+        }
+        (None, None, Some(b)) => Answer::given(b, "the config's training.batch_size"),
+        (None, None, None) => {
+            return Err(usage(
+                "which batch? give --batch-size N, --team FILE (written by `tuner autobatch --team`), or training.batch_size in --config",
+            ))
+        }
+    };
+    let params = Params {
+        batch_size: answer.batch_size,
+        workers,
+        // The flags win over the team's entry, which wins over the config.
+        amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
+        accumulation: (answer.accumulation)
+            .filter(|_| a.run.accumulation.is_none())
+            .unwrap_or(settings.accumulation_steps),
+        steps: settings.steps,
+        warmup_steps: settings.warmup_steps,
+        axes: Default::default(),
+    };
+    let chosen = tuner::profile::choose(a.profiler, Places::from_env(&NSYS, a.nsys.clone()))
+        .map_err(usage)?;
+    std::fs::create_dir_all(&a.out_dir).map_err(|e| {
+        usage(format!(
+            "cannot create the folder for the profile {}: {e}",
+            a.out_dir.display()
+        ))
+    })?;
+    let base = tuner::profile::base(&a.out_dir, &model, params.batch_size, SystemTime::now());
+    let wrapped =
+        Program::new(tuner::profile::command(&chosen.0, &program.argv, &base)).map_err(usage)?;
+    // A trial under nsys must be nsys's child: spawned, never forked from a Python parent.
+    let run_args = RunArgs {
+        no_fork: a.run.no_fork || matches!(chosen.0, Profiler::Nsys(_)),
+        ..a.run.clone()
+    };
+    let mut run = run_on(&run_args, &settings, "profile", wrapped, devices)?;
+    run.env = tuner::profile::environment(&chosen.0, &base);
+    let report = tuner::profile::profile(&run, &params, answer, chosen, &base)?;
+    tuner::profile::print(&a.run.json, &report)?;
+    Ok(ExitCode::SUCCESS)
 }

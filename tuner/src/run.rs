@@ -140,6 +140,8 @@ pub struct Run {
     pub folder: PathBuf,
     temporary: bool,
     pub results_path: PathBuf,
+    /// Variables every trial gets besides its values' (a profiler's, say).
+    pub env: Vec<(String, std::ffi::OsString)>,
     started: Instant,
 }
 
@@ -200,6 +202,7 @@ impl Run {
             folder,
             temporary,
             results_path,
+            env: Vec::new(),
             started,
         })
     }
@@ -218,6 +221,7 @@ impl Run {
                 stop,
                 ..self.limits
             },
+            env: &self.env,
         };
         let mut folder = format!(
             "trial-{index:03}-b{}-w{}-amp-{}",

@@ -293,6 +293,8 @@ pub struct Runner<'a> {
     pub program: &'a Program,
     pub launcher: &'a Launcher,
     pub limits: Limits,
+    /// Variables every trial gets besides its values' (a profiler's, say).
+    pub env: &'a [(String, OsString)],
 }
 
 impl Runner<'_> {
@@ -333,7 +335,11 @@ impl Runner<'_> {
         let (stdout, stderr) = (folder.join("stdout.log"), folder.join("stderr.log"));
         let spawn = Spawn {
             argv: &argv,
-            env: trial_environment(params, index, device, &report),
+            env: [
+                trial_environment(params, index, device, &report),
+                self.env.to_vec(),
+            ]
+            .concat(),
             stdout: &stdout,
             stderr: &stderr,
         };

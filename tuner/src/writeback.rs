@@ -388,11 +388,16 @@ pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
     t
 }
 
-/// Read a team file and render its table.
-pub fn show_team(path: &Path) -> Result<String, String> {
+/// Every entry of a team file.
+pub fn read_team(path: &Path) -> Result<Vec<TeamEntry>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read the team file: {e}", path.display()))?;
-    let entries = read_team_text(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    read_team_text(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Read a team file and render its table.
+pub fn show_team(path: &Path) -> Result<String, String> {
+    let entries = read_team(path)?;
     if entries.is_empty() {
         return Ok(format!(
             "{}: no entries yet (`tuner autobatch --team {}` adds one)\n",

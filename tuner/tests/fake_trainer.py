@@ -38,6 +38,11 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_MEMORY_REAL_FREE=BYTES   run out of memory past this instead of FREE (the report and
                      the truth disagree, as an allocator's slack makes them)
   FAKE_WATCH_FILE=FILE   log how many lines FILE had when the run started
+
+Under `tuner profile` (PERF_LESSONS_PROFILE set) a stand-in PyTorch stands in sys.modules, as
+a real program would have imported it: its CUDA profiler's start and stop are logged with the
+step they came after, and its profiler writes a tiny Chrome trace. FAKE_PROFILE_NO_TORCH=1
+leaves it out (a program that does not use PyTorch).
 """
 
 import argparse
@@ -47,6 +52,7 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
@@ -101,6 +107,34 @@ class Model:
         return iter([self.weight])
 
 
+def stand_in_torch(entry, state):
+    """torch as perf_lessons' profiling uses it, with CUDA in use."""
+    events = entry.setdefault("profiler", [])
+
+    def mark(what):
+        return lambda *args: events.append([what, state["step"]])
+
+    class Profile:
+        def __init__(self, activities):
+            self.activities = activities
+
+        start = mark("torch start")
+        stop = mark("torch stop")
+
+        def export_chrome_trace(self, path):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({"traceEvents": [{"name": "step", "ph": "X", "ts": 0, "dur": 1,
+                                            "pid": 1, "tid": 1}]}, f)
+
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True, synchronize=lambda: None,
+        profiler=types.SimpleNamespace(start=mark("start"), stop=mark("stop")),
+        nvtx=types.SimpleNamespace(range_push=lambda name: None, range_pop=lambda: None))
+    profiler = types.SimpleNamespace(
+        ProfilerActivity=types.SimpleNamespace(CPU="CPU", CUDA="CUDA"), profile=Profile)
+    sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, profiler=profiler)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=setting("BATCH_SIZE", 32))
@@ -148,6 +182,9 @@ def main():
         print("loading the dataset", flush=True)
         raise ValueError("the dataset has no split called 'trian'")
 
+    state = {"step": 0}
+    if os.environ.get("PERF_LESSONS_PROFILE") and not os.environ.get("FAKE_PROFILE_NO_TORCH"):
+        stand_in_torch(entry, state)
     report = Reporter() if mode != "silent" else Reporter(path="")
     peak = args.batch_size * 1_000_000
     too_big = False
@@ -204,6 +241,7 @@ def main():
                 return 1
         time.sleep(step_s)
         peak = full_peak * min(step + 1, grows) // grows
+        state["step"] = step + 1
         report.step(
             samples=samples,
             step_s=reported_s,

@@ -73,6 +73,7 @@ pub fn trial(
         program,
         launcher: &Launcher::Spawn,
         limits: *limits,
+        env: &[],
     }
     .trial(params, index, device, folder)
 }

@@ -241,53 +241,38 @@ fn a_failing_nsys_and_a_missing_report_or_trace_are_one_line_each() {
     let bin = stand_in_nsys(&s.0);
     let nsys_argv = s.str("nsys-argv");
     let with_nsys = path_var(Some(&bin));
-    let batch = ["--batch-size", "8", "--steps", "2"];
-
-    let o = profile(
-        &batch,
-        &[],
-        &[("FAKE_NSYS_ARGV", &nsys_argv), ("FAKE_NSYS_FAIL", "1")],
-        &with_nsys,
-        &work,
-        &tmp,
-    );
-    let e = one_line_error(&o, 1);
-    assert!(
-        e.starts_with("error: the trial under nsys FAILED: exit status 1; stderr ended with: illegal --capture-range-end argument (its output: "),
-        "{e}"
-    );
-
-    let o = profile(
-        &batch,
-        &[],
-        &[("FAKE_NSYS_ARGV", &nsys_argv), ("FAKE_NSYS_NO_REPORT", "1")],
-        &with_nsys,
-        &work,
-        &tmp,
-    );
-    let e = one_line_error(&o, 1);
-    assert!(
-        e.starts_with("error: nsys wrote no report at profiles/fake_trainer-b8-"),
-        "{e}"
-    );
-
-    let o = profile(
-        &batch,
-        &[("FAKE_PROFILE_NO_TORCH", "1")],
-        &[],
-        &path_var(None),
-        &work,
-        &tmp,
-    );
-    let e = one_line_error(&o, 1);
-    assert!(
-        e.starts_with("error: no trace written at profiles/fake_trainer-b8-"),
-        "{e}"
-    );
-    assert!(
-        e.contains("; perf_lessons: PyTorch is not imported by this program: no trace to record"),
-        "{e}"
-    );
+    let without = path_var(None);
+    let nsys = |what: &'static str| vec![("FAKE_NSYS_ARGV", nsys_argv.as_str()), (what, "1")];
+    let cases: [(Vec<(&str, &str)>, &[(&str, &str)], &std::ffi::OsStr, &[&str]); 3] = [
+        (
+            nsys("FAKE_NSYS_FAIL"),
+            &[],
+            &with_nsys,
+            &["error: the trial under nsys FAILED: exit status 1; stderr ended with: illegal --capture-range-end argument (its output: "],
+        ),
+        (
+            nsys("FAKE_NSYS_NO_REPORT"),
+            &[],
+            &with_nsys,
+            &["error: nsys wrote no report at profiles/fake_trainer-b8-"],
+        ),
+        (
+            Vec::new(),
+            &[("FAKE_PROFILE_NO_TORCH", "1")],
+            &without,
+            &[
+                "error: no trace written at profiles/fake_trainer-b8-",
+                "; perf_lessons: PyTorch is not imported by this program: no trace to record",
+            ],
+        ),
+    ];
+    for (tool_vars, vars, path, says) in cases {
+        let batch = ["--batch-size", "8", "--steps", "2"];
+        let o = profile(&batch, vars, &tool_vars, path, &work, &tmp);
+        let e = one_line_error(&o, 1);
+        assert!(e.starts_with(says[0]), "{e}");
+        assert!(says.iter().all(|s| e.contains(s)), "{e}");
+    }
     // The trial's output is kept for a look.
     assert!(!listing(&tmp).is_empty());
 }

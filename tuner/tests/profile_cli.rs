@@ -235,6 +235,10 @@ fn the_team_file_s_answer_is_profiled() {
     assert!(e.contains("no entry for the model 'resnet'"), "{e}");
 }
 
+/// The stand-in nsys's variables, the fake's, the PATH, and what the error line says.
+type Vars<'a> = Vec<(&'a str, &'a str)>;
+type Case<'a> = (Vars<'a>, Vars<'a>, &'a std::ffi::OsStr, &'a [&'a str]);
+
 #[test]
 fn a_failing_nsys_and_a_missing_report_or_trace_are_one_line_each() {
     let (s, work, tmp) = places("profile-errors");
@@ -243,22 +247,22 @@ fn a_failing_nsys_and_a_missing_report_or_trace_are_one_line_each() {
     let with_nsys = path_var(Some(&bin));
     let without = path_var(None);
     let nsys = |what: &'static str| vec![("FAKE_NSYS_ARGV", nsys_argv.as_str()), (what, "1")];
-    let cases: [(Vec<(&str, &str)>, &[(&str, &str)], &std::ffi::OsStr, &[&str]); 3] = [
+    let cases: [Case; 3] = [
         (
             nsys("FAKE_NSYS_FAIL"),
-            &[],
+            Vec::new(),
             &with_nsys,
             &["error: the trial under nsys FAILED: exit status 1; stderr ended with: illegal --capture-range-end argument (its output: "],
         ),
         (
             nsys("FAKE_NSYS_NO_REPORT"),
-            &[],
+            Vec::new(),
             &with_nsys,
             &["error: nsys wrote no report at profiles/fake_trainer-b8-"],
         ),
         (
             Vec::new(),
-            &[("FAKE_PROFILE_NO_TORCH", "1")],
+            vec![("FAKE_PROFILE_NO_TORCH", "1")],
             &without,
             &[
                 "error: no trace written at profiles/fake_trainer-b8-",
@@ -268,7 +272,7 @@ fn a_failing_nsys_and_a_missing_report_or_trace_are_one_line_each() {
     ];
     for (tool_vars, vars, path, says) in cases {
         let batch = ["--batch-size", "8", "--steps", "2"];
-        let o = profile(&batch, vars, &tool_vars, path, &work, &tmp);
+        let o = profile(&batch, &vars, &tool_vars, path, &work, &tmp);
         let e = one_line_error(&o, 1);
         assert!(e.starts_with(says[0]), "{e}");
         assert!(says.iter().all(|s| e.contains(s)), "{e}");

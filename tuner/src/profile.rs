@@ -17,6 +17,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use common::report::Provenance;
 use common::{Error, Result};
 use profiling::discover::{self, Places, NSYS};
 use profiling::nsys::{self, Capture, NsysOptions};
@@ -25,7 +26,7 @@ use profiling::target::{compact_utc, reports_with, sanitize};
 use crate::classify::Status;
 use crate::program::{Params, Program};
 use crate::queue::ResultsFile;
-use crate::run::{emit, Run};
+use crate::run::{emit, DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::TeamEntry;
 
@@ -220,6 +221,8 @@ pub fn environment(profiler: &Profiler, base: &Path) -> Vec<(String, OsString)> 
 pub struct ProfileReport {
     pub schema: &'static str,
     pub command: Vec<String>,
+    pub device: DeviceSummary,
+    pub provenance: Provenance,
     pub answer: Answer,
     pub profiler: Profiler,
     /// Which profiler and why, in words.
@@ -256,6 +259,8 @@ pub fn profile(
     Ok(ProfileReport {
         schema: SCHEMA,
         command: run.program.argv.clone(),
+        device: DeviceSummary::of(&run.devices[0]),
+        provenance: Provenance::now(),
         answer,
         profiler,
         choice,

@@ -193,6 +193,8 @@ fn without_nsys_pytorch_s_profiler_writes_a_chrome_trace() {
     assert_eq!(json["profiler"], "torch");
     assert_eq!(json["files"][0], trace);
     assert_eq!(json["trial"]["status"], "OK");
+    assert_eq!(json["device"]["label"], "GPU 0");
+    assert!(json["provenance"].is_object());
 }
 
 #[test]

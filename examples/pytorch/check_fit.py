@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from train_resnet import non_negative, positive
+from train_resnet import PRECISIONS, non_negative, positive
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,7 +36,8 @@ def parse_args(argv=None):
     p.add_argument("--parallel", action="store_true",
                    help="start every run at once (each within its own --memory-limit share of "
                         "a GPU large enough for all of them)")
-    p.add_argument("--amp", choices=["on", "off"], default="off")
+    p.add_argument("--amp", choices=PRECISIONS, default="off",
+                   help="the training script's --amp: off, bf16, fp16 or on")
     p.add_argument("--workers", type=non_negative, default=4)
     p.add_argument("--steps", type=positive, default=5, help="measured steps of each run")
     p.add_argument("--warmup", type=non_negative, default=1)

@@ -11,8 +11,9 @@ imports included, as a run of the tuner counts its programs' start-ups) and of t
 Where the installed Lightning takes a `margin` (a share taken off the answer) it is set to 0 and
 `max_val` is raised, so the answer is the largest batch it saw fit. The model, the images, the
 loader and the optimizer are train_resnet.py's own (ResNet-18, 1000 classes, seeded random
-224-pixel images made in the loader's workers, SGD with momentum 0.9); bf16 autocast is
-Lightning's "bf16-mixed", cuDNN autotuning is on as there.
+224-pixel images made in the loader's workers, SGD with momentum 0.9); `--amp` takes what
+train_resnet.py takes (bf16 is Lightning's "bf16-mixed", fp16 its "16-mixed" with a gradient
+scaler, `on` the best the GPU has), cuDNN autotuning is on as there.
 """
 
 import time
@@ -26,8 +27,8 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 
 from train_resnet import (  # noqa: E402
-    add_memory_limit, data_loader, limit_memory, non_negative, positive, resnet18, sgd,
-    synthetic_images)
+    add_amp, add_memory_limit, data_loader, lightning_precision, limit_memory, non_negative,
+    positive, resnet18, sgd, synthetic_images)
 
 # Images on demand: the dataset is far longer than any batch times the steps of a trial.
 DATASET_LENGTH = 10_000_000
@@ -35,7 +36,7 @@ DATASET_LENGTH = 10_000_000
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--amp", choices=["on", "off"], default="off", help="bf16 autocast")
+    add_amp(p)
     p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
     p.add_argument("--pin-memory", choices=["on", "off"], default="on")
     p.add_argument("--init-val", type=positive, default=2, help="the first batch tried")
@@ -96,7 +97,7 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
     trainer = pl.Trainer(
         accelerator="gpu",
         devices=1,
-        precision="bf16-mixed" if args.amp == "on" else "32-true",
+        precision=lightning_precision(torch, args.amp),
         max_epochs=1,
         benchmark=benchmark,
         logger=False,
@@ -133,6 +134,7 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
         "search_s": round(finished - search_started, 3),
         "options": options,
         "amp": args.amp,
+        "precision": lightning_precision(torch, args.amp),
         "workers": args.workers,
         "gpu": torch.cuda.get_device_name(),
         "lightning_version": pl.__version__,

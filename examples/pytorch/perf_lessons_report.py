@@ -106,12 +106,13 @@ def _metrics(metrics):
 
 def setting(name, default):
     """The tuner's PERF_LESSONS_<name> for this trial, as the type of `default`; `default`
-    where it is not set (a run outside the tuner)."""
+    where it is not set (a run outside the tuner). As a bool, AMP's bf16 and fp16 are on:
+    `setting("AMP", "off")` gives the precision itself."""
     raw = os.environ.get("PERF_LESSONS_" + name)
     if raw is None or raw == "":
         return default
     if isinstance(default, bool):
-        return raw.strip().lower() in ("on", "1", "true", "yes")
+        return raw.strip().lower() in ("on", "1", "true", "yes", "bf16", "fp16")
     if default is None:
         return raw
     return type(default)(raw)

@@ -3,6 +3,11 @@ tuner's external mode (the model, the data loader and its worker processes are P
 
     python3 train_resnet.py --batch-size 128 --workers 8 --amp on --steps 30 --warmup 5
 
+`--amp` is the precision: `off` (fp32), `bf16` (bf16 autocast), `fp16` (fp16 autocast with a
+gradient scaler, which keeps small fp16 gradients from flushing to zero), or `on`: the best the
+GPU has, bf16 where it supports it (compute capability 8.0 and later) and fp16 before. Under the
+tuner, `{amp}` is already resolved for the trial's GPU (bf16, fp16 or off).
+
 The images are seeded random tensors made in the data loader's workers, one per sample, so the
 loader does real work per sample (as decoding would) and `--workers` and `--pin-memory` matter,
 without a dataset on disk.
@@ -69,6 +74,34 @@ def gibibytes(text):
     return value
 
 
+PRECISIONS = ("off", "bf16", "fp16", "on")
+
+
+def add_amp(parser):
+    parser.add_argument("--amp", choices=PRECISIONS, default="off",
+                        help="precision: off (fp32), bf16 or fp16 autocast (fp16 with a gradient "
+                             "scaler), or on: the best the GPU has (bf16 where supported, else "
+                             "fp16)")
+
+
+def resolve_amp(torch, amp):
+    """The precision `--amp` means on this GPU: `on` is bf16 where the GPU supports it, else
+    fp16; any other value is itself."""
+    if amp == "on":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return amp
+
+
+def autocast_dtype(torch, precision):
+    """The autocast dtype of a resolved precision (None: fp32, no autocast)."""
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+
+def lightning_precision(torch, amp):
+    """Lightning's name for `--amp` on this GPU; its "16-mixed" brings the gradient scaler."""
+    return {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(resolve_amp(torch, amp), "32-true")
+
+
 def add_memory_limit(parser):
     parser.add_argument("--memory-limit", type=gibibytes, metavar="GIB",
                         help="use at most this much of the GPU's memory (PyTorch's per-process "
@@ -93,7 +126,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=positive, default=64, help="samples per micro-batch")
     p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
-    p.add_argument("--amp", choices=["on", "off"], default="off", help="bf16 autocast")
+    add_amp(p)
     p.add_argument("--pin-memory", choices=["on", "off"], default="on",
                    help="page-locked batches (faster, asynchronous host-to-device copies)")
     p.add_argument("--accumulation", type=positive, default=1,
@@ -173,7 +206,11 @@ def main(argv=None):
     model = resnet18().to(device)
     optimizer = sgd(model.parameters(), args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    amp = args.amp == "on"
+    precision = resolve_amp(torch, args.amp)
+    dtype = autocast_dtype(torch, precision)
+    # fp16's narrow range flushes small gradients to zero: the scaler multiplies the loss before
+    # backward and divides the gradients before the step (skipping a step that overflowed).
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
 
     total_steps = args.warmup + args.steps
     samples_per_step = args.batch_size * args.accumulation
@@ -208,16 +245,17 @@ def main(argv=None):
             images = images.to(device, non_blocking=True)
             labels = labels.to(device, non_blocking=True)
             e1 = event()
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
                 loss = loss_fn(model(images), labels) / args.accumulation
             e2 = event()
-            loss.backward()
+            scaler.scale(loss).backward()
             e3 = event()
             copies.append((e0, e1))
             forwards.append((e1, e2))
             backwards.append((e2, e3))
         o0 = event()
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         o1 = event()
         o1.synchronize()
         end = time.perf_counter()
@@ -254,7 +292,8 @@ def main(argv=None):
         "%.1f samples/s over %d steps after %d warmup, steady peak %.2f GB reserved (%.2f GB "
         "allocated) of %.2f GB free at the start, last loss %.3f; from the start %.1f s to "
         "the model and loader ready, %.1f s to the end of the first step"
-        % (args.batch_size, args.accumulation, args.workers, args.amp, args.pin_memory,
+        % (args.batch_size, args.accumulation, args.workers,
+           precision + (" (on)" if args.amp == "on" else ""), args.pin_memory,
            samples_per_s, args.steps, args.warmup, reserved / 1e9,
            torch.cuda.max_memory_allocated() / 1e9, free / 1e9, loss_value, ready_s,
            first_step_s)

@@ -10,8 +10,9 @@ then `pip install lightning`):
 
 The callback times each step from the end of the previous one (waiting for the GPU), reports
 the batch's first dimension times the micro-batches of the step, PyTorch's peak memory and,
-before the first step, the GPU; outside the tuner it does nothing. bf16 autocast is Lightning's
-"bf16-mixed", accumulation its `accumulate_grad_batches`.
+before the first step, the GPU; outside the tuner it does nothing. `--amp` takes what
+train_resnet.py takes: bf16 is Lightning's "bf16-mixed", fp16 its "16-mixed" (with a gradient
+scaler), `on` the best the GPU has; accumulation is its `accumulate_grad_batches`.
 """
 
 import argparse
@@ -20,14 +21,15 @@ import tempfile
 
 import perf_lessons
 from train_resnet import (
-    data_loader, non_negative, positive, resnet18, sgd, synthetic_images)
+    add_amp, data_loader, lightning_precision, non_negative, positive, resnet18, sgd,
+    synthetic_images)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch-size", type=positive, default=64, help="samples per micro-batch")
     p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
-    p.add_argument("--amp", choices=["on", "off"], default="off", help="bf16 autocast")
+    add_amp(p)
     p.add_argument("--accumulation", type=positive, default=1,
                    help="micro-batches per optimizer step (gradient accumulation)")
     p.add_argument("--steps", type=positive, default=30, help="measured optimizer steps")
@@ -70,7 +72,7 @@ def main(argv=None):
     trainer = pl.Trainer(
         accelerator="gpu",
         devices=1,
-        precision="bf16-mixed" if args.amp == "on" else "32-true",
+        precision=lightning_precision(torch, args.amp),
         max_steps=steps,
         accumulate_grad_batches=args.accumulation,
         benchmark=True,

@@ -20,11 +20,12 @@ from train_vit import images, limit_memory, loader, model  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples", "pytorch"))
 from lightning_batch_finder import lightning_finder, write_result  # noqa: E402
+from train_resnet import PRECISIONS  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--amp", choices=["on", "off"], default="on")
+    p.add_argument("--amp", choices=PRECISIONS, default="on")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--model", default="vit_base_patch16_224")
     p.add_argument("--init-val", type=int, default=2)

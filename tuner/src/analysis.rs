@@ -6,19 +6,22 @@ use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
 
+use common::stats::Summary;
+
 use crate::classify::Status;
 use crate::named::Named;
-use crate::program::Axes;
+use crate::program::{Axes, Precision};
 use crate::protocol::ThroughputSource;
 use crate::trial::TrialResult;
 
 /// One point of the sweep. Ordered for a deterministic tie-break: smaller batch, fewer workers,
-/// fp32 before AMP, then the user's axes' values as text.
+/// fp32 before bf16 before fp16, then the user's axes' values as text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
-    pub amp: bool,
+    /// The precision the trial ran in (`on` resolved).
+    pub amp: Precision,
     #[serde(default, skip_serializing_if = "Named::is_empty")]
     pub axes: Axes,
 }
@@ -26,11 +29,7 @@ pub struct TrialKey {
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        let mut label = format!(
-            "workers {}, {}",
-            self.workers,
-            if self.amp { "AMP" } else { "fp32" }
-        );
+        let mut label = format!("workers {}, {}", self.workers, self.amp.label());
         for (name, value) in self.axes.iter() {
             label.push_str(&format!(", {name} {value}"));
         }
@@ -169,10 +168,19 @@ impl TrialResult {
 
     /// Median data phase over the median step.
     pub fn data_fraction(&self) -> Option<f64> {
+        self.data_share(|s| s.median)
+    }
+
+    /// The slow steps' data phase: the p90 data phase over the p90 step. Over the bar while
+    /// the median is not, the loader stalls now and then (a worker's slow batch, a page cache
+    /// miss) and the median hides it.
+    pub fn slow_data_fraction(&self) -> Option<f64> {
+        self.data_share(|s| s.p90)
+    }
+
+    fn data_share(&self, at: fn(&Summary) -> f64) -> Option<f64> {
         match (&self.measured.data_ms, &self.measured.step_ms) {
-            (Some(d), Some(s)) if self.status == Status::Ok && s.median > 0.0 => {
-                Some(d.median / s.median)
-            }
+            (Some(d), Some(s)) if self.status == Status::Ok && at(s) > 0.0 => Some(at(d) / at(s)),
             _ => None,
         }
     }
@@ -349,31 +357,36 @@ pub fn best_by(trials: &[TrialResult], margin: f64, rule: Option<&PickRule>) -> 
     b
 }
 
-/// What the measurements say about AMP against out-of-memory: AMP's measured peak against
-/// fp32's at the largest batch at which both precisions of one setting ran and reported a peak.
-/// None where no batch has both.
+/// What the measurements say about mixed precision against out-of-memory: its measured peak
+/// against fp32's at the largest batch at which fp32 and a mixed precision (bf16 before fp16) of
+/// one setting ran and reported a peak. None where no batch has both.
 pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     let peaks = || trials.iter().filter_map(|t| Some((t.key(), t.ok_peak()?)));
-    let (batch, fp32, amp) = peaks()
-        .filter(|(k, _)| !k.amp)
+    let (batch, fp32, amp, precision) = peaks()
+        .filter(|(k, _)| k.amp == Precision::Off)
         .filter_map(|(k, fp32)| {
-            let amp = TrialKey {
-                amp: true,
-                ..k.clone()
-            };
-            Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1))
+            [Precision::Bf16, Precision::Fp16]
+                .into_iter()
+                .find_map(|p| {
+                    let amp = TrialKey {
+                        amp: p,
+                        ..k.clone()
+                    };
+                    Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1, p))
+                })
         })
         .max_by_key(|m| m.0)?;
-    // Negative when AMP needs less.
+    let name = precision.label();
+    // Negative when mixed precision needs less.
     let change = amp as f64 / fp32 as f64 - 1.0;
     let (amp, fp32) = (amp as f64 / 1e9, fp32 as f64 / 1e9);
     let at = format!("at batch {batch} ({amp:.2} GB against {fp32:.2} GB in fp32)");
     Some(if change < -0.01 {
         let less = -100.0 * change;
-        format!("AMP measured {less:.0}% less memory {at}: it lets a larger batch fit")
+        format!("{name} measured {less:.0}% less memory {at}: it lets a larger batch fit")
     } else {
         let more = 100.0 * change;
-        format!("AMP does not help here: it measured {more:+.0}% memory {at}")
+        format!("{name} does not help here: it measured {more:+.0}% memory {at}")
     })
 }
 
@@ -423,12 +436,11 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         return out;
     };
     let at = format!("at batch {} ({})", pick.key.batch, pick.key.line_label());
-    if let Some(d) = t.data_fraction().filter(|&d| d > DATA_BOUND) {
+    if let Some(which) = data_bound(t) {
         out.push(Diagnosis {
             finding: Finding::DataBound,
             message: format!(
-                "data-bound {at}: the data phase is {:.0}% of the step (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
-                100.0 * d,
+                "data-bound {at}: {which} (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
                 100.0 * DATA_BOUND,
             ),
         });
@@ -457,7 +469,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         });
     if let Some(x) = near {
         let amp = amp_advice(trials).unwrap_or_else(|| {
-            "AMP's memory was not measured against fp32 at one batch (sweep with AMP off and on to see whether it helps)".into()
+            "mixed precision's memory was not measured against fp32 at one batch (sweep with --amp off,on to see whether it helps)".into()
         });
         out.push(Diagnosis {
             finding: Finding::MemoryBound,
@@ -476,6 +488,25 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         });
     }
     out
+}
+
+/// Whether the loader holds the trial back, and how, in words: at the median step (the data
+/// phase over the bar of the median step), or only at the slow steps (the p90 data phase over
+/// the bar of the p90 step while the median is not: occasional stalls).
+pub fn data_bound(t: &TrialResult) -> Option<String> {
+    let over = |d: Option<f64>| d.filter(|&d| d > DATA_BOUND);
+    if let Some(d) = over(t.data_fraction()) {
+        return Some(format!(
+            "the data phase is {:.0}% of the median step",
+            100.0 * d
+        ));
+    }
+    let slow = over(t.slow_data_fraction())?;
+    Some(format!(
+        "the loader stalls at the slow steps: the p90 data phase is {:.0}% of the p90 step, though {:.0}% of the median",
+        100.0 * slow,
+        100.0 * t.data_fraction().unwrap_or(0.0)
+    ))
 }
 
 /// What was measured of a trial with no finding, each figure named; what was not measured is
@@ -639,8 +670,62 @@ mod tests {
 
     fn amp(batch: usize, mem_gb: f64) -> TrialResult {
         let mut t = ok(batch, 900.0, mem_gb);
-        t.params.amp = true;
+        t.params.amp = Precision::Bf16;
         t
+    }
+
+    /// Steps of `step_ms` with data phases `data_ms`.
+    fn phases(t: &mut TrialResult, step_ms: &[f64], data_ms: &[f64]) {
+        t.measured.step_ms = Summary::of(step_ms);
+        t.measured.data_ms = Summary::of(data_ms);
+    }
+
+    #[test]
+    fn the_loader_rule_looks_at_the_slow_steps_too() {
+        // Nine steps of 10 ms that wait 1 ms for data, and one stall of 100 ms waiting 91:
+        // the median is fine, the p90 (interpolated) waits about half its step.
+        let mut stalls = ok(64, 1000.0, 1.0);
+        let mut steps = vec![10.0; 9];
+        let mut waits = vec![1.0; 9];
+        steps.push(100.0);
+        waits.push(91.0);
+        phases(&mut stalls, &steps, &waits);
+        assert_eq!(stalls.data_fraction(), Some(0.1));
+        let slow = stalls.slow_data_fraction().unwrap();
+        assert!(slow > DATA_BOUND, "{slow}");
+        let d = diagnosed(&[stalls.clone()]);
+        assert_eq!(d[0].finding, Finding::DataBound, "{d:?}");
+        assert!(
+            d[0].message.contains("stalls at the slow steps")
+                && d[0]
+                    .message
+                    .contains("of the p90 step, though 10% of the median"),
+            "{}",
+            d[0].message
+        );
+        // Slow at the median: said so, not as stalls.
+        let mut slow_loader = ok(64, 1000.0, 1.0);
+        phases(&mut slow_loader, &[10.0; 10], &[4.0; 10]);
+        let d = diagnosed(&[slow_loader]);
+        assert!(
+            d[0].message
+                .contains("the data phase is 40% of the median step"),
+            "{}",
+            d[0].message
+        );
+        // Every step the same and the loader fast: nothing to say.
+        let mut steady = ok(64, 1000.0, 1.0);
+        phases(&mut steady, &[10.0; 10], &[3.0; 10]);
+        assert_eq!(diagnosed(&[steady])[0].finding, Finding::Healthy);
+        // Slow steps that are slow on the GPU, not for data: not data-bound.
+        let mut gpu_slow = ok(64, 1000.0, 1.0);
+        let mut steps = vec![10.0; 9];
+        steps.push(100.0);
+        phases(&mut gpu_slow, &steps, &[1.0; 10]);
+        assert_eq!(diagnosed(&[gpu_slow])[0].finding, Finding::Healthy);
+        // A trial that did not end OK says nothing about its loader.
+        stalls.status = Status::Failed;
+        assert_eq!(data_bound(&stalls), None);
     }
 
     #[test]
@@ -653,7 +738,7 @@ mod tests {
             .find(|d| d.finding == Finding::MemoryBound)
             .unwrap()
             .message;
-        let says = "AMP does not help here: it measured +33% memory at batch 256";
+        let says = "bf16 does not help here: it measured +33% memory at batch 256";
         assert!(bound.contains(says), "{bound}");
         assert!(!bound.contains("lets a larger batch fit"));
         // A program whose bf16 autocast saves activations.
@@ -662,8 +747,16 @@ mod tests {
         let says = "at batch 256 (24.00 GB against 40.00 GB in fp32)";
         assert!(advice.contains(says), "{advice}");
         let d = diagnosed(&less);
-        let says = "AMP measured 40% less memory at batch 256";
+        let says = "bf16 measured 40% less memory at batch 256";
         assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");
+        // fp16 where there was no bf16 (`on` on a GPU before compute capability 8.0).
+        let mut fp16 = amp(256, 30.0);
+        fp16.params.amp = Precision::Fp16;
+        let advice = amp_advice(&[ok(256, 1000.0, 40.0), fp16]).unwrap();
+        assert!(
+            advice.starts_with("fp16 measured 25% less memory"),
+            "{advice}"
+        );
         // Not measured at one batch: no advice either way.
         let none = vec![ok(256, 1000.0, 40.0), amp(128, 24.0), oom(512)];
         assert!(amp_advice(&none).is_none());
@@ -672,7 +765,7 @@ mod tests {
         assert!(d.iter().any(|d| d.message.contains(says)), "{d:?}");
         // Every trial out of memory: AMP is not offered as a remedy.
         let d = diagnosed(&[oom(8)]);
-        assert!(!d[0].message.contains("AMP"), "{}", d[0].message);
+        assert!(!d[0].message.contains("precision"), "{}", d[0].message);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use common::{Error, Result};
 
 use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
-use crate::program::{Params, Program};
+use crate::program::{Params, Precision, Program};
 use crate::queue::ResultsFile;
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
 use crate::run::{default_margin, kept_at, DeviceSummary, Run};
@@ -62,9 +62,9 @@ pub struct Options {
 }
 
 /// The one precision and worker count the finder runs with.
-pub fn choices(settings: &Settings) -> Result<(bool, usize)> {
+pub fn choices(settings: &Settings) -> Result<(Precision, usize)> {
     Ok((
-        one_of(&settings.amp, "--amp on or --amp off")?,
+        one_of(&settings.amp, "--amp off, bf16, fp16 or on")?,
         one_of(&settings.workers, "--workers N")?,
     ))
 }
@@ -133,7 +133,10 @@ pub struct AutobatchReport {
     pub launch: String,
     pub provenance: Provenance,
     pub settings: Settings,
-    pub amp: bool,
+    /// The precision as asked.
+    pub amp: Precision,
+    /// The precision the trials ran in (`on` resolved by the GPU).
+    pub precision: Precision,
     pub workers: usize,
     pub start: usize,
     pub granularity: Granularity,
@@ -203,6 +206,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         batch_size,
         workers,
         amp,
+        amp_from_on: false,
         accumulation: 1,
         steps,
         warmup_steps,
@@ -303,6 +307,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         None => (tiers.recommended.max(1), 1),
     };
     let gpu_name = run.gpu_name(device, &trials);
+    let precision = params(1, 1, 0).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
         gpu: gpu_name.clone(),
         model: o
@@ -311,7 +316,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             .unwrap_or_else(|| writeback::model_name(&run.program.argv)),
         batch_size,
         accumulation_steps,
-        precision: if amp { "amp".into() } else { "fp32".into() },
+        precision: precision.label().into(),
     };
     let written = o
         .write
@@ -333,6 +338,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         provenance: Provenance::now(),
         settings,
         amp,
+        precision,
         workers,
         start: o.start,
         granularity: o.granularity,
@@ -369,6 +375,9 @@ pub fn render(r: &AutobatchReport) -> String {
         Program::display(&r.command),
         r.gpu_name
     );
+    if r.amp == Precision::On {
+        let _ = writeln!(o, "--amp on is {}\n", r.device.amp_on);
+    }
     let sizes = match r.granularity {
         Granularity::Multiple(m) => format!("multiples of {m}"),
         Granularity::Pow2 => "powers of two".into(),

@@ -7,10 +7,11 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
 use crate::autobatch::CONFIRM_STEPS;
-use crate::config::{self, Overrides, Switch};
+use crate::config::{self, Overrides};
 use crate::granularity::Granularity;
 use crate::profile::Choice;
 use crate::program::Axis;
+use crate::program::Precision;
 use crate::writeback::{KeyPath, Keys, Target};
 
 #[derive(Parser, Debug)]
@@ -60,9 +61,10 @@ pub struct RunArgs {
     /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
     #[arg(long, value_name = "N[,N...]", value_parser = |s: &str| config::parse_workers(s).map(List))]
     pub workers: Option<List>,
-    /// Mixed precision ({amp}): on, off, or both to sweep each.
-    #[arg(long, value_name = "on|off|both", value_parser = Switch::parse)]
-    pub amp: Option<Switch>,
+    /// Precision ({amp}): off (fp32), bf16, fp16, or on (the best the trial's GPU has: bf16
+    /// from compute capability 8.0, else fp16); a list to sweep (off,bf16); both is off,on.
+    #[arg(long, value_name = "off|bf16|fp16|on|both", value_parser = |s: &str| config::parse_amp(s).map(Precisions))]
+    pub amp: Option<Precisions>,
     /// Micro-batches per optimizer step ({accumulation}; default 1).
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     pub accumulation: Option<usize>,
@@ -108,7 +110,7 @@ impl RunArgs {
         };
         Ok(file.merge(Overrides {
             workers: self.workers.clone().map(|l| l.0),
-            amp: self.amp,
+            amp: self.amp.clone().map(|a| a.0),
             accumulation_steps: self.accumulation,
             steps: self.steps,
             warmup_steps: self.warmup,
@@ -122,6 +124,10 @@ impl RunArgs {
 /// A comma-separated list of counts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct List(pub Vec<usize>);
+
+/// A list of precisions, as clap keeps one value.
+#[derive(Debug, Clone)]
+pub struct Precisions(pub Vec<Precision>);
 
 fn parse_count(s: &str) -> Result<usize, String> {
     s.trim()
@@ -380,7 +386,10 @@ mod tests {
         assert_eq!(a.confirm_steps, 20);
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
         let o = a.run.overrides().unwrap();
-        assert_eq!((o.workers, o.amp), (Some(vec![4]), Some(Switch::On)));
+        assert_eq!(
+            (o.workers, o.amp),
+            (Some(vec![4]), Some(vec![Precision::On]))
+        );
         let autobatch = |line: &str| match parse(line).unwrap().command {
             Command::Autobatch(a) => a,
             _ => panic!(),

@@ -12,7 +12,7 @@
 //! batch_sizes = [32, 64, 128, 256]
 //! batch_size = 128           # the batch a run uses; `autobatch --write` writes here
 //! accumulation_steps = 1
-//! amp = "both"               # "on", "off", "both" (or true/false)
+//! amp = "both"               # "off", "bf16", "fp16", "on" (the GPU's best), a list, "both" (off and on)
 //! steps = 30
 //! warmup_steps = 5
 //! optimizer = "sgd"          # or "adamw": the learning-rate rule of the accumulation advice
@@ -25,43 +25,50 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::Axis;
+use crate::program::{Axis, Precision};
 
 /// Largest batch the tool accepts (far past any GPU's memory for every model).
 pub const MAX_BATCH: usize = 1 << 26;
 
-/// AMP off, on, or both (a sweep runs each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Switch {
-    Off,
-    On,
-    Both,
-}
-
-impl Switch {
-    pub fn parse(s: &str) -> Result<Switch, String> {
-        match s {
-            "on" | "true" => Ok(Switch::On),
-            "off" | "false" => Ok(Switch::Off),
-            "both" => Ok(Switch::Both),
-            _ => Err(format!("'{s}' is not on, off or both")),
+/// `--amp` and `[training] amp`: precisions by name (`off`, `bf16`, `fp16`, `on`), a list of
+/// them (`off,bf16`), or `both` (off and on); a TOML boolean is on or off. A sweep runs each.
+pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
+    let mut out: Vec<Precision> = Vec::new();
+    for word in s.split(',').map(str::trim) {
+        let these = match word {
+            "both" => vec![Precision::Off, Precision::On],
+            w => vec![Precision::parse(w).map_err(|_| {
+                format!("'{w}' is not a precision: off, bf16, fp16, on (the best the GPU has) or both (off and on)")
+            })?],
+        };
+        for p in these {
+            if !out.contains(&p) {
+                out.push(p);
+            }
         }
     }
+    Ok(out)
 }
 
-impl<'de> Deserialize<'de> for Switch {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Switch, D::Error> {
+/// The precisions of a config's `amp`: a boolean, a name or list in one string, or an array.
+#[derive(Debug, Clone, PartialEq)]
+struct Precisions(Vec<Precision>);
+
+impl<'de> Deserialize<'de> for Precisions {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precisions, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
             Bool(bool),
             Text(String),
+            List(Vec<String>),
         }
-        match Raw::deserialize(d)? {
-            Raw::Bool(b) => Ok(if b { Switch::On } else { Switch::Off }),
-            Raw::Text(t) => Switch::parse(&t).map_err(serde::de::Error::custom),
-        }
+        let list = match Raw::deserialize(d)? {
+            Raw::Bool(b) => Ok(vec![if b { Precision::On } else { Precision::Off }]),
+            Raw::Text(t) => parse_amp(&t),
+            Raw::List(l) => parse_amp(&l.join(",")),
+        };
+        list.map(Precisions).map_err(serde::de::Error::custom)
     }
 }
 
@@ -83,7 +90,7 @@ struct TrainingSection {
     batch_sizes: Option<Counts>,
     batch_size: Option<usize>,
     accumulation_steps: Option<usize>,
-    amp: Option<Switch>,
+    amp: Option<Precisions>,
     steps: Option<usize>,
     warmup_steps: Option<usize>,
     optimizer: Option<String>,
@@ -113,7 +120,7 @@ pub struct Overrides {
     pub batch_sizes: Option<Vec<usize>>,
     pub batch_size: Option<usize>,
     pub accumulation_steps: Option<usize>,
-    pub amp: Option<Switch>,
+    pub amp: Option<Vec<Precision>>,
     pub steps: Option<usize>,
     pub warmup_steps: Option<usize>,
     pub adam_like: Option<bool>,
@@ -160,11 +167,10 @@ impl Overrides {
         Ok(Settings {
             batch_sizes,
             workers,
-            amp: match self.amp.unwrap_or(Switch::Off) {
-                Switch::Off => vec![false],
-                Switch::On => vec![true],
-                Switch::Both => vec![false, true],
-            },
+            amp: self
+                .amp
+                .filter(|a| !a.is_empty())
+                .unwrap_or_else(|| vec![Precision::Off]),
             batch_size: self.batch_size,
             accumulation_steps: self.accumulation_steps.unwrap_or(1).max(1),
             steps,
@@ -185,7 +191,8 @@ pub const DEFAULT_TIME_LIMIT_S: f64 = 600.0;
 pub struct Settings {
     pub batch_sizes: Vec<usize>,
     pub workers: Vec<usize>,
-    pub amp: Vec<bool>,
+    /// Each precision a sweep tries (`on` resolved per trial's GPU).
+    pub amp: Vec<Precision>,
     pub batch_size: Option<usize>,
     pub accumulation_steps: usize,
     pub steps: usize,
@@ -284,7 +291,7 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         batch_sizes: counts("training.batch_sizes", t.batch_sizes, MAX_BATCH)?,
         batch_size: positive("training.batch_size", t.batch_size)?,
         accumulation_steps: positive("training.accumulation_steps", t.accumulation_steps)?,
-        amp: t.amp,
+        amp: t.amp.map(|a| a.0),
         steps: positive("training.steps", t.steps)?,
         warmup_steps: t.warmup_steps,
         adam_like,
@@ -316,7 +323,10 @@ mod tests {
             ("[training]\nbatch_sizes = []\n", &["empty"]),
             ("[training]\nbatch_sizes = [0, 8]\n", &["holds 0"]),
             ("[training]\nsteps = 0\n", &["at least 1"]),
-            ("[training]\namp = \"maybe\"\n", &["on, off or both"]),
+            (
+                "[training]\namp = \"maybe\"\n",
+                &["not a precision", "fp16"],
+            ),
             ("[training]\noptimizer = \"rmsprop\"\n", &["sgd or adamw"]),
             ("not toml [", &[]),
         ];
@@ -324,8 +334,15 @@ mod tests {
             let e = parse(text).unwrap_err();
             assert!(says.iter().all(|s| e.contains(s)), "{text}: {e}");
         }
-        let amp = parse("[training]\namp = true\n").unwrap().amp;
-        assert_eq!(amp, Some(Switch::On));
+        let amp = |text: &str| parse(text).unwrap().amp.unwrap();
+        use Precision::*;
+        assert_eq!(amp("[training]\namp = true\n"), [On]);
+        assert_eq!(amp("[training]\namp = \"both\"\n"), [Off, On]);
+        assert_eq!(
+            amp("[training]\namp = [\"bf16\", \"fp16\"]\n"),
+            [Bf16, Fp16]
+        );
+        assert_eq!(amp("[training]\namp = \"fp16\"\n"), [Fp16]);
     }
 
     #[test]
@@ -337,6 +354,32 @@ mod tests {
         };
         let s = file.merge(flags).resolve().unwrap();
         assert_eq!((s.batch_sizes, s.steps), (vec![8, 16], 3));
+    }
+
+    #[test]
+    fn precisions_by_name_in_lists_and_both() {
+        use Precision::*;
+        assert_eq!(parse_amp("off").unwrap(), [Off]);
+        assert_eq!(parse_amp("both").unwrap(), [Off, On]);
+        assert_eq!(
+            parse_amp("off, bf16,fp16,on").unwrap(),
+            [Off, Bf16, Fp16, On]
+        );
+        assert_eq!(
+            parse_amp("both,off,fp16").unwrap(),
+            [Off, On, Fp16],
+            "repeats dropped"
+        );
+        assert_eq!(parse_amp("true").unwrap(), [On]);
+        for bad in ["fp8", "", "on,,off", "BF16"] {
+            let e = parse_amp(bad).unwrap_err();
+            assert!(
+                e.contains("not a precision") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+        let s = Overrides::default().resolve().unwrap();
+        assert_eq!(s.amp, [Off], "fp32 unless asked");
     }
 
     #[test]

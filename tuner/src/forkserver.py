@@ -10,7 +10,8 @@ runs the script as `python3 SCRIPT ARGS` would, as `__main__`.
 Protocol on stdin/stdout, one JSON object per line:
   server -> tuner: {"ready": true, "imported": [...], "failed": [...], "seconds": 9.8}
                    or {"ready": false, "why": "..."} (then it exits)
-  tuner -> server: {"argv": [...], "env": {...}, "cwd": "...", "stdout": "...", "stderr": "..."}
+  tuner -> server: {"argv": [...], "env": {...}, "cwd": "...", "cpus": [...] or null,
+                    "stdout": "...", "stderr": "..."}
   server -> tuner: {"started": PID} or {"error": "..."}
                    {"exited": PID, "code": N} or {"exited": PID, "signal": N}
 """
@@ -95,6 +96,8 @@ def run_child(request, target):
     code = 1
     try:
         os.setsid()
+        if request.get("cpus"):  # the trial's share of the cores; its loader workers inherit it
+            os.sched_setaffinity(0, request["cpus"])
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)

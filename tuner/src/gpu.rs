@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::nvml::{MemoryProbe, NvmlKey, NvmlProbe};
+use crate::program::Capability;
 
 /// One GPU a trial can run on.
 #[derive(Clone, Debug, Serialize)]
@@ -23,6 +24,10 @@ pub struct Device {
     /// stand-in devices of tests).
     #[serde(skip)]
     pub probe: Option<Arc<dyn MemoryProbe>>,
+    /// Its compute capability, where NVML read it: what `--amp on` resolves by.
+    pub capability: Option<Capability>,
+    /// The CPU cores its trials are pinned to, where trials run on several GPUs at once.
+    pub cpus: Option<Vec<usize>>,
 }
 
 impl Device {
@@ -34,8 +39,71 @@ impl Device {
             cuda_visible: cuda_visible.to_string(),
             pci_bus_order: false,
             probe: None,
+            capability: None,
+            cpus: None,
         }
     }
+
+    /// The same device, of compute capability `major.minor`.
+    pub fn with_capability(self, major: u32, minor: u32) -> Device {
+        Device {
+            capability: Some((major, minor)),
+            ..self
+        }
+    }
+}
+
+/// Give each device a disjoint share of the CPU cores the tuner may use (`allowed`, its own
+/// affinity), in order, the shares as equal as they divide (the first ones a core more), so that
+/// trials running side by side do not fight over cores for their data loaders. One device: no
+/// pinning (the trial has every core). With fewer cores than devices, a core each, round the
+/// list.
+pub fn share_cpus(devices: &mut [Device], allowed: &[usize]) {
+    let n = devices.len();
+    if n < 2 || allowed.is_empty() {
+        return;
+    }
+    if allowed.len() < n {
+        for (i, d) in devices.iter_mut().enumerate() {
+            d.cpus = Some(vec![allowed[i % allowed.len()]]);
+        }
+        return;
+    }
+    let (each, extra) = (allowed.len() / n, allowed.len() % n);
+    let mut rest = allowed;
+    for (i, d) in devices.iter_mut().enumerate() {
+        let (share, after) = rest.split_at(each + usize::from(i < extra));
+        d.cpus = Some(share.to_vec());
+        rest = after;
+    }
+}
+
+/// The CPU cores this process may run on (its affinity); None where it cannot be read.
+pub fn allowed_cpus() -> Option<Vec<usize>> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
+    let cores: Vec<usize> = (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .collect();
+    (!cores.is_empty()).then_some(cores)
+}
+
+/// `0-7,16-23`: cores as ranges, as taskset and /proc write them.
+pub fn cpu_list(cores: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cores.len() {
+        let mut j = i;
+        while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cores[i].to_string()
+        } else {
+            format!("{}-{}", cores[i], cores[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
 }
 
 /// A GPU the tuner may use, before `--devices` chooses.
@@ -116,7 +184,9 @@ pub fn select_devices(
                 label: format!("GPU {i}"),
                 cuda_visible: gpu.cuda_visible.clone(),
                 pci_bus_order: pci_bus_order && gpu.cuda_visible.parse::<u32>().is_ok(),
+                capability: probe.as_ref().and_then(|p| p.compute_capability()),
                 probe,
+                cpus: None,
             }
         })
         .collect())
@@ -181,6 +251,42 @@ mod tests {
             "{e}"
         );
         assert!(visible_gpus(None, None, Some(vec![])).is_err());
+    }
+
+    #[test]
+    fn each_device_gets_a_disjoint_share_of_the_cores() {
+        let devices = |n: usize| -> Vec<Device> {
+            (0..n)
+                .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
+                .collect()
+        };
+        let allowed: Vec<usize> = (0..16).chain(32..40).collect();
+        let mut two = devices(2);
+        share_cpus(&mut two, &allowed);
+        let shares: Vec<String> = two
+            .iter()
+            .map(|d| cpu_list(d.cpus.as_ref().unwrap()))
+            .collect();
+        assert_eq!(shares, ["0-11", "12-15,32-39"]);
+        // What does not divide evenly goes to the first shares, a core each.
+        let mut three = devices(3);
+        share_cpus(&mut three, &(0..11).collect::<Vec<_>>());
+        let shares: Vec<String> = three
+            .iter()
+            .map(|d| cpu_list(d.cpus.as_ref().unwrap()))
+            .collect();
+        assert_eq!(shares, ["0-3", "4-7", "8-10"]);
+        // One device keeps every core; more devices than cores share them round the list.
+        let mut one = devices(1);
+        share_cpus(&mut one, &allowed);
+        assert_eq!(one[0].cpus, None);
+        let mut four = devices(4);
+        share_cpus(&mut four, &[0, 1]);
+        let shares: Vec<Vec<usize>> = four.iter().map(|d| d.cpus.clone().unwrap()).collect();
+        assert_eq!(shares, [[0], [1], [0], [1]]);
+        assert_eq!(cpu_list(&[3]), "3");
+        let mine = allowed_cpus().expect("this process's affinity");
+        assert!(!mine.is_empty());
     }
 
     #[test]

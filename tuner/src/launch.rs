@@ -23,12 +23,22 @@ use serde::Deserialize;
 const SERVER: &str = include_str!("forkserver.py");
 
 /// What to start: the argv (`argv[0]` the program), its environment (added to the tuner's
-/// own), its folder, and where its output goes.
+/// own), the CPU cores it may run on (None: the tuner's own), and where its output goes.
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub env: Vec<(String, OsString)>,
+    pub cpus: Option<&'a [usize]>,
     pub stdout: &'a Path,
     pub stderr: &'a Path,
+}
+
+/// The CPU set of `cores`, refused where one is past what the kernel's set can hold.
+fn cpu_set(cores: &[usize]) -> std::io::Result<nix::sched::CpuSet> {
+    let mut set = nix::sched::CpuSet::new();
+    for &c in cores {
+        set.set(c).map_err(std::io::Error::from)?;
+    }
+    Ok(set)
 }
 
 /// A started trial process.
@@ -73,6 +83,20 @@ impl Launcher {
                     .stdin(Stdio::null())
                     .stdout(std::fs::File::create(s.stdout)?)
                     .stderr(std::fs::File::create(s.stderr)?);
+                if let Some(cores) = s.cpus {
+                    // Set in the child before exec, so every process the program starts (its
+                    // data-loader workers) inherits it.
+                    let set = cpu_set(cores)?;
+                    // SAFETY: sched_setaffinity is one system call, async-signal-safe, and
+                    // touches nothing of the parent's; the set was built before the fork.
+                    unsafe {
+                        use std::os::unix::process::CommandExt;
+                        cmd.pre_exec(move || {
+                            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+                                .map_err(std::io::Error::from)
+                        });
+                    }
+                }
                 spawn_in_group(cmd).map(Running::Spawned)
             }
             Launcher::Fork(server) => Ok(Running::Forked {
@@ -290,6 +314,7 @@ impl ForkServer {
             "argv": self.program.child_argv(s.argv),
             "env": env,
             "cwd": cwd,
+            "cpus": s.cpus,
             "stdout": s.stdout,
             "stderr": s.stderr,
         });

@@ -185,6 +185,7 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
         workers,
         // The flags win over the team's entry, which wins over the config.
         amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
+        amp_from_on: false,
         accumulation: (answer.accumulation)
             .filter(|_| a.run.accumulation.is_none())
             .unwrap_or(settings.accumulation_steps),

@@ -1,4 +1,4 @@
-//! `tuner memory -- COMMAND`: one trial per batch size (and per precision with `--amp both`),
+//! `tuner memory -- COMMAND`: one trial per batch size (and per precision with `--amp off,on`),
 //! each run for all its steps, and what each one's peak was as the program and NVML saw it,
 //! whether it fit, the line through the peaks and the tiers by the one rule. It is also the
 //! fresh-process check of an answer: `--batch-sizes B,B+8`.
@@ -17,9 +17,10 @@ use common::Result;
 
 use crate::analysis::amp_advice;
 use crate::config::Settings;
+use crate::gpu::cpu_list;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
-use crate::program::on_off;
+use crate::program::Precision;
 use crate::protocol::ModelRecord;
 use crate::recommend::{self, BatchStatus, MemoryFit, Tiers};
 use crate::run::{gb, Ran, Run};
@@ -30,7 +31,8 @@ pub const SCHEMA: &str = "tuner-memory/2";
 /// One precision: the line through its peaks and its tiers.
 #[derive(Debug, Clone, Serialize)]
 pub struct PrecisionMemory {
-    pub amp: bool,
+    /// As asked (`on`: what each GPU resolved it to is in the trials).
+    pub amp: Precision,
     pub fit: MemoryFit,
     /// The largest listed batch that fit, and the smallest that did not (if any).
     pub largest_fitting: usize,
@@ -138,8 +140,9 @@ pub fn memory(
     let precisions: Vec<PrecisionMemory> = amps
         .into_iter()
         .map(|amp| {
-            let of_amp: Vec<&TrialResult> =
-                ran.trials.iter().filter(|r| r.params.amp == amp).collect();
+            let of_amp: Vec<&TrialResult> = (ran.trials.iter())
+                .filter(|r| r.params.as_asked().amp == amp)
+                .collect();
             let fit = MemoryFit::of(&of_amp);
             let batches = |fits: bool| {
                 of_amp
@@ -183,7 +186,8 @@ fn memory_table(trials: &[TrialResult]) -> Table {
         .right("free at start (program)")
         .right("share of the limit")
         .right("wall s")
-        .left("GPU");
+        .left("GPU")
+        .left("CPU cores");
     for r in trials {
         let (peak, limit) = r.memory_terms();
         let fits = match r.fits() {
@@ -193,7 +197,7 @@ fn memory_table(trials: &[TrialResult]) -> Table {
         };
         t.row(vec![
             r.params.batch_size.to_string(),
-            on_off(r.params.amp).into(),
+            r.params.amp_text(),
             fits,
             cell(r.memory.peak_bytes, gb),
             match r.memory.source {
@@ -208,8 +212,10 @@ fn memory_table(trials: &[TrialResult]) -> Table {
             }),
             format!("{:.1}", r.wall_s),
             r.device.clone(),
+            cell(r.cpus.as_deref(), cpu_list),
         ]);
     }
+    t.drop_empty(&["CPU cores"]);
     t
 }
 
@@ -240,7 +246,7 @@ fn parts_table(precisions: &[PrecisionMemory]) -> Table {
             };
             t.row(vec![
                 part.batch_size.to_string(),
-                on_off(p.amp).into(),
+                p.amp.as_str().into(),
                 model(|m| m.parameter_bytes),
                 model(|m| m.gradient_bytes),
                 model(|m| m.optimizer_state_bytes),
@@ -296,12 +302,7 @@ pub fn render(r: &MemoryReport) -> String {
         );
     }
     for p in &r.precisions {
-        let _ = writeln!(
-            o,
-            "{}: {}",
-            if p.amp { "AMP" } else { "fp32" },
-            p.fit.describe()
-        );
+        let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
         let bound = match p.first_failing {
             Some(f) => format!("{f} ran out of memory"),
             None => {
@@ -427,7 +428,7 @@ mod tests {
 
     fn precision(parts: Vec<MemoryParts>, fit: MemoryFit) -> PrecisionMemory {
         PrecisionMemory {
-            amp: false,
+            amp: Precision::Off,
             fit,
             largest_fitting: 0,
             first_failing: None,

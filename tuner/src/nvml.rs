@@ -33,6 +33,10 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     fn utilization(&self) -> Option<u32> {
         None
     }
+    /// The device's CUDA compute capability (major, minor).
+    fn compute_capability(&self) -> Option<(u32, u32)> {
+        None
+    }
 }
 
 /// Which GPU NVML means.
@@ -93,6 +97,10 @@ impl MemoryProbe for NvmlProbe {
     }
     fn utilization(&self) -> Option<u32> {
         self.device()?.utilization_rates().ok().map(|u| u.gpu)
+    }
+    fn compute_capability(&self) -> Option<(u32, u32)> {
+        let c = self.device()?.cuda_compute_capability().ok()?;
+        Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?))
     }
 }
 

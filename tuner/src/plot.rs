@@ -148,9 +148,9 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::Params;
+    use crate::program::{Params, Precision};
 
-    fn trial(batch: usize, amp: bool, status: Status) -> TrialResult {
+    fn trial(batch: usize, amp: Precision, status: Status) -> TrialResult {
         let params = Params {
             batch_size: batch,
             workers: 4,
@@ -172,22 +172,25 @@ mod tests {
     #[test]
     fn one_line_per_configuration_and_only_ok_points() {
         let trials = vec![
-            trial(1, false, Status::Ok),
-            trial(2, false, Status::Oom),
-            trial(1, true, Status::Ok),
-            trial(2, true, Status::Ok),
+            trial(1, Precision::Off, Status::Ok),
+            trial(2, Precision::Off, Status::Oom),
+            trial(1, Precision::Bf16, Status::Ok),
+            trial(2, Precision::Bf16, Status::Ok),
         ];
         let l = lines(&trials);
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].1.len(), 1);
         assert_eq!(l[1].1.len(), 2);
-        assert!(l[1].0.contains("AMP"));
+        assert!(l[1].0.contains("bf16"), "{}", l[1].0);
     }
 
     #[test]
     fn renders_png_and_svg() {
         let dir = std::env::temp_dir().join(format!("tuner-plot-{}", std::process::id()));
-        let trials = vec![trial(1, false, Status::Ok), trial(4, false, Status::Ok)];
+        let trials = vec![
+            trial(1, Precision::Off, Status::Ok),
+            trial(4, Precision::Off, Status::Ok),
+        ];
         let (svg, png) = render(&trials, "test", &dir.join("sweep")).unwrap();
         let png_bytes = std::fs::read(&png).unwrap();
         assert_eq!(&png_bytes[1..4], b"PNG");

@@ -24,7 +24,7 @@ use profiling::nsys::{self, Capture, NsysOptions};
 use profiling::target::{compact_utc, reports_with, sanitize};
 
 use crate::classify::Status;
-use crate::program::{Params, Program};
+use crate::program::{Params, Precision, Program};
 use crate::queue::ResultsFile;
 use crate::run::{emit, DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
@@ -108,7 +108,7 @@ pub struct Answer {
     pub batch_size: usize,
     /// Micro-batches per step and precision, where the team file gives them.
     pub accumulation: Option<usize>,
-    pub amp: Option<bool>,
+    pub amp: Option<Precision>,
     /// In words: `--batch-size`, the config, or the team file's entry.
     pub from: String,
 }
@@ -167,8 +167,11 @@ pub fn team_answer(
         accumulation: Some(entry.accumulation_steps),
         amp: match entry.precision.as_str() {
             "-" => None,
-            "fp32" | "off" => Some(false),
-            _ => Some(true),
+            "fp32" | "off" => Some(Precision::Off),
+            "bf16" => Some(Precision::Bf16),
+            "fp16" => Some(Precision::Fp16),
+            // `amp`, as entries were written before the precisions had names: the GPU's best.
+            _ => Some(Precision::On),
         },
         from: format!("{file}: {} on {}", entry.model, entry.gpu),
     })
@@ -378,11 +381,12 @@ mod tests {
             entry("NVIDIA H100", "resnet", 256, "amp"),
             entry("NVIDIA H200", "resnet", 512, "fp32"),
             entry("NVIDIA H100", "mlp", 4096, "amp"),
+            entry("NVIDIA H100", "vit", 160, "bf16"),
         ];
         let a = team_answer(&entries, Some("NVIDIA H200"), "resnet", file).unwrap();
         assert_eq!(
             (a.batch_size, a.accumulation, a.amp),
-            (512, Some(2), Some(false))
+            (512, Some(2), Some(Precision::Off))
         );
         assert_eq!(a.from, "team.toml: resnet on NVIDIA H200");
         let e = team_answer(&entries, Some("NVIDIA A100"), "resnet", file).unwrap_err();
@@ -395,10 +399,12 @@ mod tests {
         let e = team_answer(&entries, None, "resnet", file).unwrap_err();
         assert!(e.contains("NVML does not name this GPU"), "{e}");
         let a = team_answer(&entries, None, "mlp", file).unwrap();
-        assert_eq!((a.batch_size, a.amp), (4096, Some(true)));
+        assert_eq!((a.batch_size, a.amp), (4096, Some(Precision::On)));
+        let a = team_answer(&entries, None, "vit", file).unwrap();
+        assert_eq!(a.amp, Some(Precision::Bf16));
         let e = team_answer(&entries, None, "gpt", file).unwrap_err();
         assert!(
-            e.contains("no entry for the model 'gpt' (it has 'resnet', 'mlp')"),
+            e.contains("no entry for the model 'gpt' (it has 'resnet', 'mlp', 'vit')"),
             "{e}"
         );
         assert!(!e.contains('\n'));

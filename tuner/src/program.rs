@@ -18,8 +18,11 @@ pub struct Params {
     pub batch_size: usize,
     /// Data-loader worker processes.
     pub workers: usize,
-    /// bf16 autocast on or off.
-    pub amp: bool,
+    /// The precision: off (fp32), bf16 or fp16; `on` until the trial's GPU resolves it.
+    pub amp: Precision,
+    /// `amp` is what `on` resolved to on the trial's GPU.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub amp_from_on: bool,
     /// Micro-batches per optimizer step.
     pub accumulation: usize,
     /// Measured optimizer steps.
@@ -42,13 +45,13 @@ impl Params {
         self.batch_size * self.accumulation.max(1)
     }
 
-    /// `batch 256, workers 4, amp on, accumulation 2`: for progress lines and messages.
+    /// `batch 256, workers 4, amp bf16 (on), accumulation 2`: for progress lines and messages.
     pub fn describe(&self) -> String {
         let mut s = format!(
             "batch {}, workers {}, amp {}",
             self.batch_size,
             self.workers,
-            on_off(self.amp)
+            self.amp_text()
         );
         if self.accumulation > 1 {
             s.push_str(&format!(", accumulation {}", self.accumulation));
@@ -57,6 +60,145 @@ impl Params {
             s.push_str(&format!(", {name} {value}"));
         }
         s
+    }
+
+    /// `bf16`, or `bf16 (on)` where `on` chose it.
+    pub fn amp_text(&self) -> String {
+        if self.amp_from_on {
+            format!("{} (on)", self.amp.as_str())
+        } else {
+            self.amp.as_str().to_string()
+        }
+    }
+
+    /// These settings on a GPU of compute capability `capability` (None: not read): `on`
+    /// becomes the precision it resolves to there.
+    pub fn on_gpu(&self, capability: Option<Capability>) -> Params {
+        match self.amp {
+            Precision::On => Params {
+                amp: Precision::resolve_on(capability),
+                amp_from_on: true,
+                ..self.clone()
+            },
+            _ => self.clone(),
+        }
+    }
+
+    /// The settings as they were asked for, before a GPU resolved `on`.
+    pub fn as_asked(&self) -> Params {
+        if self.amp_from_on {
+            Params {
+                amp: Precision::On,
+                amp_from_on: false,
+                ..self.clone()
+            }
+        } else {
+            self.clone()
+        }
+    }
+}
+
+/// A GPU's compute capability: (major, minor).
+pub type Capability = (u32, u32);
+
+/// The precision a trial trains in: what `{amp}` and `PERF_LESSONS_AMP` carry. Ordered fp32
+/// first, so a tie between configurations goes to fp32.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 throughout.
+    #[default]
+    Off,
+    /// bf16 autocast: fp32's range, no gradient scaler needed; from compute capability 8.0.
+    Bf16,
+    /// fp16 autocast with a gradient scaler: on every GPU with tensor cores.
+    Fp16,
+    /// The best the trial's GPU supports: bf16 from compute capability 8.0, else fp16.
+    On,
+}
+
+/// The compute capability from which a GPU computes in bf16 (Ampere).
+pub const BF16_FROM: Capability = (8, 0);
+
+impl Precision {
+    pub const ALL: [Precision; 4] = [
+        Precision::Off,
+        Precision::Bf16,
+        Precision::Fp16,
+        Precision::On,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Off => "off",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+            Precision::On => "on",
+        }
+    }
+
+    /// The name in a line of the plot or a pick: `fp32` for off.
+    pub fn label(self) -> &'static str {
+        match self {
+            Precision::Off => "fp32",
+            p => p.as_str(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Precision, String> {
+        let s = s.trim();
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .or(match s {
+                "true" => Some(Precision::On),
+                "false" => Some(Precision::Off),
+                _ => None,
+            })
+            .ok_or_else(|| format!("'{s}' is not off, bf16, fp16 or on"))
+    }
+
+    /// What `on` is on a GPU of this capability: bf16 from [BF16_FROM], else fp16; fp16 too
+    /// where the capability could not be read, since fp16 with a gradient scaler trains on
+    /// every GPU.
+    pub fn resolve_on(capability: Option<Capability>) -> Precision {
+        match capability {
+            Some(c) if c >= BF16_FROM => Precision::Bf16,
+            _ => Precision::Fp16,
+        }
+    }
+
+    /// Why `on` is what it is on a GPU of this capability, in words.
+    pub fn why_on(capability: Option<Capability>) -> String {
+        let on = Precision::resolve_on(capability).as_str();
+        match capability {
+            Some((major, minor)) if Precision::resolve_on(capability) == Precision::Bf16 => {
+                format!("{on} (compute capability {major}.{minor}, bf16 from 8.0)")
+            }
+            Some((major, minor)) => {
+                format!("{on} (compute capability {major}.{minor}, under bf16's 8.0)")
+            }
+            None => format!(
+                "{on} (compute capability not read: fp16 with a gradient scaler trains on every GPU)"
+            ),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Precision {
+    /// A name, or a boolean as results written before the precisions had names hold it (bf16
+    /// autocast on or off).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precision, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(b) => Ok(if b { Precision::Bf16 } else { Precision::Off }),
+            Raw::Text(t) => Precision::parse(&t).map_err(serde::de::Error::custom),
+        }
     }
 }
 
@@ -152,14 +294,6 @@ impl Axis {
     }
 }
 
-pub fn on_off(b: bool) -> &'static str {
-    if b {
-        "on"
-    } else {
-        "off"
-    }
-}
-
 /// The environment variable naming the report file.
 pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
 /// The environment variable holding the trial's number.
@@ -188,7 +322,7 @@ impl Placeholder {
         Placeholder {
             name: "amp",
             env: "PERF_LESSONS_AMP",
-            value: |p| on_off(p.amp).to_string(),
+            value: |p| p.amp.as_str().to_string(),
         },
         Placeholder {
             name: "accumulation",
@@ -339,7 +473,8 @@ mod tests {
         Params {
             batch_size: 96,
             workers: 4,
-            amp: true,
+            amp: Precision::Bf16,
+            amp_from_on: false,
             accumulation: 2,
             steps: 20,
             warmup_steps: 3,
@@ -359,7 +494,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             prog.argv_for(&params()),
-            words("python3 train.py --batch-size=96 --workers 4 --amp on --accumulation 2 --steps 20 --warmup 3 --out run-96-on.log")
+            words("python3 train.py --batch-size=96 --workers 4 --amp bf16 --accumulation 2 --steps 20 --warmup 3 --out run-96-bf16.log")
         );
         // Each value is in the environment too (what the program sees: tests/external_trial.rs).
         assert_eq!(Program::env_for(&params()).len(), Placeholder::ALL.len());
@@ -460,6 +595,61 @@ mod tests {
     }
 
     #[test]
+    fn on_is_the_best_precision_the_gpu_has_and_says_it_came_from_on() {
+        let on = Params {
+            amp: Precision::On,
+            ..params()
+        };
+        let cases = [
+            (Some((9, 0)), Precision::Bf16),
+            (Some((8, 0)), Precision::Bf16),
+            (Some((7, 5)), Precision::Fp16),
+            (Some((7, 0)), Precision::Fp16),
+            (None, Precision::Fp16),
+        ];
+        for (capability, expected) in cases {
+            let p = on.on_gpu(capability);
+            assert_eq!((p.amp, p.amp_from_on), (expected, true), "{capability:?}");
+            assert_eq!(p.as_asked(), on);
+            let env = Program::env_for(&p);
+            let amp = (
+                "PERF_LESSONS_AMP".to_string(),
+                expected.as_str().to_string(),
+            );
+            assert!(env.contains(&amp), "{env:?}");
+        }
+        let p = on.on_gpu(Some((7, 0)));
+        assert!(p.describe().contains("amp fp16 (on)"), "{}", p.describe());
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(
+            json.contains(r#""amp":"fp16","amp_from_on":true"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Params>(&json).unwrap(), p);
+        // A precision asked by name is left as it is on every GPU.
+        for asked in [Precision::Off, Precision::Bf16, Precision::Fp16] {
+            let p = Params {
+                amp: asked,
+                ..params()
+            };
+            assert_eq!(p.on_gpu(Some((7, 0))), p);
+            assert_eq!(p.on_gpu(None), p);
+        }
+        assert!(Precision::why_on(None).contains("not read"));
+        assert!(Precision::why_on(Some((7, 5))).starts_with("fp16 (compute capability 7.5"));
+        assert!(Precision::why_on(Some((9, 0))).starts_with("bf16 (compute capability 9.0"));
+        // Results written when AMP was on or off read as bf16 autocast and fp32.
+        let old = r#"{"batch_size":8,"workers":0,"amp":true,"accumulation":1,"steps":1,"warmup_steps":0}"#;
+        assert_eq!(
+            serde_json::from_str::<Params>(old).unwrap().amp,
+            Precision::Bf16
+        );
+        assert!(Precision::parse("fp8")
+            .unwrap_err()
+            .contains("off, bf16, fp16 or on"));
+    }
+
+    #[test]
     fn empty_and_missing_programs_are_refused() {
         assert!(Program::new(vec![]).unwrap_err().contains("after --"));
         assert!(Program::new(vec![" ".into()]).is_err());
@@ -477,7 +667,7 @@ mod tests {
             Program::display(&argv),
             r"python3 'a b.py' --x={batch_size} 'it'\''s'"
         );
-        let described = "batch 96, workers 4, amp on, accumulation 2";
+        let described = "batch 96, workers 4, amp bf16, accumulation 2";
         assert_eq!(params().describe(), described);
     }
 }

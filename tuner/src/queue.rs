@@ -108,7 +108,7 @@ impl Progress<'_> {
 }
 
 /// A skip rule for sweeps: a batch at or above one that ran out of memory with the same other
-/// settings (the user's axes among them) would run out too.
+/// settings (the user's axes among them, the precision as asked) would run out too.
 pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String> {
     done.iter()
         .filter(|r| r.status == Status::Oom)
@@ -116,8 +116,8 @@ pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String
             r.params.batch_size <= p.batch_size
                 && Params {
                     batch_size: p.batch_size,
-                    ..r.params.clone()
-                } == *p
+                    ..r.params.as_asked()
+                } == p.as_asked()
         })
         .map(|r| r.params.batch_size)
         .min()

@@ -15,9 +15,9 @@ use common::{Error, Result};
 
 use crate::classify::Status;
 use crate::config::Settings;
-use crate::gpu::Device;
+use crate::gpu::{allowed_cpus, cpu_list, share_cpus, Device};
 use crate::launch::{ForkServer, Launcher, PythonProgram};
-use crate::program::{on_off, Params, Program};
+use crate::program::{Capability, Params, Precision, Program};
 use crate::queue::{larger_batch_after_oom, run_queue, ResultsFile};
 use crate::recommend;
 use crate::trial::{Limits, Runner, Stop, TrialResult};
@@ -42,6 +42,13 @@ pub struct DeviceSummary {
     pub cuda_visible: String,
     pub name: Option<String>,
     pub total_bytes: Option<u64>,
+    /// Its compute capability, where NVML read it.
+    pub compute_capability: Option<Capability>,
+    /// What `--amp on` is on it, and why.
+    pub amp_on: String,
+    /// The CPU cores its trials were pinned to, where trials ran on several GPUs at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<usize>>,
 }
 
 impl DeviceSummary {
@@ -51,7 +58,23 @@ impl DeviceSummary {
             cuda_visible: d.cuda_visible.clone(),
             name: d.probe.as_ref().and_then(|p| p.device_name()),
             total_bytes: d.probe.as_ref().and_then(|p| p.device_total()),
+            compute_capability: d.capability,
+            amp_on: Precision::why_on(d.capability),
+            cpus: d.cpus.clone(),
         }
+    }
+
+    /// `GPU 1: --amp on is bf16 (compute capability 9.0, bf16 from 8.0); CPU cores 8-15`,
+    /// for what a report must say about the device: where `on` was asked, and its cores.
+    pub fn note(&self, amp_on_asked: bool) -> Option<String> {
+        let mut parts = Vec::new();
+        if amp_on_asked {
+            parts.push(format!("--amp on is {}", self.amp_on));
+        }
+        if let Some(c) = &self.cpus {
+            parts.push(format!("CPU cores {}", cpu_list(c)));
+        }
+        (!parts.is_empty()).then(|| format!("{}: {}", self.label, parts.join("; ")))
     }
 }
 
@@ -227,7 +250,7 @@ impl Run {
             "trial-{index:03}-b{}-w{}-amp-{}",
             p.batch_size,
             p.workers,
-            on_off(p.amp)
+            p.amp.as_str()
         );
         for (name, value) in p.axes.iter() {
             // A value is the user's text (a path, say): only what is safe in a file name.
@@ -334,6 +357,22 @@ impl Run {
             .unwrap_or_else(|| "unknown GPU".into())
     }
 
+    /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is
+    /// several, each with its share of the tuner's CPU cores, so that trials side by side do
+    /// not fight over cores for their data loaders.
+    fn devices_in_use(&self, jobs: usize) -> Vec<Device> {
+        let mut devices: Vec<Device> = self.devices.iter().take(jobs.max(1)).cloned().collect();
+        if devices.len() > 1 {
+            match allowed_cpus() {
+                Some(cores) => share_cpus(&mut devices, &cores),
+                None => self
+                    .progress
+                    .line("the tuner's CPU affinity could not be read: trials are not pinned"),
+            }
+        }
+        devices
+    }
+
     /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
     /// larger batches), each result written as it ends, and gather what every report of a
     /// queue holds.
@@ -346,10 +385,11 @@ impl Run {
     ) -> Result<Ran> {
         let mut results = ResultsFile::create(&self.results_path)?;
         self.announce(what, Some(jobs.len()));
+        let devices = self.devices_in_use(jobs.len());
         let trials = self.progress.ticking(|| {
             run_queue(
                 jobs,
-                &self.devices,
+                &devices,
                 |i, p, d| {
                     (self.progress).showing(format!("{} {}", d.label, p.describe()), || {
                         self.trial(p, i, d, Stop::AtExit)
@@ -360,7 +400,7 @@ impl Run {
                 |pr| self.progress.line(&pr.line()),
             )
         })?;
-        let devices: Vec<DeviceSummary> = self.devices.iter().map(DeviceSummary::of).collect();
+        let devices: Vec<DeviceSummary> = devices.iter().map(DeviceSummary::of).collect();
         let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
         let (kept, trials_file) = self.finish(&trials);
         Ok(Ran {
@@ -414,13 +454,23 @@ pub struct Ran {
 }
 
 impl Ran {
-    /// `## tuner sweep: `COMMAND` on 2 GPU(s)` and a blank line.
+    /// `## tuner sweep: `COMMAND` on 2 GPU(s)`, a line per GPU where `--amp on` was asked or
+    /// its trials were pinned to cores, and a blank line.
     pub fn header(&self, what: &str) -> String {
         let command = Program::display(&self.command);
-        format!(
+        let mut o = format!(
             "## tuner {what}: `{command}` on {} GPU(s)\n\n",
             self.devices.len()
-        )
+        );
+        let on = self.settings.amp.contains(&Precision::On);
+        let notes: Vec<String> = self.devices.iter().filter_map(|d| d.note(on)).collect();
+        if !notes.is_empty() {
+            for n in notes {
+                o.push_str(&format!("- {n}\n"));
+            }
+            o.push('\n');
+        }
+        o
     }
 
     /// `sweep: 12 trials in 80.1 s; each trial's result: ...`, where a kept folder is, and the

@@ -16,7 +16,8 @@ use common::{Error, Result};
 use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
 use crate::config::Settings;
-use crate::program::{on_off, Axis, Params, Program};
+use crate::gpu::cpu_list;
+use crate::program::{Axis, Params, Program};
 use crate::protocol::ThroughputSource;
 use crate::run::{Ran, Run};
 use crate::trial::TrialResult;
@@ -91,6 +92,7 @@ pub fn plan(s: &Settings) -> Vec<Params> {
                         batch_size,
                         workers,
                         amp,
+                        amp_from_on: false,
                         accumulation: s.accumulation_steps,
                         steps: s.steps,
                         warmup_steps: s.warmup_steps,
@@ -176,7 +178,8 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         .right("framework GB")
         .right("bad lines")
         .left("status")
-        .left("GPU");
+        .left("GPU")
+        .left("CPU cores");
     let gb = |b: u64| format!("{:.3}", b as f64 / 1e9);
     for r in trials {
         let (m, ok) = (&r.measured, r.status == Status::Ok);
@@ -197,7 +200,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         let mut row = vec![
             r.params.batch_size.to_string(),
             r.params.workers.to_string(),
-            on_off(r.params.amp).into(),
+            r.params.amp_text(),
         ];
         row.extend(
             axes.iter()
@@ -228,6 +231,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
             }),
             status,
             cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone()),
+            cell(r.cpus.as_deref(), cpu_list),
         ]);
         t.row(row);
     }
@@ -238,6 +242,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         "framework GB",
         "bad lines",
         "GPU",
+        "CPU cores",
     ]);
     t
 }
@@ -339,13 +344,14 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program::Precision;
 
     #[test]
     fn the_grid_is_every_setting_with_batches_ascending() {
         let s = crate::config::Overrides {
             batch_sizes: Some(vec![64, 16, 32]),
             workers: Some(vec![4, 0]),
-            amp: Some(crate::config::Switch::Both),
+            amp: Some(crate::config::parse_amp("both").unwrap()),
             accumulation_steps: Some(2),
             steps: Some(7),
             warmup_steps: Some(1),
@@ -355,16 +361,12 @@ mod tests {
         .unwrap();
         let g = plan(&s);
         assert_eq!(g.len(), 12);
-        let keys: Vec<(bool, usize, usize)> =
+        let keys: Vec<(Precision, usize, usize)> =
             g.iter().map(|p| (p.amp, p.workers, p.batch_size)).collect();
-        let first = [
-            (false, 0, 16),
-            (false, 0, 32),
-            (false, 0, 64),
-            (false, 4, 16),
-        ];
+        use Precision::{Off, On};
+        let first = [(Off, 0, 16), (Off, 0, 32), (Off, 0, 64), (Off, 4, 16)];
         assert_eq!(keys[..4], first);
-        assert_eq!(keys[11], (true, 4, 64));
+        assert_eq!(keys[11], (On, 4, 64));
         assert!(g
             .iter()
             .all(|p| (p.accumulation, p.steps, p.warmup_steps) == (2, 7, 1)));

@@ -81,6 +81,10 @@ pub struct TrialResult {
     /// The GPU's label (`GPU 1`) and what the child's CUDA_VISIBLE_DEVICES said.
     pub device: String,
     pub cuda_visible: String,
+    /// The CPU cores it was pinned to (trials side by side on several GPUs); None: the tuner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<usize>>,
+    /// Its settings, `on` resolved to the precision its GPU has.
     pub params: Params,
     /// The command line as run.
     pub command: Vec<String>,
@@ -298,9 +302,9 @@ pub struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// Run trial `index` with `params` on `device`, keeping its files in `folder` (created; an
-    /// old report there is removed). Never fails: a program that cannot start is a FAILED
-    /// result saying why.
+    /// Run trial `index` with `params` on `device` (`--amp on` resolved to the precision the
+    /// device has), keeping its files in `folder` (created; an old report there is removed).
+    /// Never fails: a program that cannot start is a FAILED result saying why.
     pub fn trial(
         &self,
         params: &Params,
@@ -308,10 +312,12 @@ impl Runner<'_> {
         device: &Device,
         folder: &Path,
     ) -> TrialResult {
+        let params = &params.on_gpu(device.capability);
         let argv = self.program.argv_for(params);
         let mut result = TrialResult::skipped(index, params.clone(), String::new());
         result.device = device.label.clone();
         result.cuda_visible = device.cuda_visible.clone();
+        result.cpus = device.cpus.clone();
         result.command = argv.clone();
         result.folder = Some(folder.to_path_buf());
         result.memory = MemoryReading::unmeasured("no NVML reading for this device");
@@ -340,6 +346,7 @@ impl Runner<'_> {
                 self.env.to_vec(),
             ]
             .concat(),
+            cpus: device.cpus.as_deref(),
             stdout: &stdout,
             stderr: &stderr,
         };

@@ -32,7 +32,8 @@ fn the_example_config_is_a_tuner_config() {
     let s = overrides.resolve().unwrap();
     assert_eq!(s.workers, vec![0, 4, 8]);
     assert_eq!(s.batch_sizes, vec![32, 64, 128, 256]);
-    assert_eq!(s.amp, vec![false, true]);
+    use tuner::program::Precision::{Off, On};
+    assert_eq!(s.amp, [Off, On]);
     assert_eq!((s.steps, s.warmup_steps), (30, 5));
     assert_eq!((s.batch_size, s.accumulation_steps), (Some(128), 1));
 }
@@ -114,7 +115,8 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     let out = python(&["-c", USE_THE_REPORTER])
         .env("PERF_LESSONS_REPORT", &report)
         .env("PERF_LESSONS_BATCH_SIZE", "48")
-        .env("PERF_LESSONS_AMP", "on")
+        // What `--amp on` reaches a program as: a precision, which is on as a bool.
+        .env("PERF_LESSONS_AMP", "bf16")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -199,6 +201,47 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
     let out = python(&["train_resnet.py", "--help"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--accumulation"));
+}
+
+/// Each script that takes `--amp` takes every precision the tuner passes (and `on`, for a run
+/// of its own), and parses it without PyTorch.
+#[test]
+fn the_scripts_take_every_precision() {
+    let package = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
+    let parse = r#"
+import importlib, sys
+script, extra = sys.argv[1], sys.argv[2:]
+module = importlib.import_module(script)
+print(" ".join(module.parse_args(extra + ["--amp", p]).amp for p in ("off", "bf16", "fp16", "on")))
+"#;
+    for (script, extra) in [
+        ("train_resnet", &[][..]),
+        ("train_resnet_lightning", &[]),
+        ("lightning_batch_finder", &[]),
+        ("check_fit", &["96"]),
+    ] {
+        let mut args = vec!["-c", parse, script];
+        args.extend_from_slice(extra);
+        let out = python(&args).env("PYTHONPATH", package).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.trim(), "off bf16 fp16 on", "{script}");
+    }
+    refuses(
+        python(&["check_fit.py", "96", "--amp", "fp8"]),
+        "invalid choice",
+    );
+    refuses(
+        python(&["lightning_batch_finder.py", "--amp", "both"]),
+        "invalid choice",
+    );
+    let out = python(&["train_resnet.py", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, "");
+    assert!(help.contains("gradientscaler"), "{help}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use tuner::classify::Status;
 use tuner::gpu::{visible_devices, Device};
 use tuner::granularity::Granularity;
 use tuner::nvml::MemorySource;
-use tuner::program::{Params, Program};
+use tuner::program::{Params, Precision, Program};
 use tuner::protocol::ThroughputSource;
 use tuner::trial::Limits;
 
@@ -60,7 +60,7 @@ fn nvml_reads_the_memory_a_trial_holds() {
     let p = Params {
         batch_size: 1,
         workers: 0,
-        amp: false,
+        amp: Precision::Off,
         accumulation: 1,
         steps: 1,
         warmup_steps: 0,
@@ -108,7 +108,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     let p = Params {
         batch_size: 64,
         workers: 4,
-        amp: true,
+        amp: Precision::On,
         accumulation: 2,
         steps: 10,
         warmup_steps: 3,
@@ -135,6 +135,16 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
         r.nvml_util_pct,
         r.wall_s,
     );
+    // `on` is bf16 on every GPU from compute capability 8.0 (the H100 and H200 are 9.0).
+    let capability = device
+        .capability
+        .expect("NVML reads the compute capability");
+    assert_eq!(
+        (r.params.amp, r.params.amp_from_on),
+        (Precision::resolve_on(Some(capability)), true),
+        "{capability:?}"
+    );
+    assert!(r.command.iter().any(|a| a == r.params.amp.as_str()));
     assert_eq!(m.source, ThroughputSource::Protocol);
     assert_eq!((m.reported_steps, m.warmup_steps), (13, 3));
     assert_eq!(r.report.bad_lines, 0);
@@ -156,7 +166,7 @@ fn the_resnet_example_reports_its_steps_and_runs_out_of_memory() {
     let huge = Params {
         batch_size: 16384,
         workers: 1,
-        amp: false,
+        amp: Precision::Off,
         accumulation: 1,
         steps: 1,
         warmup_steps: 0,

@@ -104,6 +104,66 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
     assert_eq!(indices, (0..9).collect::<Vec<_>>());
 }
 
+/// Trials side by side on two GPUs each run on their GPU's share of the tuner's cores: the
+/// shares are disjoint and together the cores the tuner may use.
+#[test]
+fn trials_side_by_side_each_run_on_their_share_of_the_cores() {
+    let Some(allowed) = tuner::gpu::allowed_cpus() else {
+        panic!("this process's CPU affinity cannot be read");
+    };
+    let dir = Scratch::new("affinity");
+    let log = dir.str("log.jsonl");
+    let prog = program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.05")]);
+    let jobs: Vec<Params> = (1..=4).map(|i| params(8 * i)).collect();
+    let mut devices = vec![
+        Device::stand_in("GPU 0", "0"),
+        Device::stand_in("GPU 1", "1"),
+    ];
+    tuner::gpu::share_cpus(&mut devices, &allowed);
+    let limits = Limits::new(Duration::from_secs(60));
+    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+    let done = run_queue(
+        &jobs,
+        &devices,
+        |i, p, d| trial(&prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
+        |_: &Params, _: &[TrialResult]| None,
+        &mut results,
+        |_: &Progress| {},
+    )
+    .unwrap();
+    assert!(done.iter().all(|r| r.status == Status::Ok), "{done:?}");
+    let mut by_device: HashMap<String, Vec<usize>> = HashMap::new();
+    for e in log_entries(&dir.path("log.jsonl")) {
+        let r = &done[trial_of(&e)];
+        let cpus: Vec<usize> = serde_json::from_value(e["cpus"].clone()).unwrap();
+        // What the program saw is what its result says and what its device was given.
+        assert_eq!(Some(&cpus), r.cpus.as_ref(), "{}", r.device);
+        let device = devices.iter().find(|d| d.label == r.device).unwrap();
+        assert_eq!(Some(&cpus), device.cpus.as_ref());
+        let seen = by_device.entry(r.device.clone()).or_insert(cpus.clone());
+        assert_eq!(*seen, cpus, "one share per device");
+    }
+    let shares: Vec<&Vec<usize>> = by_device.values().collect();
+    if allowed.len() >= 2 {
+        assert_eq!(shares.len(), 2, "both devices took trials");
+        assert!(
+            shares[0].iter().all(|c| !shares[1].contains(c)),
+            "{shares:?}"
+        );
+        let mut all: Vec<usize> = shares.iter().flat_map(|s| s.iter().copied()).collect();
+        all.sort_unstable();
+        assert_eq!(all, allowed, "the shares cover the tuner's cores");
+    }
+    // One device: no pinning, the trial has every core the tuner has.
+    let mut one = vec![Device::stand_in("GPU 0", "0")];
+    tuner::gpu::share_cpus(&mut one, &allowed);
+    let r = trial(&prog, &params(8), 9, &one[0], &dir.path("one"), &limits);
+    assert_eq!(r.cpus, None);
+    let e = log_entries(&dir.path("log.jsonl")).pop().unwrap();
+    let cpus: Vec<usize> = serde_json::from_value(e["cpus"].clone()).unwrap();
+    assert_eq!(cpus, allowed);
+}
+
 #[test]
 fn a_sweep_skips_larger_batches_of_a_setting_that_ran_out_of_memory() {
     let dir = Scratch::new("skip");

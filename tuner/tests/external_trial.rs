@@ -9,7 +9,7 @@ use fake::{eventually, gone, log_entries, params, program, trial, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::nvml::MemorySource;
-use tuner::program::{Params, Program};
+use tuner::program::{Params, Precision, Program};
 use tuner::protocol::ThroughputSource;
 use tuner::trial::{Limits, Stop};
 
@@ -25,7 +25,7 @@ fn placeholders_and_environment_reach_the_program() {
     let p = Params {
         batch_size: 24,
         workers: 3,
-        amp: true,
+        amp: Precision::Bf16,
         accumulation: 2,
         steps: 4,
         warmup_steps: 2,
@@ -38,7 +38,7 @@ fn placeholders_and_environment_reach_the_program() {
         (r.index, r.device.as_str(), r.cuda_visible.as_str()),
         (7, "GPU 5", "5")
     );
-    assert!(r.command.contains(&"24".to_string()) && r.command.contains(&"on".to_string()));
+    assert!(r.command.contains(&"24".to_string()) && r.command.contains(&"bf16".to_string()));
 
     let entries = log_entries(&dir.path("log.jsonl"));
     assert_eq!(entries.len(), 1);
@@ -46,7 +46,7 @@ fn placeholders_and_environment_reach_the_program() {
     // The placeholders, as the program's flags saw them.
     assert_eq!(e["args"]["batch_size"], 24);
     assert_eq!(e["args"]["workers"], 3);
-    assert_eq!(e["args"]["amp"], "on");
+    assert_eq!(e["args"]["amp"], "bf16");
     assert_eq!(e["args"]["accumulation"], 2);
     assert_eq!(e["args"]["steps"], 4);
     assert_eq!(e["args"]["warmup"], 2);
@@ -55,7 +55,7 @@ fn placeholders_and_environment_reach_the_program() {
     for (k, v) in [
         ("PERF_LESSONS_BATCH_SIZE", "24"),
         ("PERF_LESSONS_WORKERS", "3"),
-        ("PERF_LESSONS_AMP", "on"),
+        ("PERF_LESSONS_AMP", "bf16"),
         ("PERF_LESSONS_ACCUMULATION", "2"),
         ("PERF_LESSONS_STEPS", "4"),
         ("PERF_LESSONS_WARMUP_STEPS", "2"),
@@ -97,6 +97,53 @@ fn placeholders_and_environment_reach_the_program() {
     assert_eq!(r.memory.source, MemorySource::None);
     assert!(r.memory.peak_bytes.is_none());
     assert!(r.stderr_tail.is_empty());
+}
+
+/// `--amp on` reaches the program as the best precision the trial's GPU has: bf16 from compute
+/// capability 8.0, fp16 before it and where the capability is not known; a precision asked by
+/// name reaches it as it is.
+#[test]
+fn on_reaches_the_program_as_the_precision_its_gpu_has() {
+    let dir = Scratch::new("precision");
+    let log = dir.str("log.jsonl");
+    let prog = program(&[("FAKE_LOG", &log)]);
+    let cases = [
+        (Precision::On, Some((9, 0)), "bf16", true),
+        (Precision::On, Some((7, 0)), "fp16", true),
+        (Precision::On, None, "fp16", true),
+        (Precision::Fp16, Some((9, 0)), "fp16", false),
+        (Precision::Bf16, Some((7, 0)), "bf16", false),
+        (Precision::Off, Some((9, 0)), "off", false),
+    ];
+    for (i, &(asked, capability, expected, from_on)) in cases.iter().enumerate() {
+        let mut device = Device::stand_in("GPU 0", "0");
+        if let Some((major, minor)) = capability {
+            device = device.with_capability(major, minor);
+        }
+        let p = Params {
+            amp: asked,
+            ..params(8)
+        };
+        let r = trial(
+            &prog,
+            &p,
+            i,
+            &device,
+            &dir.path(&format!("t{i}")),
+            &limits(60),
+        );
+        assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
+        assert_eq!(
+            r.params.amp.as_str(),
+            expected,
+            "{asked:?} on {capability:?}"
+        );
+        assert_eq!(r.params.amp_from_on, from_on);
+        assert_eq!(r.params.as_asked(), p);
+        let e = &log_entries(&dir.path("log.jsonl"))[i];
+        assert_eq!(e["args"]["amp"], expected, "the flag {{amp}}");
+        assert_eq!(e["env"]["PERF_LESSONS_AMP"], expected);
+    }
 }
 
 /// The tuner's own clock (the report's lines as they arrived) agrees with step times that add

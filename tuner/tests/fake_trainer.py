@@ -1,6 +1,7 @@
 """A stand-in training program for the tuner's external-mode tests (no GPU, no PyTorch).
 
-It takes the flags a real script would (--batch-size, --workers, --amp, --accumulation,
+It takes the flags a real script would (--batch-size, --workers, --amp off|bf16|fp16 (what the
+tuner resolves `on` to), --accumulation,
 --steps, --warmup, and --lr or PERF_LESSONS_LR, a sweep's axis), reports every step through
 the repository's perf_lessons package, and misbehaves on request through its environment.
 
@@ -27,7 +28,8 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_STEP_S=S      seconds per step (default 0.01)
   FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
                      part of its loop)
-  FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, times)
+  FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, CPU
+                     affinity, times)
   FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
                      PER_SAMPLE x batch, reported with every step beside a device line
                      (FAKE_GPU_NAME, default "Fake GPU"); past FREE it runs out of memory
@@ -139,7 +141,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch-size", type=int, default=setting("BATCH_SIZE", 32))
     p.add_argument("--workers", type=int, default=setting("WORKERS", 0))
-    p.add_argument("--amp", choices=["on", "off"], default="on" if setting("AMP", False) else "off")
+    # The precision as the tuner resolves it: never `on`, which the tuner turns into what the
+    # trial's GPU has.
+    p.add_argument("--amp", choices=["off", "bf16", "fp16"], default=setting("AMP", "off"))
     p.add_argument("--accumulation", type=int, default=setting("ACCUMULATION", 1))
     p.add_argument("--steps", type=int, default=setting("STEPS", 5))
     p.add_argument("--warmup", type=int, default=setting("WARMUP_STEPS", 1))
@@ -157,6 +161,7 @@ def main():
         "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
+        "cpus": sorted(os.sched_getaffinity(0)),
         "start": start,
     }
 

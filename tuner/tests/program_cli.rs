@@ -62,14 +62,15 @@ fn placeholders_and_environment_reach_the_program() {
     let e = &log_entries(Path::new(&log))[0];
     assert_eq!(e["args"]["batch_size"], 24);
     assert_eq!(e["args"]["workers"], 3);
-    assert_eq!(e["args"]["amp"], "on");
+    // No NVML here: the capability is not known, and `on` is fp16, which trains everywhere.
+    assert_eq!(e["args"]["amp"], "fp16");
     assert_eq!(e["args"]["accumulation"], 2);
     assert_eq!(e["args"]["steps"], 4);
     assert_eq!(e["args"]["warmup"], 2);
     for (k, v) in [
         ("PERF_LESSONS_BATCH_SIZE", "24"),
         ("PERF_LESSONS_WORKERS", "3"),
-        ("PERF_LESSONS_AMP", "on"),
+        ("PERF_LESSONS_AMP", "fp16"),
         ("PERF_LESSONS_ACCUMULATION", "2"),
         ("PERF_LESSONS_STEPS", "4"),
         ("PERF_LESSONS_WARMUP_STEPS", "2"),
@@ -87,6 +88,21 @@ fn placeholders_and_environment_reach_the_program() {
     let row = &report["trials"][0];
     assert_eq!(row["status"], "OK");
     assert_eq!(row["params"]["batch_size"], 24);
+    assert_eq!(
+        (&row["params"]["amp"], &row["params"]["amp_from_on"]),
+        (&"fp16".into(), &true.into())
+    );
+    let amp_on = report["devices"][0]["amp_on"].as_str().unwrap();
+    assert!(
+        amp_on.starts_with("fp16 (compute capability not read"),
+        "{amp_on}"
+    );
+    assert!(
+        o.stdout.contains(&format!("- GPU 0: --amp on is {amp_on}")),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("| 24 | 3 | fp16 (on) |"), "{}", o.stdout);
     assert_eq!(row["report"]["bad_lines"], 0);
     // 6 steps reported, 2 of them warmup; 48 samples per 10 ms.
     assert!((row["measured"]["samples_per_s"].as_f64().unwrap() - 4800.0).abs() < 1e-6);
@@ -105,7 +121,7 @@ fn placeholders_and_environment_reach_the_program() {
     );
     assert!(
         o.stdout
-            .contains("- recommended: batch 24, workers 3, AMP: 4800 samples/s"),
+            .contains("- recommended: batch 24, workers 3, fp16: 4800 samples/s"),
         "{}",
         o.stdout
     );
@@ -500,7 +516,7 @@ fn json_to_stdout_leaves_the_text_to_stderr() {
     assert_eq!(report["schema"], "tuner-memory/2");
     assert_eq!(report["trials"].as_array().unwrap().len(), 3);
     let p = &report["precisions"][0];
-    assert_eq!(p["amp"], false);
+    assert_eq!(p["amp"], "off");
     assert_eq!(
         (p["largest_fitting"].as_u64(), p["first_failing"].as_u64()),
         (Some(1024), Some(2048))
@@ -1101,7 +1117,7 @@ fn a_choice_the_command_cannot_make_is_refused_before_anything_starts() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["autobatch", "--amp", "both", "--", "python3", &fake],
-            "--amp on or --amp off",
+            "--amp off, bf16, fp16 or on",
         ),
         (
             vec!["autobatch", "--workers", "0,4", "--", "python3", &fake],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tuner::gpu::Device;
 use tuner::launch::Launcher;
-use tuner::program::{Params, Program};
+use tuner::program::{Params, Precision, Program};
 use tuner::trial::{Limits, Runner, TrialResult};
 
 pub fn script() -> String {
@@ -52,7 +52,8 @@ pub fn params(batch: usize) -> Params {
     Params {
         batch_size: batch,
         workers: 0,
-        amp: false,
+        amp: Precision::Off,
+        amp_from_on: false,
         accumulation: 1,
         steps: 2,
         warmup_steps: 1,

@@ -632,6 +632,43 @@ fn a_python_program_s_trials_are_forked_each_a_process_of_its_own() {
     assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
 }
 
+/// A forked trial gets its GPU's share of the cores as a spawned one does: the fork server's
+/// child sets it before the program runs.
+#[test]
+fn forked_trials_side_by_side_run_on_their_share_of_the_cores() {
+    let (s, work, tmp) = places("fork-cpus");
+    let log = s.str("log.jsonl");
+    let args = [
+        "sweep",
+        "--batch-sizes",
+        "8,16,24,32",
+        "--steps",
+        "2",
+        "--workers",
+        "0",
+        "--json",
+        "sweep.json",
+    ];
+    let o = run(
+        python_command(&args, &[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.05")]),
+        "0,1",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let sweep = json(&work.join("sweep.json"));
+    let launch = sweep["launch"].as_str().unwrap();
+    assert!(launch.starts_with("each trial forked"), "{launch}");
+    let trials = sweep["trials"].as_array().unwrap();
+    let entries = log_entries(Path::new(&log));
+    assert_eq!(entries.len(), 4);
+    for e in &entries {
+        let t = &trials[trial_of(e)];
+        assert!(t["cpus"].is_array(), "{t}");
+        assert_eq!(e["cpus"], t["cpus"], "{t}");
+    }
+}
+
 /// `tuner autobatch --json ab.json ...` on the fake; the JSON report.
 fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
     let (_s, work, tmp) = places(name);
@@ -1233,6 +1270,36 @@ fn a_grid_of_the_user_s_axes_runs_over_two_gpus_and_is_picked_by_loss() {
         gpus.insert(e["cuda_visible_devices"].as_str().unwrap().to_string());
     }
     assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["3", "5"]);
+    // Side by side on two GPUs, each trial ran on its GPU's share of the tuner's cores: what
+    // the program saw is what its line of the JSON and the report's GPU lines say.
+    let allowed = tuner::gpu::allowed_cpus().unwrap();
+    let mut shares = std::collections::BTreeMap::new();
+    for e in &entries {
+        let t = &trials[trial_of(e)];
+        assert_eq!(e["cpus"], t["cpus"], "{t}");
+        shares.insert(t["device"].as_str().unwrap().to_string(), e["cpus"].clone());
+    }
+    let share = |gpu: usize| -> Vec<usize> {
+        serde_json::from_value(report["devices"][gpu]["cpus"].clone()).unwrap()
+    };
+    assert_eq!(shares["GPU 0"], serde_json::json!(share(0)));
+    assert_eq!(shares["GPU 1"], serde_json::json!(share(1)));
+    if allowed.len() >= 2 {
+        let mut both = [share(0), share(1)].concat();
+        both.sort_unstable();
+        assert_eq!(both, allowed, "disjoint, and every core the tuner may use");
+    }
+    let cores = tuner::gpu::cpu_list(&share(1));
+    assert!(
+        o.stdout.contains(&format!("- GPU 1: CPU cores {cores}\n")),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("| status | GPU | CPU cores |"),
+        "{}",
+        o.stdout
+    );
     // The grid is in the sweep's JSON and in every trial's line.
     assert_eq!(report["settings"]["axes"][0]["name"], "lr");
     assert_eq!(report["settings"]["axes"][1]["values"][1], "adam");

@@ -14,6 +14,27 @@ use tuner::program::Params;
 use tuner::queue::{larger_batch_after_oom, run_queue, Progress, ResultsFile};
 use tuner::trial::{Limits, TrialResult};
 
+/// `jobs` of `prog` from one queue over `devices`, quietly, the results file in `dir`.
+fn queue(
+    dir: &Scratch,
+    prog: &tuner::program::Program,
+    jobs: &[Params],
+    devices: &[Device],
+    skip: impl Fn(&Params, &[TrialResult]) -> Option<String> + Sync,
+) -> Vec<TrialResult> {
+    let limits = Limits::new(Duration::from_secs(60));
+    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+    run_queue(
+        jobs,
+        devices,
+        |i, p, d| trial(prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
+        skip,
+        &mut results,
+        |_: &Progress| {},
+    )
+    .unwrap()
+}
+
 #[test]
 fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
     let dir = Scratch::new("queue");
@@ -120,17 +141,7 @@ fn trials_side_by_side_each_run_on_their_share_of_the_cores() {
         Device::stand_in("GPU 1", "1"),
     ];
     tuner::gpu::share_cpus(&mut devices, &allowed);
-    let limits = Limits::new(Duration::from_secs(60));
-    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let done = run_queue(
-        &jobs,
-        &devices,
-        |i, p, d| trial(&prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
-        |_: &Params, _: &[TrialResult]| None,
-        &mut results,
-        |_: &Progress| {},
-    )
-    .unwrap();
+    let done = queue(&dir, &prog, &jobs, &devices, |_, _| None);
     assert!(done.iter().all(|r| r.status == Status::Ok), "{done:?}");
     let mut by_device: HashMap<String, Vec<usize>> = HashMap::new();
     for e in log_entries(&dir.path("log.jsonl")) {
@@ -157,7 +168,14 @@ fn trials_side_by_side_each_run_on_their_share_of_the_cores() {
     // One device: no pinning, the trial has every core the tuner has.
     let mut one = vec![Device::stand_in("GPU 0", "0")];
     tuner::gpu::share_cpus(&mut one, &allowed);
-    let r = trial(&prog, &params(8), 9, &one[0], &dir.path("one"), &limits);
+    let r = trial(
+        &prog,
+        &params(8),
+        9,
+        &one[0],
+        &dir.path("one"),
+        &Limits::new(Duration::from_secs(60)),
+    );
     assert_eq!(r.cpus, None);
     let e = log_entries(&dir.path("log.jsonl")).pop().unwrap();
     let cpus: Vec<usize> = serde_json::from_value(e["cpus"].clone()).unwrap();
@@ -170,22 +188,18 @@ fn a_sweep_skips_larger_batches_of_a_setting_that_ran_out_of_memory() {
     let prog = program(&[("FAKE_OOM_ABOVE", "20")]);
     let jobs: Vec<Params> = [8, 16, 32, 64].map(params).to_vec();
     let devices = [Device::stand_in("GPU 0", "0")];
-    let limits = Limits::new(Duration::from_secs(60));
-    let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let done = run_queue(
-        &jobs,
-        &devices,
-        |i, p, d| trial(&prog, p, i, d, &dir.path(&format!("trial-{i}")), &limits),
-        larger_batch_after_oom,
-        &mut results,
-        |_: &Progress| {},
-    )
-    .unwrap();
+    let done = queue(&dir, &prog, &jobs, &devices, larger_batch_after_oom);
     let statuses: Vec<Status> = done.iter().map(|r| r.status).collect();
     assert_eq!(
         statuses,
         [Status::Ok, Status::Ok, Status::Oom, Status::Skipped]
     );
     assert!(done[3].reason.contains("batch 32"), "{}", done[3].reason);
-    assert_eq!(ResultsFile::read(results.path()).unwrap().0.len(), 4);
+    assert_eq!(
+        ResultsFile::read(&dir.path("results.jsonl"))
+            .unwrap()
+            .0
+            .len(),
+        4
+    );
 }

@@ -135,6 +135,13 @@ fn every_step_runs_and_the_summary_comes_last() {
             "{table}"
         );
     }
+    // The tuner as a team runs it needs the same PyTorch, and says so where it is not here.
+    if !table.contains("| tuner-grid |") {
+        assert!(
+            table.contains("| workflow | skipped: python3 with PyTorch, torchvision and timm"),
+            "{table}"
+        );
+    }
     // The table is last, followed only by where the logs are.
     let lines: Vec<&str> = stdout.trim_end().lines().collect();
     assert!(lines[lines.len() - 1].starts_with("logs: "), "{stdout}");

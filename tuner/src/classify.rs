@@ -26,6 +26,9 @@ pub enum Status {
     /// memory).
     #[default]
     Skipped,
+    /// No result yet where the results were gathered: a cluster's task still queued or
+    /// running, or one that ended without leaving its result (its reason says which).
+    Unfinished,
 }
 
 /// The stacks' own wordings, most specific first: (stack, needles). A line means the device ran

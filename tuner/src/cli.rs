@@ -44,6 +44,12 @@ pub enum Command {
     Team(TeamArgs),
     /// Redraw the plot of a sweep from its JSON.
     Plot(PlotArgs),
+    /// The report of a sweep run as a Slurm array job (`sweep --slurm DIR`), from the results
+    /// in DIR so far: finished trials count, the others are shown unfinished.
+    Gather(GatherArgs),
+    /// Run one trial of a Slurm plan (what each array task runs).
+    #[command(hide = true)]
+    Task(TaskArgs),
 }
 
 /// What every command takes: where the settings come from, where trials run, and the command.
@@ -203,7 +209,37 @@ pub struct SweepArgs {
     #[arg(long, value_name = "METRIC:min|max", value_parser = PickRule::parse)]
     pub pick: Option<PickRule>,
     #[command(flatten)]
+    pub slurm: SlurmArgs,
+    #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// A sweep's trials as a Slurm array job, one task per trial.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SlurmArgs {
+    /// Run the trials as a Slurm array job, one task per trial on a GPU of its own, from a plan
+    /// written into DIR (a new folder on storage every node sees); the report is made from the
+    /// results there, as `tuner gather DIR` makes it at any time.
+    #[arg(long = "slurm", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// At most N trials at once (the array's %N).
+    #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
+    pub max_parallel: Option<usize>,
+    /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
+    /// task asks for --gres=gpu:1 unless one of these names --gres or --gpus.
+    #[arg(
+        long = "sbatch",
+        value_name = "OPTION",
+        requires = "dir",
+        allow_hyphen_values = true
+    )]
+    pub sbatch: Vec<String>,
+    /// Submit and return at once; `tuner gather DIR` makes the report later.
+    #[arg(long, requires = "dir")]
+    pub no_wait: bool,
+    /// Write the plan and the array script (DIR/array.sh) and submit nothing.
+    #[arg(long, requires = "dir", conflicts_with = "no_wait")]
+    pub no_submit: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -335,6 +371,29 @@ pub struct TeamArgs {
     /// The team-settings TOML.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GatherArgs {
+    /// The folder a `sweep --slurm DIR` wrote.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Draw FILE.png and FILE.svg (default: the sweep's --plot, if given).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TaskArgs {
+    /// The plan's folder.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The trial to run (default: $SLURM_ARRAY_TASK_ID).
+    #[arg(value_name = "INDEX")]
+    pub index: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -187,7 +187,7 @@ impl Overrides {
 pub const DEFAULT_TIME_LIMIT_S: f64 = 600.0;
 
 /// The resolved settings a run uses.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
     pub batch_sizes: Vec<usize>,
     pub workers: Vec<usize>,
@@ -202,7 +202,7 @@ pub struct Settings {
     pub devices: Option<String>,
     pub time_limit_s: f64,
     /// The user's own axes (`--axis`), each value a trial of every other setting.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub axes: Vec<Axis>,
 }
 

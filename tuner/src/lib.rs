@@ -22,7 +22,8 @@
 //! - [run], [plot], [writeback]: what a command's trials share (GPUs, folder, progress, the
 //!   results file, JSON), the sweep's figure, the answer written back
 //! - [sweep], [memory], [autobatch]: the three commands, each one report type and schema;
-//!   [profile]: the answer run once under a profiler
+//!   [profile]: the answer run once under a profiler; [slurm]: a sweep's trials as a Slurm
+//!   array job, and its report gathered from their result files
 //! - [cli]: the edge
 
 pub mod classify;
@@ -52,5 +53,7 @@ pub mod autobatch;
 pub mod memory;
 pub mod profile;
 pub mod sweep;
+
+pub mod slurm;
 
 pub mod cli;

@@ -1,3 +1,4 @@
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::SystemTime;
 
@@ -7,12 +8,13 @@ use common::exit::{no_gpu, usage};
 use common::Error;
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, Options};
-use tuner::cli::{Cli, Command, ProfileArgs, RunArgs};
+use tuner::cli::{Cli, Command, ProfileArgs, RunArgs, SweepArgs};
 use tuner::config::Settings;
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Choice, Profiler};
 use tuner::program::{Axis, Params, Placeholder, Program};
 use tuner::run::{emit, DeviceSummary, Run, RunOptions};
+use tuner::sweep::SweepReport;
 use tuner::writeback;
 
 fn main() -> ExitCode {
@@ -24,15 +26,13 @@ fn main() -> ExitCode {
             }
             Axis::check_distinct(&a.axes).map_err(usage)?;
             settings.axes = a.axes.clone();
+            if let Some(dir) = &a.slurm.dir {
+                return slurm_sweep(&a, dir, settings);
+            }
             let run = start(&a.run, &settings, "sweep")?;
             let pick = a.pick.as_ref();
             let report = tuner::sweep::sweep(&run, settings, a.margin, pick, a.plot.as_deref())?;
-            emit(&a.run.json, &report, &tuner::sweep::render(&report))?;
-            // Known only once the trials reported: their results are kept, the pick is refused.
-            if let Some(e) = &report.pick_error {
-                return Err(usage(e));
-            }
-            Ok(code(report.best.highest_throughput.is_some()))
+            sweep_done(&a.run.json, &report)
         }
         Command::Memory(a) => {
             let mut settings = settings(&a.run)?;
@@ -82,11 +82,59 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Gather(a) => {
+            let (plan, report) = tuner::slurm::gather(&a.dir, a.plot.as_deref())?;
+            sweep_done(&a.json.or(plan.json), &report)
+        }
+        Command::Task(a) => {
+            let r = tuner::slurm::task(&a.dir, a.index)?;
+            println!(
+                "trial {}: {}: {}",
+                r.index,
+                r.params.describe(),
+                r.verdict()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plot(a) => {
             tuner::sweep::replot(&a.from, &a.out).map_err(Error::invalid)?;
             Ok(ExitCode::SUCCESS)
         }
     })
+}
+
+/// A sweep's report printed and written, and its exit code.
+fn sweep_done(json: &Option<PathBuf>, report: &SweepReport) -> anyhow::Result<ExitCode> {
+    emit(json, report, &tuner::sweep::render(report))?;
+    // Known only once the trials reported: their results are kept, the pick is refused.
+    if let Some(e) = &report.pick_error {
+        return Err(usage(e));
+    }
+    Ok(code(report.best.highest_throughput.is_some()))
+}
+
+/// `sweep --slurm DIR`: the plan written into DIR, checked as a local sweep's command is (no
+/// GPU is needed where it is given, a cluster's login node).
+fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
+    let program = checked_program(&a.run, &settings)?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| usage(format!("cannot read the current folder: {e}")))?;
+    let plan = tuner::slurm::Plan::new(
+        program.argv,
+        cwd,
+        settings,
+        a.margin,
+        a.pick.clone(),
+        a.run.json.as_deref(),
+        a.plot.as_deref(),
+    );
+    plan.write(dir)?;
+    println!(
+        "{} trials planned in {}: run each with `tuner task {1} INDEX`, then `tuner gather {1}`",
+        plan.trials.len(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is

@@ -203,7 +203,7 @@ impl<'de> Deserialize<'de> for Precision {
 }
 
 /// One of the user's own axes: a name and the values a sweep tries, as written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Axis {
     pub name: String,
     pub values: Vec<String>,

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use common::report::Provenance;
 use common::{Error, Result};
@@ -36,7 +36,7 @@ pub struct RunOptions {
 }
 
 /// A GPU the trials ran on, as the report names it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceSummary {
     pub label: String,
     pub cuda_visible: String,
@@ -47,7 +47,7 @@ pub struct DeviceSummary {
     /// What `--amp on` is on it, and why.
     pub amp_on: String,
     /// The CPU cores its trials were pinned to, where trials ran on several GPUs at once.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Vec<usize>>,
 }
 
@@ -347,14 +347,7 @@ impl Run {
 
     /// The GPU's name: NVML's, else what the program reported.
     pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        DeviceSummary::of(device)
-            .name
-            .or_else(|| {
-                trials
-                    .iter()
-                    .find_map(|r| r.measured.device.as_ref().and_then(|d| d.name.clone()))
-            })
-            .unwrap_or_else(|| "unknown GPU".into())
+        gpu_name(&DeviceSummary::of(device), trials)
     }
 
     /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is
@@ -416,6 +409,17 @@ impl Run {
             kept,
         })
     }
+}
+
+/// The GPU's name: NVML's, else what the programs reported.
+pub fn gpu_name(device: &DeviceSummary, trials: &[TrialResult]) -> String {
+    (device.name.clone())
+        .or_else(|| {
+            trials
+                .iter()
+                .find_map(|r| r.measured.device.as_ref().and_then(|d| d.name.clone()))
+        })
+        .unwrap_or_else(|| "unknown GPU".into())
 }
 
 /// The margin by the smallest GPU's memory class: NVML's figure, else what the programs
@@ -490,11 +494,12 @@ impl Ran {
                 ))
             ));
         }
-        for t in self
-            .trials
-            .iter()
-            .filter(|t| matches!(t.status, Status::Hang | Status::Failed | Status::Incomplete))
-        {
+        for t in self.trials.iter().filter(|t| {
+            matches!(
+                t.status,
+                Status::Hang | Status::Failed | Status::Incomplete | Status::Unfinished
+            )
+        }) {
             o.push_str(&format!(
                 "trial {} ({}): {}; stderr ended with: {}\n",
                 t.index,

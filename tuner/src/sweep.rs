@@ -114,6 +114,12 @@ pub fn sweep(
 ) -> Result<SweepReport> {
     let jobs = plan(&settings);
     let ran = run.ran("sweep", &jobs, settings, margin)?;
+    report(ran, pick, plot)
+}
+
+/// The report of a sweep's trials, wherever they ran: the picks, the diagnosis, the checks and
+/// the plot.
+pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<SweepReport> {
     let best = analysis::best_by(&ran.trials, ran.margin, pick);
     let diagnosis = analysis::diagnose(&ran.trials, &best);
     let report = SweepReport {
@@ -125,10 +131,13 @@ pub fn sweep(
         ran,
     };
     if let Some(stem) = plot {
+        let gpu = match report.ran.devices.first() {
+            Some(d) => crate::run::gpu_name(d, &report.ran.trials),
+            None => "unknown GPU".into(),
+        };
         let title = format!(
-            "tuner sweep of {} on {}",
+            "tuner sweep of {} on {gpu}",
             Program::display(&report.ran.command),
-            run.gpu_name(&run.devices[0], &report.ran.trials)
         );
         crate::plot::render(&report.ran.trials, &title, stem).map_err(Error::invalid)?;
     }

@@ -175,6 +175,7 @@ impl TrialResult {
             Status::Hang => format!("HANG: {}", self.reason),
             Status::Failed => format!("FAILED: {}", self.reason),
             Status::Skipped => format!("SKIPPED: {}", self.reason),
+            Status::Unfinished => format!("UNFINISHED: {}", self.reason),
         }
     }
 }

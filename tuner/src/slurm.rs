@@ -1,0 +1,317 @@
+//! A sweep's trials as a Slurm array job. The tuner does not schedule across hosts itself: it
+//! writes the plan of trials into a folder every node sees, and each array task runs one trial
+//! exactly as a local sweep does (a process of its own, the protocol, the time limit, out of
+//! memory by message), leaving its result in the folder. The report is made from whatever
+//! results are there, at any time, by the same code as a local sweep's.
+//!
+//! The folder:
+//!
+//! ```text
+//! plan.json           the command, the settings and each trial's values (versioned)
+//! array.sh            the array job's script: `tuner task DIR`, one task per trial
+//! job.json            the job sbatch accepted, once submitted
+//! results/NNN.json    each trial's result and the GPU it ran on, written whole
+//! trials/NNN/         each trial's report, stdout and stderr
+//! slurm/NNN.out|.err  what each task itself printed
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use common::exit::{no_gpu, usage};
+use common::files::{read_versioned, write_json_file};
+use common::report::Provenance;
+
+use crate::analysis::PickRule;
+use crate::classify::Status;
+use crate::config::Settings;
+use crate::gpu::visible_devices;
+use crate::launch::Launcher;
+use crate::program::{Params, Program};
+use crate::queue::larger_batch_after_oom;
+use crate::run::{default_margin, DeviceSummary, Ran};
+use crate::sweep::SweepReport;
+use crate::trial::{Limits, Runner, TrialResult};
+
+/// The plan's format; a folder written by another format is refused, never half read.
+pub const PLAN_VERSION: u32 = 1;
+const PLAN: &str = "plan.json";
+const JOB: &str = "job.json";
+
+/// What every task of the array job runs from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub schema_version: u32,
+    /// The tuner that wrote it (`tuner --version`).
+    pub tuner: String,
+    /// The user's command, placeholders and all.
+    pub command: Vec<String>,
+    /// Where the command was given: each trial starts there, as a local trial would.
+    pub cwd: PathBuf,
+    pub settings: Settings,
+    /// `--margin`, where given; else the margin by the GPUs' memory, at gather time.
+    pub margin: Option<f64>,
+    pub pick: Option<PickRule>,
+    /// The sweep's `--json` and `--plot`, where the report goes by default.
+    pub json: Option<PathBuf>,
+    pub plot: Option<PathBuf>,
+    /// Seconds since the epoch when the plan was written.
+    pub written_at: f64,
+    /// Each trial's values, in the order a local sweep runs them (array task i runs trial i).
+    pub trials: Vec<Params>,
+}
+
+/// One task's result file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// The GPU it ran on, as the report names it.
+    pub device: DeviceSummary,
+    /// Seconds since the epoch when the task wrote it.
+    pub ended_at: f64,
+    pub result: TrialResult,
+}
+
+/// The job sbatch accepted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub job_id: String,
+    /// sbatch's command line.
+    pub sbatch: Vec<String>,
+    pub submitted_at: f64,
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// `results/007.json`.
+pub fn result_path(dir: &Path, index: usize) -> PathBuf {
+    dir.join("results").join(format!("{index:03}.json"))
+}
+
+/// `trials/007`.
+pub fn trial_folder(dir: &Path, index: usize) -> PathBuf {
+    dir.join("trials").join(format!("{index:03}"))
+}
+
+impl Plan {
+    /// The plan of a sweep of `command` with `settings`, given in `cwd`.
+    pub fn new(
+        command: Vec<String>,
+        cwd: PathBuf,
+        settings: Settings,
+        margin: Option<f64>,
+        pick: Option<PickRule>,
+        json: Option<&Path>,
+        plot: Option<&Path>,
+    ) -> Plan {
+        let keep = |p: Option<&Path>| {
+            p.map(|p| {
+                if p == Path::new("-") {
+                    p.into()
+                } else {
+                    absolute(p)
+                }
+            })
+        };
+        Plan {
+            schema_version: PLAN_VERSION,
+            tuner: common::cli::VERSION.to_string(),
+            command,
+            cwd,
+            trials: crate::sweep::plan(&settings),
+            settings,
+            margin,
+            pick,
+            json: keep(json),
+            plot: keep(plot),
+            written_at: now(),
+        }
+    }
+
+    /// Write the plan into `dir`, a folder that holds none yet (created).
+    pub fn write(&self, dir: &Path) -> anyhow::Result<()> {
+        if dir.join(PLAN).exists() {
+            return Err(usage(format!(
+                "{} already holds a plan: gather it with `tuner gather {0}`, or give --slurm a new folder",
+                dir.display()
+            )));
+        }
+        std::fs::create_dir_all(dir.join("results"))
+            .and_then(|_| std::fs::create_dir_all(dir.join("slurm")))
+            .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
+        write_json_file(&dir.join(PLAN), self, "the plan").map_err(usage)
+    }
+
+    /// The plan in `dir`; one line for a folder without one or with another version's.
+    pub fn read(dir: &Path) -> anyhow::Result<Plan> {
+        read_versioned(
+            &dir.join(PLAN),
+            PLAN_VERSION,
+            "a tuner's Slurm plan",
+            "gather it with the tuner that wrote it, or run the sweep again with this one",
+        )
+        .map_err(usage)
+    }
+}
+
+/// The array task's trial: INDEX where given, else $SLURM_ARRAY_TASK_ID.
+fn task_index(index: Option<usize>, trials: usize) -> anyhow::Result<usize> {
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
+                usage("which trial? give INDEX, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID)")
+            })?;
+            id.trim()
+                .parse()
+                .map_err(|_| usage(format!("SLURM_ARRAY_TASK_ID '{id}' is not a trial number")))?
+        }
+    };
+    if index >= trials {
+        return Err(usage(format!(
+            "trial {index}: the plan has {trials} trials, numbered from 0"
+        )));
+    }
+    Ok(index)
+}
+
+/// The results written so far, by trial; a file cut short or from another tuner is left out
+/// (its trial shows as unfinished).
+pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
+    (0..trials)
+        .filter_map(|i| {
+            let text = std::fs::read_to_string(result_path(dir, i)).ok()?;
+            let saved: TaskResult = serde_json::from_str(&text).ok()?;
+            Some((i, saved))
+        })
+        .collect()
+}
+
+/// `tuner task DIR [INDEX]`: run one trial of the plan on the GPU this process sees and write
+/// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
+/// as skipped without running, as a local sweep would skip it.
+pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
+    let plan = Plan::read(dir)?;
+    let index = task_index(index, plan.trials.len())?;
+    let params = &plan.trials[index];
+    let program = Program::new(plan.command.clone()).map_err(usage)?;
+    let mut devices = visible_devices(None).map_err(no_gpu)?;
+    let mut device = devices.swap_remove(0);
+    if let Ok(node) = std::env::var("SLURMD_NODENAME") {
+        device.label = format!("{node} {}", device.label);
+    }
+    let done: Vec<TrialResult> = (read_results(dir, plan.trials.len()).into_values())
+        .map(|t| t.result)
+        .collect();
+    let result = match larger_batch_after_oom(params, &done) {
+        Some(why) => TrialResult::skipped(index, params.clone(), why),
+        None => {
+            std::env::set_current_dir(&plan.cwd).map_err(|e| {
+                usage(format!(
+                    "cannot start the trial in {}, where the sweep was given: {e}",
+                    plan.cwd.display()
+                ))
+            })?;
+            let runner = Runner {
+                program: &program,
+                launcher: &Launcher::Spawn,
+                limits: Limits::new(Duration::from_secs_f64(plan.settings.time_limit_s)),
+                env: &[],
+            };
+            runner.trial(params, index, &device, &trial_folder(dir, index))
+        }
+    };
+    let saved = TaskResult {
+        device: DeviceSummary::of(&device),
+        ended_at: now(),
+        result,
+    };
+    write_json_file(&result_path(dir, index), &saved, "the trial's result")?;
+    Ok(saved.result)
+}
+
+/// What the report says of a trial with no result yet.
+fn unfinished(index: usize, params: &Params, why: String) -> TrialResult {
+    TrialResult {
+        status: Status::Unfinished,
+        ..TrialResult::skipped(index, params.clone(), why)
+    }
+}
+
+/// The trials of the plan as a local sweep would have them: each one's result where it has
+/// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
+/// memory (the local rule, applied in the local order, so the report is the one a local sweep
+/// of the same trials makes).
+pub fn trials_of(plan: &Plan, saved: &BTreeMap<usize, TaskResult>) -> Vec<TrialResult> {
+    let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
+    for (i, p) in plan.trials.iter().enumerate() {
+        let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
+            (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
+            (None, Some(t)) => t.result.clone(),
+            (None, None) => unfinished(i, p, "no result yet".into()),
+        };
+        trials.push(r);
+    }
+    trials
+}
+
+/// `tuner gather DIR`: the sweep's report from the results in DIR so far.
+pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepReport)> {
+    let plan = Plan::read(dir)?;
+    let saved = read_results(dir, plan.trials.len());
+    let trials = trials_of(&plan, &saved);
+    let mut devices: Vec<DeviceSummary> = Vec::new();
+    for t in saved
+        .values()
+        .filter(|t| t.result.status != Status::Skipped)
+    {
+        if !devices.contains(&t.device) {
+            devices.push(t.device.clone());
+        }
+    }
+    let job = read_job(dir);
+    let launch = match &job {
+        Some(j) => format!("each trial a task of Slurm array job {}, spawned", j.job_id),
+        None => "each trial a task of a Slurm array job, spawned".into(),
+    };
+    let last = saved
+        .values()
+        .map(|t| t.ended_at)
+        .fold(plan.written_at, f64::max);
+    let ran = Ran {
+        command: plan.command.clone(),
+        margin: plan
+            .margin
+            .unwrap_or_else(|| default_margin(&devices, &trials)),
+        devices,
+        launch,
+        provenance: Provenance::now(),
+        settings: plan.settings.clone(),
+        trials,
+        trials_file: Some(absolute(&dir.join("results"))),
+        wall_s: last - plan.written_at,
+        kept: Some(format!(
+            "each trial's output (report, stdout, stderr) is in {}",
+            absolute(&dir.join("trials")).display()
+        )),
+    };
+    let plot = plot.or(plan.plot.as_deref());
+    let report = crate::sweep::report(ran, plan.pick.as_ref(), plot)?;
+    Ok((plan, report))
+}
+
+/// The job recorded in DIR, once submitted.
+pub fn read_job(dir: &Path) -> Option<Job> {
+    let text = std::fs::read_to_string(dir.join(JOB)).ok()?;
+    serde_json::from_str(&text).ok()
+}

@@ -113,8 +113,9 @@ fn sweep_done(json: &Option<PathBuf>, report: &SweepReport) -> anyhow::Result<Ex
     Ok(code(report.best.highest_throughput.is_some()))
 }
 
-/// `sweep --slurm DIR`: the plan written into DIR, checked as a local sweep's command is (no
-/// GPU is needed where it is given, a cluster's login node).
+/// `sweep --slurm DIR`: the plan written into DIR and submitted as a Slurm array job, its
+/// command checked as a local sweep's is (no GPU is needed where it is given, a cluster's
+/// login node); once the job is over, its report, as `tuner gather DIR` makes it.
 fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
     let program = checked_program(&a.run, &settings)?;
     let cwd = std::env::current_dir()
@@ -128,13 +129,17 @@ fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<
         a.run.json.as_deref(),
         a.plot.as_deref(),
     );
-    plan.write(dir)?;
-    println!(
-        "{} trials planned in {}: run each with `tuner task {1} INDEX`, then `tuner gather {1}`",
-        plan.trials.len(),
-        dir.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    let submit = tuner::slurm::Submit {
+        max_parallel: a.slurm.max_parallel,
+        sbatch: a.slurm.sbatch.clone(),
+        no_wait: a.slurm.no_wait,
+        no_submit: a.slurm.no_submit,
+    };
+    if !tuner::slurm::submit(&plan, dir, &submit)? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (plan, report) = tuner::slurm::gather(dir, None)?;
+    sweep_done(&plan.json, &report)
 }
 
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is

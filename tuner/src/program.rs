@@ -417,13 +417,9 @@ impl Program {
                 ))
             };
         }
-        let search = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&search)
-            .map(|dir| dir.join(program))
-            .find(|candidate| is_executable(candidate))
-            .ok_or_else(|| {
-                format!("'{program}' is not on PATH: check the command after -- (or give its path)")
-            })
+        on_path(program).ok_or_else(|| {
+            format!("'{program}' is not on PATH: check the command after -- (or give its path)")
+        })
     }
 
     /// The command as one shell-like line (for messages; quoting only where needed).
@@ -456,6 +452,14 @@ fn substitute(arg: &str, p: &Params) -> String {
         out = out.replace(&format!("{{{name}}}"), value);
     }
     out
+}
+
+/// The executable `name` on the PATH, where there is one.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let search = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&search)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
 }
 
 fn is_executable(path: &Path) -> bool {

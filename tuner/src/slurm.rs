@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -30,7 +31,7 @@ use crate::classify::Status;
 use crate::config::Settings;
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
-use crate::program::{Params, Program};
+use crate::program::{on_path, Params, Program};
 use crate::queue::larger_batch_after_oom;
 use crate::run::{default_margin, DeviceSummary, Ran};
 use crate::sweep::SweepReport;
@@ -40,6 +41,7 @@ use crate::trial::{Limits, Runner, TrialResult};
 pub const PLAN_VERSION: u32 = 1;
 const PLAN: &str = "plan.json";
 const JOB: &str = "job.json";
+const SCRIPT: &str = "array.sh";
 
 /// What every task of the array job runs from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -252,13 +254,23 @@ fn unfinished(index: usize, params: &Params, why: String) -> TrialResult {
 /// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
 /// memory (the local rule, applied in the local order, so the report is the one a local sweep
 /// of the same trials makes).
-pub fn trials_of(plan: &Plan, saved: &BTreeMap<usize, TaskResult>) -> Vec<TrialResult> {
+pub fn trials_of(
+    plan: &Plan,
+    saved: &BTreeMap<usize, TaskResult>,
+    states: &BTreeMap<usize, String>,
+) -> Vec<TrialResult> {
     let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
     for (i, p) in plan.trials.iter().enumerate() {
         let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
             (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
             (None, Some(t)) => t.result.clone(),
-            (None, None) => unfinished(i, p, "no result yet".into()),
+            (None, None) => {
+                let why = match states.get(&i) {
+                    Some(state) => format!("no result; Slurm state {state}"),
+                    None => "no result yet".into(),
+                };
+                unfinished(i, p, why)
+            }
         };
         trials.push(r);
     }
@@ -269,7 +281,14 @@ pub fn trials_of(plan: &Plan, saved: &BTreeMap<usize, TaskResult>) -> Vec<TrialR
 pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepReport)> {
     let plan = Plan::read(dir)?;
     let saved = read_results(dir, plan.trials.len());
-    let trials = trials_of(&plan, &saved);
+    let job = read_job(dir);
+    let states = job.as_ref().map(task_states).unwrap_or_default();
+    let mut trials = trials_of(&plan, &saved, &states);
+    for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
+        // What the task itself printed, where it ended without a result.
+        let err = dir.join("slurm").join(format!("{:03}.err", t.index));
+        t.stderr_tail = common::process::tail_lines(&err, 20);
+    }
     let mut devices: Vec<DeviceSummary> = Vec::new();
     for t in saved
         .values()
@@ -279,7 +298,6 @@ pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepRep
             devices.push(t.device.clone());
         }
     }
-    let job = read_job(dir);
     let launch = match &job {
         Some(j) => format!("each trial a task of Slurm array job {}, spawned", j.job_id),
         None => "each trial a task of a Slurm array job, spawned".into(),
@@ -314,4 +332,278 @@ pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepRep
 pub fn read_job(dir: &Path) -> Option<Job> {
     let text = std::fs::read_to_string(dir.join(JOB)).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// Each array task's state by sacct (`sacct -X -n -P -o JobID,State`), by trial; empty where
+/// sacct is missing or says nothing.
+fn task_states(job: &Job) -> BTreeMap<usize, String> {
+    let out = Command::new("sacct")
+        .args(["-X", "-n", "-P", "-o", "JobID,State", "-j", &job.job_id])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            parse_states(&String::from_utf8_lossy(&o.stdout), &job.job_id)
+        }
+        _ => BTreeMap::new(),
+    }
+}
+
+/// `4242_3|CANCELLED by 0` lines: the states of the array's single tasks (a line for tasks not
+/// yet started, `4242_[4-7%2]|PENDING`, is left out: they have no result and say so).
+pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
+    text.lines()
+        .filter_map(|line| {
+            let (id, state) = line.split_once('|')?;
+            let task = id.trim().strip_prefix(job_id)?.strip_prefix('_')?;
+            Some((task.parse().ok()?, state.trim().to_string()))
+        })
+        .collect()
+}
+
+/// What `sweep --slurm` was told besides the plan.
+#[derive(Debug, Clone, Default)]
+pub struct Submit {
+    /// `--max-parallel`: the array's %N.
+    pub max_parallel: Option<usize>,
+    /// Options for sbatch, each a line of the script.
+    pub sbatch: Vec<String>,
+    pub no_wait: bool,
+    pub no_submit: bool,
+}
+
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The array job's script: one task per trial, each `tuner task DIR` on a GPU of its own.
+pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Result<String> {
+    let dir = absolute(dir);
+    let last = plan.trials.len().saturating_sub(1);
+    let mut options = vec![
+        "--job-name=tuner-sweep".to_string(),
+        match s.max_parallel {
+            Some(n) => format!("--array=0-{last}%{n}"),
+            None => format!("--array=0-{last}"),
+        },
+        format!("--output={}", dir.join("slurm/%3a.out").display()),
+        format!("--error={}", dir.join("slurm/%3a.err").display()),
+    ];
+    let asks_gpus =
+        |o: &str| o.starts_with("--gres") || o.starts_with("--gpus") || o.starts_with("-G");
+    if !s.sbatch.iter().any(|o| asks_gpus(o)) {
+        options.push("--gres=gpu:1".into());
+    }
+    for o in &s.sbatch {
+        if o.contains('\n') || !o.starts_with('-') {
+            return Err(usage(format!(
+                "--sbatch '{o}': give one sbatch option a time, as --sbatch=--partition=gpu"
+            )));
+        }
+        options.push(o.clone());
+    }
+    let mut text = String::from(
+        "#!/bin/sh\n# A tuner sweep as a Slurm array job, one trial per task (tuner sweep --slurm).\n",
+    );
+    for o in options {
+        text.push_str(&format!("#SBATCH {o}\n"));
+    }
+    text.push_str(&format!(
+        "exec {} task {}\n",
+        quoted(&tuner.display().to_string()),
+        quoted(&dir.display().to_string())
+    ));
+    Ok(text)
+}
+
+/// `sweep --slurm DIR`: write the plan and the script into DIR, submit them once with sbatch,
+/// and wait for the job unless told not to. Returns whether the job was waited for. Nothing is
+/// written where sbatch is missing; where it refuses, what was written is removed again, so the
+/// same command can run once the cause is mended.
+pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
+    let sbatch = match s.no_submit {
+        true => None,
+        false => Some(on_path("sbatch").ok_or_else(|| {
+            usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
+        })?),
+    };
+    if plan.trials.is_empty() {
+        return Err(usage("the sweep has no trials to submit"));
+    }
+    let tuner = std::env::current_exe()
+        .map_err(|e| usage(format!("cannot find the tuner's own executable: {e}")))?;
+    let text = script(plan, dir, &tuner, s)?;
+    plan.write(dir)?;
+    let path = dir.join(SCRIPT);
+    std::fs::write(&path, text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    let Some(sbatch) = sbatch else {
+        println!(
+            "{} trials planned in {}: submit with `sbatch {}`, then `tuner gather {1}`",
+            plan.trials.len(),
+            dir.display(),
+            path.display()
+        );
+        return Ok(false);
+    };
+    let args = vec!["--parsable".to_string(), path.display().to_string()];
+    let out = Command::new(&sbatch).args(&args).output();
+    let refused = |why: String| {
+        let _ = std::fs::remove_file(dir.join(PLAN));
+        let _ = std::fs::remove_file(&path);
+        anyhow::anyhow!("sbatch refused the job: {why}; nothing was submitted")
+    };
+    let out = out.map_err(|e| refused(format!("could not run {}: {e}", sbatch.display())))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // `--parsable` prints `ID` or `ID;CLUSTER`.
+    let id = stdout.trim().split(';').next().unwrap_or("").to_string();
+    if !out.status.success() || id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        return Err(refused(format!("{} ({said})", exit_text(out.status))));
+    }
+    let job = Job {
+        job_id: id,
+        sbatch: std::iter::once(sbatch.display().to_string())
+            .chain(args)
+            .collect(),
+        submitted_at: now(),
+    };
+    write_json_file(&dir.join(JOB), &job, "the job's record")?;
+    eprintln!(
+        "submitted Slurm array job {}: {} trials from {}",
+        job.job_id,
+        plan.trials.len(),
+        dir.display()
+    );
+    if s.no_wait {
+        println!(
+            "job {}: gather its report at any time with `tuner gather {}`",
+            job.job_id,
+            dir.display()
+        );
+        return Ok(false);
+    }
+    wait(&job, dir, plan.trials.len());
+    Ok(true)
+}
+
+fn exit_text(status: std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(c) => format!("exit status {c}"),
+        None => "killed by a signal".into(),
+    }
+}
+
+/// Seconds between looks at the queue (PERF_LESSONS_SLURM_POLL_S, default 10).
+fn poll_period() -> Duration {
+    let s = std::env::var("PERF_LESSONS_SLURM_POLL_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(10.0);
+    Duration::from_secs_f64(s)
+}
+
+/// Wait until squeue no longer lists the job, saying on stderr how many trials have results.
+fn wait(job: &Job, dir: &Path, total: usize) {
+    let mut shown = None;
+    loop {
+        let queued = Command::new("squeue")
+            .args(["-h", "-r", "-o", "%T", "-j", &job.job_id])
+            .output();
+        let in_queue = match queued {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .count(),
+            // squeue refuses a job id it no longer knows: the job is over.
+            _ => 0,
+        };
+        let done = read_results(dir, total).len();
+        if shown != Some((done, in_queue)) {
+            eprintln!(
+                "job {}: {done}/{total} trials have results, {in_queue} task(s) in the queue",
+                job.job_id
+            );
+            shown = Some((done, in_queue));
+        }
+        if in_queue == 0 {
+            return;
+        }
+        std::thread::sleep(poll_period());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sacct_s_lines_give_each_task_s_state() {
+        let text = "4242_0|COMPLETED\n4242_3|CANCELLED by 0\n4242_[4-7%2]|PENDING\n99_1|FAILED\n4242_2|FAILED\n";
+        let states = parse_states(text, "4242");
+        let got: Vec<(usize, &str)> = states.iter().map(|(i, s)| (*i, s.as_str())).collect();
+        assert_eq!(
+            got,
+            [(0, "COMPLETED"), (2, "FAILED"), (3, "CANCELLED by 0")]
+        );
+    }
+
+    #[test]
+    fn the_script_runs_one_trial_per_task_on_a_gpu_of_its_own() {
+        let settings = crate::config::Overrides {
+            batch_sizes: Some(vec![8, 16, 32]),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let plan = Plan::new(
+            vec!["t".into()],
+            "/w".into(),
+            settings,
+            None,
+            None,
+            None,
+            None,
+        );
+        let s = Submit {
+            max_parallel: Some(2),
+            sbatch: vec!["--partition=gpu".into()],
+            ..Submit::default()
+        };
+        let text = script(
+            &plan,
+            Path::new("/shared/run"),
+            Path::new("/opt/it's/tuner"),
+            &s,
+        )
+        .unwrap();
+        for line in [
+            "#SBATCH --array=0-2%2",
+            "#SBATCH --output=/shared/run/slurm/%3a.out",
+            "#SBATCH --gres=gpu:1",
+            "#SBATCH --partition=gpu",
+            "exec '/opt/it'\\''s/tuner' task '/shared/run'",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
+        }
+        // A --gres or --gpus of the user's replaces the default.
+        let own = Submit {
+            sbatch: vec!["--gpus-per-task=2".into()],
+            ..Submit::default()
+        };
+        let text = script(&plan, Path::new("/d"), Path::new("/t"), &own).unwrap();
+        assert!(
+            !text.contains("--gres") && text.contains("#SBATCH --array=0-2\n"),
+            "{text}"
+        );
+        let bad = Submit {
+            sbatch: vec!["partition=gpu".into()],
+            ..Submit::default()
+        };
+        assert!(script(&plan, Path::new("/d"), Path::new("/t"), &bad).is_err());
+    }
 }

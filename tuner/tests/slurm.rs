@@ -265,3 +265,206 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
     let o = tuner(&["sweep", "--max-parallel", "2"], &FAKE, "5", &work, &tmp);
     assert_eq!(o.code, 2, "{}", o.stderr);
 }
+
+/// Stand-ins for sbatch, squeue and sacct in `bin`: sbatch logs its arguments, refuses where
+/// FAKE_SBATCH_REFUSE says why, runs every array task of the script in turn as Slurm would
+/// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL, and
+/// prints job id 4242; squeue lists one running task the first time it is asked, none after;
+/// sacct prints FAKE_SACCT.
+fn stand_ins(bin: &Path) {
+    std::fs::create_dir_all(bin).unwrap();
+    let sbatch = r#"#!/bin/sh
+here=$(dirname "$0")
+echo "$@" >> "$here/sbatch.log"
+if [ -n "$FAKE_SBATCH_REFUSE" ]; then
+  echo "sbatch: error: $FAKE_SBATCH_REFUSE" >&2
+  exit 1
+fi
+for a in "$@"; do script="$a"; done
+cp "$script" "$here/submitted.sh"
+last=$(sed -n 's/^#SBATCH --array=0-\([0-9]*\).*/\1/p' "$script")
+out=$(sed -n 's/^#SBATCH --output=//p' "$script")
+err=$(sed -n 's/^#SBATCH --error=//p' "$script")
+i=0
+while [ "$i" -le "$last" ]; do
+  n=$(printf %03d "$i")
+  o=$(echo "$out" | sed "s/%3a/$n/")
+  e=$(echo "$err" | sed "s/%3a/$n/")
+  case " $FAKE_SBATCH_CANCEL " in
+    *" $i "*) echo "slurmstepd: error: *** JOB 4242 CANCELLED ***" > "$e" ;;
+    *) SLURM_ARRAY_TASK_ID=$i sh "$script" > "$o" 2> "$e" ;;
+  esac
+  i=$((i + 1))
+done
+echo "4242;cluster"
+"#;
+    let squeue = r#"#!/bin/sh
+here=$(dirname "$0")
+echo "$@" >> "$here/squeue.log"
+if [ ! -e "$here/squeue.seen" ]; then touch "$here/squeue.seen"; echo RUNNING; fi
+"#;
+    let sacct = "#!/bin/sh\nprintf '%s\\n' \"$FAKE_SACCT\"\n";
+    for (name, text) in [("sbatch", sbatch), ("squeue", squeue), ("sacct", sacct)] {
+        let path = bin.join(name);
+        std::fs::write(&path, text).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// `tuner sweep GRID ARGS -- fake` with the stand-ins first on the PATH and `env` set.
+fn slurm_sweep(args: &[&str], env: &[(&str, &str)], bin: &Path, work: &Path, tmp: &Path) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(GRID).args(args).arg("--").args(argv(&FAKE));
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    cmd.env("PATH", path).env("PERF_LESSONS_SLURM_POLL_S", "0");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run(cmd, "5", work, tmp)
+}
+
+fn log(bin: &Path, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(bin.join(name)).unwrap_or_default();
+    text.lines().map(String::from).collect()
+}
+
+#[test]
+fn submitted_once_waited_for_and_gathered_as_a_local_sweep() {
+    let (s, work, tmp) = places("slurm-submit");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    let local = tuner(
+        &[&GRID[..], &["--json", "local.json"]].concat(),
+        &FAKE,
+        "5",
+        &work,
+        &tmp,
+    );
+    assert_eq!(local.code, 0, "{}", local.stderr);
+    let dir = s.str("plan");
+    let flags = [
+        "--slurm",
+        &dir,
+        "--max-parallel",
+        "3",
+        "--sbatch=--partition=gpu",
+        "--sbatch",
+        "--time=10:00",
+        "--json",
+        "slurm.json",
+    ];
+    let o = slurm_sweep(&flags, &[], &bin, &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(log(&bin, "sbatch.log").len(), 1, "submitted once");
+    let script = std::fs::read_to_string(bin.join("submitted.sh")).unwrap();
+    for line in [
+        "#SBATCH --array=0-7%3",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=10:00",
+    ] {
+        assert!(script.lines().any(|l| l == line), "{line}:\n{script}");
+    }
+    assert_eq!(json(&Path::new(&dir).join("job.json"))["job_id"], "4242");
+    // Waited: squeue asked until the job left the queue, progress on stderr.
+    assert_eq!(log(&bin, "squeue.log").len(), 2, "{}", o.stderr);
+    assert!(
+        o.stderr
+            .contains("submitted Slurm array job 4242: 8 trials"),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("8/8 trials have results"), "{}", o.stderr);
+    let gathered = json(&work.join("slurm.json"));
+    assert_eq!(
+        essentials(&gathered),
+        essentials(&json(&work.join("local.json")))
+    );
+    assert!(o.stdout.contains("Slurm array job 4242"), "{}", o.stdout);
+
+    // The same folder again: refused, nothing submitted.
+    let again = slurm_sweep(&flags, &[], &bin, &work, &tmp);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already holds a plan"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(log(&bin, "sbatch.log").len(), 1);
+}
+
+#[test]
+fn a_cancelled_task_is_named_with_its_slurm_state_and_stderr() {
+    let (s, work, tmp) = places("slurm-cancel");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    let dir = s.str("plan");
+    let env = [
+        ("FAKE_SBATCH_CANCEL", "1"),
+        ("FAKE_SACCT", "4242_0|COMPLETED\n4242_1|CANCELLED by 0"),
+    ];
+    let o = slurm_sweep(&["--slurm", &dir, "--no-wait"], &env, &bin, &work, &tmp);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("tuner gather"), "{}", o.stdout);
+    assert!(
+        log(&bin, "squeue.log").is_empty(),
+        "--no-wait does not wait"
+    );
+    let mut gather = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    gather
+        .args(["gather", &dir, "--json", "g.json"])
+        .env("PATH", path);
+    gather.env("FAKE_SACCT", env[1].1);
+    let g = run(gather, "5", &work, &tmp);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    let report = json(&work.join("g.json"));
+    let t = &report["trials"][1];
+    assert_eq!(t["status"], "UNFINISHED");
+    assert_eq!(t["reason"], "no result; Slurm state CANCELLED by 0");
+    assert!(
+        g.stdout.contains("trial 1 (batch 16, workers 0, amp off): UNFINISHED: no result; Slurm state CANCELLED by 0; stderr ended with: slurmstepd: error: *** JOB 4242 CANCELLED ***"),
+        "{}",
+        g.stdout
+    );
+}
+
+#[test]
+fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
+    let (s, work, tmp) = places("slurm-refused");
+    let bin = s.path("bin");
+    let dir = s.str("plan");
+    // No sbatch on the PATH: nothing written.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(GRID)
+        .args(["--slurm", &dir])
+        .arg("--")
+        .args(argv(&FAKE));
+    cmd.env("PATH", "/usr/bin:/bin");
+    let o = run(cmd, "5", &work, &tmp);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("sbatch is not on the PATH"),
+        "{}",
+        o.stderr
+    );
+    assert!(!Path::new(&dir).exists());
+
+    stand_ins(&bin);
+    let refuse = [("FAKE_SBATCH_REFUSE", "invalid partition specified: nope")];
+    let o = slurm_sweep(&["--slurm", &dir], &refuse, &bin, &work, &tmp);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("sbatch refused the job: exit status 1 (sbatch: error: invalid partition specified: nope); nothing was submitted"),
+        "{}",
+        o.stderr
+    );
+    assert!(!Path::new(&dir).join("plan.json").exists());
+    // Mended, the same command submits once.
+    let o = slurm_sweep(&["--slurm", &dir], &[], &bin, &work, &tmp);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(log(&bin, "sbatch.log").len(), 2);
+}

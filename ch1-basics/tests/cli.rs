@@ -1,7 +1,13 @@
 //! The binaries on bad input and without a GPU: one clear line, a non-zero exit, no panic.
 //! These run everywhere, CI included (no GPU there).
 
+use std::path::Path;
 use std::process::Command;
+
+use ch1_basics::cli::{selection, sweep_json_path, variants, Args, Part};
+use ch1_basics::sweep::Kind;
+use ch1_basics::training::TrainConfig;
+use clap::Parser;
 
 fn run(bin: &str, args: &[&str]) -> (i32, String) {
     common::testing::run_without_gpu(bin, args)
@@ -149,8 +155,7 @@ fn help_lists_the_lesson_flags() {
 /// checked before any GPU is looked for.
 #[test]
 fn run_by_variant_id_refuses_bad_names_and_sizes_before_the_gpu() {
-    use ch1_basics::cli::{run, Args};
-    use clap::Parser;
+    use ch1_basics::cli::run;
     use common::report::Startup;
 
     let args = Args::parse_from(["ch1-basics"]);
@@ -173,5 +178,40 @@ fn run_by_variant_id_refuses_bad_names_and_sizes_before_the_gpu() {
     assert!(
         err.to_string().contains("does not divide the samples"),
         "{err}"
+    );
+}
+
+#[test]
+fn part_picks_whole_parts_named_variants_their_own_and_the_training_is_the_chapters() {
+    let all = selection(Part::All, &[]).unwrap();
+    assert_eq!(all.len(), 6 + 7 + 2);
+    assert_eq!(all[0], "training:baseline");
+    assert_eq!(all[13..], ["pipeline:serial", "pipeline:overlapped"]);
+    let t = selection(Part::Transpose, &[]).unwrap();
+    assert!(t.len() == 7 && t.iter().all(|id| id.starts_with("transpose:")));
+    // Named variants, whatever --part says, in the order the parts run.
+    let p = selection(Part::Training, &["pipeline:overlapped"]).unwrap();
+    assert_eq!(p, ["pipeline:overlapped"]);
+    let p = selection(Part::All, &["tiled32", "training:pinned"]).unwrap();
+    assert_eq!(p, ["training:pinned", "transpose:tiled32"]);
+    let mut ids: Vec<String> = variants().iter().map(|s| s.id()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), all.len(), "every id is unique");
+    let args = Args::parse_from(["ch1-basics"]);
+    assert_eq!(args.train_config().unwrap(), TrainConfig::chapter());
+}
+
+#[test]
+fn several_sweeps_write_a_file_each_beside_the_one_named() {
+    let p = Path::new("results/h100/ch1-basics-sweep.json");
+    assert_eq!(sweep_json_path(p, Kind::Pinned, false), p);
+    assert_eq!(
+        sweep_json_path(p, Kind::Graphs, true),
+        Path::new("results/h100/ch1-basics-sweep-graphs.json")
+    );
+    assert_eq!(
+        sweep_json_path(Path::new("out"), Kind::Batch, true),
+        Path::new("out-batch")
     );
 }

@@ -1,18 +1,113 @@
-//! The sweeps on a GPU (`cargo test -p ch1-basics --test sweeps -- --ignored`): every point of
-//! each sweep verifies and is timed at small plans, each sweep's section keeps its summary,
-//! a planted wrong side is caught, and the binary writes a report and a plot per sweep.
+//! The sweeps' plans on the CPU: each sweep's points, sides and sizes. On a GPU
+//! (`cargo test -p ch1-basics --test sweeps -- --ignored`): every point of each sweep verifies
+//! and is timed at small plans, each sweep's section keeps its summary, a planted wrong side is
+//! caught, and the binary writes a report and a plot per sweep.
 
 use std::process::Command;
 
-use ch1_basics::sweep::allocations::AllocationSweep;
-use ch1_basics::sweep::copies::CopySweep;
-use ch1_basics::sweep::training::TrainingSweep;
-use ch1_basics::sweep::{Kind, BAR};
+use ch1_basics::sweep::allocations::{self, AllocationSweep};
+use ch1_basics::sweep::copies::{self, CopySweep};
+use ch1_basics::sweep::training::{self as training_sweep, TrainingSweep};
+use ch1_basics::sweep::{geometric, sweep_bench, Kind, BAR};
 use ch1_basics::training::TrainConfig;
+use common::bench::BenchConfig;
 use common::gpu::Gpu;
 use common::report::{LessonReport, Status};
 use common::runner::{run_lesson, Lesson, RunOptions};
 use common::sweep::{Summary, SweepLesson};
+
+#[test]
+fn every_sweep_in_turn() {
+    assert_eq!(Kind::Pinned.lesson(), "ch1-basics-sweep-pinned");
+    assert_eq!(Kind::Pinned.name(), "pinned");
+    assert_eq!(geometric::<3>(4, 2), [4, 8, 16]);
+    assert_eq!(Kind::All.each().len(), 4);
+    assert_eq!(Kind::Batch.each(), vec![Kind::Batch]);
+    let cold = BenchConfig {
+        cold: true,
+        ..BenchConfig::default()
+    };
+    assert!(sweep_bench(cold).cold);
+}
+
+#[test]
+fn every_count_at_every_size_and_the_accumulator_holds_every_buffer_once() {
+    let p = allocations::plan(&[1 << 20, 4 << 10], &[16, 1, 16]);
+    assert_eq!(p.points.len(), 4);
+    assert_eq!((p.series(0), p.x(0)), ("1 buffer per use".into(), 4 << 10));
+    assert_eq!(
+        (p.series(3), p.x(3)),
+        ("16 buffers per use".into(), 1 << 20)
+    );
+    assert_eq!(p.sides[0], "cuMemAlloc", "the baseline comes first");
+    assert_eq!(
+        allocations::plan(&allocations::SIZES, &allocations::COUNTS)
+            .points
+            .len(),
+        16
+    );
+    assert_eq!(
+        (allocations::SIZES[0], allocations::SIZES[7]),
+        (4 << 10, 64 << 20)
+    );
+    assert_eq!(allocations::expected(1.0, 1), 0.75);
+    assert_eq!(allocations::expected(-0.5, 16), 0.0);
+    assert_eq!(allocations::expected(0.5, 4), 2.0);
+}
+
+#[test]
+fn every_mode_at_every_size_pageable_first() {
+    let p = copies::plan(&[1 << 20, 32 << 10, 1 << 20]);
+    assert_eq!(p.points.len(), 4);
+    assert_eq!((p.series(1), p.x(1)), ("eager".into(), 1 << 20));
+    assert_eq!((p.series(2), p.x(2)), ("overlapped".into(), 32 << 10));
+    assert_eq!(p.sides[0], "pageable", "the baseline comes first");
+    assert_eq!(copies::plan(&copies::SIZES).points.len(), 24);
+    assert_eq!(copies::SIZES[0], 32 * 256 * 4, "a microbatch of 32 samples");
+    assert_eq!(copies::SIZES[11], 64 << 20);
+}
+
+#[test]
+fn each_training_sweep_takes_the_sizes_that_divide_its_run() {
+    let chapter = TrainConfig::chapter();
+    let (cfg, p) =
+        training_sweep::plan(Kind::Batch, chapter, &training_sweep::MICROBATCHES).unwrap();
+    assert_eq!(
+        (cfg.step_batch, cfg.microbatch, cfg.steps()),
+        (training_sweep::BATCH, 8, 4)
+    );
+    assert_eq!(p.points.len(), 10);
+    assert_eq!(p.series(0), "effective batch 4096");
+    assert_eq!(p.sides[0], "accumulated", "the baseline first");
+    let (_, p) = training_sweep::plan(Kind::Batch, chapter, &[4096, 8, 96, 8]).unwrap();
+    let xs = p.values_of("samples per microbatch");
+    assert_eq!(xs, [8, 4096], "96 does not divide 4096; repeats once");
+    assert_eq!(training_sweep::group(Kind::Batch, 64), "microbatch 64");
+    // Samples that make no whole step of 4096: one line saying what to change.
+    let few = TrainConfig {
+        samples: 1024,
+        ..chapter
+    };
+    let err = training_sweep::plan(Kind::Batch, few, &training_sweep::MICROBATCHES).unwrap_err();
+    assert!(err.contains("does not divide the samples"), "{err}");
+
+    let (cfg, p) =
+        training_sweep::plan(Kind::Graphs, chapter, &training_sweep::STEPS_PER_GRAPH).unwrap();
+    assert_eq!(cfg, chapter);
+    let all = training_sweep::STEPS_PER_GRAPH.map(|x| x as u64);
+    assert_eq!(p.values_of("steps per graph"), all);
+    assert_eq!(p.series(0), "steps of 8 x 32");
+    let short = TrainConfig {
+        samples: 256 * 6,
+        ..chapter
+    };
+    let (_, p) =
+        training_sweep::plan(Kind::Graphs, short, &training_sweep::STEPS_PER_GRAPH).unwrap();
+    assert_eq!(p.values_of("steps per graph"), [1, 2]);
+    let err = training_sweep::plan(Kind::Graphs, short, &[4, 5]).unwrap_err();
+    assert!(err.contains("divides the run's steps (6)"), "{err}");
+    assert_eq!(training_sweep::group(Kind::Graphs, 4), "4 steps per graph");
+}
 
 /// Every variant verified and timed, every point with a speedup, the summary of `kind` with a
 /// crossover per line.
@@ -164,7 +259,6 @@ fn every_graphs_point_replays_exactly_what_eager_launches_do() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_wrong_side_fails_its_check() {
-    use common::bench::BenchConfig;
     use common::runner::{Meter, Output, Reference, VariantSpec};
     struct Wrong(SweepLesson<CopySweep>);
     impl Lesson for Wrong {

@@ -1,15 +1,122 @@
-//! The training part: each variant's file differs from the one before it only where the lesson
-//! says (CPU, reads the sources), and on a GPU (`cargo test -- --ignored`) every variant trains
-//! what the float64 reference and the baseline train, graphs replay exactly what eager execution
-//! does, and absurd sizes are clear out-of-memory errors.
+//! The training part on the CPU: sizes that do not divide say what to change, where a step's
+//! time goes, and each variant's file differs from the one before it only where the lesson says
+//! (it reads the sources). On a GPU (`cargo test -- --ignored`) every variant trains what the
+//! float64 reference and the baseline train, graphs replay exactly what eager execution does,
+//! and absurd sizes are clear out-of-memory errors.
 
+use ch1_basics::training::host::{host_part, sample_time, section, HOST_BOUND_SAMPLE_S};
 use ch1_basics::training::lesson::specs;
 use ch1_basics::training::{host, Engine, RunOutput, TrainConfig, TrainingLesson, Variant};
+use common::bench::Measurement;
+use common::counters::Work;
 use common::gpu::Gpu;
-use common::report::Status;
+use common::report::{Metric, Status, VariantReport};
 use common::runner::{run_lesson, Parts, RunOptions};
+use common::stats::Summary;
 use common::stop::StopRule;
+use common::verify::{check, Precision};
 use mlp::{Allocator, DeviceBuf};
+
+#[test]
+fn sizes_that_do_not_divide_say_what_to_change_and_the_rate_shrinks_with_width() {
+    // The chapter's training with one setting changed.
+    let with = |change: fn(&mut TrainConfig)| {
+        let mut c = TrainConfig::chapter();
+        change(&mut c);
+        c
+    };
+    assert!(with(|_| ()).validate().is_ok());
+    for (bad, expect) in [
+        (with(|c| c.samples = 1000), "does not divide the samples"),
+        (with(|c| c.microbatch = 48), "does not divide the batch"),
+        (with(|c| c.lr = -1.0), "--lr must be a positive number"),
+        (with(|c| c.lr = f32::NAN), "--lr"),
+        (with(|c| c.hidden = 0), "hidden must be at least 1"),
+        (with(|c| c.microbatch = 0), "at least 1"),
+    ] {
+        let e = bad.validate().unwrap_err();
+        assert!(e.contains(expect), "{bad:?}: {e}");
+    }
+    assert_eq!(TrainConfig::default_lr(256), 0.05);
+    assert_eq!(TrainConfig::default_lr(100), 0.05);
+    assert_eq!(TrainConfig::default_lr(4096), 0.003125);
+    let c = TrainConfig::chapter();
+    assert_eq!(c.steps(), 64);
+    assert_eq!(c.samples_of(2, 32, 32), 544..576);
+    assert_eq!(Variant::Baseline.pass_batch(&c), 32);
+    assert_eq!(Variant::Optimized.pass_batch(&c), 256);
+    let names = Variant::ALL.map(|v| v.name()).join(" ");
+    assert_eq!(names, "baseline pinned prealloc batch graphs optimized");
+}
+
+#[test]
+fn samples_span_a_quarter_second_unless_the_time_cap_is_short() {
+    assert_eq!(sample_time(&StopRule::default()), 0.25);
+    // The compare's 2 s cap, whatever its least number of samples: 0.1 s; the quick
+    // rule's 1 s: 0.05 s.
+    let compare = StopRule {
+        max_time_s: 2.0,
+        min_samples: 10,
+        ..StopRule::default()
+    };
+    assert!((sample_time(&compare) - 0.1).abs() < 1e-12);
+    assert!((sample_time(&StopRule::quick()) - 0.05).abs() < 1e-12);
+    let long = StopRule {
+        max_time_s: 60.0,
+        ..StopRule::default()
+    };
+    assert_eq!(sample_time(&long), HOST_BOUND_SAMPLE_S);
+}
+
+fn variant(name: &str, step_ms: f64, compute_ms: f64, cpu: Option<usize>) -> VariantReport {
+    let mut v = VariantReport::checked(
+        name,
+        "",
+        Precision::Fp32,
+        vec![check(&[1.0f32], &[1.0], 1e-5, "ref")],
+        Work::default(),
+    );
+    v.time_ms = Summary::of(&[64.0 * step_ms, 64.0 * step_ms * 1.1]);
+    v.metrics = vec![
+        Metric::new(host::STEP_MS, step_ms, "ms"),
+        Metric::new(host::COMPUTE_MS, compute_ms, "ms"),
+    ];
+    v.measurement = Some(Measurement {
+        batch: 3,
+        held: false,
+        cpu,
+        ..common::testing::measurement(&[1.0])
+    });
+    v
+}
+
+#[test]
+fn the_section_names_host_bound_steps_and_where_the_thread_ran() {
+    // A compute-bound step timed apart from its compute can read under zero.
+    let (host, share) = host_part(0.0468, 0.0470);
+    assert!(host < 0.0 && share < 0.0);
+    let variants = vec![
+        variant("baseline", 1.8, 0.25, Some(5)),
+        variant("optimized", 0.047, 0.046, Some(5)),
+        VariantReport::checked("failed", "", Precision::Fp32, vec![], Work::default()),
+    ];
+    let s = section(&variants);
+    let md = common::table::unpadded(&s.markdown());
+    assert_eq!(s.table.as_ref().unwrap().rows.len(), 2, "{md}");
+    assert!(
+        md.contains("| baseline | 1.800 ms | 250.00 us | 1.550 ms | 86.1% |"),
+        "{md}"
+    );
+    assert!(md.contains("| 3 | host |"), "{md}");
+    assert!(
+        md.contains("| optimized |") && md.contains("| device |"),
+        "{md}"
+    );
+    assert!(md.contains("measuring thread kept on CPU 5"), "{md}");
+    assert_eq!(s.data[0]["host_share"], host_part(1.8, 0.25).1);
+    let unpinned = section(&[variant("baseline", 1.8, 0.25, None)]).markdown();
+    assert!(unpinned.contains("not pinned"), "{unpinned}");
+}
 
 /// A variant file's code lines (the `//!` header, which says what the variant is, left out),
 /// trimmed.

@@ -195,17 +195,3 @@ impl Lesson for PipelineLesson {
         Ok(sections)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_copy_rate_sizes_are_sorted_and_distinct() {
-        assert_eq!(
-            copy_rates::sizes(4 << 20),
-            vec![32 * 1024, 256 * 1024, 4 << 20, 256 << 20]
-        );
-        assert_eq!(copy_rates::sizes(32 << 20)[3], 32 << 20);
-    }
-}

@@ -217,25 +217,3 @@ impl Sweep for AllocationSweep {
         )]
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_count_at_every_size_and_the_accumulator_holds_every_buffer_once() {
-        let p = plan(&[1 << 20, 4 << 10], &[16, 1, 16]);
-        assert_eq!(p.points.len(), 4);
-        assert_eq!((p.series(0), p.x(0)), ("1 buffer per use".into(), 4 << 10));
-        assert_eq!(
-            (p.series(3), p.x(3)),
-            ("16 buffers per use".into(), 1 << 20)
-        );
-        assert_eq!(p.sides[0], "cuMemAlloc", "the baseline comes first");
-        assert_eq!(plan(&SIZES, &COUNTS).points.len(), 16);
-        assert_eq!((SIZES[0], SIZES[7]), (4 << 10, 64 << 20));
-        assert_eq!(expected(1.0, 1), 0.75);
-        assert_eq!(expected(-0.5, 16), 0.0);
-        assert_eq!(expected(0.5, 4), 2.0);
-    }
-}

@@ -189,20 +189,3 @@ impl Sweep for CopySweep {
         )]
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_mode_at_every_size_pageable_first() {
-        let p = plan(&[1 << 20, 32 << 10, 1 << 20]);
-        assert_eq!(p.points.len(), 4);
-        assert_eq!((p.series(1), p.x(1)), ("eager".into(), 1 << 20));
-        assert_eq!((p.series(2), p.x(2)), ("overlapped".into(), 32 << 10));
-        assert_eq!(p.sides[0], "pageable", "the baseline comes first");
-        assert_eq!(plan(&SIZES).points.len(), 24);
-        assert_eq!(SIZES[0], 32 * 256 * 4, "a microbatch of 32 samples");
-        assert_eq!(SIZES[11], 64 << 20);
-    }
-}

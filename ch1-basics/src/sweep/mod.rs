@@ -73,22 +73,3 @@ pub fn sweep_bench(cfg: BenchConfig) -> BenchConfig {
         ..BenchConfig::default()
     })
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_sweep_in_turn() {
-        assert_eq!(Kind::Pinned.lesson(), "ch1-basics-sweep-pinned");
-        assert_eq!(Kind::Pinned.name(), "pinned");
-        assert_eq!(geometric::<3>(4, 2), [4, 8, 16]);
-        assert_eq!(Kind::All.each().len(), 4);
-        assert_eq!(Kind::Batch.each(), vec![Kind::Batch]);
-        let cold = BenchConfig {
-            cold: true,
-            ..BenchConfig::default()
-        };
-        assert!(sweep_bench(cold).cold);
-    }
-}

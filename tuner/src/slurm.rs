@@ -334,30 +334,55 @@ pub fn read_job(dir: &Path) -> Option<Job> {
     serde_json::from_str(&text).ok()
 }
 
-/// Each array task's state by sacct (`sacct -X -n -P -o JobID,State`), by trial; empty where
-/// sacct is missing or says nothing.
+/// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what
+/// squeue still remembers of the job (slurmctld keeps a finished job for its MinJobAge, 300 s
+/// by default); empty where neither says.
 fn task_states(job: &Job) -> BTreeMap<usize, String> {
-    let out = Command::new("sacct")
-        .args(["-X", "-n", "-P", "-o", "JobID,State", "-j", &job.job_id])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            parse_states(&String::from_utf8_lossy(&o.stdout), &job.job_id)
-        }
-        _ => BTreeMap::new(),
-    }
+    let asked = |program: &str, args: &[&str]| {
+        let out = Command::new(program)
+            .args(args)
+            .args(["-j", &job.job_id])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        let states = parse_states(&String::from_utf8_lossy(&out.stdout), &job.job_id);
+        (!states.is_empty()).then_some(states)
+    };
+    asked("sacct", &["-X", "-n", "-P", "-o", "JobID,State"])
+        .or_else(|| asked("squeue", &["-h", "-r", "-t", "all", "-o", "%i|%T"]))
+        .unwrap_or_default()
 }
 
-/// `4242_3|CANCELLED by 0` lines: the states of the array's single tasks (a line for tasks not
-/// yet started, `4242_[4-7%2]|PENDING`, is left out: they have no result and say so).
+/// `4242_3|CANCELLED by 0` lines (sacct's, and squeue's `%i|%T`): the state of each task of
+/// the array; a line for tasks not yet split from the array (`4242_[4-7%2]|PENDING`) gives
+/// its state to each of them.
 pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
-    text.lines()
-        .filter_map(|line| {
-            let (id, state) = line.split_once('|')?;
-            let task = id.trim().strip_prefix(job_id)?.strip_prefix('_')?;
-            Some((task.parse().ok()?, state.trim().to_string()))
-        })
-        .collect()
+    let mut states = BTreeMap::new();
+    for line in text.lines() {
+        let Some((id, state)) = line.split_once('|') else {
+            continue;
+        };
+        let Some(tasks) = id
+            .trim()
+            .strip_prefix(job_id)
+            .and_then(|t| t.strip_prefix('_'))
+        else {
+            continue;
+        };
+        let tasks = match tasks.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+            Some(list) => list.split('%').next().unwrap_or(""),
+            None => tasks,
+        };
+        for part in tasks.split(',') {
+            let (first, last) = part.split_once('-').unwrap_or((part, part));
+            if let (Ok(first), Ok(last)) = (first.parse::<usize>(), last.parse::<usize>()) {
+                for i in first..=last {
+                    states.insert(i, state.trim().to_string());
+                }
+            }
+        }
+    }
+    states
 }
 
 /// What `sweep --slurm` was told besides the plan.
@@ -543,12 +568,19 @@ mod tests {
 
     #[test]
     fn sacct_s_lines_give_each_task_s_state() {
-        let text = "4242_0|COMPLETED\n4242_3|CANCELLED by 0\n4242_[4-7%2]|PENDING\n99_1|FAILED\n4242_2|FAILED\n";
+        let text = "4242_0|COMPLETED\n4242_3|CANCELLED by 0\n4242_[4-5,7%2]|PENDING\n99_1|FAILED\n4242_2|FAILED\n42_6|RUNNING\n";
         let states = parse_states(text, "4242");
         let got: Vec<(usize, &str)> = states.iter().map(|(i, s)| (*i, s.as_str())).collect();
         assert_eq!(
             got,
-            [(0, "COMPLETED"), (2, "FAILED"), (3, "CANCELLED by 0")]
+            [
+                (0, "COMPLETED"),
+                (2, "FAILED"),
+                (3, "CANCELLED by 0"),
+                (4, "PENDING"),
+                (5, "PENDING"),
+                (7, "PENDING")
+            ]
         );
     }
 

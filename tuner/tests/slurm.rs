@@ -99,7 +99,7 @@ fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
     );
     assert_eq!(planned.code, 0, "{}", planned.stderr);
     let plan = json(&Path::new(&dir).join("plan.json"));
-    assert_eq!(plan["schema_version"], 1);
+    assert_eq!(plan["schema_version"], 2);
     assert_eq!(plan["trials"].as_array().unwrap().len(), 8);
     assert_eq!(plan["command"].as_array().unwrap().len(), argv(&FAKE).len());
 
@@ -250,7 +250,7 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
-        text.replace("\"schema_version\": 1", "\"schema_version\": 9"),
+        text.replace("\"schema_version\": 2", "\"schema_version\": 9"),
     )
     .unwrap();
     one_line(
@@ -269,7 +269,7 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
 /// Stand-ins for sbatch, squeue and sacct in `bin`: sbatch logs its arguments, refuses where
 /// FAKE_SBATCH_REFUSE says why, runs every array task of the script in turn as Slurm would
 /// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL, and
-/// prints job id 4242; squeue lists one running task the first time it is asked, none after;
+/// prints job id 4242 (a script of no array it runs once, job 4243); squeue lists one running task the first time it is asked, none after;
 /// sacct prints FAKE_SACCT.
 fn stand_ins(bin: &Path) {
     std::fs::create_dir_all(bin).unwrap();
@@ -285,6 +285,11 @@ cp "$script" "$here/submitted.sh"
 last=$(sed -n 's/^#SBATCH --array=0-\([0-9]*\).*/\1/p' "$script")
 out=$(sed -n 's/^#SBATCH --output=//p' "$script")
 err=$(sed -n 's/^#SBATCH --error=//p' "$script")
+if [ -z "$last" ]; then
+  sh "$script" > "$out" 2> "$err"
+  echo "4243"
+  exit 0
+fi
 i=0
 while [ "$i" -le "$last" ]; do
   n=$(printf %03d "$i")
@@ -480,4 +485,118 @@ fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
     let o = slurm_sweep(&["--slurm", &dir], &[], &bin, &work, &tmp);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(log(&bin, "sbatch.log").len(), 2);
+}
+
+/// The finder's flags both ways run: batches above 40 run out of memory.
+const FINDER: [&str; 10] = [
+    "autobatch",
+    "--workers",
+    "0",
+    "--confirm-steps",
+    "3",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--quiet",
+];
+
+/// The lines of a finder's answer that do not hold times.
+fn answer_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| {
+            [
+                "**maximum",
+                "maximum ",
+                "for the config:",
+                "Hydra:",
+                "LightningCLI:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect()
+}
+
+#[test]
+fn the_batch_finder_is_one_job_whose_answer_comes_back_through_the_folder() {
+    let (s, work, tmp) = places("slurm-autobatch");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    let vars = [("FAKE_OOM_ABOVE", "40")];
+    let local = tuner(&FINDER, &vars, "5", &work, &tmp);
+    assert_eq!(local.code, 0, "{}", local.stderr);
+    assert_eq!(answer_lines(&local.stdout).len(), 5, "{}", local.stdout);
+
+    let dir = s.str("finder");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let submit = |dir: &str, extra: &[&str], vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        cmd.args(FINDER)
+            .args(["--slurm", dir, "--sbatch=--partition=gpu"])
+            .args(extra)
+            .arg("--")
+            .args(argv(vars))
+            .env("PATH", &path)
+            .env("PERF_LESSONS_SLURM_POLL_S", "0");
+        run(cmd, "5", &work, &tmp)
+    };
+    let o = submit(&dir, &["--json", "finder.json"], &vars);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(answer_lines(&o.stdout), answer_lines(&local.stdout));
+    assert!(
+        o.stderr
+            .contains("submitted Slurm job 4243: the batch finder"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("job 4243: the answer is in"),
+        "{}",
+        o.stderr
+    );
+    let script = std::fs::read_to_string(bin.join("submitted.sh")).unwrap();
+    for line in [
+        "#SBATCH --job-name=tuner-autobatch",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --partition=gpu",
+    ] {
+        assert!(script.lines().any(|l| l == line), "{line}:\n{script}");
+    }
+    assert!(!script.contains("--array"), "{script}");
+    let report = json(&work.join("finder.json"));
+    assert_eq!(report["maximum"], 40);
+    assert_eq!(report["schema"], "tuner-autobatch/2");
+
+    // gather prints the same answer, at any time after.
+    let g = tuner_bare(&["gather", &dir, "--json", "again.json"], &[], &work, &tmp);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert_eq!(g.stdout, o.stdout);
+    assert_eq!(json(&work.join("again.json"))["maximum"], 40);
+
+    // A finder that fails: no answer, the Slurm state and what the job said, exit 1.
+    let failed = s.str("failed");
+    let o = submit(&failed, &[], &[("FAKE_MODE", "fail")]);
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    let mut gather = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    gather
+        .args(["gather", &failed])
+        .env("PATH", &path)
+        .env("FAKE_SACCT", "4243|FAILED");
+    let g = run(gather, "5", &work, &tmp);
+    assert_eq!(g.code, 1, "{}", g.stderr);
+    assert_eq!(g.stderr.lines().count(), 1, "{}", g.stderr);
+    assert!(
+        g.stderr.contains("the batch finder (Slurm job 4243) ended without an answer: Slurm state FAILED; it printed: error: "),
+        "{}",
+        g.stderr
+    );
+    // --max-parallel is a sweep's.
+    let o = submit(&s.str("parallel"), &["--max-parallel", "2"], &vars);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--max-parallel is a sweep's"),
+        "{}",
+        o.stderr
+    );
 }

@@ -3,7 +3,7 @@
 //! and with every file of theirs in a scratch folder, stopped when the test ends however it
 //! ends. The fake training program's grid goes through `tuner sweep --slurm` and must give the
 //! local sweep's report; a trial that runs out of memory, one that fails, and a job cancelled
-//! with scancel each end as they should.
+//! with scancel each end as they should; and `tuner autobatch --slurm` brings its answer back.
 //!
 //! Needs Debian's `slurmctld`, `slurmd`, `slurm-client` and `munge`, and root (slurmd starts
 //! jobs as their user); `scripts/test` installs them as root. Without them this test fails with
@@ -476,5 +476,34 @@ fn a_one_node_slurm_runs_the_grid_as_a_local_sweep_does() {
         "slurmstepd's line: {}",
         g.stdout
     );
+
+    // The batch finder as one job: its answer comes back through the folder.
+    let dir = cluster.dir.str("finder");
+    let o = cluster.tuner(
+        &[
+            "autobatch",
+            "--workers",
+            "0",
+            "--confirm-steps",
+            "3",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--quiet",
+            "--sbatch=--gres=none",
+            "--slurm",
+            &dir,
+            "--json",
+            "finder.json",
+        ],
+        &[("FAKE_OOM_ABOVE", "40")],
+        &work,
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("**maximum 40**"), "{}", o.stdout);
+    assert_eq!(json(&work.join("finder.json"))["maximum"], 40);
+    let g = cluster.gather(&dir, "finder-again.json", &work);
+    assert_eq!((g.code, &g.stdout), (0, &o.stdout), "{}", g.stderr);
     eprintln!("done in {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -81,7 +81,7 @@ fn main() -> ExitCode {
             sweep_done(&a.json.or(plan.json), &report)
         }
         Command::Task(a) => {
-            let plan = tuner::slurm::Plan::read(&a.dir)?;
+            let plan = tuner::slurm::Plan::read_in_job(&a.dir)?;
             if let Some(invocation) = &plan.autobatch {
                 return autobatch_task(&a.dir, &plan, invocation);
             }

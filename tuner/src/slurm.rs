@@ -183,6 +183,23 @@ impl Plan {
         write_json_file(&dir.join(PLAN), self, "the plan").map_err(usage)
     }
 
+    /// The plan in `dir` as a job's task sees it: where the folder is not there at all, one line
+    /// saying it must be on shared storage (the submitting host wrote it; this node cannot see
+    /// it).
+    pub fn read_in_job(dir: &Path) -> anyhow::Result<Plan> {
+        if !dir.is_dir() {
+            let node = std::env::var("SLURMD_NODENAME")
+                .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+                .unwrap_or_default();
+            return Err(usage(format!(
+                "{} is not there on node {}: the folder of a Slurm run must be on shared storage, at the same path on every node and on the host that submits",
+                dir.display(),
+                node.trim()
+            )));
+        }
+        Plan::read(dir)
+    }
+
     /// The plan in `dir`; one line for a folder without one or with another version's.
     pub fn read(dir: &Path) -> anyhow::Result<Plan> {
         read_versioned(
@@ -232,7 +249,7 @@ pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
 /// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
 /// as skipped without running, as a local sweep would skip it.
 pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
-    let plan = Plan::read(dir)?;
+    let plan = Plan::read_in_job(dir)?;
     if plan.autobatch.is_some() {
         return Err(usage(format!(
             "{} holds a batch finder's plan, not a sweep's",
@@ -386,6 +403,16 @@ pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepRep
     for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
         // What the task itself printed, where it ended without a result.
         let err = dir.join("slurm").join(format!("{:03}.err", t.index));
+        let out = err.with_extension("out");
+        let failed = (states.get(&t.index)).is_some_and(|s| s.starts_with("FAILED"));
+        if failed && !err.exists() && !out.exists() {
+            // A task that failed without even its output files: Slurm could not open them on
+            // the node, which does not see DIR.
+            t.reason.push_str(&format!(
+                "; it left no output in {}: the folder must be on shared storage that every node sees",
+                dir.display()
+            ));
+        }
         t.stderr_tail = common::process::tail_lines(&err, 20);
     }
     let mut devices: Vec<DeviceSummary> = Vec::new();

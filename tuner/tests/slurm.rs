@@ -268,7 +268,9 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
 
 /// Stand-ins for sbatch, squeue and sacct in `bin`: sbatch logs its arguments, refuses where
 /// FAKE_SBATCH_REFUSE says why, runs every array task of the script in turn as Slurm would
-/// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL, and
+/// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL (a line
+/// of slurmstepd's on stderr) and FAKE_SBATCH_LOST (nothing, as on a node that does not see
+/// the folder), and
 /// prints job id 4242 (a script of no array it runs once, job 4243); squeue lists one running task the first time it is asked, none after;
 /// sacct prints FAKE_SACCT.
 fn stand_ins(bin: &Path) {
@@ -295,6 +297,9 @@ while [ "$i" -le "$last" ]; do
   n=$(printf %03d "$i")
   o=$(echo "$out" | sed "s/%3a/$n/")
   e=$(echo "$err" | sed "s/%3a/$n/")
+  case " $FAKE_SBATCH_LOST " in
+    *" $i "*) i=$((i + 1)); continue ;;
+  esac
   case " $FAKE_SBATCH_CANCEL " in
     *" $i "*) echo "slurmstepd: error: *** JOB 4242 CANCELLED ***" > "$e" ;;
     *) SLURM_ARRAY_TASK_ID=$i sh "$script" > "$o" 2> "$e" ;;
@@ -383,7 +388,12 @@ fn submitted_once_waited_for_and_gathered_as_a_local_sweep() {
         "{}",
         o.stderr
     );
-    assert!(o.stderr.contains("8/8 trials have results"), "{}", o.stderr);
+    for line in [
+        "job 4242: 0 pending, 1 running, 7 done; 8/8 trials have results",
+        "job 4242: 0 pending, 0 running, 8 done; 8/8 trials have results",
+    ] {
+        assert!(o.stderr.lines().any(|l| l == line), "{line}: {}", o.stderr);
+    }
     let gathered = json(&work.join("slurm.json"));
     assert_eq!(
         essentials(&gathered),
@@ -598,5 +608,53 @@ fn the_batch_finder_is_one_job_whose_answer_comes_back_through_the_folder() {
         o.stderr.contains("--max-parallel is a sweep's"),
         "{}",
         o.stderr
+    );
+}
+
+#[test]
+fn a_folder_the_nodes_cannot_see_or_the_submitter_cannot_write_is_named_in_one_line() {
+    let (s, work, tmp) = places("slurm-unshared");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    // A task on a node where the folder is not there.
+    let t = tuner_bare(
+        &["task", &s.str("elsewhere/plan"), "0"],
+        &[("SLURMD_NODENAME", "gpu7")],
+        &work,
+        &tmp,
+    );
+    assert_eq!(t.code, 2, "{}", t.stderr);
+    assert_eq!(t.stderr.lines().count(), 1, "{}", t.stderr);
+    assert!(
+        t.stderr.contains(
+            "is not there on node gpu7: the folder of a Slurm run must be on shared storage"
+        ),
+        "{}",
+        t.stderr
+    );
+    // A task that failed leaving nothing in the folder (Slurm could not open its output there).
+    let dir = s.str("plan");
+    let env = [
+        ("FAKE_SBATCH_LOST", "1"),
+        ("FAKE_SACCT", "4242_0|COMPLETED\n4242_1|FAILED"),
+    ];
+    let o = slurm_sweep(&["--slurm", &dir], &env, &bin, &work, &tmp);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(&format!("trial 1 (batch 16, workers 0, amp off): UNFINISHED: no result; Slurm state FAILED; it left no output in {dir}: the folder must be on shared storage that every node sees")),
+        "{}",
+        o.stdout
+    );
+    // A folder that cannot be made: one line, nothing submitted.
+    std::fs::write(s.path("file"), "").unwrap();
+    let inside_a_file = s.str("file/plan");
+    let o = slurm_sweep(&["--slurm", &inside_a_file], &[], &bin, &work, &tmp);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("cannot create"), "{}", o.stderr);
+    assert_eq!(
+        log(&bin, "sbatch.log").len(),
+        1,
+        "only the first sweep was submitted"
     );
 }

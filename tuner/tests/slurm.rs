@@ -8,13 +8,8 @@ mod fake;
 use std::path::Path;
 use std::process::Command;
 
-use fake::{argv, places, run, tuner, Out};
+use fake::{argv, essentials, json, places, run, statuses, tuner, Out, FINDER};
 use serde_json::Value;
-
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
 
 /// `tuner ARGS` (no command after it) in `work`, on stand-in GPU 5, with `env` set.
 fn tuner_bare(args: &[&str], env: &[(&str, &str)], work: &Path, tmp: &Path) -> Out {
@@ -40,38 +35,6 @@ const GRID: [&str; 10] = [
     "--quiet",
 ];
 const FAKE: [(&str, &str); 1] = [("FAKE_OOM_ABOVE", "16")];
-
-/// What must agree between a local sweep's JSON and a gathered one.
-fn essentials(report: &Value) -> Value {
-    let trials: Vec<Value> = report["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            serde_json::json!([
-                t["index"],
-                t["status"],
-                t["params"],
-                t["measured"]["samples_per_s"],
-                t["measured"]["reported_steps"],
-                t["reason"],
-            ])
-        })
-        .collect();
-    let best = &report["best"];
-    serde_json::json!({
-        "schema": report["schema"],
-        "command": report["command"],
-        "settings": report["settings"],
-        "trials": trials,
-        "picks": [
-            best["highest_throughput"]["key"],
-            best["best_efficiency"]["key"],
-            best["recommended"]["key"],
-        ],
-        "margin": report["margin"],
-    })
-}
 
 #[test]
 fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
@@ -106,13 +69,6 @@ fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
     // Before any task: every trial unfinished, no pick, exit 1.
     let early = tuner_bare(&["gather", &dir, "--json", "early.json"], &[], &work, &tmp);
     assert_eq!(early.code, 1, "{}", early.stderr);
-    let statuses = |r: &Value| -> Vec<String> {
-        let trials = r["trials"].as_array().unwrap();
-        trials
-            .iter()
-            .map(|t| t["status"].as_str().unwrap().to_string())
-            .collect()
-    };
     assert!(statuses(&json(&work.join("early.json")))
         .iter()
         .all(|s| s == "UNFINISHED"));
@@ -496,20 +452,6 @@ fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(log(&bin, "sbatch.log").len(), 2);
 }
-
-/// The finder's flags both ways run: batches above 40 run out of memory.
-const FINDER: [&str; 10] = [
-    "autobatch",
-    "--workers",
-    "0",
-    "--confirm-steps",
-    "3",
-    "--steps",
-    "2",
-    "--warmup",
-    "1",
-    "--quiet",
-];
 
 /// The lines of a finder's answer that do not hold times.
 fn answer_lines(text: &str) -> Vec<&str> {

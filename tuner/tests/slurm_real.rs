@@ -20,10 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fake::{argv, run, Out, Scratch};
+use fake::{argv, essentials, json, run, statuses, Out, Scratch, FINDER};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use serde_json::Value;
 
 const SKIP: &str = "PERF_LESSONS_SKIP_SLURM";
 const DAEMONS: [&str; 3] = ["munged", "slurmctld", "slurmd"];
@@ -305,50 +304,24 @@ impl Drop for Cluster {
     }
 }
 
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-fn statuses(report: &Value) -> Vec<String> {
-    (report["trials"].as_array().unwrap().iter())
-        .map(|t| t["status"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// What must agree between a local sweep's JSON and a gathered one.
-fn essentials(report: &Value) -> Value {
-    let trials: Vec<Value> = (report["trials"].as_array().unwrap().iter())
-        .map(|t| serde_json::json!([t["index"], t["status"], t["params"], t["reason"]]))
-        .collect();
-    let best = &report["best"];
-    serde_json::json!({
-        "command": report["command"],
-        "settings": report["settings"],
-        "trials": trials,
-        "picks": [
-            best["highest_throughput"]["key"],
-            best["best_efficiency"]["key"],
-            best["recommended"]["key"],
-        ],
-    })
-}
-
-/// Batch 32 runs out of memory; every trial of mode `fail` fails.
-const GRID: [&str; 13] = [
-    "sweep",
-    "--batch-sizes",
-    "8,16,32",
+/// A sweep's short trials, on a node with no GPU to give.
+const SHORT: [&str; 8] = [
     "--workers",
     "0",
-    "--axis",
-    "mode=ok,fail",
     "--steps",
     "2",
     "--warmup",
     "1",
     "--quiet",
     "--sbatch=--gres=none",
+];
+/// Batch 32 runs out of memory; every trial of mode `fail` fails.
+const GRID: [&str; 5] = [
+    "sweep",
+    "--batch-sizes",
+    "8,16,32",
+    "--axis",
+    "mode=ok,fail",
 ];
 const FAKE: [(&str, &str); 2] = [("FAKE_OOM_ABOVE", "16"), ("FAKE_MODE", "{mode}")];
 
@@ -367,7 +340,7 @@ fn a_one_node_slurm_runs_the_grid_as_a_local_sweep_does() {
     std::fs::create_dir_all(&work).unwrap();
 
     // The grid locally, then as an array job.
-    let local_args: Vec<&str> = GRID[..GRID.len() - 1].to_vec();
+    let local_args = [&GRID[..], &SHORT[..SHORT.len() - 1]].concat();
     let local = cluster.tuner(
         &[&local_args[..], &["--json", "local.json"]].concat(),
         &FAKE,
@@ -376,7 +349,12 @@ fn a_one_node_slurm_runs_the_grid_as_a_local_sweep_does() {
     assert_eq!(local.code, 0, "{}\n{}", local.stdout, local.stderr);
     let dir = cluster.dir.str("grid");
     let o = cluster.tuner(
-        &[&GRID[..], &["--slurm", &dir, "--json", "slurm.json"]].concat(),
+        &[
+            &GRID[..],
+            &SHORT,
+            &["--slurm", &dir, "--json", "slurm.json"],
+        ]
+        .concat(),
         &FAKE,
         &work,
     );
@@ -412,25 +390,11 @@ fn a_one_node_slurm_runs_the_grid_as_a_local_sweep_does() {
     let slow = [("FAKE_STEP_S", "{step}")];
     let o = cluster.tuner(
         &[
-            "sweep",
-            "--batch-sizes",
-            "8",
-            "--workers",
-            "0",
-            "--axis",
-            "step=0.01,30",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--quiet",
-            "--sbatch=--gres=none",
-            "--max-parallel",
-            "1",
-            "--slurm",
-            &dir,
-            "--no-wait",
-        ],
+            &["sweep", "--batch-sizes", "8", "--axis", "step=0.01,30"][..],
+            &SHORT,
+            &["--max-parallel", "1", "--slurm", &dir, "--no-wait"],
+        ]
+        .concat(),
         &slow,
         &work,
     );
@@ -481,22 +445,16 @@ fn a_one_node_slurm_runs_the_grid_as_a_local_sweep_does() {
     let dir = cluster.dir.str("finder");
     let o = cluster.tuner(
         &[
-            "autobatch",
-            "--workers",
-            "0",
-            "--confirm-steps",
-            "3",
-            "--steps",
-            "2",
-            "--warmup",
-            "1",
-            "--quiet",
-            "--sbatch=--gres=none",
-            "--slurm",
-            &dir,
-            "--json",
-            "finder.json",
-        ],
+            &FINDER[..],
+            &[
+                "--sbatch=--gres=none",
+                "--slurm",
+                &dir,
+                "--json",
+                "finder.json",
+            ],
+        ]
+        .concat(),
         &[("FAKE_OOM_ABOVE", "40")],
         &work,
     );

@@ -1,5 +1,5 @@
 //! The README's test command (`scripts/test`) on a fresh machine: it installs what the tests
-//! drive (python3, Chromium) where it can, as root with apt-get, and otherwise stops with one
+//! drive (python3, Chromium, Slurm and munge) where it can, as root with apt-get, and otherwise stops with one
 //! line naming what to install; with everything there it runs `cargo test --workspace`. Run
 //! here with stand-ins for every program it calls, on a PATH of only those, and without the pip
 //! package's step (`PERF_LESSONS_SKIP_WHEEL=1`: it builds a real wheel, which the CI run of the
@@ -55,6 +55,14 @@ impl Bin {
         )
     }
 
+    /// A Slurm that answers: its daemons, the client that submits, and munge.
+    fn slurm(&self) -> &Bin {
+        for name in ["slurmctld", "slurmd", "sbatch", "munged"] {
+            self.logging(name);
+        }
+        self
+    }
+
     fn user(&self, uid: u32) -> &Bin {
         self.add("id", &format!("echo {uid}"))
     }
@@ -90,6 +98,7 @@ fn with_everything_there_it_runs_the_workspace_tests() {
     bin.user(1000)
         .logging("python3")
         .logging("chromium")
+        .slurm()
         .logging("cargo");
     let (out, log) = bin.run(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -110,7 +119,15 @@ fn without_root_it_names_what_to_install_in_one_line() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("error: the tests need python3 chromium: install them"),
+        err.starts_with(
+            "error: the tests need python3 chromium slurmctld slurmd slurm-client munge: install them"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.trim_end().ends_with(
+            "(or set PERF_LESSONS_SKIP_BROWSER=1 PERF_LESSONS_SKIP_SLURM=1 to skip the tests that need them)"
+        ),
         "{err}"
     );
     assert_eq!(log, "", "nothing installed, no tests run");
@@ -119,12 +136,24 @@ fn without_root_it_names_what_to_install_in_one_line() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        err.starts_with("error: the tests need python3 python3-venv chromium: install them"),
+        err.starts_with(
+            "error: the tests need python3 python3-venv chromium slurmctld slurmd slurm-client munge: install them"
+        ),
         "{err}"
     );
-    // Skipping the browser test on purpose needs no Chromium.
+    // Skipping the browser test on purpose needs no Chromium, the Slurm test no Slurm.
     bin.logging("python3");
-    let (out, log) = bin.run(&[("PERF_LESSONS_SKIP_BROWSER", "1")]);
+    let (out, _) = bin.run(&[("PERF_LESSONS_SKIP_BROWSER", "1")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: the tests need slurmctld slurmd slurm-client munge: install them"),
+        "{err}"
+    );
+    let (out, log) = bin.run(&[
+        ("PERF_LESSONS_SKIP_BROWSER", "1"),
+        ("PERF_LESSONS_SKIP_SLURM", "1"),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(log, "cargo test --workspace --locked --quiet\n");
 }
@@ -143,7 +172,7 @@ fn as_root_it_installs_what_is_missing_then_tests() {
         lines,
         [
             "apt-get update -qq",
-            "apt-get install -y -qq chromium",
+            "apt-get install -y -qq chromium slurmctld slurmd slurm-client munge",
             "cargo test --workspace --locked --quiet"
         ]
     );
@@ -156,7 +185,7 @@ fn as_root_it_installs_what_is_missing_then_tests() {
         err.lines()
             .last()
             .unwrap()
-            .starts_with("error: apt-get could not install chromium"),
+            .starts_with("error: apt-get could not install chromium slurmctld"),
         "{err}"
     );
 }

@@ -45,7 +45,8 @@ pub enum Command {
     /// Redraw the plot of a sweep from its JSON.
     Plot(PlotArgs),
     /// The report of a sweep run as a Slurm array job (`sweep --slurm DIR`), from the results
-    /// in DIR so far: finished trials count, the others are shown unfinished.
+    /// in DIR so far: finished trials count, the others are shown unfinished. Of a batch finder
+    /// run as a Slurm job (`autobatch --slurm DIR`), its answer once it is there.
     Gather(GatherArgs),
     /// Run one trial of a Slurm plan (what each array task runs).
     #[command(hide = true)]
@@ -214,15 +215,16 @@ pub struct SweepArgs {
     pub run: RunArgs,
 }
 
-/// A sweep's trials as a Slurm array job, one task per trial.
+/// A sweep's trials as a Slurm array job, one task per trial; the batch finder as one job.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SlurmArgs {
-    /// Run the trials as a Slurm array job, one task per trial on a GPU of its own, from a plan
-    /// written into DIR (a new folder on storage every node sees); the report is made from the
-    /// results there, as `tuner gather DIR` makes it at any time.
+    /// Run on a Slurm cluster from a plan written into DIR (a new folder on storage every node
+    /// sees): a sweep as an array job, one task per trial on a GPU of its own, the batch finder
+    /// as one job on one GPU; the report is made from what the job leaves there, as
+    /// `tuner gather DIR` makes it at any time.
     #[arg(long = "slurm", value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// At most N trials at once (the array's %N).
+    /// At most N trials at once (the array's %N; a sweep's only).
     #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
     pub max_parallel: Option<usize>,
     /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
@@ -290,6 +292,8 @@ pub struct AutobatchArgs {
     /// extension, else the program's).
     #[arg(long, value_name = "NAME")]
     pub model_name: Option<String>,
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -375,7 +379,7 @@ pub struct TeamArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct GatherArgs {
-    /// The folder a `sweep --slurm DIR` wrote.
+    /// The folder a `sweep --slurm DIR` or an `autobatch --slurm DIR` wrote.
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
     /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).

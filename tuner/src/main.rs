@@ -7,8 +7,8 @@ use clap::Parser;
 use common::exit::{no_gpu, usage};
 use common::Error;
 use profiling::discover::{Places, NSYS};
-use tuner::autobatch::{self, Options};
-use tuner::cli::{Cli, Command, ProfileArgs, RunArgs, SweepArgs};
+use tuner::autobatch::{self, AutobatchReport, Options};
+use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs, SweepArgs};
 use tuner::config::Settings;
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Choice, Profiler};
@@ -55,23 +55,11 @@ fn main() -> ExitCode {
             ))
         }
         Command::Autobatch(a) => {
-            let settings = settings(&a.run)?;
-            let options = Options {
-                start: a.start,
-                granularity: a.sizes.granularity(),
-                margin: a.sizes.margin,
-                confirm_steps: a.confirm_steps,
-                effective_batch: a.effective_batch,
-                write: a.write_target().map_err(usage)?,
-                keys: a.keys(),
-                team: a.team.clone(),
-                model_name: a.model_name.clone(),
-            };
-            autobatch::check(&options, &settings).map_err(usage)?;
-            autobatch::choices(&settings).map_err(usage)?;
-            let run = start(&a.run, &settings, "autobatch")?;
-            let report = autobatch::autobatch(&run, settings, &options)?;
-            emit(&a.run.json, &report, &autobatch::render(&report))?;
+            if let Some(dir) = &a.slurm.dir {
+                return slurm_autobatch(&a, dir);
+            }
+            let (report, text) = autobatch_here(&a)?;
+            emit(&a.run.json, &report, &text)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Profile(a) => profile(&a),
@@ -83,10 +71,20 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Gather(a) => {
+            let plan = tuner::slurm::Plan::read(&a.dir)?;
+            if plan.autobatch.is_some() {
+                let (text, report) = tuner::slurm::gather_autobatch(&a.dir)?;
+                emit(&a.json.or(plan.json), &report, &text)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let (plan, report) = tuner::slurm::gather(&a.dir, a.plot.as_deref())?;
             sweep_done(&a.json.or(plan.json), &report)
         }
         Command::Task(a) => {
+            let plan = tuner::slurm::Plan::read_in_job(&a.dir)?;
+            if let Some(invocation) = &plan.autobatch {
+                return autobatch_task(&a.dir, &plan, invocation);
+            }
             let r = tuner::slurm::task(&a.dir, a.index)?;
             println!(
                 "trial {}: {}: {}",
@@ -101,6 +99,99 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
     })
+}
+
+/// The batch finder's flags as its options.
+fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
+    Ok(Options {
+        start: a.start,
+        granularity: a.sizes.granularity(),
+        margin: a.sizes.margin,
+        confirm_steps: a.confirm_steps,
+        effective_batch: a.effective_batch,
+        write: a.write_target().map_err(usage)?,
+        keys: a.keys(),
+        team: a.team.clone(),
+        model_name: a.model_name.clone(),
+    })
+}
+
+/// The batch finder's answer here: its report and the text it prints.
+fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)> {
+    let settings = settings(&a.run)?;
+    let options = options(a)?;
+    autobatch::check(&options, &settings).map_err(usage)?;
+    autobatch::choices(&settings).map_err(usage)?;
+    let run = start(&a.run, &settings, "autobatch")?;
+    let report = autobatch::autobatch(&run, settings, &options)?;
+    let text = autobatch::render(&report);
+    Ok((report, text))
+}
+
+/// `autobatch --slurm DIR`: the finder's invocation planned into DIR and submitted as one
+/// Slurm job, its flags checked first as a local run's are (no GPU needed where it is given);
+/// once the job is over, its answer as the finder printed it.
+fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
+    if a.slurm.max_parallel.is_some() {
+        return Err(usage(
+            "--max-parallel is a sweep's: the batch finder runs as one job, its trials one after another",
+        ));
+    }
+    let settings = settings(&a.run)?;
+    autobatch::check(&options(a)?, &settings).map_err(usage)?;
+    autobatch::choices(&settings).map_err(usage)?;
+    let program = checked_program(&a.run, &settings)?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| usage(format!("cannot read the current folder: {e}")))?;
+    let invocation = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let plan = tuner::slurm::Plan::autobatch(
+        invocation,
+        program.argv,
+        cwd,
+        settings,
+        a.run.json.as_deref(),
+    );
+    let submit = tuner::slurm::Submit {
+        max_parallel: None,
+        sbatch: a.slurm.sbatch.clone(),
+        no_wait: a.slurm.no_wait,
+        no_submit: a.slurm.no_submit,
+    };
+    if !tuner::slurm::submit(&plan, dir, &submit)? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (text, report) = tuner::slurm::gather_autobatch(dir)?;
+    emit(&plan.json, &report, &text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the job of `autobatch --slurm DIR` runs: the finder as the plan's invocation gives it,
+/// here, its answer left in DIR.
+fn autobatch_task(
+    dir: &Path,
+    plan: &tuner::slurm::Plan,
+    invocation: &[String],
+) -> anyhow::Result<ExitCode> {
+    tuner::slurm::enter(plan)?;
+    let args = std::iter::once("tuner".to_string()).chain(invocation.iter().cloned());
+    let mut a = match Cli::try_parse_from(args).map(|c| c.command) {
+        Ok(Command::Autobatch(a)) => a,
+        _ => {
+            return Err(usage(format!(
+                "{}: the plan's autobatch command is not one this tuner reads: run it again with this tuner",
+                dir.display()
+            )))
+        }
+    };
+    a.slurm = Default::default();
+    a.run.json = None;
+    let (report, text) = autobatch_here(&a)?;
+    tuner::slurm::write_answer(dir, &report, &text)?;
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A sweep's report printed and written, and its exit code.

@@ -14,6 +14,11 @@
 //! trials/NNN/         each trial's report, stdout and stderr
 //! slurm/NNN.out|.err  what each task itself printed
 //! ```
+//!
+//! The batch finder's trials depend on each other, so `autobatch --slurm DIR` is one job on one
+//! GPU that runs the whole finder as locally: its plan holds the autobatch invocation, and the
+//! job leaves `autobatch.txt` (the answer as printed) and `autobatch.json` (its report) in DIR,
+//! beside `slurm/autobatch.out|.err`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,10 +43,12 @@ use crate::sweep::SweepReport;
 use crate::trial::{Limits, Runner, TrialResult};
 
 /// The plan's format; a folder written by another format is refused, never half read.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 const PLAN: &str = "plan.json";
 const JOB: &str = "job.json";
 const SCRIPT: &str = "array.sh";
+const ANSWER_TEXT: &str = "autobatch.txt";
+const ANSWER_JSON: &str = "autobatch.json";
 
 /// What every task of the array job runs from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -64,6 +71,10 @@ pub struct Plan {
     pub written_at: f64,
     /// Each trial's values, in the order a local sweep runs them (array task i runs trial i).
     pub trials: Vec<Params>,
+    /// The `tuner autobatch ...` arguments the one job of a batch finder runs (its trials are
+    /// then not planned here, they depend on each other); None for a sweep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autobatch: Option<Vec<String>>,
 }
 
 /// One task's result file.
@@ -137,6 +148,24 @@ impl Plan {
             json: keep(json),
             plot: keep(plot),
             written_at: now(),
+            autobatch: None,
+        }
+    }
+
+    /// The plan of a batch finder given as `tuner INVOCATION` (its Slurm flags included: the
+    /// job drops them) with `settings`, in `cwd`; `json` is where the submitter writes its
+    /// report.
+    pub fn autobatch(
+        invocation: Vec<String>,
+        command: Vec<String>,
+        cwd: PathBuf,
+        settings: Settings,
+        json: Option<&Path>,
+    ) -> Plan {
+        Plan {
+            trials: Vec::new(),
+            autobatch: Some(invocation),
+            ..Plan::new(command, cwd, settings, None, None, json, None)
         }
     }
 
@@ -152,6 +181,23 @@ impl Plan {
             .and_then(|_| std::fs::create_dir_all(dir.join("slurm")))
             .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
         write_json_file(&dir.join(PLAN), self, "the plan").map_err(usage)
+    }
+
+    /// The plan in `dir` as a job's task sees it: where the folder is not there at all, one line
+    /// saying it must be on shared storage (the submitting host wrote it; this node cannot see
+    /// it).
+    pub fn read_in_job(dir: &Path) -> anyhow::Result<Plan> {
+        if !dir.is_dir() {
+            let node = std::env::var("SLURMD_NODENAME")
+                .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+                .unwrap_or_default();
+            return Err(usage(format!(
+                "{} is not there on node {}: the folder of a Slurm run must be on shared storage, at the same path on every node and on the host that submits",
+                dir.display(),
+                node.trim()
+            )));
+        }
+        Plan::read(dir)
     }
 
     /// The plan in `dir`; one line for a folder without one or with another version's.
@@ -203,7 +249,13 @@ pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
 /// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
 /// as skipped without running, as a local sweep would skip it.
 pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
-    let plan = Plan::read(dir)?;
+    let plan = Plan::read_in_job(dir)?;
+    if plan.autobatch.is_some() {
+        return Err(usage(format!(
+            "{} holds a batch finder's plan, not a sweep's",
+            dir.display()
+        )));
+    }
     let index = task_index(index, plan.trials.len())?;
     let params = &plan.trials[index];
     let program = Program::new(plan.command.clone()).map_err(usage)?;
@@ -218,12 +270,7 @@ pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
     let result = match larger_batch_after_oom(params, &done) {
         Some(why) => TrialResult::skipped(index, params.clone(), why),
         None => {
-            std::env::set_current_dir(&plan.cwd).map_err(|e| {
-                usage(format!(
-                    "cannot start the trial in {}, where the sweep was given: {e}",
-                    plan.cwd.display()
-                ))
-            })?;
+            enter(&plan)?;
             let runner = Runner {
                 program: &program,
                 launcher: &Launcher::Spawn,
@@ -240,6 +287,75 @@ pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
     };
     write_json_file(&result_path(dir, index), &saved, "the trial's result")?;
     Ok(saved.result)
+}
+
+/// Go to the folder the command was given in, where its trials start as a local run's would.
+pub fn enter(plan: &Plan) -> anyhow::Result<()> {
+    std::env::set_current_dir(&plan.cwd).map_err(|e| {
+        usage(format!(
+            "cannot start in {}, where the command was given: {e}",
+            plan.cwd.display()
+        ))
+    })
+}
+
+/// The finder's answer, as it printed it, and its report, left in DIR by the job.
+pub fn write_answer<T: Serialize>(dir: &Path, report: &T, text: &str) -> anyhow::Result<()> {
+    write_json_file(&dir.join(ANSWER_JSON), report, "the finder's report")?;
+    common::files::write_atomically(&dir.join(ANSWER_TEXT), text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: could not write the answer: {e}", dir.display()))
+}
+
+/// `tuner gather DIR` of a batch finder's folder: the answer as the finder printed it and its
+/// report; where there is none, one line with why (still queued or running, or how the job
+/// ended by Slurm, and the last line it printed).
+pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value)> {
+    let text = std::fs::read_to_string(dir.join(ANSWER_TEXT));
+    let json = std::fs::read_to_string(dir.join(ANSWER_JSON))
+        .ok()
+        .and_then(|j| serde_json::from_str(&j).ok());
+    if let (Ok(text), Some(json)) = (text, json) {
+        return Ok((text, json));
+    }
+    let Some(job) = read_job(dir) else {
+        return Err(anyhow::anyhow!(
+            "{}: no answer, and no job was submitted (submit it with `sbatch {}`)",
+            dir.display(),
+            dir.join(SCRIPT).display()
+        ));
+    };
+    let state = task_states(&job).remove(&0);
+    // The finder's own error line, where it printed one, rather than the stderr it quotes.
+    let err = dir.join("slurm/autobatch.err");
+    let lines = common::process::tail_lines(&err, 40);
+    let said = match lines
+        .iter()
+        .rfind(|l| l.starts_with("error:"))
+        .or(lines.last())
+    {
+        Some(line) => format!(
+            "; it printed: {} (all of it in {})",
+            line.trim(),
+            err.display()
+        ),
+        None => String::new(),
+    };
+    Err(match state.as_deref() {
+        Some(s) if s == "PENDING" || s == "RUNNING" || s == "CONFIGURING" => anyhow::anyhow!(
+            "the batch finder (Slurm job {}) is {}: gather again once it is done",
+            job.job_id,
+            s.to_lowercase()
+        ),
+        Some(s) => anyhow::anyhow!(
+            "the batch finder (Slurm job {}) ended without an answer: Slurm state {s}{said}",
+            job.job_id
+        ),
+        None => anyhow::anyhow!(
+            "the batch finder (Slurm job {}) left no answer in {} and Slurm no longer knows the job{said}",
+            job.job_id,
+            dir.display()
+        ),
+    })
 }
 
 /// What the report says of a trial with no result yet.
@@ -287,6 +403,16 @@ pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepRep
     for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
         // What the task itself printed, where it ended without a result.
         let err = dir.join("slurm").join(format!("{:03}.err", t.index));
+        let out = err.with_extension("out");
+        let failed = (states.get(&t.index)).is_some_and(|s| s.starts_with("FAILED"));
+        if failed && !err.exists() && !out.exists() {
+            // A task that failed without even its output files: Slurm could not open them on
+            // the node, which does not see DIR.
+            t.reason.push_str(&format!(
+                "; it left no output in {}: the folder must be on shared storage that every node sees",
+                dir.display()
+            ));
+        }
         t.stderr_tail = common::process::tail_lines(&err, 20);
     }
     let mut devices: Vec<DeviceSummary> = Vec::new();
@@ -334,30 +460,55 @@ pub fn read_job(dir: &Path) -> Option<Job> {
     serde_json::from_str(&text).ok()
 }
 
-/// Each array task's state by sacct (`sacct -X -n -P -o JobID,State`), by trial; empty where
-/// sacct is missing or says nothing.
+/// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what
+/// squeue still remembers of the job (slurmctld keeps a finished job for its MinJobAge, 300 s
+/// by default); empty where neither says.
 fn task_states(job: &Job) -> BTreeMap<usize, String> {
-    let out = Command::new("sacct")
-        .args(["-X", "-n", "-P", "-o", "JobID,State", "-j", &job.job_id])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => {
-            parse_states(&String::from_utf8_lossy(&o.stdout), &job.job_id)
-        }
-        _ => BTreeMap::new(),
-    }
+    let asked = |program: &str, args: &[&str]| {
+        let out = Command::new(program)
+            .args(args)
+            .args(["-j", &job.job_id])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())?;
+        let states = parse_states(&String::from_utf8_lossy(&out.stdout), &job.job_id);
+        (!states.is_empty()).then_some(states)
+    };
+    asked("sacct", &["-X", "-n", "-P", "-o", "JobID,State"])
+        .or_else(|| asked("squeue", &["-h", "-r", "-t", "all", "-o", "%i|%T"]))
+        .unwrap_or_default()
 }
 
-/// `4242_3|CANCELLED by 0` lines: the states of the array's single tasks (a line for tasks not
-/// yet started, `4242_[4-7%2]|PENDING`, is left out: they have no result and say so).
+/// `4242_3|CANCELLED by 0` lines (sacct's, and squeue's `%i|%T`): the state of each task of
+/// the array; a line for tasks not yet split from the array (`4242_[4-7%2]|PENDING`) gives
+/// its state to each of them. A job that is no array (a batch finder's, `4243|RUNNING`) is
+/// task 0.
 pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
-    text.lines()
-        .filter_map(|line| {
-            let (id, state) = line.split_once('|')?;
-            let task = id.trim().strip_prefix(job_id)?.strip_prefix('_')?;
-            Some((task.parse().ok()?, state.trim().to_string()))
-        })
-        .collect()
+    let mut states = BTreeMap::new();
+    for line in text.lines() {
+        let Some((id, state)) = line.split_once('|') else {
+            continue;
+        };
+        let Some(tasks) = id.trim().strip_prefix(job_id) else {
+            continue;
+        };
+        let Some(tasks) = tasks.strip_prefix('_').or(tasks.is_empty().then_some("0")) else {
+            continue;
+        };
+        let tasks = match tasks.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+            Some(list) => list.split('%').next().unwrap_or(""),
+            None => tasks,
+        };
+        for part in tasks.split(',') {
+            let (first, last) = part.split_once('-').unwrap_or((part, part));
+            if let (Ok(first), Ok(last)) = (first.parse::<usize>(), last.parse::<usize>()) {
+                for i in first..=last {
+                    states.insert(i, state.trim().to_string());
+                }
+            }
+        }
+    }
+    states
 }
 
 /// What `sweep --slurm` was told besides the plan.
@@ -375,19 +526,27 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The array job's script: one task per trial, each `tuner task DIR` on a GPU of its own.
+/// The job's script: for a sweep, an array of one task per trial, each `tuner task DIR` on a
+/// GPU of its own; for a batch finder, one job on one GPU.
 pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Result<String> {
     let dir = absolute(dir);
     let last = plan.trials.len().saturating_sub(1);
-    let mut options = vec![
-        "--job-name=tuner-sweep".to_string(),
-        match s.max_parallel {
-            Some(n) => format!("--array=0-{last}%{n}"),
-            None => format!("--array=0-{last}"),
-        },
-        format!("--output={}", dir.join("slurm/%3a.out").display()),
-        format!("--error={}", dir.join("slurm/%3a.err").display()),
-    ];
+    let mut options = match plan.autobatch {
+        Some(_) => vec![
+            "--job-name=tuner-autobatch".to_string(),
+            format!("--output={}", dir.join("slurm/autobatch.out").display()),
+            format!("--error={}", dir.join("slurm/autobatch.err").display()),
+        ],
+        None => vec![
+            "--job-name=tuner-sweep".to_string(),
+            match s.max_parallel {
+                Some(n) => format!("--array=0-{last}%{n}"),
+                None => format!("--array=0-{last}"),
+            },
+            format!("--output={}", dir.join("slurm/%3a.out").display()),
+            format!("--error={}", dir.join("slurm/%3a.err").display()),
+        ],
+    };
     let asks_gpus =
         |o: &str| o.starts_with("--gres") || o.starts_with("--gpus") || o.starts_with("-G");
     if !s.sbatch.iter().any(|o| asks_gpus(o)) {
@@ -401,9 +560,10 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
         }
         options.push(o.clone());
     }
-    let mut text = String::from(
-        "#!/bin/sh\n# A tuner sweep as a Slurm array job, one trial per task (tuner sweep --slurm).\n",
-    );
+    let mut text = String::from(match plan.autobatch {
+        Some(_) => "#!/bin/sh\n# A tuner batch finder as a Slurm job (tuner autobatch --slurm).\n",
+        None => "#!/bin/sh\n# A tuner sweep as a Slurm array job, one trial per task (tuner sweep --slurm).\n",
+    });
     for o in options {
         text.push_str(&format!("#SBATCH {o}\n"));
     }
@@ -426,7 +586,7 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
             usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
         })?),
     };
-    if plan.trials.is_empty() {
+    if plan.trials.is_empty() && plan.autobatch.is_none() {
         return Err(usage("the sweep has no trials to submit"));
     }
     let tuner = std::env::current_exe()
@@ -435,10 +595,13 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     plan.write(dir)?;
     let path = dir.join(SCRIPT);
     std::fs::write(&path, text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    let what = match plan.autobatch {
+        Some(_) => "the batch finder".to_string(),
+        None => format!("{} trials", plan.trials.len()),
+    };
     let Some(sbatch) = sbatch else {
         println!(
-            "{} trials planned in {}: submit with `sbatch {}`, then `tuner gather {1}`",
-            plan.trials.len(),
+            "{what} planned in {}: submit with `sbatch {}`, then `tuner gather {0}`",
             dir.display(),
             path.display()
         );
@@ -472,10 +635,13 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
         submitted_at: now(),
     };
     write_json_file(&dir.join(JOB), &job, "the job's record")?;
+    let kind = match plan.autobatch {
+        Some(_) => "job",
+        None => "array job",
+    };
     eprintln!(
-        "submitted Slurm array job {}: {} trials from {}",
+        "submitted Slurm {kind} {}: {what} from {}",
         job.job_id,
-        plan.trials.len(),
         dir.display()
     );
     if s.no_wait {
@@ -486,7 +652,7 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
         );
         return Ok(false);
     }
-    wait(&job, dir, plan.trials.len());
+    wait(&job, dir, plan);
     Ok(true)
 }
 
@@ -507,33 +673,112 @@ fn poll_period() -> Duration {
     Duration::from_secs_f64(s)
 }
 
-/// Wait until squeue no longer lists the job, saying on stderr how many trials have results.
-fn wait(job: &Job, dir: &Path, total: usize) {
-    let mut shown = None;
-    loop {
-        let queued = Command::new("squeue")
-            .args(["-h", "-r", "-o", "%T", "-j", &job.job_id])
-            .output();
-        let in_queue = match queued {
-            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .count(),
-            // squeue refuses a job id it no longer knows: the job is over.
-            _ => 0,
-        };
-        let done = read_results(dir, total).len();
-        if shown != Some((done, in_queue)) {
-            eprintln!(
-                "job {}: {done}/{total} trials have results, {in_queue} task(s) in the queue",
-                job.job_id
-            );
-            shown = Some((done, in_queue));
+/// The states of the job's tasks still in the queue (`squeue -h -r -o %T`): empty once the job
+/// has left it, None where squeue could not say.
+fn in_queue(job: &Job) -> Option<Vec<String>> {
+    let out = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%T", "-j", &job.job_id])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let states = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    if out.status.success() {
+        return Some(states.map(String::from).collect());
+    }
+    // squeue refuses a job id it no longer knows: the job is over.
+    String::from_utf8_lossy(&out.stderr)
+        .contains("Invalid job id")
+        .then(Vec::new)
+}
+
+/// Where a job is: how many of its tasks wait, run and are done, and how many results are in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Where {
+    pending: usize,
+    running: usize,
+    done: usize,
+    results: usize,
+}
+
+impl Where {
+    fn line(&self, job: &Job, plan: &Plan) -> String {
+        let Where {
+            pending,
+            running,
+            done,
+            results,
+        } = self;
+        match plan.autobatch {
+            Some(_) if *results > 0 => format!("job {}: the answer is in", job.job_id),
+            Some(_) if *pending > 0 => format!("job {}: pending", job.job_id),
+            Some(_) if *running > 0 => format!("job {}: running", job.job_id),
+            Some(_) => format!("job {}: done", job.job_id),
+            None => format!(
+                "job {}: {pending} pending, {running} running, {done} done; {results}/{} trials have results",
+                job.job_id,
+                plan.trials.len()
+            ),
         }
-        if in_queue == 0 {
-            return;
+    }
+}
+
+/// Wait until squeue no longer lists the job, with its progress on stderr: redrawn in place on
+/// a terminal, a line per change otherwise.
+fn wait(job: &Job, dir: &Path, plan: &Plan) {
+    use std::io::IsTerminal;
+    let tasks = plan.trials.len().max(1);
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar.enable_steady_tick(Duration::from_millis(250));
+        bar
+    });
+    let mut shown: Option<Where> = None;
+    let mut failures = 0;
+    loop {
+        let Some(queued) = in_queue(job) else {
+            failures += 1;
+            if failures == 5 {
+                eprintln!(
+                    "job {}: squeue does not answer; stopped waiting (`tuner gather {}` once it does)",
+                    job.job_id,
+                    dir.display()
+                );
+                break;
+            }
+            std::thread::sleep(poll_period());
+            continue;
+        };
+        failures = 0;
+        let pending = queued.iter().filter(|s| *s == "PENDING").count();
+        let now = Where {
+            pending,
+            running: queued.len() - pending,
+            done: tasks.saturating_sub(queued.len()),
+            results: match plan.autobatch {
+                Some(_) => usize::from(dir.join(ANSWER_TEXT).exists()),
+                None => read_results(dir, plan.trials.len()).len(),
+            },
+        };
+        if shown.as_ref() != Some(&now) {
+            let line = now.line(job, plan);
+            match &bar {
+                Some(bar) => bar.set_message(line),
+                None => eprintln!("{line}"),
+            }
+            shown = Some(now);
+        }
+        if queued.is_empty() {
+            break;
         }
         std::thread::sleep(poll_period());
+    }
+    if let Some(bar) = bar {
+        bar.finish();
     }
 }
 
@@ -543,12 +788,19 @@ mod tests {
 
     #[test]
     fn sacct_s_lines_give_each_task_s_state() {
-        let text = "4242_0|COMPLETED\n4242_3|CANCELLED by 0\n4242_[4-7%2]|PENDING\n99_1|FAILED\n4242_2|FAILED\n";
+        let text = "4242_0|COMPLETED\n4242_3|CANCELLED by 0\n4242_[4-5,7%2]|PENDING\n99_1|FAILED\n4242_2|FAILED\n42_6|RUNNING\n";
         let states = parse_states(text, "4242");
         let got: Vec<(usize, &str)> = states.iter().map(|(i, s)| (*i, s.as_str())).collect();
         assert_eq!(
             got,
-            [(0, "COMPLETED"), (2, "FAILED"), (3, "CANCELLED by 0")]
+            [
+                (0, "COMPLETED"),
+                (2, "FAILED"),
+                (3, "CANCELLED by 0"),
+                (4, "PENDING"),
+                (5, "PENDING"),
+                (7, "PENDING")
+            ]
         );
     }
 

@@ -8,13 +8,8 @@ mod fake;
 use std::path::Path;
 use std::process::Command;
 
-use fake::{argv, places, run, tuner, Out};
+use fake::{argv, essentials, json, places, run, statuses, tuner, Out, FINDER};
 use serde_json::Value;
-
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
 
 /// `tuner ARGS` (no command after it) in `work`, on stand-in GPU 5, with `env` set.
 fn tuner_bare(args: &[&str], env: &[(&str, &str)], work: &Path, tmp: &Path) -> Out {
@@ -40,38 +35,6 @@ const GRID: [&str; 10] = [
     "--quiet",
 ];
 const FAKE: [(&str, &str); 1] = [("FAKE_OOM_ABOVE", "16")];
-
-/// What must agree between a local sweep's JSON and a gathered one.
-fn essentials(report: &Value) -> Value {
-    let trials: Vec<Value> = report["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            serde_json::json!([
-                t["index"],
-                t["status"],
-                t["params"],
-                t["measured"]["samples_per_s"],
-                t["measured"]["reported_steps"],
-                t["reason"],
-            ])
-        })
-        .collect();
-    let best = &report["best"];
-    serde_json::json!({
-        "schema": report["schema"],
-        "command": report["command"],
-        "settings": report["settings"],
-        "trials": trials,
-        "picks": [
-            best["highest_throughput"]["key"],
-            best["best_efficiency"]["key"],
-            best["recommended"]["key"],
-        ],
-        "margin": report["margin"],
-    })
-}
 
 #[test]
 fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
@@ -99,20 +62,13 @@ fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
     );
     assert_eq!(planned.code, 0, "{}", planned.stderr);
     let plan = json(&Path::new(&dir).join("plan.json"));
-    assert_eq!(plan["schema_version"], 1);
+    assert_eq!(plan["schema_version"], 2);
     assert_eq!(plan["trials"].as_array().unwrap().len(), 8);
     assert_eq!(plan["command"].as_array().unwrap().len(), argv(&FAKE).len());
 
     // Before any task: every trial unfinished, no pick, exit 1.
     let early = tuner_bare(&["gather", &dir, "--json", "early.json"], &[], &work, &tmp);
     assert_eq!(early.code, 1, "{}", early.stderr);
-    let statuses = |r: &Value| -> Vec<String> {
-        let trials = r["trials"].as_array().unwrap();
-        trials
-            .iter()
-            .map(|t| t["status"].as_str().unwrap().to_string())
-            .collect()
-    };
     assert!(statuses(&json(&work.join("early.json")))
         .iter()
         .all(|s| s == "UNFINISHED"));
@@ -250,7 +206,7 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
-        text.replace("\"schema_version\": 1", "\"schema_version\": 9"),
+        text.replace("\"schema_version\": 2", "\"schema_version\": 9"),
     )
     .unwrap();
     one_line(
@@ -268,8 +224,10 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
 
 /// Stand-ins for sbatch, squeue and sacct in `bin`: sbatch logs its arguments, refuses where
 /// FAKE_SBATCH_REFUSE says why, runs every array task of the script in turn as Slurm would
-/// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL, and
-/// prints job id 4242; squeue lists one running task the first time it is asked, none after;
+/// (SLURM_ARRAY_TASK_ID, the script's output files) but those in FAKE_SBATCH_CANCEL (a line
+/// of slurmstepd's on stderr) and FAKE_SBATCH_LOST (nothing, as on a node that does not see
+/// the folder), and
+/// prints job id 4242 (a script of no array it runs once, job 4243); squeue lists one running task the first time it is asked, none after;
 /// sacct prints FAKE_SACCT.
 fn stand_ins(bin: &Path) {
     std::fs::create_dir_all(bin).unwrap();
@@ -285,11 +243,19 @@ cp "$script" "$here/submitted.sh"
 last=$(sed -n 's/^#SBATCH --array=0-\([0-9]*\).*/\1/p' "$script")
 out=$(sed -n 's/^#SBATCH --output=//p' "$script")
 err=$(sed -n 's/^#SBATCH --error=//p' "$script")
+if [ -z "$last" ]; then
+  sh "$script" > "$out" 2> "$err"
+  echo "4243"
+  exit 0
+fi
 i=0
 while [ "$i" -le "$last" ]; do
   n=$(printf %03d "$i")
   o=$(echo "$out" | sed "s/%3a/$n/")
   e=$(echo "$err" | sed "s/%3a/$n/")
+  case " $FAKE_SBATCH_LOST " in
+    *" $i "*) i=$((i + 1)); continue ;;
+  esac
   case " $FAKE_SBATCH_CANCEL " in
     *" $i "*) echo "slurmstepd: error: *** JOB 4242 CANCELLED ***" > "$e" ;;
     *) SLURM_ARRAY_TASK_ID=$i sh "$script" > "$o" 2> "$e" ;;
@@ -367,15 +333,23 @@ fn submitted_once_waited_for_and_gathered_as_a_local_sweep() {
         assert!(script.lines().any(|l| l == line), "{line}:\n{script}");
     }
     assert_eq!(json(&Path::new(&dir).join("job.json"))["job_id"], "4242");
-    // Waited: squeue asked until the job left the queue, progress on stderr.
-    assert_eq!(log(&bin, "squeue.log").len(), 2, "{}", o.stderr);
+    // Waited: squeue asked until the job left the queue, progress on stderr (the other
+    // squeue, of every state, is gather's, where sacct said nothing).
+    let waits = log(&bin, "squeue.log");
+    let waits: Vec<&String> = waits.iter().filter(|l| !l.contains("-t all")).collect();
+    assert_eq!(waits.len(), 2, "{}", o.stderr);
     assert!(
         o.stderr
             .contains("submitted Slurm array job 4242: 8 trials"),
         "{}",
         o.stderr
     );
-    assert!(o.stderr.contains("8/8 trials have results"), "{}", o.stderr);
+    for line in [
+        "job 4242: 0 pending, 1 running, 7 done; 8/8 trials have results",
+        "job 4242: 0 pending, 0 running, 8 done; 8/8 trials have results",
+    ] {
+        assert!(o.stderr.lines().any(|l| l == line), "{line}: {}", o.stderr);
+    }
     let gathered = json(&work.join("slurm.json"));
     assert_eq!(
         essentials(&gathered),
@@ -435,13 +409,23 @@ fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
     let (s, work, tmp) = places("slurm-refused");
     let bin = s.path("bin");
     let dir = s.str("plan");
-    // No sbatch on the PATH: nothing written.
+    // No sbatch on the PATH (only what the command runs): nothing written.
+    let only = s.path("no-sbatch");
+    std::fs::create_dir_all(&only).unwrap();
+    for tool in ["env", "python3"] {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, only.join(tool)).unwrap();
+    }
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
     cmd.args(GRID)
         .args(["--slurm", &dir])
         .arg("--")
         .args(argv(&FAKE));
-    cmd.env("PATH", "/usr/bin:/bin");
+    cmd.env("PATH", &only);
     let o = run(cmd, "5", &work, &tmp);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
@@ -467,4 +451,152 @@ fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
     let o = slurm_sweep(&["--slurm", &dir], &[], &bin, &work, &tmp);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(log(&bin, "sbatch.log").len(), 2);
+}
+
+/// The lines of a finder's answer that do not hold times.
+fn answer_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| {
+            [
+                "**maximum",
+                "maximum ",
+                "for the config:",
+                "Hydra:",
+                "LightningCLI:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .collect()
+}
+
+#[test]
+fn the_batch_finder_is_one_job_whose_answer_comes_back_through_the_folder() {
+    let (s, work, tmp) = places("slurm-autobatch");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    let vars = [("FAKE_OOM_ABOVE", "40")];
+    let local = tuner(&FINDER, &vars, "5", &work, &tmp);
+    assert_eq!(local.code, 0, "{}", local.stderr);
+    assert_eq!(answer_lines(&local.stdout).len(), 5, "{}", local.stdout);
+
+    let dir = s.str("finder");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let submit = |dir: &str, extra: &[&str], vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        cmd.args(FINDER)
+            .args(["--slurm", dir, "--sbatch=--partition=gpu"])
+            .args(extra)
+            .arg("--")
+            .args(argv(vars))
+            .env("PATH", &path)
+            .env("PERF_LESSONS_SLURM_POLL_S", "0");
+        run(cmd, "5", &work, &tmp)
+    };
+    let o = submit(&dir, &["--json", "finder.json"], &vars);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(answer_lines(&o.stdout), answer_lines(&local.stdout));
+    assert!(
+        o.stderr
+            .contains("submitted Slurm job 4243: the batch finder"),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains("job 4243: the answer is in"),
+        "{}",
+        o.stderr
+    );
+    let script = std::fs::read_to_string(bin.join("submitted.sh")).unwrap();
+    for line in [
+        "#SBATCH --job-name=tuner-autobatch",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --partition=gpu",
+    ] {
+        assert!(script.lines().any(|l| l == line), "{line}:\n{script}");
+    }
+    assert!(!script.contains("--array"), "{script}");
+    let report = json(&work.join("finder.json"));
+    assert_eq!(report["maximum"], 40);
+    assert_eq!(report["schema"], "tuner-autobatch/2");
+
+    // gather prints the same answer, at any time after.
+    let g = tuner_bare(&["gather", &dir, "--json", "again.json"], &[], &work, &tmp);
+    assert_eq!(g.code, 0, "{}", g.stderr);
+    assert_eq!(g.stdout, o.stdout);
+    assert_eq!(json(&work.join("again.json"))["maximum"], 40);
+
+    // A finder that fails: no answer, the Slurm state and what the job said, exit 1.
+    let failed = s.str("failed");
+    let o = submit(&failed, &[], &[("FAKE_MODE", "fail")]);
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    let mut gather = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    gather
+        .args(["gather", &failed])
+        .env("PATH", &path)
+        .env("FAKE_SACCT", "4243|FAILED");
+    let g = run(gather, "5", &work, &tmp);
+    assert_eq!(g.code, 1, "{}", g.stderr);
+    assert_eq!(g.stderr.lines().count(), 1, "{}", g.stderr);
+    assert!(
+        g.stderr.contains("the batch finder (Slurm job 4243) ended without an answer: Slurm state FAILED; it printed: error: "),
+        "{}",
+        g.stderr
+    );
+    // --max-parallel is a sweep's.
+    let o = submit(&s.str("parallel"), &["--max-parallel", "2"], &vars);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("--max-parallel is a sweep's"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn a_folder_the_nodes_cannot_see_or_the_submitter_cannot_write_is_named_in_one_line() {
+    let (s, work, tmp) = places("slurm-unshared");
+    let bin = s.path("bin");
+    stand_ins(&bin);
+    // A task on a node where the folder is not there.
+    let t = tuner_bare(
+        &["task", &s.str("elsewhere/plan"), "0"],
+        &[("SLURMD_NODENAME", "gpu7")],
+        &work,
+        &tmp,
+    );
+    assert_eq!(t.code, 2, "{}", t.stderr);
+    assert_eq!(t.stderr.lines().count(), 1, "{}", t.stderr);
+    assert!(
+        t.stderr.contains(
+            "is not there on node gpu7: the folder of a Slurm run must be on shared storage"
+        ),
+        "{}",
+        t.stderr
+    );
+    // A task that failed leaving nothing in the folder (Slurm could not open its output there).
+    let dir = s.str("plan");
+    let env = [
+        ("FAKE_SBATCH_LOST", "1"),
+        ("FAKE_SACCT", "4242_0|COMPLETED\n4242_1|FAILED"),
+    ];
+    let o = slurm_sweep(&["--slurm", &dir], &env, &bin, &work, &tmp);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(&format!("trial 1 (batch 16, workers 0, amp off): UNFINISHED: no result; Slurm state FAILED; it left no output in {dir}: the folder must be on shared storage that every node sees")),
+        "{}",
+        o.stdout
+    );
+    // A folder that cannot be made: one line, nothing submitted.
+    std::fs::write(s.path("file"), "").unwrap();
+    let inside_a_file = s.str("file/plan");
+    let o = slurm_sweep(&["--slurm", &inside_a_file], &[], &bin, &work, &tmp);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("cannot create"), "{}", o.stderr);
+    assert_eq!(
+        log(&bin, "sbatch.log").len(),
+        1,
+        "only the first sweep was submitted"
+    );
 }

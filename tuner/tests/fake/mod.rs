@@ -210,3 +210,61 @@ pub fn places(name: &str) -> (Scratch, PathBuf, PathBuf) {
     std::fs::create_dir_all(&tmp).unwrap();
     (s, work, tmp)
 }
+
+pub fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Each trial's status in a report's JSON.
+pub fn statuses(report: &serde_json::Value) -> Vec<String> {
+    (report["trials"].as_array().unwrap().iter())
+        .map(|t| t["status"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// What must agree between a local sweep's JSON and a gathered one.
+pub fn essentials(report: &serde_json::Value) -> serde_json::Value {
+    let trials: Vec<serde_json::Value> = report["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            serde_json::json!([
+                t["index"],
+                t["status"],
+                t["params"],
+                t["measured"]["samples_per_s"],
+                t["measured"]["reported_steps"],
+                t["reason"],
+            ])
+        })
+        .collect();
+    let best = &report["best"];
+    serde_json::json!({
+        "schema": report["schema"],
+        "command": report["command"],
+        "settings": report["settings"],
+        "trials": trials,
+        "picks": [
+            best["highest_throughput"]["key"],
+            best["best_efficiency"]["key"],
+            best["recommended"]["key"],
+        ],
+        "margin": report["margin"],
+    })
+}
+
+/// The finder's flags both ways run: batches above 40 run out of memory.
+pub const FINDER: [&str; 10] = [
+    "autobatch",
+    "--workers",
+    "0",
+    "--confirm-steps",
+    "3",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--quiet",
+];

@@ -16,9 +16,13 @@ this process on the GPU and counted the way its training program counts it for i
   program): every trial's model line equals the count here, and every batch's activations and
   workspace (its peak less the three parts) is above zero.
 
-PyTorch's allocator rounds each allocation up to 512 bytes, so a count may sit under the
-allocator's figure by at most 512 bytes per tensor: that is the tolerance. Prints a table;
-exit 0 when every check holds, 1 when one does not, 2 without PyTorch, timm or a GPU.
+Each side is read from the allocator's snapshot (`torch.cuda.memory_snapshot()`): the blocks that
+appeared, each matched to the tensor whose storage it holds. The allocator rounds each allocation
+up to 512 bytes, so a count may sit under its tensors' blocks by at most 512 bytes per tensor:
+that is the tolerance. Blocks that appeared but hold none of the counted tensors (a library's
+workspace, a buffer's statistics) are not the parts the model line counts; they are listed with
+their sizes beside the check, not in it. Prints a table; exit 0 when every check holds, 1 when
+one does not, 2 without PyTorch, timm or a GPU.
 """
 
 import argparse
@@ -77,43 +81,71 @@ def step(torch, net, optimizer, batch, amp, with_optimizer):
     torch.cuda.synchronize()
 
 
+def blocks(torch):
+    """The allocator's live blocks, as (address, size) pairs."""
+    live = set()
+    for segment in torch.cuda.memory_snapshot():
+        address = segment["address"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                live.add((block.get("address", address), block["size"]))
+            address += block["size"]
+    return live
+
+
+def attribute(new, tensors):
+    """The bytes of the new blocks that hold `tensors`, and the sizes of the other new blocks."""
+    starts = {t.untyped_storage().data_ptr() for t in tensors}
+    held = [size for address, size in new if any(address <= s < address + size for s in starts)]
+    others = sorted((size for address, size in new
+                     if not any(address <= s < address + size for s in starts)), reverse=True)
+    return sum(held), others
+
+
 def measure(torch, name, build):
     """Build `name` on the GPU and count it both ways."""
     torch.cuda.empty_cache()
     torch.cuda.synchronize()
-    start = torch.cuda.memory_allocated()
+    start = blocks(torch)
     net, optimizer, amp, count = build(torch)
     torch.cuda.synchronize()
-    buffers = sum(b.numel() * b.element_size() for b in net.buffers())
-    parameters_allocated = torch.cuda.memory_allocated() - start - buffers
-    parameter_tensors = len(list(net.parameters()))
-    tensors = parameter_tensors + len(list(net.buffers()))
+    parameters = list(net.parameters())
+    parameters_allocated, moved_others = attribute(blocks(torch) - start, parameters)
 
     step(torch, net, optimizer, 2, amp, with_optimizer=False)
     net.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = blocks(torch)
     step(torch, net, optimizer, 8, amp, with_optimizer=True)
-    after = torch.cuda.memory_allocated()
     counted = count(net, optimizer)
-    state_tensors = sum(1 for s in optimizer.state.values() for t in s.values()
-                        if torch.is_tensor(t) and t.is_cuda)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    states = [t for s in optimizer.state.values() for t in s.values()
+              if torch.is_tensor(t) and t.is_cuda]
+    gradients_and_state_allocated, step_others = attribute(blocks(torch) - before, grads + states)
     result = {
         "model": name,
         "counted": counted,
         "parameters_allocated": parameters_allocated,
-        "parameter_tensors": parameter_tensors,
-        "tensors_moved": tensors,
-        "gradients_and_state_allocated": after - before,
-        "state_tensors": state_tensors,
+        "parameter_tensors": len(parameters),
+        "other_blocks_of_the_move": moved_others,
+        "gradients_and_state_allocated": gradients_and_state_allocated,
+        "gradient_and_state_tensors": len(grads) + len(states),
+        "other_blocks_of_the_first_step": step_others,
     }
-    del net, optimizer
+    del net, optimizer, parameters, grads, states
     torch.cuda.synchronize()
     return result
 
 
 def within(counted, allocated, tensors):
     return 0 <= allocated - counted <= ROUNDING * tensors
+
+
+def others(sizes):
+    """Blocks that hold none of the counted tensors, in words."""
+    if not sizes:
+        return "none"
+    return "%d blocks, %d bytes (largest %d)" % (len(sizes), sum(sizes), sizes[0])
 
 
 def check_tuner(result, path):
@@ -159,11 +191,11 @@ def main(argv=None):
             return 2
         c = result["counted"]
         result["parameters_hold"] = within(c["parameter_bytes"], result["parameters_allocated"],
-                                           result["tensors_moved"])
+                                           result["parameter_tensors"])
         result["gradients_and_state_hold"] = within(
             c["gradient_bytes"] + c["optimizer_state_bytes"],
             result["gradients_and_state_allocated"],
-            result["parameter_tensors"] + result["state_tensors"])
+            result["gradient_and_state_tensors"])
         if not result["parameters_hold"]:
             problems.append("%s: parameters counted %d, allocated %d"
                             % (name, c["parameter_bytes"], result["parameters_allocated"]))
@@ -177,15 +209,16 @@ def main(argv=None):
             problems += found
         results.append(result)
 
-    print("| model | parameters counted | allocated (less buffers) | gradients + optimizer "
-          "state counted | allocated by the first step | holds |")
-    print("|---|---|---|---|---|---|")
+    print("| model | parameters counted | their blocks | gradients + optimizer state counted "
+          "| their blocks | holds | other blocks: of the move, of the first step |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         c = r["counted"]
-        print("| %s | %d | %d | %d | %d | %s |" % (
+        print("| %s | %d | %d | %d | %d | %s | %s; %s |" % (
             r["model"], c["parameter_bytes"], r["parameters_allocated"],
             c["gradient_bytes"] + c["optimizer_state_bytes"], r["gradients_and_state_allocated"],
-            "yes" if r["parameters_hold"] and r["gradients_and_state_hold"] else "NO"))
+            "yes" if r["parameters_hold"] and r["gradients_and_state_hold"] else "NO",
+            others(r["other_blocks_of_the_move"]), others(r["other_blocks_of_the_first_step"])))
     for p in problems:
         print("FAILED: " + p)
     if args.json:

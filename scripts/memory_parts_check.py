@@ -17,9 +17,10 @@ this process on the GPU and counted the way its training program counts it for i
   workspace (its peak less the three parts) is above zero.
 
 Each side is read from the allocator's snapshot (`torch.cuda.memory_snapshot()`): the blocks that
-appeared, each matched to the tensor whose storage it holds. The allocator rounds each allocation
-up to 512 bytes, so a count may sit under its tensors' blocks by at most 512 bytes per tensor:
-that is the tolerance. Blocks that appeared but hold none of the counted tensors (a library's
+appeared, each matched to the tensor whose storage it holds, and the bytes each block was asked
+for (`requested_size`; a block itself is rounded up to 512 bytes, and a large one may keep up to
+1 MB more when the rest of a cached segment is too small to split off). A count may sit under
+what its tensors asked for by at most 512 bytes per tensor: that is the tolerance. Blocks that appeared but hold none of the counted tensors (a library's
 workspace, a buffer's statistics) are not the parts the model line counts; they are listed with
 their sizes beside the check, not in it. Prints a table; exit 0 when every check holds, 1 when
 one does not, 2 without PyTorch, timm or a GPU.
@@ -82,23 +83,28 @@ def step(torch, net, optimizer, batch, amp, with_optimizer):
 
 
 def blocks(torch):
-    """The allocator's live blocks, as (address, size) pairs."""
+    """The allocator's live blocks, as (address, size, bytes requested) triples."""
     live = set()
     for segment in torch.cuda.memory_snapshot():
         address = segment["address"]
         for block in segment["blocks"]:
             if block["state"] == "active_allocated":
-                live.add((block.get("address", address), block["size"]))
+                live.add((block.get("address", address), block["size"],
+                          block.get("requested_size", block["size"])))
             address += block["size"]
     return live
 
 
 def attribute(new, tensors):
-    """The bytes of the new blocks that hold `tensors`, and the sizes of the other new blocks."""
+    """The bytes requested by the new blocks that hold `tensors`, and the sizes of the other new
+    blocks."""
     starts = {t.untyped_storage().data_ptr() for t in tensors}
-    held = [size for address, size in new if any(address <= s < address + size for s in starts)]
-    others = sorted((size for address, size in new
-                     if not any(address <= s < address + size for s in starts)), reverse=True)
+
+    def holds(address, size):
+        return any(address <= s < address + size for s in starts)
+
+    held = [requested for address, size, requested in new if holds(address, size)]
+    others = sorted((size for address, size, _ in new if not holds(address, size)), reverse=True)
     return sum(held), others
 
 
@@ -209,8 +215,8 @@ def main(argv=None):
             problems += found
         results.append(result)
 
-    print("| model | parameters counted | their blocks | gradients + optimizer state counted "
-          "| their blocks | holds | other blocks: of the move, of the first step |")
+    print("| model | parameters counted | their blocks asked for | gradients + optimizer state "
+          "counted | their blocks asked for | holds | other blocks: of the move, of the first step |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         c = r["counted"]

@@ -5,8 +5,8 @@
 //!
 //! Where the memory goes, per batch that fit: the parameters, gradients and optimizer state the
 //! program counted (its model line), the rest of the framework's peak (activations and
-//! workspace), what NVML saw beyond that peak (the CUDA context) and the bytes each sample
-//! adds (the slope of the peak line).
+//! workspace), what NVML saw beyond that peak (the CUDA context and what libraries allocate
+//! outside the framework) and the bytes each sample adds (the slope of the peak line).
 
 use std::fmt::Write as _;
 
@@ -236,7 +236,7 @@ fn parts_table(precisions: &[PrecisionMemory]) -> Table {
         .right("optimizer state")
         .right("activations + workspace")
         .right("peak (program)")
-        .right("CUDA context")
+        .right("context + libraries")
         .right("per sample");
     for p in precisions {
         for part in &p.parts {
@@ -297,7 +297,7 @@ pub fn render(r: &MemoryReport) -> String {
         o.push_str(&parts_table(&r.precisions).markdown());
         o.push_str(
             "\nParameters, gradients and optimizer state as the program counted them (its model line); \
-             activations + workspace the rest of the program's peak; the CUDA context what NVML saw \
+             activations + workspace the rest of the program's peak; context + libraries what NVML saw \
              beyond that peak; per sample the peak's growth per sample since the batch before.\n\n",
         );
     }

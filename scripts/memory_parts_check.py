@@ -99,13 +99,13 @@ def attribute(new, tensors):
     """The bytes requested by the new blocks that hold `tensors`, and the sizes of the other new
     blocks."""
     starts = {t.untyped_storage().data_ptr() for t in tensors}
-
-    def holds(address, size):
-        return any(address <= s < address + size for s in starts)
-
-    held = [requested for address, size, requested in new if holds(address, size)]
-    others = sorted((size for address, size, _ in new if not holds(address, size)), reverse=True)
-    return sum(held), others
+    held, others = 0, []
+    for address, size, requested in new:
+        if any(address <= s < address + size for s in starts):
+            held += requested
+        else:
+            others.append(size)
+    return held, sorted(others, reverse=True)
 
 
 def measure(torch, name, build):

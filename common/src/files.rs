@@ -123,13 +123,31 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// `path` as a result records it: relative to the repository the current directory is in (the
 /// nearest folder above it that holds `.git`), or to the current directory outside a
 /// repository, so that a result names no machine's folders. A path outside that folder is
-/// reached through `..`.
+/// reached through `..`, except one in the system's temporary folder, which is named from
+/// there as `$TMPDIR/...` (a trial's scratch folder, say).
 pub fn recorded_path(path: &Path) -> String {
     let Ok(cwd) = std::env::current_dir() else {
         return path.display().to_string();
     };
     let base = repository_root(&cwd).unwrap_or_else(|| cwd.clone());
-    relative_to(&cwd.join(path), &base).display().to_string()
+    recorded_from(&cwd.join(path), &base, &std::env::temp_dir())
+}
+
+/// [recorded_path] of an absolute `path`, from `base` or, outside it, from `temp`.
+fn recorded_from(path: &Path, base: &Path, temp: &Path) -> String {
+    let from_base = relative_to(path, base);
+    let outside = from_base.starts_with("..");
+    let from_temp = relative_to(path, temp);
+    if outside && !from_temp.starts_with("..") && temp.is_absolute() && temp != Path::new("/") {
+        let under = Path::new("$TMPDIR");
+        let named = if from_temp == Path::new(".") {
+            under.to_path_buf()
+        } else {
+            under.join(from_temp)
+        };
+        return named.display().to_string();
+    }
+    from_base.display().to_string()
 }
 
 /// An optional path in a result, as [recorded_path] gives it (serde's `serialize_with`).
@@ -222,6 +240,23 @@ mod tests {
         assert_eq!(r("/repo", "/repo"), ".");
         assert_eq!(r("/tmp/out/x.json", "/repo/sub"), "../../tmp/out/x.json");
         assert_eq!(r("/repo/a", "/repo/b/c"), "../../a");
+    }
+
+    #[test]
+    fn a_temporary_folder_is_named_from_the_temporary_folder() {
+        let r = |p: &str| recorded_from(Path::new(p), Path::new("/work/repo"), Path::new("/tmp"));
+        assert_eq!(
+            r("/tmp/tuner-sweep-1/trial-000"),
+            "$TMPDIR/tuner-sweep-1/trial-000"
+        );
+        assert_eq!(r("/tmp"), "$TMPDIR");
+        assert_eq!(r("/work/repo/results/a.json"), "results/a.json");
+        assert_eq!(r("/work/other/a.json"), "../other/a.json");
+        // A repository inside the temporary folder still records from the repository.
+        let inside =
+            |p: &str| recorded_from(Path::new(p), Path::new("/tmp/repo"), Path::new("/tmp"));
+        assert_eq!(inside("/tmp/repo/results/a.json"), "results/a.json");
+        assert_eq!(inside("/tmp/scratch/x"), "$TMPDIR/scratch/x");
     }
 
     #[test]

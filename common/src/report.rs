@@ -80,7 +80,7 @@ pub struct ProcessClock {
     /// Ceilings read from the cache or measured, seconds.
     pub ceilings_s: f64,
     pub variants: Vec<VariantClock>,
-    /// The lesson's figures from all its variants (sections), seconds.
+    /// The lesson's figures from all its variants (sections), seconds; 0 when it took none.
     pub sections_s: f64,
     /// Seconds from process start to the complete report.
     pub finished_s: f64,

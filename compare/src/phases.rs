@@ -36,7 +36,8 @@ pub struct Phases {
     pub context_s: f64,
     /// NVRTC compiles and cached module loads.
     pub compile_s: f64,
-    /// The rest of the set-up: inputs, float64 references, buffers, cuBLAS handles, the timer.
+    /// The rest of the set-up and its teardown: inputs, float64 references, buffers, cuBLAS
+    /// handles, the timer, and a lesson part's state dropped when its group ends.
     pub build_s: f64,
     /// Ceilings read from the cache or measured.
     pub ceilings_s: f64,

@@ -1,6 +1,8 @@
-//! The sweep's picture: samples/s (left, log-log) and peak memory (right, MB from zero) against
-//! batch size, one line per configuration (workers, precision, pinning). PNG and SVG with plotters and the
-//! bundled DejaVu Sans of the `plotting` crate, so it draws the same with no system fonts.
+//! The sweep's picture: samples/s (left, log-log) and peak memory (right, MB from zero: the
+//! program's own peak where it reports one, else NVML's reading of its processes) against batch
+//! size, one line per configuration (workers, precision, the grid's axes). PNG and SVG with
+//! plotters and the bundled DejaVu Sans of the `plotting` crate, so it draws the same with no
+//! system fonts.
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +13,7 @@ use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
 use crate::classify::Status;
+use crate::program::Program;
 use crate::trial::TrialResult;
 
 pub const WIDTH: u32 = 1600;
@@ -38,6 +41,26 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
         }
     }
     out
+}
+
+/// The plot's title: the program by its leading words (up to its first flag, `-m MODULE`
+/// kept) and the GPU the trials ran on. The whole command line is in the JSON; on the picture
+/// it would run off both edges.
+pub fn title(command: &[String], gpu: &str) -> String {
+    let mut program: Vec<String> = Vec::new();
+    let mut args = command.iter();
+    while let Some(a) = args.next() {
+        if a == "-m" {
+            program.push(a.clone());
+            program.extend(args.next().cloned());
+            break;
+        }
+        if a.starts_with('-') || program.len() == 3 {
+            break;
+        }
+        program.push(a.clone());
+    }
+    format!("tuner sweep of {} on {gpu}", Program::display(&program))
 }
 
 /// Write `<stem>.svg` and `<stem>.png`.
@@ -89,7 +112,7 @@ impl Figure for SweepFigure<'_> {
             lines,
             x_range,
             0.0..top,
-            "peak device memory (MB)",
+            "peak memory (MB): the program's own, else NVML's",
             |p| p.2 * 1e3,
         )
     }
@@ -167,6 +190,32 @@ mod tests {
             t.memory.peak_bytes = Some(50_000_000 * batch as u64);
         }
         t
+    }
+
+    #[test]
+    fn the_title_names_the_program_and_the_gpu_not_every_flag() {
+        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let long =
+            argv("python3 examples/pytorch/train_resnet.py --batch-size {batch_size} --lr {lr}");
+        assert_eq!(
+            title(&long, "NVIDIA H100 80GB HBM3"),
+            "tuner sweep of python3 examples/pytorch/train_resnet.py on NVIDIA H100 80GB HBM3"
+        );
+        let flag_first = argv("python3 -u -m team.train --batch-size {batch_size}");
+        assert_eq!(
+            title(&flag_first, "a GPU"),
+            "tuner sweep of python3 on a GPU"
+        );
+        let module = argv("python3 -m team.train --batch-size {batch_size}");
+        assert_eq!(
+            title(&module, "a GPU"),
+            "tuner sweep of python3 -m team.train on a GPU"
+        );
+        let words = argv("torchrun a b c d");
+        assert_eq!(
+            title(&words, "a GPU"),
+            "tuner sweep of torchrun a b on a GPU"
+        );
     }
 
     #[test]

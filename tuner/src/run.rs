@@ -347,7 +347,7 @@ impl Run {
 
     /// The GPU's name: NVML's, else what the program reported.
     pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        gpu_name(&DeviceSummary::of(device), trials)
+        gpu_name(DeviceSummary::of(device).name.as_deref(), trials)
     }
 
     /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is
@@ -411,9 +411,9 @@ impl Run {
     }
 }
 
-/// The GPU's name: NVML's, else what the programs reported.
-pub fn gpu_name(device: &DeviceSummary, trials: &[TrialResult]) -> String {
-    (device.name.clone())
+/// A GPU's name: NVML's (`name`, where it was read), else what a trial's program reported.
+pub fn gpu_name(name: Option<&str>, trials: &[TrialResult]) -> String {
+    (name.map(String::from))
         .or_else(|| {
             trials
                 .iter()

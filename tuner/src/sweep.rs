@@ -17,7 +17,7 @@ use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
 use crate::config::Settings;
 use crate::gpu::cpu_list;
-use crate::program::{Axis, Params, Program};
+use crate::program::{Axis, Params};
 use crate::protocol::ThroughputSource;
 use crate::run::{Ran, Run};
 use crate::trial::TrialResult;
@@ -131,15 +131,11 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
         ran,
     };
     if let Some(stem) = plot {
-        let gpu = match report.ran.devices.first() {
-            Some(d) => crate::run::gpu_name(d, &report.ran.trials),
-            None => "unknown GPU".into(),
-        };
-        let title = format!(
-            "tuner sweep of {} on {gpu}",
-            Program::display(&report.ran.command),
-        );
-        crate::plot::render(&report.ran.trials, &title, stem).map_err(Error::invalid)?;
+        let ran = &report.ran;
+        let name = ran.devices.first().and_then(|d| d.name.as_deref());
+        let gpu = crate::run::gpu_name(name, &ran.trials);
+        let title = crate::plot::title(&ran.command, &gpu);
+        crate::plot::render(&ran.trials, &title, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
@@ -334,7 +330,14 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
     struct Saved {
         schema: String,
         command: Vec<String>,
+        #[serde(default)]
+        devices: Vec<SavedDevice>,
         trials: Vec<TrialResult>,
+    }
+    /// Of a GPU, its name alone: sweeps written before a field was added still redraw.
+    #[derive(serde::Deserialize)]
+    struct SavedDevice {
+        name: Option<String>,
     }
     let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
     let saved: Saved = serde_json::from_str(&text)
@@ -346,7 +349,9 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
             saved.schema
         ));
     }
-    let title = format!("tuner sweep of {}", Program::display(&saved.command));
+    let name = saved.devices.first().and_then(|d| d.name.as_deref());
+    let gpu = crate::run::gpu_name(name, &saved.trials);
+    let title = crate::plot::title(&saved.command, &gpu);
     crate::plot::render(&saved.trials, &title, stem).map(|_| ())
 }
 

@@ -43,17 +43,25 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
     out
 }
 
-/// The plot's title: the program by its leading words (up to its first flag, `-m MODULE`
-/// kept) and the GPU the trials ran on. The whole command line is in the JSON; on the picture
-/// it would run off both edges.
+/// The plot's title: the program by its leading words (up to its first flag; an interpreter's
+/// own flags skipped and `-m MODULE` kept for Python) and the GPU the trials ran on. The whole
+/// command line is in the JSON; on the picture it would run off both edges.
 pub fn title(command: &[String], gpu: &str) -> String {
+    let python = command.first().is_some_and(|p| {
+        Path::new(p)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"))
+    });
     let mut program: Vec<String> = Vec::new();
     let mut args = command.iter();
     while let Some(a) = args.next() {
-        if a == "-m" {
+        if python && a == "-m" {
             program.push(a.clone());
             program.extend(args.next().cloned());
             break;
+        }
+        if python && program.len() == 1 && a.starts_with('-') {
+            continue;
         }
         if a.starts_with('-') || program.len() == 3 {
             break;
@@ -194,28 +202,29 @@ mod tests {
 
     #[test]
     fn the_title_names_the_program_and_the_gpu_not_every_flag() {
-        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
-        let long =
-            argv("python3 examples/pytorch/train_resnet.py --batch-size {batch_size} --lr {lr}");
-        assert_eq!(
-            title(&long, "NVIDIA H100 80GB HBM3"),
-            "tuner sweep of python3 examples/pytorch/train_resnet.py on NVIDIA H100 80GB HBM3"
-        );
-        let flag_first = argv("python3 -u -m team.train --batch-size {batch_size}");
-        assert_eq!(
-            title(&flag_first, "a GPU"),
-            "tuner sweep of python3 on a GPU"
-        );
-        let module = argv("python3 -m team.train --batch-size {batch_size}");
-        assert_eq!(
-            title(&module, "a GPU"),
-            "tuner sweep of python3 -m team.train on a GPU"
-        );
-        let words = argv("torchrun a b c d");
-        assert_eq!(
-            title(&words, "a GPU"),
-            "tuner sweep of torchrun a b on a GPU"
-        );
+        for (command, program) in [
+            (
+                "python3 examples/pytorch/train_resnet.py --batch-size {batch_size} --lr {lr}",
+                "python3 examples/pytorch/train_resnet.py",
+            ),
+            (
+                "python3 -u -m team.train --batch-size {batch_size}",
+                "python3 -m team.train",
+            ),
+            (
+                "/usr/bin/python3.12 -O train.py --lr 0.1",
+                "/usr/bin/python3.12 train.py",
+            ),
+            ("mlp-train --preset medium", "mlp-train"),
+            ("torchrun a b c d", "torchrun a b"),
+        ] {
+            let argv: Vec<String> = command.split(' ').map(String::from).collect();
+            assert_eq!(
+                title(&argv, "NVIDIA H100 80GB HBM3"),
+                format!("tuner sweep of {program} on NVIDIA H100 80GB HBM3"),
+                "{command}"
+            );
+        }
     }
 
     #[test]

@@ -228,7 +228,7 @@ pub struct SlurmArgs {
     #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
     pub max_parallel: Option<usize>,
     /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
-    /// task asks for --gres=gpu:1 unless one of these names --gres or --gpus.
+    /// task asks for --gres=gpu:1 unless one of these names --gres, --gpus or -G.
     #[arg(
         long = "sbatch",
         value_name = "OPTION",
@@ -289,7 +289,7 @@ pub struct AutobatchArgs {
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
     /// The model's name in the team file (default: the script's file name without its
-    /// extension, else the program's).
+    /// extension, the module after -m, else the program's).
     #[arg(long, value_name = "NAME")]
     pub model_name: Option<String>,
     #[command(flatten)]
@@ -353,7 +353,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
     /// The model's name in the team file (default: the script's file name without its
-    /// extension, else the program's).
+    /// extension, the module after -m, else the program's).
     #[arg(long, value_name = "NAME")]
     pub model_name: Option<String>,
     /// Which profiler: nsys where --nsys, the PATH or NSYS names one, else PyTorch's (auto);

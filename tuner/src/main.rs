@@ -5,7 +5,6 @@ use std::time::SystemTime;
 use clap::Parser;
 
 use common::exit::{no_gpu, usage};
-use common::Error;
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, AutobatchReport, Options};
 use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs, SweepArgs};
@@ -63,11 +62,10 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Profile(a) => profile(&a),
+        // A file named on the command line that cannot be read is bad usage, as gather's
+        // folder is.
         Command::Team(a) => {
-            print!(
-                "{}",
-                tuner::writeback::show_team(&a.file).map_err(Error::invalid)?
-            );
+            print!("{}", tuner::writeback::show_team(&a.file).map_err(usage)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Gather(a) => {
@@ -95,7 +93,7 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plot(a) => {
-            tuner::sweep::replot(&a.from, &a.out).map_err(Error::invalid)?;
+            tuner::sweep::replot(&a.from, &a.out).map_err(usage)?;
             Ok(ExitCode::SUCCESS)
         }
     })

@@ -153,6 +153,12 @@ fn placeholders_and_environment_reach_the_program() {
         svg.contains("tuner sweep of env"),
         "the program's command in the title"
     );
+    // A JSON that is not there is bad usage: one line, exit 2.
+    let mut plot = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    plot.args(["plot", "--from", "missing.json", "--out", "again"]);
+    let p = run(plot, "5", &work, &tmp);
+    assert_eq!(p.code, 2, "{}", p.stderr);
+    assert_eq!(p.stderr.lines().count(), 1, "{}", p.stderr);
 }
 
 #[test]
@@ -1012,6 +1018,19 @@ fn the_answer_is_written_back_keeping_comments_and_the_team_file_keys_the_model(
     team.args(["team", "team.toml"]);
     let t = run(team, "0", &work, &tmp);
     assert_eq!(t.code, 0, "{}", t.stderr);
+    let mut missing = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    missing.args(["team", "missing.toml"]);
+    let m = run(missing, "0", &work, &tmp);
+    assert_eq!(
+        m.code, 2,
+        "a team file that is not there is bad usage: {}",
+        m.stderr
+    );
+    assert!(
+        m.stderr.contains("missing.toml: cannot read the team file"),
+        "{}",
+        m.stderr
+    );
     assert!(
         t.stdout
             .contains("| Fake H100 | `resnet18` | 1024 | 4 | 4096 | fp32 |"),

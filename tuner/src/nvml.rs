@@ -37,6 +37,10 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     fn compute_capability(&self) -> Option<(u32, u32)> {
         None
     }
+    /// The driver's version and the CUDA version it supports ("580.159.04", "13.0").
+    fn driver(&self) -> Option<(String, String)> {
+        None
+    }
 }
 
 /// Which GPU NVML means.
@@ -97,6 +101,13 @@ impl MemoryProbe for NvmlProbe {
     }
     fn utilization(&self) -> Option<u32> {
         self.device()?.utilization_rates().ok().map(|u| u.gpu)
+    }
+    fn driver(&self) -> Option<(String, String)> {
+        let cuda = self.nvml.sys_cuda_driver_version().ok()?;
+        Some((
+            self.nvml.sys_driver_version().ok()?,
+            format!("{}.{}", cuda / 1000, (cuda % 1000) / 10),
+        ))
     }
     fn compute_capability(&self) -> Option<(u32, u32)> {
         let c = self.device()?.cuda_compute_capability().ok()?;

@@ -49,10 +49,16 @@ pub struct DeviceSummary {
     /// The CPU cores its trials were pinned to, where trials ran on several GPUs at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Vec<usize>>,
+    /// The driver's version and the CUDA version it supports, where NVML read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_driver_version: Option<String>,
 }
 
 impl DeviceSummary {
     pub fn of(d: &Device) -> DeviceSummary {
+        let driver = d.probe.as_ref().and_then(|p| p.driver());
         DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
@@ -61,6 +67,8 @@ impl DeviceSummary {
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
             cpus: d.cpus.clone(),
+            driver_version: driver.as_ref().map(|(d, _)| d.clone()),
+            cuda_driver_version: driver.map(|(_, c)| c),
         }
     }
 
@@ -550,4 +558,40 @@ pub fn emit<T: Serialize>(json: &Option<PathBuf>, value: &T, text: &str) -> Resu
         None => print!("{text}"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::MemoryProbe;
+
+    #[derive(Debug)]
+    struct Driver;
+
+    impl MemoryProbe for Driver {
+        fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
+            None
+        }
+        fn device_used(&self) -> Option<u64> {
+            None
+        }
+        fn device_name(&self) -> Option<String> {
+            Some("NVIDIA H100 80GB HBM3".into())
+        }
+        fn driver(&self) -> Option<(String, String)> {
+            Some(("580.159.04".into(), "13.0".into()))
+        }
+    }
+
+    #[test]
+    fn a_device_s_summary_names_its_driver_where_nvml_reads_it() {
+        let mut device = Device::stand_in("GPU 0", "0");
+        let json = serde_json::to_value(DeviceSummary::of(&device)).unwrap();
+        assert!(json.get("driver_version").is_none(), "{json}");
+        device.probe = Some(Arc::new(Driver));
+        let json = serde_json::to_value(DeviceSummary::of(&device)).unwrap();
+        assert_eq!(json["name"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(json["driver_version"], "580.159.04");
+        assert_eq!(json["cuda_driver_version"], "13.0");
+    }
 }

@@ -5,9 +5,9 @@
 //! One sigma was not enough on the H200: a host-paced training variant (4.4% noise) moved 7.2%
 //! between two processes with nothing changed, and was flagged SLOWER.
 //!
-//! A host-paced variant moves more between processes than within one: on one H100 the naive
-//! training loops gave 87.7, 93.2 and 96.3 ms in three processes of one build, each run's own
-//! noise 2-8%. So it is judged against the runs recorded on the same machine: the difference
+//! A host-paced variant can move more between processes than within one: on one H100 the
+//! pinned-copy training loop gave 2.15 to 3.07 ms in five processes of one build, one of them
+//! with 2.9% noise of its own (results/h100/expectations.json). So it is judged against the runs recorded on the same machine: the difference
 //! counts only beyond a 99.9% one-sided prediction bound of those runs' spread (Student's t on
 //! the log of their medians), the threshold and twice this run's noise. With fewer than
 //! [MIN_RUNS] recorded runs the spread is unknown, and the answer is UNSURE.

@@ -7,10 +7,11 @@
 //!
 //! A host-paced variant can move more between processes than within one: on one H100 the
 //! pinned-copy training loop gave 2.15 to 3.07 ms in five processes of one build, one of them
-//! with 2.9% noise of its own (results/h100/expectations.json). So it is judged against the runs recorded on the same machine: the difference
-//! counts only beyond a 99.9% one-sided prediction bound of those runs' spread (Student's t on
-//! the log of their medians), the threshold and twice this run's noise. With fewer than
-//! [MIN_RUNS] recorded runs the spread is unknown, and the answer is UNSURE.
+//! with 2.9% noise of its own (results/h100/expectations.json). So it is judged against the
+//! runs recorded on the same machine: the difference counts only beyond a 99.9% one-sided
+//! prediction bound of those runs' spread (Student's t on the log of their medians), the
+//! threshold and twice this run's noise. With fewer than [MIN_RUNS] recorded runs the spread is
+//! unknown, and the answer is UNSURE.
 //!
 //! When either run is too noisy to tell, the answer is UNSURE rather than a guess.
 

@@ -1,5 +1,5 @@
 """Train torchvision's ResNet-18 on synthetic 224-pixel images: a real training program for the
-tuner's external mode (the model, the data loader and its worker processes are PyTorch's own).
+tuner (the model, the data loader and its worker processes are PyTorch's own).
 
     python3 train_resnet.py --batch-size 128 --workers 8 --amp on --steps 30 --warmup 5
 

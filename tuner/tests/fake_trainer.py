@@ -1,4 +1,4 @@
-"""A stand-in training program for the tuner's external-mode tests (no GPU, no PyTorch).
+"""A stand-in training program for the tuner's tests (no GPU, no PyTorch).
 
 It takes the flags a real script would (--batch-size, --workers, --amp off|bf16|fp16 (what the
 tuner resolves `on` to), --accumulation,

@@ -1130,8 +1130,8 @@ fn bad_input_is_one_line_before_any_trial() {
         assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
     }
     assert!(listing(&work).is_empty() && listing(&tmp).is_empty());
-    // What clap checks answers with its usage error (exit 2): a command is required, the
-    // in-process model's flags are gone.
+    // What clap checks answers with its usage error (exit 2): a command is required, and the
+    // tuner takes no model flags of its own.
     let clap: Vec<(Vec<&str>, &str)> = vec![
         (vec!["sweep", "--"], "<COMMAND>"),
         (vec!["sweep", "--devices", "0"], "<COMMAND>"),

@@ -1,4 +1,4 @@
-//! The fake training program (tests/fake_trainer.py) as a command for the external mode, and
+//! The fake training program (tests/fake_trainer.py) as a command for the tuner, and
 //! scratch folders for its trials.
 
 #![allow(dead_code)] // each test file uses a part
@@ -43,7 +43,7 @@ pub fn argv(vars: &[(&str, &str)]) -> Vec<String> {
     argv
 }
 
-/// [argv] as the external mode's program.
+/// [argv] as the tuner's program.
 pub fn program(vars: &[(&str, &str)]) -> Program {
     Program::new(argv(vars)).unwrap()
 }

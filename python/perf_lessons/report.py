@@ -56,8 +56,8 @@ tensor in `optimizer.state` (momentum, Adam's two moments) that lives on the mod
 methods and attributes: nothing here imports PyTorch.
 
 Optional, once the framework holds the GPU and before the model is built:
-`report.device(name=..., total_bytes=..., free_bytes=...)` (in PyTorch
-`torch.cuda.get_device_name()` and `torch.cuda.mem_get_info()`). With it and a
+`report.device(name=..., total_bytes=..., free_bytes=..., framework=...)` (in PyTorch
+`torch.cuda.get_device_name()`, `torch.cuda.mem_get_info()` and `torch_version()`). With it and a
 `peak_memory_bytes` per step, the batch finder fits memory against the batch and aims at the
 limit instead of doubling its way there.
 
@@ -171,9 +171,10 @@ class Reporter:
         if self._profile is not None:
             self._profile.after_step(self._steps)
 
-    def device(self, name=None, total_bytes=None, free_bytes=None):
+    def device(self, name=None, total_bytes=None, free_bytes=None, framework=None):
         """The GPU as the framework sees it: its name, its memory and what is free for the
-        training (call it before building the model)."""
+        training (call it before building the model); `framework` names the framework and its
+        version ("torch 2.11.0+cu130, CUDA 13.0")."""
         if self._file is None:
             return
         line = {"kind": "device"}
@@ -183,6 +184,8 @@ class Reporter:
             line["total_bytes"] = int(total_bytes)
         if free_bytes is not None:
             line["free_bytes"] = int(free_bytes)
+        if framework is not None:
+            line["framework"] = str(framework)
         self._write(line)
 
     def model(self, model, optimizer):
@@ -280,6 +283,17 @@ def torch_cuda():
         return cuda if cuda is not None and cuda.is_initialized() else None
     except Exception:
         return None
+
+
+def torch_version():
+    """`torch 2.11.0+cu130, CUDA 13.0`: the PyTorch the program imported and the CUDA it was
+    built with, where they say; None without them."""
+    torch = sys.modules.get("torch")
+    version = getattr(torch, "__version__", None)
+    if version is None:
+        return None
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    return "torch %s%s" % (version, ", CUDA %s" % cuda if cuda else "")
 
 
 def _say(text):
@@ -501,7 +515,7 @@ class StepClock:
         # What is free now plus what PyTorch already holds is what the training could have
         # had before it built its model, the limit its peaks (max_memory_reserved) meet.
         self.reporter.device(name=cuda.get_device_name(), total_bytes=total,
-                             free_bytes=free + cuda.memory_reserved())
+                             free_bytes=free + cuda.memory_reserved(), framework=torch_version())
 
 
 class Step:

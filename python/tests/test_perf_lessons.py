@@ -104,7 +104,8 @@ def torch_with(cuda):
     profiler = types.SimpleNamespace(
         ProfilerActivity=types.SimpleNamespace(CPU="CPU", CUDA="CUDA"),
         profile=lambda activities: FakeTorchProfile(cuda.events, activities))
-    return types.SimpleNamespace(cuda=cuda, profiler=profiler)
+    return types.SimpleNamespace(cuda=cuda, profiler=profiler, __version__="2.11.0+cu130",
+                                 version=types.SimpleNamespace(cuda="13.0"))
 
 
 class Trial(unittest.TestCase):
@@ -188,7 +189,8 @@ class ContextManager(Trial):
         self.assertEqual(cuda.synchronized, 2)
         lines = self.lines()
         self.assertEqual(lines[0], {"kind": "device", "name": "Stand-in GPU",
-                                    "total_bytes": 10_000_000, "free_bytes": 8_000_000})
+                                    "total_bytes": 10_000_000, "free_bytes": 8_000_000,
+                                    "framework": "torch 2.11.0+cu130, CUDA 13.0"})
         self.assertEqual([s.get("peak_memory_bytes") for s in lines[1:]], [3_000_000] * 2)
 
     def test_pytorch_without_cuda_initialized_is_left_alone(self):

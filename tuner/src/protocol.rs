@@ -61,6 +61,9 @@ pub struct DeviceRecord {
     pub total_bytes: Option<u64>,
     /// Free device memory at that moment: what the training can have.
     pub free_bytes: Option<u64>,
+    /// The framework and its version, as the program names it ("torch 2.11.0+cu130, CUDA 13.0").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub framework: Option<String>,
 }
 
 /// The program's `"kind": "model"` line: where the model's memory goes, in bytes, counted by the
@@ -193,13 +196,10 @@ fn parse_line(line: &str) -> Result<Line, String> {
             metrics: metrics(line, &o)?,
         })),
         "device" => Ok(Line::Device(DeviceRecord {
-            name: match o.get("name") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(n)) => Some(n.chars().take(200).collect()),
-                Some(_) => return Err("'name' must be a string".into()),
-            },
+            name: text(&o, "name")?,
             total_bytes: whole(&o, "total_bytes")?,
             free_bytes: whole(&o, "free_bytes")?,
+            framework: text(&o, "framework")?,
         })),
         "model" => Ok(Line::Model(ModelRecord {
             parameter_bytes: whole(&o, "parameter_bytes")?,
@@ -311,6 +311,15 @@ fn seconds_like(o: &Map<String, Value>, key: &str) -> Result<Option<f64>, String
             Some(x) if x.is_finite() && x >= 0.0 => Ok(Some(x)),
             _ => Err(format!("'{key}' must be a non-negative number, found {v}")),
         },
+    }
+}
+
+/// A string, kept to its first 200 characters, or absent.
+fn text(o: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.chars().take(200).collect())),
+        Some(_) => Err(format!("'{key}' must be a string")),
     }
 }
 
@@ -512,18 +521,24 @@ mod tests {
     #[test]
     fn the_device_line_names_the_gpu_and_its_free_memory() {
         let r = ReportFile::parse(concat!(
-            "{\"kind\": \"device\", \"name\": \"NVIDIA H100 80GB HBM3\", \"total_bytes\": 85021163520, \"free_bytes\": 84500000000}\n",
+            "{\"kind\": \"device\", \"name\": \"NVIDIA H100 80GB HBM3\", \"total_bytes\": 85021163520, \"free_bytes\": 84500000000, \"framework\": \"torch 2.11.0+cu130, CUDA 13.0\"}\n",
             "{\"samples\": 8, \"step_s\": 0.1}\n",
             "{\"kind\": \"device\", \"name\": 7}\n",
+            "{\"kind\": \"device\", \"framework\": 2}\n",
         ));
         let d = r.device.as_ref().unwrap();
         assert_eq!(d.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
         assert_eq!(
+            d.framework.as_deref(),
+            Some("torch 2.11.0+cu130, CUDA 13.0")
+        );
+        assert_eq!(
             (d.total_bytes, d.free_bytes),
             (Some(85_021_163_520), Some(84_500_000_000))
         );
-        assert_eq!((r.steps.len(), r.health.bad_lines), (1, 1));
+        assert_eq!((r.steps.len(), r.health.bad_lines), (1, 2));
         assert!(r.health.first_bad[0].reason.contains("'name'"));
+        assert!((r.health.first_bad.iter()).any(|b| b.reason.contains("'framework'")));
         let m = Measured::from_report(&r, 0, None, &[]);
         assert_eq!(m.device.unwrap().free_bytes, Some(84_500_000_000));
     }

@@ -244,14 +244,15 @@ mod tests {
 
     #[test]
     fn a_temporary_folder_is_named_from_the_temporary_folder() {
-        let r = |p: &str| recorded_from(Path::new(p), Path::new("/work/repo"), Path::new("/tmp"));
+        let r =
+            |p: &str| recorded_from(Path::new(p), Path::new("/home/me/repo"), Path::new("/tmp"));
         assert_eq!(
             r("/tmp/tuner-sweep-1/trial-000"),
             "$TMPDIR/tuner-sweep-1/trial-000"
         );
         assert_eq!(r("/tmp"), "$TMPDIR");
-        assert_eq!(r("/work/repo/results/a.json"), "results/a.json");
-        assert_eq!(r("/work/other/a.json"), "../other/a.json");
+        assert_eq!(r("/home/me/repo/results/a.json"), "results/a.json");
+        assert_eq!(r("/home/me/other/a.json"), "../other/a.json");
         // A repository inside the temporary folder still records from the repository.
         let inside =
             |p: &str| recorded_from(Path::new(p), Path::new("/tmp/repo"), Path::new("/tmp"));

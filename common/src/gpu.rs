@@ -400,7 +400,7 @@ fn read_info(ctx: &Arc<CudaContext>, ordinal: usize, nvml: Option<&Nvml>) -> Res
     unsafe { sys::cuDriverGetVersion(&mut driver_api) }
         .result()
         .cuda("reading the driver version")?;
-    let cuda_driver_version = format!("{}.{}", driver_api / 1000, (driver_api % 1000) / 10);
+    let cuda_driver_version = cuda_version(driver_api);
     let (mut major, mut minor) = (0i32, 0i32);
     // SAFETY: writes two ints.
     let nvrtc_version = match unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) } {
@@ -429,6 +429,12 @@ fn read_info(ctx: &Arc<CudaContext>, ordinal: usize, nvml: Option<&Nvml>) -> Res
     })
 }
 
+/// A CUDA version as the driver API and NVML give it (1000 x major + 10 x minor), as text:
+/// 13000 is "13.0", 12080 is "12.8".
+pub fn cuda_version(encoded: i32) -> String {
+    format!("{}.{}", encoded / 1000, (encoded % 1000) / 10)
+}
+
 /// The "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" form NVML and nvidia-smi use.
 pub fn format_uuid(bytes: &[std::ffi::c_char; 16]) -> String {
     let hex: Vec<String> = bytes.iter().map(|b| format!("{:02x}", *b as u8)).collect();
@@ -445,6 +451,13 @@ pub fn format_uuid(bytes: &[std::ffi::c_char; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_versions_read_as_major_and_minor() {
+        assert_eq!(cuda_version(13000), "13.0");
+        assert_eq!(cuda_version(12080), "12.8");
+        assert_eq!(cuda_version(11040), "11.4");
+    }
 
     #[test]
     fn device_lists_name_gpus_once_each() {

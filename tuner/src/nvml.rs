@@ -106,7 +106,7 @@ impl MemoryProbe for NvmlProbe {
         let cuda = self.nvml.sys_cuda_driver_version().ok()?;
         Some((
             self.nvml.sys_driver_version().ok()?,
-            format!("{}.{}", cuda / 1000, (cuda % 1000) / 10),
+            common::gpu::cuda_version(cuda),
         ))
     }
     fn compute_capability(&self) -> Option<(u32, u32)> {

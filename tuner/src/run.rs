@@ -355,7 +355,8 @@ impl Run {
 
     /// The GPU's name: NVML's, else what the program reported.
     pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        gpu_name(DeviceSummary::of(device).name.as_deref(), trials)
+        let name = device.probe.as_ref().and_then(|p| p.device_name());
+        gpu_name(name.as_deref(), trials)
     }
 
     /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is

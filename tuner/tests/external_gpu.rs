@@ -278,7 +278,10 @@ fn the_finder_s_answer_on_the_resnet_example_holds() {
     );
 
     let config = r["batch_size"].as_u64().unwrap() as usize;
-    assert!(config <= maximum, "the config's {config} above the maximum {maximum}");
+    assert!(
+        config <= maximum,
+        "the config's {config} above the maximum {maximum}"
+    );
     let check = std::process::Command::new("python3")
         .arg(examples().join("check_fit.py"))
         .arg(config.to_string())

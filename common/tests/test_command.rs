@@ -30,14 +30,7 @@ impl Bin {
             dir,
         };
         // What the script needs from the system, whatever the test leaves out.
-        for tool in ["bash", "dirname"] {
-            let path = ["/usr/bin", "/bin"]
-                .iter()
-                .map(|d| Path::new(d).join(tool))
-                .find(|p| p.exists())
-                .unwrap();
-            std::os::unix::fs::symlink(path, bin.dir.join(tool)).unwrap();
-        }
+        common::testing::link_system_tools(&bin.dir, &["bash", "dirname"]);
         bin
     }
 

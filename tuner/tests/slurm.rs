@@ -412,14 +412,7 @@ fn sbatch_missing_or_refusing_is_one_line_and_nothing_is_submitted_twice() {
     // No sbatch on the PATH (only what the command runs): nothing written.
     let only = s.path("no-sbatch");
     std::fs::create_dir_all(&only).unwrap();
-    for tool in ["env", "python3"] {
-        let found = ["/usr/bin", "/bin"]
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.exists())
-            .unwrap();
-        std::os::unix::fs::symlink(found, only.join(tool)).unwrap();
-    }
+    common::testing::link_system_tools(&only, &["env", "python3"]);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
     cmd.args(GRID)
         .args(["--slurm", &dir])

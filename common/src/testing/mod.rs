@@ -11,6 +11,19 @@ use crate::runner::{Lesson, Output, Reference, VariantSpec};
 mod imports;
 pub use imports::{assert_no_import_cycles, import_cycles};
 
+/// Link each of `tools` from /usr/bin or /bin into `dir`, for a test that runs a command with
+/// only `dir` on its PATH. Fails the test where a tool is in neither.
+pub fn link_system_tools(dir: &std::path::Path, tools: &[&str]) {
+    for tool in tools {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} is in neither /usr/bin nor /bin"));
+        std::os::unix::fs::symlink(found, dir.join(tool)).unwrap();
+    }
+}
+
 /// Run `bin args...` without a GPU; returns (exit code, stderr). Fails the test on a panic or
 /// a backtrace hint.
 pub fn run_without_gpu(bin: &str, args: &[&str]) -> (i32, String) {

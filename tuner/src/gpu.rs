@@ -44,6 +44,11 @@ impl Device {
         }
     }
 
+    /// Its name, as NVML reads it.
+    pub fn name(&self) -> Option<String> {
+        self.probe.as_ref().and_then(|p| p.device_name())
+    }
+
     /// The same device, of compute capability `major.minor`.
     pub fn with_capability(self, major: u32, minor: u32) -> Device {
         Device {

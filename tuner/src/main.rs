@@ -12,7 +12,7 @@ use tuner::config::Settings;
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Choice, Profiler};
 use tuner::program::{Axis, Params, Placeholder, Program};
-use tuner::run::{emit, DeviceSummary, Run, RunOptions};
+use tuner::run::{emit, Run, RunOptions};
 use tuner::sweep::SweepReport;
 use tuner::writeback;
 
@@ -70,20 +70,21 @@ fn main() -> ExitCode {
         }
         Command::Gather(a) => {
             let plan = tuner::slurm::Plan::read(&a.dir)?;
+            let json = a.json.or(plan.json.clone());
             if plan.autobatch.is_some() {
                 let (text, report) = tuner::slurm::gather_autobatch(&a.dir)?;
-                emit(&a.json.or(plan.json), &report, &text)?;
+                emit(&json, &report, &text)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let (plan, report) = tuner::slurm::gather(&a.dir, a.plot.as_deref())?;
-            sweep_done(&a.json.or(plan.json), &report)
+            let report = tuner::slurm::gather(&a.dir, &plan, a.plot.as_deref())?;
+            sweep_done(&json, &report)
         }
         Command::Task(a) => {
             let plan = tuner::slurm::Plan::read_in_job(&a.dir)?;
             if let Some(invocation) = &plan.autobatch {
                 return autobatch_task(&a.dir, &plan, invocation);
             }
-            let r = tuner::slurm::task(&a.dir, a.index)?;
+            let r = tuner::slurm::task(&a.dir, &plan, a.index)?;
             println!(
                 "trial {}: {}: {}",
                 r.index,
@@ -114,12 +115,18 @@ fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
     })
 }
 
-/// The batch finder's answer here: its report and the text it prints.
-fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)> {
+/// The batch finder's settings and options, checked before anything runs.
+fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
     let settings = settings(&a.run)?;
     let options = options(a)?;
     autobatch::check(&options, &settings).map_err(usage)?;
     autobatch::choices(&settings).map_err(usage)?;
+    Ok((settings, options))
+}
+
+/// The batch finder's answer here: its report and the text it prints.
+fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)> {
+    let (settings, options) = autobatch_checked(a)?;
     let run = start(&a.run, &settings, "autobatch")?;
     let report = autobatch::autobatch(&run, settings, &options)?;
     let text = autobatch::render(&report);
@@ -135,12 +142,8 @@ fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
             "--max-parallel is a sweep's: the batch finder runs as one job, its trials one after another",
         ));
     }
-    let settings = settings(&a.run)?;
-    autobatch::check(&options(a)?, &settings).map_err(usage)?;
-    autobatch::choices(&settings).map_err(usage)?;
+    let (settings, _) = autobatch_checked(a)?;
     let program = checked_program(&a.run, &settings)?;
-    let cwd = std::env::current_dir()
-        .map_err(|e| usage(format!("cannot read the current folder: {e}")))?;
     let invocation = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
@@ -148,17 +151,11 @@ fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let plan = tuner::slurm::Plan::autobatch(
         invocation,
         program.argv,
-        cwd,
+        current_folder()?,
         settings,
         a.run.json.as_deref(),
     );
-    let submit = tuner::slurm::Submit {
-        max_parallel: None,
-        sbatch: a.slurm.sbatch.clone(),
-        no_wait: a.slurm.no_wait,
-        no_submit: a.slurm.no_submit,
-    };
-    if !tuner::slurm::submit(&plan, dir, &submit)? {
+    if !tuner::slurm::submit(&plan, dir, &(&a.slurm).into())? {
         return Ok(ExitCode::SUCCESS);
     }
     let (text, report) = tuner::slurm::gather_autobatch(dir)?;
@@ -207,28 +204,25 @@ fn sweep_done(json: &Option<PathBuf>, report: &SweepReport) -> anyhow::Result<Ex
 /// login node); once the job is over, its report, as `tuner gather DIR` makes it.
 fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
     let program = checked_program(&a.run, &settings)?;
-    let cwd = std::env::current_dir()
-        .map_err(|e| usage(format!("cannot read the current folder: {e}")))?;
     let plan = tuner::slurm::Plan::new(
         program.argv,
-        cwd,
+        current_folder()?,
         settings,
         a.margin,
         a.pick.clone(),
         a.run.json.as_deref(),
         a.plot.as_deref(),
     );
-    let submit = tuner::slurm::Submit {
-        max_parallel: a.slurm.max_parallel,
-        sbatch: a.slurm.sbatch.clone(),
-        no_wait: a.slurm.no_wait,
-        no_submit: a.slurm.no_submit,
-    };
-    if !tuner::slurm::submit(&plan, dir, &submit)? {
+    if !tuner::slurm::submit(&plan, dir, &(&a.slurm).into())? {
         return Ok(ExitCode::SUCCESS);
     }
-    let (plan, report) = tuner::slurm::gather(dir, None)?;
+    let report = tuner::slurm::gather(dir, &plan, None)?;
     sweep_done(&plan.json, &report)
+}
+
+/// The folder the command was given in, where a Slurm job's trials start.
+fn current_folder() -> anyhow::Result<PathBuf> {
+    std::env::current_dir().map_err(|e| usage(format!("cannot read the current folder: {e}")))
 }
 
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is
@@ -312,7 +306,7 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
         (Some(b), _, _) => Answer::given(b, "--batch-size"),
         (None, Some(team), _) => {
             let entries = writeback::read_team(team).map_err(usage)?;
-            let gpu = DeviceSummary::of(&devices[0]).name;
+            let gpu = devices[0].name();
             team_answer(&entries, gpu.as_deref(), &model, team).map_err(usage)?
         }
         (None, None, Some(b)) => Answer::given(b, "the config's training.batch_size"),

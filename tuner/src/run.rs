@@ -62,7 +62,7 @@ impl DeviceSummary {
         DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
-            name: d.probe.as_ref().and_then(|p| p.device_name()),
+            name: d.name(),
             total_bytes: d.probe.as_ref().and_then(|p| p.device_total()),
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
@@ -355,8 +355,7 @@ impl Run {
 
     /// The GPU's name: NVML's, else what the program reported.
     pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        let name = device.probe.as_ref().and_then(|p| p.device_name());
-        gpu_name(name.as_deref(), trials)
+        gpu_name(device.name().as_deref(), trials)
     }
 
     /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is

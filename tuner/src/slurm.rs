@@ -248,8 +248,7 @@ pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
 /// `tuner task DIR [INDEX]`: run one trial of the plan on the GPU this process sees and write
 /// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
 /// as skipped without running, as a local sweep would skip it.
-pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
-    let plan = Plan::read_in_job(dir)?;
+pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<TrialResult> {
     if plan.autobatch.is_some() {
         return Err(usage(format!(
             "{} holds a batch finder's plan, not a sweep's",
@@ -270,7 +269,7 @@ pub fn task(dir: &Path, index: Option<usize>) -> anyhow::Result<TrialResult> {
     let result = match larger_batch_after_oom(params, &done) {
         Some(why) => TrialResult::skipped(index, params.clone(), why),
         None => {
-            enter(&plan)?;
+            enter(plan)?;
             let runner = Runner {
                 program: &program,
                 launcher: &Launcher::Spawn,
@@ -394,12 +393,11 @@ pub fn trials_of(
 }
 
 /// `tuner gather DIR`: the sweep's report from the results in DIR so far.
-pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepReport)> {
-    let plan = Plan::read(dir)?;
+pub fn gather(dir: &Path, plan: &Plan, plot: Option<&Path>) -> anyhow::Result<SweepReport> {
     let saved = read_results(dir, plan.trials.len());
     let job = read_job(dir);
     let states = job.as_ref().map(task_states).unwrap_or_default();
-    let mut trials = trials_of(&plan, &saved, &states);
+    let mut trials = trials_of(plan, &saved, &states);
     for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
         // What the task itself printed, where it ended without a result.
         let err = dir.join("slurm").join(format!("{:03}.err", t.index));
@@ -450,8 +448,7 @@ pub fn gather(dir: &Path, plot: Option<&Path>) -> anyhow::Result<(Plan, SweepRep
         )),
     };
     let plot = plot.or(plan.plot.as_deref());
-    let report = crate::sweep::report(ran, plan.pick.as_ref(), plot)?;
-    Ok((plan, report))
+    Ok(crate::sweep::report(ran, plan.pick.as_ref(), plot)?)
 }
 
 /// The job recorded in DIR, once submitted.
@@ -511,7 +508,7 @@ pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
     states
 }
 
-/// What `sweep --slurm` was told besides the plan.
+/// What `--slurm` was told besides the plan.
 #[derive(Debug, Clone, Default)]
 pub struct Submit {
     /// `--max-parallel`: the array's %N.
@@ -520,6 +517,17 @@ pub struct Submit {
     pub sbatch: Vec<String>,
     pub no_wait: bool,
     pub no_submit: bool,
+}
+
+impl From<&crate::cli::SlurmArgs> for Submit {
+    fn from(a: &crate::cli::SlurmArgs) -> Submit {
+        Submit {
+            max_parallel: a.max_parallel,
+            sbatch: a.sbatch.clone(),
+            no_wait: a.no_wait,
+            no_submit: a.no_submit,
+        }
+    }
 }
 
 fn quoted(s: &str) -> String {

@@ -133,9 +133,7 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
     if let Some(stem) = plot {
         let ran = &report.ran;
         let name = ran.devices.first().and_then(|d| d.name.as_deref());
-        let gpu = crate::run::gpu_name(name, &ran.trials);
-        let title = crate::plot::title(&ran.command, &gpu);
-        crate::plot::render(&ran.trials, &title, stem).map_err(Error::invalid)?;
+        draw(&ran.command, name, &ran.trials, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
@@ -350,9 +348,20 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
         ));
     }
     let name = saved.devices.first().and_then(|d| d.name.as_deref());
-    let gpu = crate::run::gpu_name(name, &saved.trials);
-    let title = crate::plot::title(&saved.command, &gpu);
-    crate::plot::render(&saved.trials, &title, stem).map(|_| ())
+    draw(&saved.command, name, &saved.trials, stem)
+}
+
+/// The sweep's plot at `stem`, titled by the program and the GPU (NVML's `name`, else what the
+/// trials' program reported).
+fn draw(
+    command: &[String],
+    name: Option<&str>,
+    trials: &[TrialResult],
+    stem: &Path,
+) -> std::result::Result<(), String> {
+    let gpu = crate::run::gpu_name(name, trials);
+    let title = crate::plot::title(command, &gpu);
+    crate::plot::render(trials, &title, stem).map(|_| ())
 }
 
 #[cfg(test)]

@@ -20,10 +20,11 @@ Each side is read from the allocator's snapshot (`torch.cuda.memory_snapshot()`)
 appeared, each matched to the tensor whose storage it holds, and the bytes each block was asked
 for (`requested_size`; a block itself is rounded up to 512 bytes, and a large one may keep up to
 1 MB more when the rest of a cached segment is too small to split off). A count may sit under
-what its tensors asked for by at most 512 bytes per tensor: that is the tolerance. Blocks that appeared but hold none of the counted tensors (a library's
-workspace, a buffer's statistics) are not the parts the model line counts; they are listed with
-their sizes beside the check, not in it. Prints a table; exit 0 when every check holds, 1 when
-one does not, 2 without PyTorch, timm or a GPU.
+what its tensors asked for by at most 512 bytes per tensor: that is the tolerance. Blocks that
+appeared but hold none of the counted tensors (a library's workspace, a buffer's statistics) are
+not the parts the model line counts; they are listed with their sizes beside the check, not in
+it. Prints a table; exit 0 when every check holds, 1 when one does not, 2 without PyTorch, timm
+or a GPU.
 """
 
 import argparse

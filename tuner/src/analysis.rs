@@ -257,7 +257,7 @@ fn pick_max(
 /// the pick says so).
 fn within_margin(t: &TrialResult, margin: f64) -> bool {
     match t.memory_terms() {
-        (Some(peak), Some(limit)) => crate::recommend::leaves_margin(peak, limit, margin),
+        (Some(peak), Some(limit)) => crate::margin::leaves_margin(peak, limit, margin),
         _ => true,
     }
 }

@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use common::report::Provenance;
 use common::{Error, Result};
@@ -25,12 +25,11 @@ use common::{Error, Result};
 use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
-use crate::queue::ResultsFile;
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
-use crate::run::{default_margin, kept_at, DeviceSummary, Run};
+use crate::run::{default_margin, kept_at, DeviceSummary, ResultsFile, Run};
 use crate::search::{self, Found, Probe};
 use crate::trial::{Stop, TrialResult};
-use crate::writeback::{self, Keys, Overrides, Target, TeamEntry, Written};
+use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
 
 pub const SCHEMA: &str = "tuner-autobatch/2";
 
@@ -40,9 +39,6 @@ pub const SCHEMA: &str = "tuner-autobatch/2";
 /// there are up to the loader's prefetch, while the first step autotunes.
 pub const SEARCH_WARMUP: usize = 0;
 pub const SEARCH_STEPS: usize = 6;
-
-/// Steps of the confirmation run, by default.
-pub const CONFIRM_STEPS: usize = 20;
 
 /// What the user asks of the finder.
 #[derive(Debug, Clone)]
@@ -59,6 +55,63 @@ pub struct Options {
     pub team: Option<PathBuf>,
     /// The team entry's model (default: the script's name).
     pub model_name: Option<String>,
+}
+
+/// [Options] as a Slurm plan keeps them: resolved and checked where the finder was asked for,
+/// read back as they were on the node that runs it.
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    start: usize,
+    granularity: Granularity,
+    margin: Option<f64>,
+    confirm_steps: usize,
+    effective_batch: Option<usize>,
+    write: Option<PathBuf>,
+    batch_key: String,
+    accumulation_key: Option<String>,
+    team: Option<PathBuf>,
+    model_name: Option<String>,
+}
+
+impl Options {
+    pub fn to_json(&self) -> serde_json::Value {
+        let saved = Saved {
+            start: self.start,
+            granularity: self.granularity,
+            margin: self.margin,
+            confirm_steps: self.confirm_steps,
+            effective_batch: self.effective_batch,
+            write: self.write.as_ref().map(|t| t.path.clone()),
+            batch_key: self.keys.batch_size.to_string(),
+            accumulation_key: self.keys.accumulation.as_ref().map(|k| k.to_string()),
+            team: self.team.clone(),
+            model_name: self.model_name.clone(),
+        };
+        serde_json::to_value(saved).unwrap_or_default()
+    }
+
+    pub fn from_json(value: &serde_json::Value) -> std::result::Result<Options, String> {
+        let s = Saved::deserialize(value).map_err(|e| format!("the finder's options: {e}"))?;
+        let keys = Keys {
+            batch_size: KeyPath::parse(&s.batch_key)?,
+            accumulation: s
+                .accumulation_key
+                .as_deref()
+                .map(KeyPath::parse)
+                .transpose()?,
+        };
+        Ok(Options {
+            start: s.start,
+            granularity: s.granularity,
+            margin: s.margin,
+            confirm_steps: s.confirm_steps,
+            effective_batch: s.effective_batch,
+            write: s.write.map(|p| Target::new(p, keys.clone())).transpose()?,
+            keys,
+            team: s.team,
+            model_name: s.model_name,
+        })
+    }
 }
 
 /// The one precision and worker count the finder runs with.

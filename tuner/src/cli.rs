@@ -6,10 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::autobatch::CONFIRM_STEPS;
-use crate::config::{self, Overrides};
+use crate::config::{self, Choice, Overrides, CONFIRM_STEPS};
 use crate::granularity::Granularity;
-use crate::profile::Choice;
 use crate::program::Axis;
 use crate::program::Precision;
 use crate::writeback::{KeyPath, Keys, Target};

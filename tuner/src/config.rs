@@ -25,7 +25,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::program::{Axis, Precision};
+use crate::program::{Axis, Params, Precision};
 
 /// Largest batch the tool accepts (far past any GPU's memory for every model).
 pub const MAX_BATCH: usize = 1 << 26;
@@ -298,6 +298,48 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         devices: file.tuner.devices,
         time_limit: file.tuner.time_limit,
     })
+}
+
+/// The sweep's trials: every AMP setting x worker count x combination of the user's axes x
+/// batch size, batches ascending within each setting (so the skip rule can spare the batches
+/// above an out-of-memory).
+pub fn plan(s: &Settings) -> Vec<Params> {
+    let combos = Axis::grid(&s.axes);
+    let mut out = Vec::new();
+    for &amp in &s.amp {
+        for &workers in &s.workers {
+            for axes in &combos {
+                for &batch_size in &s.batch_sizes {
+                    out.push(Params {
+                        batch_size,
+                        workers,
+                        amp,
+                        amp_from_on: false,
+                        accumulation: s.accumulation_steps,
+                        steps: s.steps,
+                        warmup_steps: s.warmup_steps,
+                        axes: axes.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Steps of the batch finder's confirmation run, by default.
+pub const CONFIRM_STEPS: usize = 20;
+
+/// Which profiler the user asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Choice {
+    /// nsys where `--nsys`, the PATH or `NSYS` names one, else PyTorch's profiler.
+    #[default]
+    Auto,
+    /// nsys, looked for in its usual install folders too; an error where there is none.
+    Nsys,
+    /// PyTorch's profiler, even where nsys is installed.
+    Torch,
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::nvml::Capability;
 use crate::nvml::{MemoryProbe, NvmlKey, NvmlProbe};
-use crate::program::Capability;
 
 /// One GPU a trial can run on.
 #[derive(Clone, Debug, Serialize)]

@@ -8,28 +8,29 @@
 //! tuner reads that, the exit, the output and NVML. The tuner's own MLP is one such program
 //! (`mlp-train` of the `mlp` crate). `docs/tuner.md` is the user's page.
 //!
-//! Modules in layers, each using only those above it:
+//! Modules in layers, each using only those below it, no chain of imports more than six
+//! modules deep (`tests/imports.rs`), the binary at the top:
 //!
-//! - [config], [granularity], [line], [named], [program], [protocol], [classify]: settings, the
-//!   sizes an answer may take, the peak-memory line, values by name in their order, the command
-//!   with its placeholders and the user's axes, the report protocol and its metrics, how a trial
-//!   ended
-//! - [nvml], [gpu], [launch]: NVML readings, the GPUs trials run on, how a trial's process
-//!   starts (spawned, or forked from a Python parent that imported the program's modules once)
-//! - [trial], [queue]: one trial watched to its end; trials over the GPUs from one queue
-//! - [search], [recommend], [analysis]: the batch finder's logic, the one rule for
-//!   "recommended" with the accumulation advice, a sweep's picks and diagnosis
-//! - [run], [plot], [writeback]: what a command's trials share (GPUs, folder, progress, the
-//!   results file, JSON), the sweep's figure, the answer written back
-//! - [sweep], [memory], [autobatch]: the three commands, each one report type and schema;
-//!   [profile]: the answer run once under a profiler; [slurm]: a sweep's trials as a Slurm
-//!   array job, and its report gathered from their result files
-//! - [cli]: the edge
+//! - the commands: [sweep], [memory], [autobatch] and [profile] plan trials and make their
+//!   reports from the results; [cli] is the edge, where flags become one settings value
+//! - where trials run, behind one shape of result ([run::Ran], [trial::TrialResult]): [run],
+//!   this host's GPUs from one queue (a trial on one GPU, or a group of ranks on several), and
+//!   [slurm], a sweep's trials as a Slurm array job, its results gathered from their files;
+//!   beside them the rules over results: [analysis], [recommend], [search], [plot], [writeback]
+//! - [trial]: one trial watched to its end, and the rule that skips a batch above one that ran
+//!   out of memory
+//! - [gpu], [launch], [protocol], [classify], [config]: the GPUs, how a trial's process starts
+//!   (spawned, or forked from a Python parent that imported the program's modules once), the
+//!   report protocol and its metrics, how a trial ended, the settings
+//! - [program], [nvml], [named], [granularity], [line], [margin]: the command with its
+//!   placeholders and the user's axes, NVML readings, values by name in their order, the sizes
+//!   an answer may take, the peak-memory line, the margin an answer leaves
 
 pub mod classify;
 pub mod config;
 pub mod granularity;
 pub mod line;
+pub mod margin;
 pub mod named;
 pub mod program;
 pub mod protocol;
@@ -38,7 +39,6 @@ pub mod gpu;
 pub mod launch;
 pub mod nvml;
 
-pub mod queue;
 pub mod trial;
 
 pub mod analysis;

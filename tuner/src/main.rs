@@ -7,10 +7,11 @@ use clap::Parser;
 use common::exit::{no_gpu, usage};
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, AutobatchReport, Options};
-use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs, SweepArgs};
+use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs, SlurmArgs, SweepArgs};
+use tuner::config::Choice;
 use tuner::config::Settings;
 use tuner::gpu::visible_devices;
-use tuner::profile::{team_answer, Answer, Choice, Profiler};
+use tuner::profile::{team_answer, Answer, Profiler};
 use tuner::program::{Axis, Params, Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
 use tuner::sweep::SweepReport;
@@ -76,13 +77,15 @@ fn main() -> ExitCode {
                 emit(&json, &report, &text)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            let report = tuner::slurm::gather(&a.dir, &plan, a.plot.as_deref())?;
+            let ran = tuner::slurm::gather(&a.dir, &plan)?;
+            let plot = a.plot.as_deref().or(plan.plot.as_deref());
+            let report = tuner::sweep::report(ran, plan.pick.as_ref(), plot)?;
             sweep_done(&json, &report)
         }
         Command::Task(a) => {
             let plan = tuner::slurm::Plan::read_in_job(&a.dir)?;
-            if let Some(invocation) = &plan.autobatch {
-                return autobatch_task(&a.dir, &plan, invocation);
+            if let Some(options) = &plan.autobatch {
+                return autobatch_task(&a.dir, &plan, options);
             }
             let r = tuner::slurm::task(&a.dir, &plan, a.index)?;
             println!(
@@ -133,29 +136,26 @@ fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)
     Ok((report, text))
 }
 
-/// `autobatch --slurm DIR`: the finder's invocation planned into DIR and submitted as one
-/// Slurm job, its flags checked first as a local run's are (no GPU needed where it is given);
-/// once the job is over, its answer as the finder printed it.
+/// `autobatch --slurm DIR`: the finder's settings and options, checked as a local run's are (no
+/// GPU needed where it is given), planned into DIR and submitted as one Slurm job; once the job
+/// is over, its answer as the finder printed it.
 fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     if a.slurm.max_parallel.is_some() {
         return Err(usage(
             "--max-parallel is a sweep's: the batch finder runs as one job, its trials one after another",
         ));
     }
-    let (settings, _) = autobatch_checked(a)?;
+    let (settings, options) = autobatch_checked(a)?;
     let program = checked_program(&a.run, &settings)?;
-    let invocation = std::env::args_os()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let saved = serde_json::json!({"options": options.to_json(), "no_fork": a.run.no_fork});
     let plan = tuner::slurm::Plan::autobatch(
-        invocation,
+        saved,
         program.argv,
         current_folder()?,
         settings,
         a.run.json.as_deref(),
     );
-    if !tuner::slurm::submit(&plan, dir, &(&a.slurm).into())? {
+    if !tuner::slurm::submit(&plan, dir, &submit_options(&a.slurm))? {
         return Ok(ExitCode::SUCCESS);
     }
     let (text, report) = tuner::slurm::gather_autobatch(dir)?;
@@ -163,30 +163,43 @@ fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the job of `autobatch --slurm DIR` runs: the finder as the plan's invocation gives it,
-/// here, its answer left in DIR.
+/// What the job of `autobatch --slurm DIR` runs: the finder with the plan's settings and
+/// options, here, its answer left in DIR.
 fn autobatch_task(
     dir: &Path,
     plan: &tuner::slurm::Plan,
-    invocation: &[String],
+    saved: &serde_json::Value,
 ) -> anyhow::Result<ExitCode> {
     tuner::slurm::enter(plan)?;
-    let args = std::iter::once("tuner".to_string()).chain(invocation.iter().cloned());
-    let mut a = match Cli::try_parse_from(args).map(|c| c.command) {
-        Ok(Command::Autobatch(a)) => a,
-        _ => {
-            return Err(usage(format!(
-                "{}: the plan's autobatch command is not one this tuner reads: run it again with this tuner",
-                dir.display()
-            )))
-        }
+    let unreadable = |why: String| {
+        usage(format!(
+            "{}: the plan's batch finder is not one this tuner reads ({why}): run it again with this tuner",
+            dir.display()
+        ))
     };
-    a.slurm = Default::default();
-    a.run.json = None;
-    let (report, text) = autobatch_here(&a)?;
+    let options = Options::from_json(&saved["options"]).map_err(unreadable)?;
+    let run_args = RunArgs {
+        command: plan.command.clone(),
+        no_fork: saved["no_fork"].as_bool().unwrap_or(false),
+        quiet: true,
+        ..RunArgs::default()
+    };
+    let run = start(&run_args, &plan.settings, "autobatch")?;
+    let report = autobatch::autobatch(&run, plan.settings.clone(), &options)?;
+    let text = autobatch::render(&report);
     tuner::slurm::write_answer(dir, &report, &text)?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `--slurm` was told besides the plan.
+fn submit_options(a: &SlurmArgs) -> tuner::slurm::Submit {
+    tuner::slurm::Submit {
+        max_parallel: a.max_parallel,
+        sbatch: a.sbatch.clone(),
+        no_wait: a.no_wait,
+        no_submit: a.no_submit,
+    }
 }
 
 /// A sweep's report printed and written, and its exit code.
@@ -213,10 +226,11 @@ fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<
         a.run.json.as_deref(),
         a.plot.as_deref(),
     );
-    if !tuner::slurm::submit(&plan, dir, &(&a.slurm).into())? {
+    if !tuner::slurm::submit(&plan, dir, &submit_options(&a.slurm))? {
         return Ok(ExitCode::SUCCESS);
     }
-    let report = tuner::slurm::gather(dir, &plan, None)?;
+    let ran = tuner::slurm::gather(dir, &plan)?;
+    let report = tuner::sweep::report(ran, plan.pick.as_ref(), plan.plot.as_deref())?;
     sweep_done(&plan.json, &report)
 }
 

@@ -133,7 +133,7 @@ pub fn memory(
 ) -> Result<MemoryReport> {
     // One worker count: the sweep's plan is every precision x batch size.
     workers(&settings)?;
-    let jobs = crate::sweep::plan(&settings);
+    let jobs = crate::config::plan(&settings);
     let amps = settings.amp.clone();
     let configured = settings.batch_size;
     let ran = run.ran("memory", &jobs, settings, margin)?;

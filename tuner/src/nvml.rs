@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+/// A GPU's compute capability, (major, minor).
+pub type Capability = (u32, u32);
+
 /// What NVML says about one GPU.
 pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Compute processes on the device with the bytes each uses, where accounted; None when

@@ -24,8 +24,9 @@ use profiling::nsys::{self, Capture, NsysOptions};
 use profiling::target::{compact_utc, reports_with, sanitize};
 
 use crate::classify::Status;
+use crate::config::Choice;
 use crate::program::{Params, Precision, Program};
-use crate::queue::ResultsFile;
+use crate::run::ResultsFile;
 use crate::run::{emit, DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::TeamEntry;
@@ -33,18 +34,6 @@ use crate::writeback::TeamEntry;
 pub const PROFILE_ENV: &str = "PERF_LESSONS_PROFILE";
 pub const PROFILE_OUT_ENV: &str = "PERF_LESSONS_PROFILE_OUT";
 pub const SCHEMA: &str = "tuner-profile/1";
-
-/// Which profiler the user asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Choice {
-    /// nsys where `--nsys`, the PATH or `NSYS` names one, else PyTorch's profiler.
-    #[default]
-    Auto,
-    /// nsys, looked for in its usual install folders too; an error where there is none.
-    Nsys,
-    /// PyTorch's profiler, even where nsys is installed.
-    Torch,
-}
 
 /// The profiler a trial runs under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -99,7 +99,7 @@ impl Params {
 }
 
 /// A GPU's compute capability: (major, minor).
-pub type Capability = (u32, u32);
+pub use crate::nvml::Capability;
 
 /// The precision a trial trains in: what `{amp}` and `PERF_LESSONS_AMP` carry. Ordered fp32
 /// first, so a tie between configurations goes to fp32.

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! The batch finder's trials depend on each other, so `autobatch --slurm DIR` is one job on one
-//! GPU that runs the whole finder as locally: its plan holds the autobatch invocation, and the
+//! GPU that runs the whole finder as locally: its plan holds the finder's settings and options
+//! as the submitting host resolved and checked them (the node reads them, it parses no command
+//! line), and the
 //! job leaves `autobatch.txt` (the answer as printed) and `autobatch.json` (its report) in DIR,
 //! beside `slurm/autobatch.out|.err`.
 
@@ -37,13 +39,11 @@ use crate::config::Settings;
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
 use crate::program::{on_path, Params, Program};
-use crate::queue::larger_batch_after_oom;
 use crate::run::{default_margin, DeviceSummary, Ran};
-use crate::sweep::SweepReport;
-use crate::trial::{Limits, Runner, TrialResult};
+use crate::trial::{larger_batch_after_oom, Limits, Runner, TrialResult};
 
 /// The plan's format; a folder written by another format is refused, never half read.
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 const PLAN: &str = "plan.json";
 const JOB: &str = "job.json";
 const SCRIPT: &str = "array.sh";
@@ -71,10 +71,10 @@ pub struct Plan {
     pub written_at: f64,
     /// Each trial's values, in the order a local sweep runs them (array task i runs trial i).
     pub trials: Vec<Params>,
-    /// The `tuner autobatch ...` arguments the one job of a batch finder runs (its trials are
-    /// then not planned here, they depend on each other); None for a sweep.
+    /// The options of the batch finder the one job runs, with `settings` (its trials are then
+    /// not planned here, they depend on each other); None for a sweep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autobatch: Option<Vec<String>>,
+    pub autobatch: Option<serde_json::Value>,
 }
 
 /// One task's result file.
@@ -141,7 +141,7 @@ impl Plan {
             tuner: common::cli::VERSION.to_string(),
             command,
             cwd,
-            trials: crate::sweep::plan(&settings),
+            trials: crate::config::plan(&settings),
             settings,
             margin,
             pick,
@@ -152,11 +152,10 @@ impl Plan {
         }
     }
 
-    /// The plan of a batch finder given as `tuner INVOCATION` (its Slurm flags included: the
-    /// job drops them) with `settings`, in `cwd`; `json` is where the submitter writes its
-    /// report.
+    /// The plan of a batch finder with `settings` and `options` (resolved and checked), in
+    /// `cwd`; `json` is where the submitter writes its report.
     pub fn autobatch(
-        invocation: Vec<String>,
+        options: serde_json::Value,
         command: Vec<String>,
         cwd: PathBuf,
         settings: Settings,
@@ -164,7 +163,7 @@ impl Plan {
     ) -> Plan {
         Plan {
             trials: Vec::new(),
-            autobatch: Some(invocation),
+            autobatch: Some(options),
             ..Plan::new(command, cwd, settings, None, None, json, None)
         }
     }
@@ -392,8 +391,9 @@ pub fn trials_of(
     trials
 }
 
-/// `tuner gather DIR`: the sweep's report from the results in DIR so far.
-pub fn gather(dir: &Path, plan: &Plan, plot: Option<&Path>) -> anyhow::Result<SweepReport> {
+/// `tuner gather DIR`: the sweep's trials from the results in DIR so far, as a local queue
+/// leaves them; the sweep makes its report from them as from a local run's.
+pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let saved = read_results(dir, plan.trials.len());
     let job = read_job(dir);
     let states = job.as_ref().map(task_states).unwrap_or_default();
@@ -447,8 +447,7 @@ pub fn gather(dir: &Path, plan: &Plan, plot: Option<&Path>) -> anyhow::Result<Sw
             absolute(&dir.join("trials")).display()
         )),
     };
-    let plot = plot.or(plan.plot.as_deref());
-    Ok(crate::sweep::report(ran, plan.pick.as_ref(), plot)?)
+    Ok(ran)
 }
 
 /// The job recorded in DIR, once submitted.
@@ -517,17 +516,6 @@ pub struct Submit {
     pub sbatch: Vec<String>,
     pub no_wait: bool,
     pub no_submit: bool,
-}
-
-impl From<&crate::cli::SlurmArgs> for Submit {
-    fn from(a: &crate::cli::SlurmArgs) -> Submit {
-        Submit {
-            max_parallel: a.max_parallel,
-            sbatch: a.sbatch.clone(),
-            no_wait: a.no_wait,
-            no_submit: a.no_submit,
-        }
-    }
 }
 
 fn quoted(s: &str) -> String {

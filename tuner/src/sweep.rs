@@ -15,9 +15,9 @@ use common::{Error, Result};
 
 use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
-use crate::config::Settings;
+use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
-use crate::program::{Axis, Params};
+
 use crate::protocol::ThroughputSource;
 use crate::run::{Ran, Run};
 use crate::trial::TrialResult;
@@ -76,33 +76,6 @@ pub struct SweepReport {
     /// `--pick` named a metric no trial reported: the trials are kept, the pick is not made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pick_error: Option<String>,
-}
-
-/// The sweep's trials: every AMP setting x worker count x combination of the user's axes x
-/// batch size, batches ascending within each setting (so the skip rule can spare the batches
-/// above an out-of-memory).
-pub fn plan(s: &Settings) -> Vec<Params> {
-    let combos = Axis::grid(&s.axes);
-    let mut out = Vec::new();
-    for &amp in &s.amp {
-        for &workers in &s.workers {
-            for axes in &combos {
-                for &batch_size in &s.batch_sizes {
-                    out.push(Params {
-                        batch_size,
-                        workers,
-                        amp,
-                        amp_from_on: false,
-                        accumulation: s.accumulation_steps,
-                        steps: s.steps,
-                        warmup_steps: s.warmup_steps,
-                        axes: axes.clone(),
-                    });
-                }
-            }
-        }
-    }
-    out
 }
 
 pub fn sweep(
@@ -367,7 +340,7 @@ fn draw(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::Precision;
+    use crate::program::{Axis, Params, Precision};
 
     #[test]
     fn the_grid_is_every_setting_with_batches_ascending() {

@@ -180,6 +180,23 @@ impl TrialResult {
     }
 }
 
+/// A skip rule for sweeps: a batch at or above one that ran out of memory with the same other
+/// settings (the user's axes among them, the precision as asked) would run out too.
+pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String> {
+    done.iter()
+        .filter(|r| r.status == Status::Oom)
+        .filter(|r| {
+            r.params.batch_size <= p.batch_size
+                && Params {
+                    batch_size: p.batch_size,
+                    ..r.params.as_asked()
+                } == p.as_asked()
+        })
+        .map(|r| r.params.batch_size)
+        .min()
+        .map(|b| format!("batch {b} of the same setting ran out of memory"))
+}
+
 /// A growing text file read piece by piece: the complete lines that arrived since the last
 /// look.
 struct Tail<'a> {

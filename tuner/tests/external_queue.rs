@@ -11,7 +11,8 @@ use fake::{log_entries, params, program, trial, trial_of, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::program::Params;
-use tuner::queue::{larger_batch_after_oom, run_queue, Progress, ResultsFile};
+use tuner::run::{run_queue, ResultsFile, Standing as Progress};
+use tuner::trial::larger_batch_after_oom;
 use tuner::trial::{Limits, TrialResult};
 
 /// `jobs` of `prog` from one queue over `devices`, quietly, the results file in `dir`.

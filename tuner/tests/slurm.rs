@@ -62,7 +62,7 @@ fn tasks_run_by_hand_then_gathered_make_the_local_sweep_s_report() {
     );
     assert_eq!(planned.code, 0, "{}", planned.stderr);
     let plan = json(&Path::new(&dir).join("plan.json"));
-    assert_eq!(plan["schema_version"], 2);
+    assert_eq!(plan["schema_version"], 3);
     assert_eq!(plan["trials"].as_array().unwrap().len(), 8);
     assert_eq!(plan["command"].as_array().unwrap().len(), argv(&FAKE).len());
 
@@ -206,7 +206,7 @@ fn bad_plans_and_tasks_are_one_line_and_exit_2() {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(
         &path,
-        text.replace("\"schema_version\": 2", "\"schema_version\": 9"),
+        text.replace("\"schema_version\": 3", "\"schema_version\": 9"),
     )
     .unwrap();
     one_line(

@@ -28,6 +28,107 @@ pub fn import_cycles(crate_dir: &Path) -> Result<Vec<String>, String> {
     Ok(cycles(&edges).iter().map(|c| describe(c)).collect())
 }
 
+/// The longest chain of imports among the crate's modules, from the module that starts it
+/// ("crate::main -> crate::cli -> crate::config"). The binary `main.rs` beside a `lib.rs` counts
+/// here as `crate::main`, its paths through the library's name (`tuner::cli`) as the crate's:
+/// it is the top of the tower a reader climbs down. Empty for a crate of one module; an error
+/// where modules import each other in a loop (no chain is longest there).
+pub fn longest_import_chain(crate_dir: &Path) -> Result<Vec<String>, String> {
+    let src = crate_dir.join("src");
+    let mut files = module_files(&src)?;
+    let main = src.join("main.rs");
+    let library = src.join("lib.rs").is_file() && main.is_file();
+    if library {
+        files.insert(vec!["main".to_string()], main);
+    }
+    let name = library_name(crate_dir);
+    let known: BTreeSet<Module> = files.keys().cloned().collect();
+    let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (module, file) in &files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
+        let mut tokens = lex(&text);
+        if library && module == &["main".to_string()] {
+            for t in &mut tokens {
+                if matches!(t, Token::Ident(w) if Some(w.as_str()) == name.as_deref()) {
+                    *t = Token::Ident("crate".into());
+                }
+            }
+        }
+        edges.insert(module.clone(), dependencies(module, &tokens, &known));
+    }
+    if let Some(c) = cycles(&edges).first() {
+        return Err(format!(
+            "modules import each other in a loop: {}",
+            describe(c)
+        ));
+    }
+    // The longest path from each module, by depth-first search over a graph with no loop.
+    fn from(
+        m: &Module,
+        edges: &BTreeMap<Module, BTreeSet<Module>>,
+        memo: &mut BTreeMap<Module, Vec<Module>>,
+    ) -> Vec<Module> {
+        if let Some(p) = memo.get(m) {
+            return p.clone();
+        }
+        let mut best: Vec<Module> = Vec::new();
+        for next in edges.get(m).into_iter().flatten() {
+            let p = from(next, edges, memo);
+            if p.len() > best.len() {
+                best = p;
+            }
+        }
+        best.insert(0, m.clone());
+        memo.insert(m.clone(), best.clone());
+        best
+    }
+    let mut memo = BTreeMap::new();
+    let mut longest: Vec<Module> = Vec::new();
+    for m in edges.keys() {
+        let p = from(m, &edges, &mut memo);
+        if p.len() > longest.len() {
+            longest = p;
+        }
+    }
+    if longest.len() < 2 {
+        return Ok(Vec::new());
+    }
+    Ok(longest
+        .iter()
+        .map(|m| format!("crate::{}", m.join("::")))
+        .collect())
+}
+
+/// Fail the calling test where the longest chain of imports among the crate's modules
+/// ([longest_import_chain]) is more than `most` modules deep, naming it.
+pub fn assert_import_depth(crate_dir: impl AsRef<Path>, most: usize) {
+    let dir = crate_dir.as_ref();
+    match longest_import_chain(dir) {
+        Ok(chain) if chain.len() <= most => {}
+        Ok(chain) => panic!(
+            "{}: a chain of {} modules imports each other, more than {most} (let a lower module \
+             take what it needs as a value, or merge what two layers share):\n  {}",
+            dir.display(),
+            chain.len(),
+            chain.join(" -> ")
+        ),
+        Err(e) => panic!("{}: {e}", dir.display()),
+    }
+}
+
+/// The library's name as its binaries write it (`my-crate` is `my_crate`): the package's,
+/// from Cargo.toml.
+fn library_name(crate_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(crate_dir.join("Cargo.toml")).ok()?;
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("name") && l.contains('='))?;
+    let name = line.split_once('=')?.1.trim().trim_matches('"');
+    Some(name.replace('-', "_"))
+}
+
 /// Fail the calling test, naming every loop, when the modules of the crate at `crate_dir`
 /// import each other in a loop. Call it with `env!("CARGO_MANIFEST_DIR")`.
 pub fn assert_no_import_cycles(crate_dir: impl AsRef<Path>) {
@@ -611,6 +712,29 @@ mod tests {
             import_cycles(&dir).unwrap(),
             ["crate::page -> crate::page::html -> crate::page"]
         );
+    }
+
+    #[test]
+    fn the_longest_chain_starts_at_the_binary_and_counts_modules() {
+        let dir = tree(
+            "chain",
+            &[
+                ("lib.rs", "pub mod a; pub mod b; pub mod c; pub mod d;"),
+                ("main.rs", "use tree_crate::a::f; fn main() { f() }"),
+                ("a.rs", "pub fn f() { crate::b::g(); crate::d::K; }"),
+                ("b.rs", "pub fn g() { let _ = crate::c::H; }"),
+                ("c.rs", "pub const H: u8 = 0;"),
+                ("d.rs", "pub const K: u8 = 0;"),
+            ],
+        );
+        std::fs::write(dir.join("Cargo.toml"), "[package]\nname = \"tree-crate\"\n").unwrap();
+        assert_eq!(
+            longest_import_chain(&dir).unwrap(),
+            ["crate::main", "crate::a", "crate::b", "crate::c"]
+        );
+        assert_import_depth(&dir, 4);
+        let too_deep = std::panic::catch_unwind(|| assert_import_depth(&dir, 3));
+        assert!(too_deep.is_err());
     }
 
     #[test]

@@ -9,7 +9,9 @@ use crate::gpu::Gpu;
 use crate::runner::{Lesson, Output, Reference, VariantSpec};
 
 mod imports;
-pub use imports::{assert_no_import_cycles, import_cycles};
+pub use imports::{
+    assert_import_depth, assert_no_import_cycles, import_cycles, longest_import_chain,
+};
 
 /// Link each of `tools` from /usr/bin or /bin into `dir`, for a test that runs a command with
 /// only `dir` on its PATH. Fails the test where a tool is in neither.

@@ -14,7 +14,8 @@ script where nothing can be installed.
 """
 
 from . import hf, lightning
-from .report import REPORT_ENV, Reporter, Step, StepClock, model, model_bytes, setting, step
+from .report import (REPORT_ENV, Reporter, Step, StepClock, model, model_bytes, rank, setting,
+                     step)
 
 __all__ = ["REPORT_ENV", "Reporter", "Step", "StepClock", "hf", "lightning", "model", "model_bytes",
-           "setting", "step"]
+           "rank", "setting", "step"]

@@ -61,6 +61,12 @@ Optional, once the framework holds the GPU and before the model is built:
 `peak_memory_bytes` per step, the batch finder fits memory against the batch and aims at the
 limit instead of doubling its way there.
 
+A data-parallel program (DDP) reports from every rank: the tuner starts each rank itself, as
+torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with a report file
+of its own, and every line a rank writes carries its `rank` (`rank()` reads it from the
+environment; None outside a group of more than one). Report the rank's own samples: the
+batch is per GPU.
+
 The tuner also puts the trial's settings in the environment (PERF_LESSONS_BATCH_SIZE,
 PERF_LESSONS_WORKERS, PERF_LESSONS_AMP = on/off, PERF_LESSONS_ACCUMULATION, PERF_LESSONS_STEPS,
 PERF_LESSONS_WARMUP_STEPS), and each of a sweep's own axes (`--axis lr=0.1,0.01` gives
@@ -104,6 +110,17 @@ def _metrics(metrics):
     return out
 
 
+def rank():
+    """This process's rank in a data-parallel group (RANK, as torchrun and the tuner set it for
+    each process; LOCAL_RANK where only that is set); None outside a group of more than one."""
+    try:
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "")))
+    except ValueError:
+        return None
+
+
 def setting(name, default):
     """The tuner's PERF_LESSONS_<name> for this trial, as the type of `default`; `default`
     where it is not set (a run outside the tuner). As a bool, AMP's bf16 and fp16 are on:
@@ -128,6 +145,7 @@ class Reporter:
         self._file = open(path, "a", buffering=1, encoding="utf-8") if path else None
         self._last = time.perf_counter()
         self._steps = 0
+        self._rank = rank()
         self._profile = ProfileWindow.from_env() if self._file is not None else None
 
     @property
@@ -228,6 +246,8 @@ class Reporter:
         return False
 
     def _write(self, line):
+        if self._rank is not None:
+            line = dict(line, rank=self._rank)
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._file.flush()
 

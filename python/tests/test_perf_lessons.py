@@ -209,6 +209,25 @@ class ContextManager(Trial):
         self.assertGreater(line["step_s"], 0)
 
 
+class Ranks(Trial):
+    def test_every_line_of_a_rank_in_a_group_carries_its_rank(self):
+        with mock.patch.dict(os.environ, {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}):
+            self.assertEqual(perf_lessons.rank(), 1)
+            with report.Reporter() as r:
+                r.device(name="Fake GPU")
+                r.step(samples=8, step_s=0.1)
+                r.end(samples_per_s=80.0)
+        self.assertEqual([line["rank"] for line in self.lines()], [1, 1, 1])
+
+    def test_a_process_alone_writes_no_rank(self):
+        for env in ({}, {"WORLD_SIZE": "1", "RANK": "0"}, {"WORLD_SIZE": "2", "RANK": "x"}):
+            with mock.patch.dict(os.environ, env):
+                self.assertIsNone(perf_lessons.rank())
+                with report.Reporter() as r:
+                    r.step(samples=8, step_s=0.1)
+        self.assertTrue(all("rank" not in line for line in self.lines()))
+
+
 class FakeParameter:
     """A tensor as the model line asks it: numel, element_size, device, requires_grad, grad."""
 

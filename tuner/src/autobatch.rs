@@ -248,11 +248,22 @@ fn probe(r: &TrialResult) -> Result<Probe> {
 pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
     check(o, &settings).map_err(Error::invalid)?;
     let (amp, workers) = choices(&settings)?;
-    let device = &run.devices[0];
-    if run.devices.len() > 1 {
+    let groups = run.groups(1);
+    let group = &groups[0];
+    let device = &group[0];
+    if run.devices.len() > group.len() {
         run.progress.line(&format!(
-            "autobatch searches on one GPU: {} (the answer is per GPU model)",
-            device.label
+            "autobatch searches on {}: {} (the answer is per GPU model)",
+            if group.len() == 1 {
+                "one GPU"
+            } else {
+                "one group of GPUs"
+            },
+            group
+                .iter()
+                .map(|d| d.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     let params = |batch_size, steps, warmup_steps| Params {
@@ -271,7 +282,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let search_started = run.elapsed_s();
     let found = search::find(o.start, o.granularity, MAX_BATCH, |batch| {
         let r = run.one(
-            device,
+            group,
             &params(batch, SEARCH_STEPS, SEARCH_WARMUP),
             trials.len(),
             Stop::WhenSteady,
@@ -294,7 +305,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     loop {
         let batch = size_at(o.granularity, candidate);
         let r = run.one(
-            device,
+            group,
             &params(batch, o.confirm_steps, 0),
             trials.len() + confirmations.len(),
             Stop::AfterSteps,

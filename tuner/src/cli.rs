@@ -63,6 +63,11 @@ pub struct RunArgs {
     /// (0,2) or all (default).
     #[arg(long, value_name = "LIST|all")]
     pub devices: Option<String>,
+    /// Processes per trial, each on a GPU of its own: a data-parallel program (DDP) started
+    /// as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Batch sizes
+    /// are per GPU; a trial fits only where every rank fits (default 1).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub ranks: Option<usize>,
     /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
     #[arg(long, value_name = "N[,N...]", value_parser = |s: &str| config::parse_workers(s).map(List))]
     pub workers: Option<List>,
@@ -121,6 +126,7 @@ impl RunArgs {
             warmup_steps: self.warmup,
             devices: self.devices.clone(),
             time_limit: self.time_limit,
+            ranks: self.ranks,
             ..Overrides::default()
         }))
     }

@@ -19,6 +19,7 @@
 //! [tuner]
 //! devices = "0,1"
 //! time_limit = 600
+//! ranks = 1
 //! ```
 
 use std::path::Path;
@@ -101,6 +102,7 @@ struct TrainingSection {
 struct TunerSection {
     devices: Option<String>,
     time_limit: Option<f64>,
+    ranks: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -126,6 +128,7 @@ pub struct Overrides {
     pub adam_like: Option<bool>,
     pub devices: Option<String>,
     pub time_limit: Option<f64>,
+    pub ranks: Option<usize>,
 }
 
 impl Overrides {
@@ -142,6 +145,7 @@ impl Overrides {
             adam_like: high.adam_like.or(self.adam_like),
             devices: high.devices.or(self.devices),
             time_limit: high.time_limit.or(self.time_limit),
+            ranks: high.ranks.or(self.ranks),
         }
     }
 
@@ -179,6 +183,10 @@ impl Overrides {
             devices: self.devices,
             time_limit_s,
             axes: Vec::new(),
+            ranks: match self.ranks {
+                Some(0) => return Err("--ranks 0: a trial needs at least one rank".into()),
+                r => r.unwrap_or(1),
+            },
         })
     }
 }
@@ -204,6 +212,14 @@ pub struct Settings {
     /// The user's own axes (`--axis`), each value a trial of every other setting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub axes: Vec<Axis>,
+    /// Processes per trial, one per GPU (a data-parallel program under torchrun's variables);
+    /// batch sizes are per GPU.
+    #[serde(default = "one")]
+    pub ranks: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// `1,2,4` or a power-of-two range `1..8192`.
@@ -297,6 +313,7 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         adam_like,
         devices: file.tuner.devices,
         time_limit: file.tuner.time_limit,
+        ranks: file.tuner.ranks,
     })
 }
 

@@ -259,6 +259,13 @@ fn settings(a: &RunArgs) -> anyhow::Result<Settings> {
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
     let program = checked_program(a, settings)?;
     let devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    if devices.len() < settings.ranks {
+        return Err(usage(format!(
+            "--ranks {} runs each trial on {0} GPUs, and there are {} to run on: give --devices {0} or more of them",
+            settings.ranks,
+            devices.len()
+        )));
+    }
     run_on(a, settings, what, program, devices)
 }
 
@@ -295,6 +302,7 @@ fn run_on(
             json: a.json.clone(),
             progress: !a.quiet,
             fork: !a.no_fork,
+            ranks: settings.ranks,
         },
         what,
     )?)
@@ -314,7 +322,7 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
     let (amp, workers) = autobatch::choices(&settings).map_err(usage)?;
     let program = checked_program(&a.run, &settings)?;
     let mut devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
-    devices.truncate(1);
+    devices.truncate(settings.ranks);
     let model = (a.model_name.clone()).unwrap_or_else(|| writeback::model_name(&program.argv));
     let answer = match (a.batch_size, &a.team, settings.batch_size) {
         (Some(b), _, _) => Answer::given(b, "--batch-size"),

@@ -236,7 +236,7 @@ pub fn profile(
     let mut results = ResultsFile::create(&run.results_path)?;
     run.announce("profile", Some(1));
     run.progress.line(&format!("profile: {choice}"));
-    let trial = run.one(&run.devices[0], params, 0, Stop::AtExit, &mut results);
+    let trial = run.one(&run.groups(1)[0], params, 0, Stop::AtExit, &mut results);
     let files = match &profiler {
         Profiler::Nsys(_) => reports_with(base, ".nsys-rep"),
         Profiler::Torch => vec![trace_path(base)]

@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Fork Python trials from a parent that imported the program's modules.
     pub fork: bool,
+    /// Processes (GPUs) per trial.
+    pub ranks: usize,
 }
 
 /// A GPU the trials ran on, as the report names it.
@@ -180,6 +182,8 @@ pub struct Run {
     pub results_path: PathBuf,
     /// Variables every trial gets besides its values' (a profiler's, say).
     pub env: Vec<(String, std::ffi::OsString)>,
+    /// Processes (GPUs) per trial.
+    pub ranks: usize,
     started: Instant,
 }
 
@@ -189,21 +193,34 @@ impl Run {
         if o.devices.is_empty() {
             return Err(Error::invalid("no GPU to run trials on"));
         }
-        let (folder, temporary) = match o.trials_dir {
-            Some(d) => (d, false),
+        if o.devices.len() < o.ranks.max(1) {
+            return Err(Error::invalid(format!(
+                "each trial has {} ranks, one per GPU, and there are {} GPU(s) to run on",
+                o.ranks,
+                o.devices.len()
+            )));
+        }
+        let folder_error = |e: std::io::Error| Error::File {
+            path: o.trials_dir.as_ref().map_or_else(
+                || std::env::temp_dir().display().to_string(),
+                |d| d.display().to_string(),
+            ),
+            message: format!("cannot create the trials' folder: {e}"),
+        };
+        let (folder, temporary) = match &o.trials_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(folder_error)?;
+                (d.clone(), false)
+            }
             None => {
-                let nanos = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.subsec_nanos())
-                    .unwrap_or(0);
-                let name = format!("tuner-{what}-{}-{nanos}", std::process::id());
-                (std::env::temp_dir().join(name), true)
+                let made = tempfile::Builder::new()
+                    .prefix(&format!("tuner-{what}-"))
+                    .tempdir()
+                    .map_err(folder_error)?;
+                // Removed by [Run::finish] where nothing in it is worth reading.
+                (made.keep(), true)
             }
         };
-        std::fs::create_dir_all(&folder).map_err(|e| Error::File {
-            path: folder.display().to_string(),
-            message: format!("cannot create the trials' folder: {e}"),
-        })?;
         let results_path = match o.json.as_deref().filter(|j| *j != Path::new("-")) {
             // `run.json` -> `run.trials.jsonl`.
             Some(j) => j.with_extension("trials.jsonl"),
@@ -241,6 +258,7 @@ impl Run {
             temporary,
             results_path,
             env: Vec::new(),
+            ranks: o.ranks.max(1),
             started,
         })
     }
@@ -250,8 +268,8 @@ impl Run {
         self.launch.clone()
     }
 
-    /// Trial `index` with `p` on `device`, its files in a folder of its own.
-    fn trial(&self, p: &Params, index: usize, device: &Device, stop: Stop) -> TrialResult {
+    /// Trial `index` with `p` on `group`, its files in a folder of its own.
+    fn trial(&self, p: &Params, index: usize, group: &[Device], stop: Stop) -> TrialResult {
         let runner = Runner {
             program: &self.program,
             launcher: &self.launcher,
@@ -282,7 +300,7 @@ impl Run {
                 .collect();
             folder.push_str(&format!("-{name}-{value}"));
         }
-        runner.trial(p, index, device, &self.folder.join(folder))
+        runner.trial(p, index, group, &self.folder.join(folder))
     }
 
     pub fn announce(&self, what: &str, trials: Option<usize>) {
@@ -303,10 +321,10 @@ impl Run {
         ));
     }
 
-    /// One trial on `device`, written to `results` and shown as it ends.
+    /// One trial on `group`, written to `results` and shown as it ends.
     pub fn one(
         &self,
-        device: &Device,
+        group: &[Device],
         p: &Params,
         index: usize,
         stop: Stop,
@@ -314,7 +332,7 @@ impl Run {
     ) -> TrialResult {
         let what = format!("trial {index}: {}", p.describe());
         let r = self.progress.ticking(|| {
-            (self.progress).showing(what.clone(), || self.trial(p, index, device, stop))
+            (self.progress).showing(what.clone(), || self.trial(p, index, group, stop))
         });
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
@@ -365,11 +383,13 @@ impl Run {
         gpu_name(device.name().as_deref(), trials)
     }
 
-    /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is
-    /// several, each with its share of the tuner's CPU cores, so that trials side by side do
-    /// not fight over cores for their data loaders.
-    fn devices_in_use(&self, jobs: usize) -> Vec<Device> {
-        let mut devices: Vec<Device> = self.devices.iter().take(jobs.max(1)).cloned().collect();
+    /// The groups of GPUs a queue of `jobs` trials runs on, `ranks` GPUs each (one trial per
+    /// group at a time): no more than there are trials; where that is several GPUs, each with
+    /// its share of the tuner's CPU cores, so that processes side by side do not fight over
+    /// cores for their data loaders.
+    pub fn groups(&self, jobs: usize) -> Vec<Vec<Device>> {
+        let n = self.ranks * (self.devices.len() / self.ranks).clamp(1, jobs.max(1));
+        let mut devices: Vec<Device> = self.devices.iter().take(n).cloned().collect();
         if devices.len() > 1 {
             match allowed_cpus() {
                 Some(cores) => share_cpus(&mut devices, &cores),
@@ -378,7 +398,34 @@ impl Run {
                     .line("the tuner's CPU affinity could not be read: trials are not pinned"),
             }
         }
-        devices
+        devices.chunks(self.ranks).map(<[Device]>::to_vec).collect()
+    }
+
+    /// Run `jobs` at once, as far as there are groups of GPUs for them (one per group), each
+    /// stopped as `stop` says and written to `results` as it ends; their numbers from `first`.
+    /// What a search that asks about several sizes at a time runs them with.
+    pub fn several(
+        &self,
+        jobs: &[Params],
+        first: usize,
+        stop: Stop,
+        results: &mut ResultsFile,
+    ) -> Result<Vec<TrialResult>> {
+        let groups = self.groups(jobs.len());
+        self.progress.ticking(|| {
+            run_queue(
+                jobs,
+                &groups,
+                |i, p, g| {
+                    let what = format!("{} {}", g[0].label, p.describe());
+                    self.progress
+                        .showing(what, || self.trial(p, first + i, g, stop))
+                },
+                |_, _| None,
+                results,
+                |pr| self.progress.line(&pr.line()),
+            )
+        })
     }
 
     /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
@@ -393,14 +440,14 @@ impl Run {
     ) -> Result<Ran> {
         let mut results = ResultsFile::create(&self.results_path)?;
         self.announce(what, Some(jobs.len()));
-        let devices = self.devices_in_use(jobs.len());
+        let groups = self.groups(jobs.len());
         let trials = self.progress.ticking(|| {
             run_queue(
                 jobs,
-                &devices,
-                |i, p, d| {
-                    (self.progress).showing(format!("{} {}", d.label, p.describe()), || {
-                        self.trial(p, i, d, Stop::AtExit)
+                &groups,
+                |i, p, g| {
+                    (self.progress).showing(format!("{} {}", g[0].label, p.describe()), || {
+                        self.trial(p, i, g, Stop::AtExit)
                     })
                 },
                 larger_batch_after_oom,
@@ -408,7 +455,7 @@ impl Run {
                 |pr| self.progress.line(&pr.line()),
             )
         })?;
-        let devices: Vec<DeviceSummary> = devices.iter().map(DeviceSummary::of).collect();
+        let devices: Vec<DeviceSummary> = groups.iter().flatten().map(DeviceSummary::of).collect();
         let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
         let (kept, trials_file) = self.finish(&trials);
         Ok(Ran {
@@ -692,21 +739,23 @@ fn lock<'a, T>(m: &'a Mutex<T>) -> MutexGuard<'a, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Run `jobs` (trial numbers are their positions) over `devices`, one at a time per device.
+/// Run `jobs` (trial numbers are their positions) over `devices` (a GPU, or a group of GPUs
+/// that runs a trial together), one at a time per device.
 /// `run` runs one trial (normally [Runner::trial] with the trial's own folder); `skip`
 /// is asked, just before a job starts, whether the results so far make it pointless. Every
 /// result is written to `results` as it comes and reported to `progress`. Returns the results
 /// in trial order; the error of a results file that could not be written stops the queue.
-pub fn run_queue<R, S, P>(
+pub fn run_queue<D, R, S, P>(
     jobs: &[Params],
-    devices: &[Device],
+    devices: &[D],
     run: R,
     skip: S,
     results: &mut ResultsFile,
     progress: P,
 ) -> Result<Vec<TrialResult>>
 where
-    R: Fn(usize, &Params, &Device) -> TrialResult + Sync,
+    D: Sync,
+    R: Fn(usize, &Params, &D) -> TrialResult + Sync,
     S: Fn(&Params, &[TrialResult]) -> Option<String> + Sync,
     P: FnMut(&Standing) + Send,
 {

@@ -257,11 +257,21 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
     let index = task_index(index, plan.trials.len())?;
     let params = &plan.trials[index];
     let program = Program::new(plan.command.clone()).map_err(usage)?;
-    let mut devices = visible_devices(None).map_err(no_gpu)?;
-    let mut device = devices.swap_remove(0);
-    if let Ok(node) = std::env::var("SLURMD_NODENAME") {
-        device.label = format!("{node} {}", device.label);
+    let mut group = visible_devices(None).map_err(no_gpu)?;
+    let ranks = plan.settings.ranks;
+    if group.len() < ranks {
+        return Err(no_gpu(format!(
+            "the task sees {} GPU(s) and each trial has {ranks} ranks: ask sbatch for {ranks} GPUs (--gres=gpu:{ranks})",
+            group.len()
+        )));
     }
+    group.truncate(ranks);
+    if let Ok(node) = std::env::var("SLURMD_NODENAME") {
+        for d in &mut group {
+            d.label = format!("{node} {}", d.label);
+        }
+    }
+    let device = group[0].clone();
     let done: Vec<TrialResult> = (read_results(dir, plan.trials.len()).into_values())
         .map(|t| t.result)
         .collect();
@@ -275,7 +285,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
                 limits: Limits::new(Duration::from_secs_f64(plan.settings.time_limit_s)),
                 env: &[],
             };
-            runner.trial(params, index, &device, &trial_folder(dir, index))
+            runner.trial(params, index, &group, &trial_folder(dir, index))
         }
     };
     let saved = TaskResult {
@@ -546,7 +556,7 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
     let asks_gpus =
         |o: &str| o.starts_with("--gres") || o.starts_with("--gpus") || o.starts_with("-G");
     if !s.sbatch.iter().any(|o| asks_gpus(o)) {
-        options.push("--gres=gpu:1".into());
+        options.push(format!("--gres=gpu:{}", plan.settings.ranks));
     }
     for o in &s.sbatch {
         if o.contains('\n') || !o.starts_with('-') {

@@ -226,9 +226,13 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
 pub fn render(r: &SweepReport) -> String {
     let mut o = r.ran.header("sweep");
     let s = &r.ran.settings;
+    let each = match s.ranks {
+        1 => "each trial a process of its own".to_string(),
+        n => format!("each trial a group of {n} processes, one per GPU (batch and figures per GPU, rank 0's; memory the rank's that held the most)"),
+    };
     let _ = writeln!(
         o,
-        "each trial a process of its own: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
+        "{each}: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
         s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
     );
     let rule = r.best.picked_by.as_ref();

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use common::process::{read_from, read_tail, tail_lines, watch, Exit};
+use common::process::{kill_group, read_from, read_tail, tail_lines, watch, Exit};
 
 use crate::classify::{classify, find_oom, OomMessage, Status};
 use crate::gpu::Device;
-use crate::launch::{Launcher, Spawn};
+use crate::launch::{Launcher, Running, Spawn};
 use crate::nvml::{MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
 use crate::protocol::{step_of, Measured, ReportFile, ReportHealth};
@@ -84,6 +84,10 @@ pub struct TrialResult {
     /// The CPU cores it was pinned to (trials side by side on several GPUs); None: the tuner's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<Vec<usize>>,
+    /// Processes of the group, one per GPU (1: a program on one GPU). Its figures are rank
+    /// 0's, per GPU; its memory the rank's that held the most.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ranks: usize,
     /// Its settings, `on` resolved to the precision its GPU has.
     pub params: Params,
     /// The command line as run.
@@ -110,6 +114,14 @@ pub struct TrialResult {
     /// Where its report, stdout and stderr are kept.
     #[serde(serialize_with = "common::files::serialize_recorded")]
     pub folder: Option<PathBuf>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl TrialResult {
@@ -153,6 +165,7 @@ impl TrialResult {
             status: Status::Skipped,
             reason,
             memory: MemoryReading::unmeasured("not run"),
+            ranks: 1,
             ..TrialResult::default()
         }
     }
@@ -199,16 +212,16 @@ pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String
 
 /// A growing text file read piece by piece: the complete lines that arrived since the last
 /// look.
-struct Tail<'a> {
-    path: &'a Path,
+struct Tail {
+    path: PathBuf,
     offset: u64,
     partial: String,
 }
 
-impl<'a> Tail<'a> {
-    fn new(path: &'a Path) -> Tail<'a> {
+impl Tail {
+    fn new(path: &Path) -> Tail {
         Tail {
-            path,
+            path: path.to_path_buf(),
             offset: 0,
             partial: String::new(),
         }
@@ -216,12 +229,12 @@ impl<'a> Tail<'a> {
 
     /// New complete lines, if the file grew.
     fn new_lines(&mut self) -> Vec<String> {
-        let len = std::fs::metadata(self.path).map(|m| m.len()).unwrap_or(0);
+        let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         if len <= self.offset {
             return Vec::new();
         }
         // A flood is read in pieces; the rest comes at the next look.
-        let (text, _) = read_from(self.path, Some(self.offset), 4 << 20);
+        let (text, _) = read_from(&self.path, Some(self.offset), 4 << 20);
         self.offset += text.len() as u64;
         self.partial.push_str(&text);
         let Some(end) = self.partial.rfind('\n') else {
@@ -238,9 +251,9 @@ impl<'a> Tail<'a> {
 }
 
 /// What is watched while a trial runs.
-struct Watcher<'a> {
-    report: Tail<'a>,
-    outputs: [Tail<'a>; 2],
+struct Watcher {
+    report: Tail,
+    outputs: [Tail; 2],
     start: Instant,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
@@ -251,7 +264,7 @@ struct Watcher<'a> {
     steady_at: Option<usize>,
 }
 
-impl Watcher<'_> {
+impl Watcher {
     /// Look again; true once the trial can stop.
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
         for out in &mut self.outputs {
@@ -285,29 +298,55 @@ impl Watcher<'_> {
     }
 }
 
-/// What a trial's process finds in its environment besides what it inherits.
+/// What rank `rank` of a trial's group of GPUs finds in its environment besides what it
+/// inherits: the trial's values, its report file and the group's GPUs (it picks its own by
+/// LOCAL_RANK, as under torchrun); in a group of several, torchrun's variables, with `port` the
+/// rendezvous port.
 pub fn trial_environment(
     params: &Params,
     index: usize,
-    device: &Device,
+    group: &[Device],
+    rank: usize,
+    port: u16,
     report: &Path,
 ) -> Vec<(String, OsString)> {
     let mut env: Vec<(String, OsString)> = Program::env_for(params)
         .into_iter()
         .map(|(k, v)| (k, v.into()))
         .collect();
+    let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
     let ours: [(&str, OsString); 5] = [
         (REPORT_ENV, report.as_os_str().to_owned()),
         (TRIAL_ENV, index.to_string().into()),
-        ("CUDA_VISIBLE_DEVICES", device.cuda_visible.clone().into()),
+        ("CUDA_VISIBLE_DEVICES", visible.join(",").into()),
         ("NCCL_NVLS_ENABLE", "0".into()),
         ("PYTHONUNBUFFERED", "1".into()),
     ];
     env.extend(ours.map(|(k, v)| (k.to_string(), v)));
-    if device.pci_bus_order {
+    if group.len() > 1 {
+        let size = group.len().to_string();
+        let torchrun = [
+            ("RANK", rank.to_string()),
+            ("LOCAL_RANK", rank.to_string()),
+            ("GROUP_RANK", "0".into()),
+            ("WORLD_SIZE", size.clone()),
+            ("LOCAL_WORLD_SIZE", size),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", port.to_string()),
+        ];
+        env.extend(torchrun.map(|(k, v)| (k.to_string(), v.into())));
+    }
+    if group.iter().any(|d| d.pci_bus_order) {
         env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     }
     env
+}
+
+/// A port on this host no one listens on, for a group's rendezvous: the kernel's pick.
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// What every trial of a run shares.
@@ -319,22 +358,122 @@ pub struct Runner<'a> {
     pub env: &'a [(String, OsString)],
 }
 
+/// One process of a trial's group, as it is watched.
+struct Rank {
+    report: PathBuf,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    running: Running,
+    exit: Option<Exit>,
+    watcher: Watcher,
+    sampler: Option<Sampler>,
+}
+
+/// The group's processes while it runs, and the rank whose end ended the group.
+struct Group {
+    ranks: Vec<Rank>,
+    ended_by: Option<usize>,
+}
+
+impl Group {
+    /// The group's exit once it has one: every rank exited (the first that did not exit 0, else
+    /// 0), or one rank exited before the others could go on without it (an exit that is not 0,
+    /// or 0 before it reported every step it was told to run: the others would wait for it in
+    /// their next collective).
+    fn exited(&mut self, stop: Stop) -> std::io::Result<Option<Exit>> {
+        for (r, rank) in self.ranks.iter_mut().enumerate() {
+            if rank.exit.is_some() {
+                continue;
+            }
+            let Some(exit) = rank.running.exited()? else {
+                continue;
+            };
+            rank.exit = Some(exit);
+            rank.watcher.look(stop, rank.sampler.as_ref());
+            let early = exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
+            if early && self.ended_by.is_none() {
+                self.ended_by = Some(r);
+            }
+        }
+        if let Some(r) = self.ended_by.filter(|_| self.ranks.len() > 1) {
+            if let Some(exit) = self.ranks[r].exit {
+                self.kill();
+                return Ok(Some(exit));
+            }
+        }
+        let exits: Vec<Exit> = self.ranks.iter().filter_map(|r| r.exit).collect();
+        Ok((exits.len() == self.ranks.len()).then(|| {
+            *exits
+                .iter()
+                .find(|e| **e != Exit::Code(0))
+                .unwrap_or(&exits[0])
+        }))
+    }
+
+    /// Look at every rank; true once the group can stop: a rank ran out of memory, or every
+    /// rank is where `stop` says (its group then killed whole).
+    fn enough(&mut self, stop: Stop) -> bool {
+        let mut all = true;
+        let mut oom = None;
+        for (r, rank) in self.ranks.iter_mut().enumerate() {
+            all &= rank.watcher.look(stop, rank.sampler.as_ref());
+            if rank.watcher.oom_seen && oom.is_none() {
+                oom = Some(r);
+            }
+        }
+        if oom.is_some() && self.ended_by.is_none() {
+            self.ended_by = oom;
+        }
+        let done = oom.is_some() || all;
+        if done {
+            self.kill();
+        }
+        done
+    }
+
+    fn kill(&self) {
+        for rank in &self.ranks {
+            kill_group(rank.running.pgid());
+        }
+    }
+
+    /// Kill what is left of every rank and reap each one's process.
+    fn end(&mut self) {
+        self.kill();
+        let from = Instant::now();
+        for rank in &mut self.ranks {
+            while rank.exit.is_none() && from.elapsed() < Duration::from_secs(10) {
+                match rank.running.exited() {
+                    Ok(Some(e)) => rank.exit = Some(e),
+                    Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
 impl Runner<'_> {
-    /// Run trial `index` with `params` on `device` (`--amp on` resolved to the precision the
-    /// device has), keeping its files in `folder` (created; an old report there is removed).
-    /// Never fails: a program that cannot start is a FAILED result saying why.
+    /// Run trial `index` with `params` on `group`, one process per GPU (`--amp on` resolved to
+    /// the precision the first GPU has), keeping its files in `folder` (created; old reports
+    /// there are removed). Never fails: a program that cannot start is a FAILED result saying
+    /// why.
     pub fn trial(
         &self,
         params: &Params,
         index: usize,
-        device: &Device,
+        group: &[Device],
         folder: &Path,
     ) -> TrialResult {
+        let device = &group[0];
         let params = &params.on_gpu(device.capability);
         let argv = self.program.argv_for(params);
         let mut result = TrialResult::skipped(index, params.clone(), String::new());
-        result.device = device.label.clone();
-        result.cuda_visible = device.cuda_visible.clone();
+        let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
+        let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
+        result.device = labels.join(" + ");
+        result.cuda_visible = visible.join(",");
+        result.ranks = group.len();
         result.cpus = device.cpus.clone();
         result.command = argv.clone();
         result.folder = Some(folder.to_path_buf());
@@ -354,98 +493,167 @@ impl Runner<'_> {
                 )
             }
         };
-        let report = folder.join("report.jsonl");
-        let _ = std::fs::remove_file(&report);
-        let (stdout, stderr) = (folder.join("stdout.log"), folder.join("stderr.log"));
-        let spawn = Spawn {
-            argv: &argv,
-            env: [
-                trial_environment(params, index, device, &report),
-                self.env.to_vec(),
-            ]
-            .concat(),
-            cpus: device.cpus.as_deref(),
-            stdout: &stdout,
-            stderr: &stderr,
-        };
-        let before = device.probe.as_ref().and_then(|p| p.device_used());
-        let start = Instant::now();
-        let mut running = match self.launcher.start(&spawn) {
-            Ok(r) => r,
-            Err(e) => {
-                return failed(
-                    result,
-                    format!("could not start '{}': {e}", Program::display(&argv[..1])),
-                )
-            }
-        };
-        let pgid = running.pgid();
-        let sampler = device
-            .probe
-            .clone()
-            .map(|p| Sampler::start(p, pgid, SAMPLE_PERIOD, before, start));
-        let mut watcher = Watcher {
-            report: Tail::new(&report),
-            outputs: [Tail::new(&stderr), Tail::new(&stdout)],
-            start,
-            arrivals: Vec::new(),
-            peaks: Vec::new(),
-            last_samples: 0,
-            told: params.total_steps(),
-            oom_seen: false,
-            steady_at: None,
+        let port = match group.len() {
+            1 => 0,
+            _ => match free_port() {
+                Ok(p) => p,
+                Err(e) => return failed(result, format!("no free port for the ranks: {e}")),
+            },
         };
         let stop = self.limits.stop;
+        let start = Instant::now();
+        let mut ranks: Vec<Rank> = Vec::with_capacity(group.len());
+        for (r, d) in group.iter().enumerate() {
+            // One rank's files keep the names of a trial of one process.
+            let name = |stem: &str, ext: &str| match group.len() {
+                1 => folder.join(format!("{stem}.{ext}")),
+                _ => folder.join(format!("{stem}.rank{r}.{ext}")),
+            };
+            let (report, stdout, stderr) = (
+                name("report", "jsonl"),
+                name("stdout", "log"),
+                name("stderr", "log"),
+            );
+            let _ = std::fs::remove_file(&report);
+            let spawn = Spawn {
+                argv: &argv,
+                env: [
+                    trial_environment(params, index, group, r, port, &report),
+                    self.env.to_vec(),
+                ]
+                .concat(),
+                cpus: d.cpus.as_deref(),
+                stdout: &stdout,
+                stderr: &stderr,
+            };
+            let before = d.probe.as_ref().and_then(|p| p.device_used());
+            let running = match self.launcher.start(&spawn) {
+                Ok(r) => r,
+                Err(e) => {
+                    let mut started = Group {
+                        ranks,
+                        ended_by: None,
+                    };
+                    started.end();
+                    return failed(
+                        result,
+                        format!("could not start '{}': {e}", Program::display(&argv[..1])),
+                    );
+                }
+            };
+            let sampler = (d.probe.clone())
+                .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start));
+            let watcher = Watcher {
+                report: Tail::new(&report),
+                outputs: [Tail::new(&stderr), Tail::new(&stdout)],
+                start,
+                arrivals: Vec::new(),
+                peaks: Vec::new(),
+                last_samples: 0,
+                told: params.total_steps(),
+                oom_seen: false,
+                steady_at: None,
+            };
+            ranks.push(Rank {
+                report,
+                stdout,
+                stderr,
+                running,
+                exit: None,
+                watcher,
+                sampler,
+            });
+        }
+        let group_state = std::cell::RefCell::new(Group {
+            ranks,
+            ended_by: None,
+        });
+        let leader = group_state.borrow().ranks[0].running.pgid();
         let finished = watch(
-            pgid,
+            leader,
             start,
             self.limits.time_limit,
-            || running.exited(),
-            || watcher.look(stop, sampler.as_ref()),
+            || group_state.borrow_mut().exited(stop),
+            || group_state.borrow_mut().enough(stop),
         );
-        // The lines that came with the exit.
-        watcher.look(stop, sampler.as_ref());
+        let mut g = group_state.into_inner();
+        g.end();
+        // The lines that came with the exits.
+        for rank in &mut g.ranks {
+            rank.watcher.look(stop, rank.sampler.as_ref());
+        }
         result.wall_s = start.elapsed().as_secs_f64();
-        if let Some(s) = sampler {
-            let (memory, utilization) = s.finish();
-            result.memory = memory;
-            result.memory.device_total_bytes = device.probe.as_ref().and_then(|p| p.device_total());
-            // From the last warmup step's line (the start without warmup) to the last line.
-            let from = params.warmup_steps.checked_sub(1).map_or(0.0, |w| {
-                watcher.arrivals.get(w).copied().unwrap_or(f64::INFINITY)
-            });
-            let to = watcher.arrivals.last().copied().unwrap_or(0.0);
-            let window: Vec<f64> = utilization
-                .iter()
-                .filter(|(t, _)| *t > from && *t <= to)
-                .map(|(_, u)| f64::from(*u))
-                .collect();
-            result.nvml_util_pct = (!window.is_empty()).then(|| common::stats::mean(&window));
+        let mut readings = Vec::new();
+        for (r, rank) in g.ranks.iter_mut().enumerate() {
+            let Some(s) = rank.sampler.take() else {
+                continue;
+            };
+            let (mut memory, utilization) = s.finish();
+            memory.device_total_bytes = group[r].probe.as_ref().and_then(|p| p.device_total());
+            if r == 0 {
+                result.nvml_util_pct =
+                    utilization_while_measured(&utilization, params, &rank.watcher);
+            }
+            readings.push(memory);
+        }
+        // The rank that held the most speaks for the group's memory.
+        if let Some(m) = readings.into_iter().max_by_key(|m| m.peak_bytes) {
+            result.memory = m;
         }
         let exit = match finished {
             Ok(e) => e,
             Err(e) => return failed(result, format!("lost track of the trial's process: {e}")),
         };
         result.exit = Some(exit);
-        let file = ReportFile::read(&report);
-        result.reached_steps = file.steps.len() >= params.total_steps();
-        result.steady_at = watcher.steady_at;
-        result.step_peaks = watcher.peaks.clone();
+        let files: Vec<ReportFile> = g
+            .ranks
+            .iter()
+            .map(|r| ReportFile::read(&r.report))
+            .collect();
+        result.reached_steps = files.iter().all(|f| f.steps.len() >= params.total_steps());
+        let lead = &g.ranks[0].watcher;
+        result.steady_at = g.ranks.iter().map(|r| r.watcher.steady_at).max().flatten();
+        result.step_peaks = lead.peaks.clone();
         // The whole process's wall time stands in only for a program that finished by itself.
         let told_samples = (params.samples_per_step() * params.total_steps()) as u64;
         let wall = (exit == Exit::Code(0)).then_some((told_samples, result.wall_s));
         result.measured =
-            Measured::from_report(&file, params.warmup_steps, wall, &watcher.arrivals);
-        result.report = file.health;
-        let verdict = classify(
-            exit,
-            &read_tail(&stderr, 256 * 1024),
-            &read_tail(&stdout, 64 * 1024),
-            (file.steps.len(), params.total_steps()),
-        );
+            Measured::from_report(&files[0], params.warmup_steps, wall, &lead.arrivals);
+        let peaks = files
+            .iter()
+            .flat_map(|f| f.steps.iter().filter_map(|s| s.peak_memory_bytes));
+        result.measured.framework_peak_bytes =
+            result.measured.framework_peak_bytes.max(peaks.max());
+        result.report = files[0].health.clone();
+        // Each rank's verdict: its own exit where it had one, else how the group ended.
+        let verdicts: Vec<_> = g
+            .ranks
+            .iter()
+            .zip(&files)
+            .map(|(rank, file)| {
+                let own = match (exit, rank.exit) {
+                    (Exit::TimedOut | Exit::Stopped, _) | (_, None) => exit,
+                    (_, Some(e)) => e,
+                };
+                classify(
+                    own,
+                    &read_tail(&rank.stderr, 256 * 1024),
+                    &read_tail(&rank.stdout, 64 * 1024),
+                    (file.steps.len(), params.total_steps()),
+                )
+            })
+            .collect();
+        // Out of memory anywhere is the group's; else the rank that ended it speaks, else rank 0.
+        let speaker = (verdicts.iter().position(|v| v.status == Status::Oom))
+            .or(g.ended_by.filter(|_| exit != Exit::TimedOut))
+            .unwrap_or(0);
+        let verdict = verdicts
+            .into_iter()
+            .nth(speaker)
+            .expect("a verdict per rank");
         result.status = verdict.status;
         result.oom = verdict.oom;
-        result.reason = if exit == Exit::TimedOut {
+        let reason = if exit == Exit::TimedOut {
             format!(
                 "{} of {:.0} s",
                 verdict.reason,
@@ -454,11 +662,34 @@ impl Runner<'_> {
         } else {
             verdict.reason
         };
+        result.reason = match g.ranks.len() {
+            1 => reason,
+            n => format!("rank {speaker} of {n}: {reason}"),
+        };
         if result.status != Status::Ok {
-            result.stderr_tail = tail_lines(&stderr, TAIL_LINES);
+            result.stderr_tail = tail_lines(&g.ranks[speaker].stderr, TAIL_LINES);
         }
         result
     }
+}
+
+/// Mean NVML utilization from the last warmup step's line (the start without warmup) to the
+/// last line.
+fn utilization_while_measured(
+    utilization: &[(f64, u32)],
+    params: &Params,
+    w: &Watcher,
+) -> Option<f64> {
+    let from = params.warmup_steps.checked_sub(1).map_or(0.0, |w0| {
+        w.arrivals.get(w0).copied().unwrap_or(f64::INFINITY)
+    });
+    let to = w.arrivals.last().copied().unwrap_or(0.0);
+    let window: Vec<f64> = utilization
+        .iter()
+        .filter(|(t, _)| *t > from && *t <= to)
+        .map(|(_, u)| f64::from(*u))
+        .collect();
+    (!window.is_empty()).then(|| common::stats::mean(&window))
 }
 
 #[cfg(test)]

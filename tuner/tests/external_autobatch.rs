@@ -32,15 +32,29 @@ fn find(
     o: &Options,
     time_limit_s: f64,
 ) -> common::Result<AutobatchReport> {
+    find_on(dir, vars, o, time_limit_s, 1)
+}
+
+/// [find] with each trial a group of `ranks` processes on as many stand-in GPUs.
+fn find_on(
+    dir: &Scratch,
+    vars: &[(&str, &str)],
+    o: &Options,
+    time_limit_s: f64,
+    ranks: usize,
+) -> common::Result<AutobatchReport> {
     let run = Run::new(
         RunOptions {
             program: Program::new(argv(vars)).unwrap(),
-            devices: vec![Device::stand_in("GPU 0", "0")],
+            devices: (0..ranks)
+                .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
+                .collect(),
             time_limit_s,
             trials_dir: Some(dir.path("trials")),
             json: Some(dir.path("autobatch.json")),
             progress: false,
             fork: true,
+            ranks,
         },
         "autobatch",
     )?;
@@ -51,6 +65,25 @@ fn find(
     .resolve()
     .unwrap();
     autobatch(&run, settings, o)
+}
+
+#[test]
+fn a_data_parallel_answer_is_the_batch_every_rank_holds_confirmed_by_the_group() {
+    let dir = Scratch::new("find-ranks");
+    // Rank 0 holds 100 a GPU, rank 1 only 72: the group's answer is 72, per GPU.
+    let vars = [("FAKE_OOM_ABOVE", "100,72")];
+    let r = find_on(&dir, &vars, &options(Granularity::Multiple(8)), 60.0, 2).unwrap();
+    assert_eq!((r.maximum, r.next_failing), (72, Some(80)));
+    for t in r
+        .search
+        .iter()
+        .chain(r.confirmations.iter().map(|c| &c.trial))
+    {
+        assert_eq!((t.ranks, t.cuda_visible.as_str()), (2, "0,1"));
+    }
+    let last = r.confirmations.last().unwrap();
+    assert!(last.held && last.trial.reached_steps, "{last:?}");
+    assert_eq!(last.steps, 20);
 }
 
 #[test]

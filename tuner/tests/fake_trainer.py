@@ -11,7 +11,8 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
 
   FAKE_NO_LOSS_BATCH=B   the batch B reports no metrics
 
-  FAKE_OOM_ABOVE=N   batches above N run out of memory: PyTorch's message, exit 1
+  FAKE_OOM_ABOVE=N   batches above N run out of memory: PyTorch's message, exit 1; N0,N1,...
+                     gives each rank of a group its own limit
   FAKE_MODE=ok       (default) run the steps and exit 0
             hang     start a child process, write both pids to FAKE_PID_FILE, sleep forever
             fail     raise an ordinary exception (exit 1, a traceback on stderr)
@@ -22,6 +23,15 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
             garbage  report, with stray text and a cut-off last line in the report
             short    report the first step only, then exit 0
             oom_then_linger  print PyTorch's out-of-memory message, then take 600 s to exit
+  FAKE_RANK_MODE=R:MODE   in a group of ranks (RANK, as the tuner and torchrun set it), rank R
+                     runs as FAKE_MODE=MODE and every other rank as FAKE_OTHERS (default ok);
+                     besides the modes above: oom (runs out of memory at once, exit 1) and
+                     wait (reports its first step, then waits for a collective forever, as a
+                     rank of a data-parallel program does when another rank is gone)
+  FAKE_PIDS=FILE     append this process's pid (and a hanging one's child's) to FILE, then
+                     wait until WORLD_SIZE pids are there (a group's rendezvous)
+  FAKE_PAUSE_AFTER_WARMUP=S   sleep S seconds after the last warmup step's line, in no step
+                     (a loop that empties its allocator's cache before measuring)
   FAKE_LATE_OOM=B,S  batches above B run out of memory at step S (a loop whose steady step
                      needs more memory than its first steps show)
   FAKE_PEAK_GROWS=K  the reported peak grows over the first K steps, then stays
@@ -151,6 +161,20 @@ def main():
     args = p.parse_args()
 
     mode = os.environ.get("FAKE_MODE", "ok")
+    rank = int(os.environ.get("RANK", "0"))
+    ranked = os.environ.get("FAKE_RANK_MODE")
+    if ranked:
+        target, target_mode = ranked.split(":")
+        mode = target_mode if rank == int(target) else os.environ.get("FAKE_OTHERS", "ok")
+    pids = os.environ.get("FAKE_PIDS")
+    if pids:
+        with open(pids, "a", encoding="utf-8") as f:
+            f.write("%d\n" % os.getpid())
+        # The group's rendezvous, as a data-parallel program's start waits for every rank.
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        until = time.time() + 10
+        while time.time() < until and len(Path(pids).read_text().split()) < world:
+            time.sleep(0.01)
     step_s = float(os.environ.get("FAKE_STEP_S", "0.01"))
     reported_s = step_s * float(os.environ.get("FAKE_STEP_REPORTED", "1"))
     start = time.time()
@@ -159,6 +183,9 @@ def main():
         "env": {k: v for k, v in os.environ.items() if k.startswith("PERF_LESSONS_")},
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
+        "torchrun": {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                    "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                                    "MASTER_PORT") if k in os.environ},
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
         "cpus": sorted(os.sched_getaffinity(0)),
@@ -175,7 +202,11 @@ def main():
 
     if mode == "hang":
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        Path(os.environ["FAKE_PID_FILE"]).write_text("%d %d\n" % (os.getpid(), child.pid))
+        if os.environ.get("FAKE_PID_FILE"):
+            Path(os.environ["FAKE_PID_FILE"]).write_text("%d %d\n" % (os.getpid(), child.pid))
+        if pids:
+            with open(pids, "a", encoding="utf-8") as f:
+                f.write("%d\n" % child.pid)
         print("waiting for a collective that never comes", file=sys.stderr, flush=True)
         time.sleep(600)
         return 0
@@ -205,7 +236,13 @@ def main():
         if os.environ.get("FAKE_NO_MODEL") != "1":
             model = Model(fixed)
     oom_above = os.environ.get("FAKE_OOM_ABOVE")
-    if oom_above is not None and args.batch_size > int(oom_above):
+    if oom_above is not None:
+        # One limit, or one per rank (the last for the ranks past the list).
+        limits = [int(v) for v in oom_above.split(",")]
+        oom_above = limits[min(rank, len(limits) - 1)]
+    if oom_above is not None and args.batch_size > oom_above:
+        too_big = True
+    if mode == "oom":
         too_big = True
     if too_big:
         print("Traceback (most recent call last):", file=sys.stderr)
@@ -235,8 +272,13 @@ def main():
     grows = int(os.environ.get("FAKE_PEAK_GROWS", "1"))
     steps = 1 if mode == "short" else args.warmup + args.steps
     full_peak = peak
+    pause = float(os.environ.get("FAKE_PAUSE_AFTER_WARMUP", "0"))
     for step in range(steps):
+        if step == 1 and mode == "wait":
+            print("waiting for a collective that never comes", file=sys.stderr, flush=True)
+            time.sleep(600)
         if step == args.warmup:
+            time.sleep(pause if step > 0 else 0)
             measured_start = time.perf_counter()
         if late:
             above, at = (int(v) for v in late.split(","))

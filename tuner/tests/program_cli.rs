@@ -1438,3 +1438,53 @@ fn axes_and_picks_that_are_not_right_are_refused() {
     assert!(report["pick_error"].as_str().unwrap().contains("'los'"));
     assert_eq!(lines(&work.join("p.trials.jsonl")).len(), 2);
 }
+
+#[test]
+fn a_sweep_of_a_data_parallel_program_runs_each_trial_on_a_group() {
+    let (s, work, tmp) = places("ranks");
+    let log = s.str("log.jsonl");
+    let args = [
+        "sweep",
+        "--ranks",
+        "2",
+        "--batch-sizes",
+        "8,16,32",
+        "--workers",
+        "0",
+        "--json",
+        "out.json",
+    ];
+    // Rank 1's GPU holds 16 a GPU: batch 32 runs out of memory there, and the group with it.
+    let vars = [("FAKE_LOG", log.as_str()), ("FAKE_OOM_ABOVE", "100,16")];
+    let o = tuner(&args, &vars, "0,1", &work, &tmp);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let report = json(&work.join("out.json"));
+    assert_eq!(report["settings"]["ranks"], 2);
+    let trials = report["trials"].as_array().unwrap();
+    let statuses: Vec<&str> = trials
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["OK", "OK", "OOM"], "{}", o.stdout);
+    for t in trials {
+        assert_eq!(
+            (&t["ranks"], &t["cuda_visible"]),
+            (&2.into(), &"0,1".into())
+        );
+    }
+    assert!(trials[2]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("rank 1 of 2"));
+    // Two processes a trial that fits; of the other, the rank that ran out of memory (its
+    // partner was killed mid-run, before it logs).
+    let entries = log_entries(Path::new(&log));
+    let outcomes: Vec<&str> = entries.iter().map(|e| e["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["ok", "ok", "ok", "ok", "oom"]);
+
+    // More ranks than GPUs: one line, before anything runs.
+    let o = tuner(&["sweep", "--ranks", "3"], &[], "0,1", &work, &tmp);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(o.stderr.contains("--ranks 3"), "{}", o.stderr);
+}

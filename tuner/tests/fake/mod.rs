@@ -61,12 +61,31 @@ pub fn params(batch: usize) -> Params {
     }
 }
 
-/// One trial of `program`, spawned.
+/// One trial of `program` on one GPU, spawned.
 pub fn trial(
     program: &Program,
     params: &Params,
     index: usize,
     device: &Device,
+    folder: &Path,
+    limits: &Limits,
+) -> TrialResult {
+    group_trial(
+        program,
+        params,
+        index,
+        std::slice::from_ref(device),
+        folder,
+        limits,
+    )
+}
+
+/// One trial of `program` on a group of GPUs, one process (rank) on each, spawned.
+pub fn group_trial(
+    program: &Program,
+    params: &Params,
+    index: usize,
+    group: &[Device],
     folder: &Path,
     limits: &Limits,
 ) -> TrialResult {
@@ -76,7 +95,7 @@ pub fn trial(
         limits: *limits,
         env: &[],
     }
-    .trial(params, index, device, folder)
+    .trial(params, index, group, folder)
 }
 
 /// A fresh folder, removed when dropped.

@@ -351,17 +351,23 @@ pub enum ThroughputSource {
     None,
 }
 
-/// Samples per second on the tuner's clock: the steps after `warmup` up to the last one whose
-/// line was seen while the program ran, over the time from the last warmup step's line to that
-/// one's. None without a warmup step, a measured step seen, or time between the two.
-fn clock_rate(steps: &[StepRecord], warmup: usize, arrivals: &[f64]) -> Option<f64> {
+/// Samples per second on the tuner's clock, and on the program's over the same steps: the
+/// measured steps after the first, up to the last one whose line was seen while the program
+/// ran, over the time from the first measured step's line to that one's. The clock starts at a
+/// line of a measured step, not at the last warmup step's: what a program does between its
+/// warmup and its first measured step (emptying its allocator's cache, resetting its peak) is
+/// in no step, and under several trials at once it can take a good part of a short trial. None
+/// without two measured lines seen, or time between them.
+fn clock_rates(steps: &[StepRecord], warmup: usize, arrivals: &[f64]) -> Option<(f64, f64)> {
     let last = arrivals.len().min(steps.len()).checked_sub(1)?;
-    if warmup == 0 || last < warmup {
+    if last <= warmup {
         return None;
     }
-    let seconds = arrivals[last] - arrivals[warmup - 1];
-    let samples: u64 = steps[warmup..=last].iter().map(|s| s.samples).sum();
-    (seconds > 0.0).then(|| samples as f64 / seconds)
+    let seconds = arrivals[last] - arrivals[warmup];
+    let counted = &steps[warmup + 1..=last];
+    let samples = counted.iter().map(|s| s.samples).sum::<u64>() as f64;
+    let theirs: f64 = counted.iter().map(|s| s.step_s).sum();
+    (seconds > 0.0 && theirs > 0.0).then(|| (samples / seconds, samples / theirs))
 }
 
 /// A trial's throughput and time split.
@@ -384,14 +390,15 @@ pub struct Measured {
     pub program_samples_per_s: Option<f64>,
     /// ours / the program's - 1 (0.01 = we count 1% more).
     pub program_difference: Option<f64>,
-    /// The tuner's own clock: the measured steps' samples over the time from the last warmup
-    /// step's line to the last step line seen while the program ran, each as the tuner first
-    /// saw it in the report. Needs a warmup step (the clock starts at its line) and lines that
-    /// arrived over time.
+    /// The tuner's own clock: the samples of the measured steps after the first over the time
+    /// from the first measured step's line to the last step line seen while the program ran,
+    /// each as the tuner first saw it in the report. Needs two measured lines that arrived
+    /// over time.
     #[serde(default)]
     pub clock_samples_per_s: Option<f64>,
-    /// ours / the tuner's clock - 1: a program whose steps do not add up to its loop (a step
-    /// time that leaves out the data wait, say) shows here.
+    /// The program's step times against the tuner's clock over the same steps, - 1: a program
+    /// whose steps do not add up to its loop (a step time that leaves out the data wait, say)
+    /// shows here.
     #[serde(default)]
     pub clock_difference: Option<f64>,
     /// The GPU as the program reported it.
@@ -453,7 +460,8 @@ impl Measured {
             .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
             .max();
         let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
-        let clock_samples_per_s = clock_rate(&report.steps, warmup, arrivals);
+        let clock = clock_rates(&report.steps, warmup, arrivals)
+            .filter(|_| source == ThroughputSource::Protocol);
         let against = |theirs: Option<f64>| match (samples_per_s, theirs) {
             (Some(ours), Some(theirs)) if theirs > 0.0 && source == ThroughputSource::Protocol => {
                 Some(ours / theirs - 1.0)
@@ -468,7 +476,8 @@ impl Measured {
             }
         }
         let program_difference = against(program_samples_per_s);
-        let clock_difference = against(clock_samples_per_s);
+        let clock_samples_per_s = clock.map(|(tuner, _)| tuner);
+        let clock_difference = clock.map(|(tuner, program)| program / tuner - 1.0);
         Measured {
             source,
             samples_per_s,
@@ -652,22 +661,32 @@ mod tests {
     }
 
     #[test]
-    fn the_tuner_s_clock_runs_from_the_last_warmup_line_to_the_last_line_seen() {
-        // Two warmup steps, four of 0.1 s reported; the lines arrived 5.0, 6.0, then 0.2 s
-        // apart: the program's step times leave out half of its loop.
+    fn the_tuner_s_clock_runs_from_the_first_measured_line_to_the_last_line_seen() {
+        // Two warmup steps, four of 0.1 s reported, 100 samples each.
         let r = steps(&[5.0, 1.0, 0.1, 0.1, 0.1, 0.1], 100);
+        // The lines arrived 0.2 s apart: the program's step times leave out half of its loop.
         let arrivals = [5.0, 6.0, 6.2, 6.4, 6.6, 6.8];
         let m = Measured::from_report(&r, 2, None, &arrivals);
-        assert!((m.clock_samples_per_s.unwrap() - 400.0 / 0.8).abs() < 1e-9);
-        assert!((m.clock_difference.unwrap() - (1000.0 / 500.0 - 1.0)).abs() < 1e-9);
+        assert!((m.clock_samples_per_s.unwrap() - 300.0 / 0.6).abs() < 1e-9);
+        assert!((m.clock_difference.unwrap() - 1.0).abs() < 1e-9);
+        // The program paused 0.3 s between its warmup and its first measured step (emptying
+        // its cache, say), in no step: its steps still add up to its loop, and the check holds.
+        // Counted from the last warmup line, that pause made a 0.7 s clock of 0.4 s of steps.
+        let paused = [5.0, 6.0, 6.4, 6.5, 6.6, 6.7];
+        let m = Measured::from_report(&r, 2, None, &paused);
+        assert!(m.clock_difference.unwrap().abs() < 1e-9, "{m:?}");
+        assert!((m.clock_samples_per_s.unwrap() - 1000.0).abs() < 1e-6);
         // The last two lines came only after the program ended: the clock stops at the last
         // line seen while it ran.
-        let m = Measured::from_report(&r, 2, None, &arrivals[..4]);
-        assert!((m.clock_samples_per_s.unwrap() - 200.0 / 0.4).abs() < 1e-9);
-        // No warmup line to start from, no measured line seen, or every line at once: no clock.
-        for (warmup, seen) in [(0, 6), (2, 2), (2, 0)] {
-            let m = Measured::from_report(&r, warmup, None, &arrivals[..seen]);
-            assert_eq!(m.clock_samples_per_s, None, "warmup {warmup}, {seen} seen");
+        let m = Measured::from_report(&r, 2, None, &paused[..4]);
+        assert!((m.clock_samples_per_s.unwrap() - 100.0 / 0.1).abs() < 1e-6);
+        // Without warmup the clock starts at the first line.
+        let m = Measured::from_report(&r, 0, None, &[0.0, 5.0, 6.0, 6.1, 6.2, 6.3]);
+        assert!((m.clock_samples_per_s.unwrap() - 500.0 / 6.3).abs() < 1e-9);
+        // One measured line seen, none, or every line at once: no clock.
+        for seen in [3, 0] {
+            let m = Measured::from_report(&r, 2, None, &arrivals[..seen]);
+            assert_eq!(m.clock_samples_per_s, None, "{seen} seen");
             assert_eq!(m.clock_difference, None);
         }
         let m = Measured::from_report(&r, 2, None, &[7.0; 6]);

@@ -158,20 +158,30 @@ fn the_tuner_s_clock_checks_the_reported_step_times() {
         ..params(10)
     };
     let device = Device::stand_in("GPU 0", "0");
-    for (reported, expected) in [("1", 0.0), ("0.5", 1.0)] {
-        let prog = program(&[("FAKE_STEP_S", "0.05"), ("FAKE_STEP_REPORTED", reported)]);
-        let r = trial(&prog, &p, 0, &device, &dir.path(reported), &limits(60));
+    // A pause of 0.3 s between the warmup and the first measured step, in no step (the
+    // allocator's cache emptied before measuring, slow while other trials share the host), is
+    // no fault of the step times: counted from the warmup's line it read as 60% of 0.5 s.
+    for (reported, pause, expected) in [("1", "0", 0.0), ("0.5", "0", 1.0), ("1", "0.3", 0.0)] {
+        let prog = program(&[
+            ("FAKE_STEP_S", "0.05"),
+            ("FAKE_STEP_MEASURED", "1"),
+            ("FAKE_STEP_REPORTED", reported),
+            ("FAKE_PAUSE_AFTER_WARMUP", pause),
+        ]);
+        let folder = dir.path(&format!("{reported}-{pause}"));
+        let r = trial(&prog, &p, 0, &device, &folder, &limits(60));
         assert_eq!(r.status, Status::Ok, "{:?}", r.stderr_tail);
         let m = &r.measured;
-        // 10 steps of 50 ms are 0.5 s on the clock; the poll and the sleeps' overshoot are
-        // a few ms of it.
+        // 9 steps of 50 ms are 0.45 s on the clock; the poll and the time a line takes to be
+        // written and read are a few ms of it.
         let d = m
             .clock_difference
             .expect("a warmup line and lines over time");
         println!("reported x{reported}: {:+.2}% against the clock", 100.0 * d);
+        let tolerance = if expected == 0.0 { 0.02 } else { 0.25 };
         assert!(
-            (d - expected).abs() < 0.15,
-            "reported x{reported}: {:+.1}% against the clock ({m:?})",
+            (d - expected).abs() < tolerance,
+            "reported x{reported}, pause {pause} s: {:+.1}% against the clock ({m:?})",
             100.0 * d
         );
         // The program's own count is made from the same step times: no help here.

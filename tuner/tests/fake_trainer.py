@@ -38,6 +38,8 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_STEP_S=S      seconds per step (default 0.01)
   FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
                      part of its loop)
+  FAKE_STEP_MEASURED=1   the step's time as measured, from the end of the previous step, as
+                     a real loop's (default: FAKE_STEP_S as given)
   FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, CPU
                      affinity, times)
   FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
@@ -273,6 +275,10 @@ def main():
     steps = 1 if mode == "short" else args.warmup + args.steps
     full_peak = peak
     pause = float(os.environ.get("FAKE_PAUSE_AFTER_WARMUP", "0"))
+    measured = os.environ.get("FAKE_STEP_MEASURED") == "1"
+    factor = float(os.environ.get("FAKE_STEP_REPORTED", "1"))
+    last_end = time.perf_counter()
+    reported_total = 0.0
     for step in range(steps):
         if step == 1 and mode == "wait":
             print("waiting for a collective that never comes", file=sys.stderr, flush=True)
@@ -280,6 +286,7 @@ def main():
         if step == args.warmup:
             time.sleep(pause if step > 0 else 0)
             measured_start = time.perf_counter()
+            last_end = measured_start
         if late:
             above, at = (int(v) for v in late.split(","))
             if args.batch_size > above and step + 1 >= at:
@@ -287,6 +294,11 @@ def main():
                 report.close()
                 return 1
         time.sleep(step_s)
+        if measured:
+            now = time.perf_counter()
+            reported_s, last_end = (now - last_end) * factor, now
+        if step >= args.warmup:
+            reported_total += reported_s
         peak = full_peak * min(step + 1, grows) // grows
         state["step"] = step + 1
         report.step(
@@ -303,7 +315,7 @@ def main():
             # As a training loop would: once the optimizer has made its state.
             report.model(model, model)
     if measured_start is not None and args.steps > 0 and mode != "short":
-        report.end(samples_per_s=samples / reported_s, metrics=metrics(0))
+        report.end(samples_per_s=samples * args.steps / reported_total, metrics=metrics(0))
     if mode == "garbage" and report.enabled:
         with open(os.environ["PERF_LESSONS_REPORT"], "a", encoding="utf-8") as f:
             f.write("epoch 1 done, loss 0.42\n")

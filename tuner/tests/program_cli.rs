@@ -1479,7 +1479,10 @@ fn a_sweep_of_a_data_parallel_program_runs_each_trial_on_a_group() {
     // Two processes a trial that fits; of the other, the rank that ran out of memory (its
     // partner was killed mid-run, before it logs).
     let entries = log_entries(Path::new(&log));
-    let outcomes: Vec<&str> = entries.iter().map(|e| e["outcome"].as_str().unwrap()).collect();
+    let outcomes: Vec<&str> = entries
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
     assert_eq!(outcomes, ["ok", "ok", "ok", "ok", "oom"]);
 
     // More ranks than GPUs: one line, before anything runs.

@@ -44,6 +44,7 @@ fn the_example_scripts_compile() {
     for script in [
         "perf_lessons_report.py",
         "train_resnet.py",
+        "train_resnet_ddp.py",
         "train_resnet_lightning.py",
         "lightning_batch_finder.py",
         "check_fit.py",
@@ -196,7 +197,9 @@ fn the_training_script_answers_bad_flags_without_pytorch() {
         ("--memory-limit", "0", "must be more than 0 GiB"),
         ("--memory-limit", "lots", "invalid gibibytes value"),
     ] {
-        refuses(python(&["train_resnet.py", flag, value]), says);
+        for script in ["train_resnet.py", "train_resnet_ddp.py"] {
+            refuses(python(&[script, flag, value]), says);
+        }
     }
     let out = python(&["train_resnet.py", "--help"]).output().unwrap();
     assert!(out.status.success());

@@ -1,4 +1,5 @@
-//! Numbers as plots, tables and messages print them: short tick labels, bytes in binary units,
+//! Numbers as plots, tables and messages print them: short tick labels, bytes in binary units
+//! and in decimal gigabytes,
 //! and the ranges and ticks of log axes. One of each, so every picture and page reads alike.
 
 /// "0.01", "1", "1k", "250k", "1.5M": short labels for a log axis's ticks (three decimals at
@@ -38,6 +39,17 @@ pub fn human_bytes(bytes: u64) -> String {
     } else {
         format!("{} {}", trimmed(value, 2), UNITS[unit])
     }
+}
+
+/// Bytes in decimal gigabytes (10^9 bytes, as GPU memory is sold and reported), `decimals`
+/// decimals: "12.03 GB". The tuner says memory this way on every line and page.
+pub fn gigabytes(bytes: f64, decimals: usize) -> String {
+    format!("{} GB", gigabytes_number(bytes, decimals))
+}
+
+/// [gigabytes] without the unit, for a column whose header names it: "12.030".
+pub fn gigabytes_number(bytes: f64, decimals: usize) -> String {
+    format!("{:.decimals$}", bytes / 1e9)
 }
 
 /// The smallest and largest positive, finite value; None when there is none.
@@ -140,6 +152,14 @@ mod tests {
         assert_eq!(human_bytes(3 << 30), "3 GiB");
         assert_eq!(human_bytes(12_918_456_320), "12.03 GiB");
         assert_eq!(human_bytes(1 << 50), "1024 TiB");
+    }
+
+    #[test]
+    fn bytes_in_decimal_gigabytes() {
+        assert_eq!(gigabytes(12_918_456_320.0, 2), "12.92 GB");
+        assert_eq!(gigabytes(47_000_000.0, 3), "0.047 GB");
+        assert_eq!(gigabytes_number(1.28e9, 3), "1.280");
+        assert_eq!(gigabytes(0.0, 1), "0.0 GB");
     }
 
     #[test]

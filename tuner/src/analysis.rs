@@ -310,9 +310,9 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
 fn memory_note(t: &TrialResult, margin: f64) -> String {
     match t.memory_terms() {
         (Some(p), Some(l)) => format!(
-            "peak {:.2} GB of {:.2} GB, {:.0}% kept free",
-            p as f64 / 1e9,
-            l as f64 / 1e9,
+            "peak {} of {}, {:.0}% kept free",
+            plotting::format::gigabytes(p as f64, 2),
+            plotting::format::gigabytes(l as f64, 2),
             100.0 * margin
         ),
         _ => "memory limit not known: the margin could not be checked".into(),
@@ -379,8 +379,12 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     let name = precision.label();
     // Negative when mixed precision needs less.
     let change = amp as f64 / fp32 as f64 - 1.0;
-    let (amp, fp32) = (amp as f64 / 1e9, fp32 as f64 / 1e9);
-    let at = format!("at batch {batch} ({amp:.2} GB against {fp32:.2} GB in fp32)");
+    let gb = |b: u64| plotting::format::gigabytes(b as f64, 2);
+    let at = format!(
+        "at batch {batch} ({} against {} in fp32)",
+        gb(amp),
+        gb(fp32)
+    );
     Some(if change < -0.01 {
         let less = -100.0 * change;
         format!("{name} measured {less:.0}% less memory {at}: it lets a larger batch fit")

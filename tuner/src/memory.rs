@@ -224,7 +224,7 @@ const NOT_REPORTED: &str = "not reported";
 /// Bytes in GB to the megabyte: parameters of a small model and the peak of a large batch in
 /// one column.
 fn gb3(b: u64) -> String {
-    format!("{:.3} GB", b as f64 / 1e9)
+    plotting::format::gigabytes(b as f64, 3)
 }
 
 fn parts_table(precisions: &[PrecisionMemory]) -> Table {

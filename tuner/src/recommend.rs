@@ -199,7 +199,7 @@ impl MemoryFit {
 
     /// The line in words.
     pub fn describe(&self) -> String {
-        let gb = |b: f64| format!("{:.2} GB", b / 1e9);
+        let gb = |b: f64| plotting::format::gigabytes(b, 2);
         match (self.line, self.limit_bytes) {
             (Some(l), Some(limit)) => format!(
                 "peak = {} + {:.2} MB per sample, limit {} (predicts {} samples at the limit)",

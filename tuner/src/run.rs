@@ -593,7 +593,7 @@ pub fn kept_at(path: &Option<PathBuf>) -> String {
 }
 
 pub fn gb(b: u64) -> String {
-    format!("{:.2} GB", b as f64 / 1e9)
+    plotting::format::gigabytes(b as f64, 2)
 }
 
 /// The report: its JSON to the file (`-`: stdout, and the text to stderr), the text to stdout.

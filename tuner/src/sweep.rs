@@ -156,7 +156,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         .left("status")
         .left("GPU")
         .left("CPU cores");
-    let gb = |b: u64| format!("{:.3}", b as f64 / 1e9);
+    let gb = |b: u64| plotting::format::gigabytes_number(b as f64, 3);
     for r in trials {
         let (m, ok) = (&r.measured, r.status == Status::Ok);
         let ms =

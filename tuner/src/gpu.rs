@@ -8,7 +8,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::nvml::Capability;
-use crate::nvml::{MemoryProbe, NvmlKey, NvmlProbe};
+use common::nvml::{Nvml, NvmlKey};
+
+use crate::nvml::MemoryProbe;
 
 /// One GPU a trial can run on.
 #[derive(Clone, Debug, Serialize)]
@@ -174,7 +176,7 @@ pub fn select_devices(
     spec: Option<&str>,
     visible: &[VisibleGpu],
     user_order: Option<&str>,
-    nvml: Option<&Arc<nvml_wrapper::Nvml>>,
+    nvml: Option<&Nvml>,
 ) -> Result<Vec<Device>, String> {
     let chosen = common::gpu::parse_device_list(spec, visible.len())?;
     let pci_bus_order = user_order.is_none();
@@ -182,9 +184,9 @@ pub fn select_devices(
         .into_iter()
         .map(|i| {
             let gpu = &visible[i];
-            let probe = nvml.zip(gpu.nvml.as_ref()).map(|(n, key)| {
-                Arc::new(NvmlProbe::new(n.clone(), key.clone())) as Arc<dyn MemoryProbe>
-            });
+            let probe = nvml
+                .zip(gpu.nvml.as_ref())
+                .map(|(n, key)| Arc::new(n.device(key.clone())) as Arc<dyn MemoryProbe>);
             Device {
                 label: format!("GPU {i}"),
                 cuda_visible: gpu.cuda_visible.clone(),
@@ -199,13 +201,8 @@ pub fn select_devices(
 
 /// The devices `--devices` names on this machine (None: all visible).
 pub fn visible_devices(spec: Option<&str>) -> Result<Vec<Device>, String> {
-    let nvml = common::nvml::open_nvml().ok().map(Arc::new);
-    let uuids = nvml.as_ref().and_then(|n| {
-        let count = n.device_count().ok()?;
-        (0..count)
-            .map(|i| n.device_by_index(i).and_then(|d| d.uuid()).ok())
-            .collect::<Option<Vec<String>>>()
-    });
+    let nvml = Nvml::open();
+    let uuids = nvml.as_ref().and_then(Nvml::uuids);
     let visible_env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
     let visible = visible_gpus(visible_env.as_deref(), order.as_deref(), uuids)?;

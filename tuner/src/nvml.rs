@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use common::nvml::NvmlDevice;
+
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
 
@@ -46,75 +48,28 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Which GPU NVML means.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NvmlKey {
-    Uuid(String),
-    /// NVML's index (PCI bus order).
-    Index(u32),
-}
-
-/// NVML's view of one GPU.
-#[derive(Debug)]
-pub struct NvmlProbe {
-    nvml: Arc<nvml_wrapper::Nvml>,
-    key: NvmlKey,
-}
-
-impl NvmlProbe {
-    pub fn new(nvml: Arc<nvml_wrapper::Nvml>, key: NvmlKey) -> NvmlProbe {
-        NvmlProbe { nvml, key }
-    }
-
-    fn device(&self) -> Option<nvml_wrapper::Device<'_>> {
-        match &self.key {
-            NvmlKey::Uuid(u) => self.nvml.device_by_uuid(u.as_str()).ok(),
-            NvmlKey::Index(i) => self.nvml.device_by_index(*i).ok(),
-        }
-    }
-}
-
-impl MemoryProbe for NvmlProbe {
+/// NVML's view of one GPU, as the trials read it.
+impl MemoryProbe for NvmlDevice {
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-        use nvml_wrapper::enums::device::UsedGpuMemory;
-        let list = self.device()?.running_compute_processes().ok()?;
-        Some(
-            list.into_iter()
-                .map(|p| {
-                    let used = match p.used_gpu_memory {
-                        UsedGpuMemory::Used(b) => Some(b),
-                        UsedGpuMemory::Unavailable => None,
-                    };
-                    (p.pid, used)
-                })
-                .collect(),
-        )
+        NvmlDevice::processes(self)
     }
-
     fn device_used(&self) -> Option<u64> {
-        self.device()?.memory_info().ok().map(|m| m.used)
+        self.memory().map(|m| m.0)
     }
-
     fn device_total(&self) -> Option<u64> {
-        self.device()?.memory_info().ok().map(|m| m.total)
+        self.memory().map(|m| m.1)
     }
-
     fn device_name(&self) -> Option<String> {
-        self.device()?.name().ok()
+        self.name()
     }
     fn utilization(&self) -> Option<u32> {
-        self.device()?.utilization_rates().ok().map(|u| u.gpu)
+        NvmlDevice::utilization(self)
     }
     fn driver(&self) -> Option<(String, String)> {
-        let cuda = self.nvml.sys_cuda_driver_version().ok()?;
-        Some((
-            self.nvml.sys_driver_version().ok()?,
-            common::gpu::cuda_version(cuda),
-        ))
+        NvmlDevice::driver(self)
     }
     fn compute_capability(&self) -> Option<(u32, u32)> {
-        let c = self.device()?.cuda_compute_capability().ok()?;
-        Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?))
+        NvmlDevice::compute_capability(self)
     }
 }
 

@@ -3,9 +3,10 @@
 //!
 //! Modules in layers, each using only those above it:
 //!
-//! - [error], [exit], [par], [files], [table], [affinity], [process]: errors, the exit codes,
-//!   parallel host work, files, the table printer, keeping the measuring thread on one CPU core,
-//!   child processes in groups of their own
+//! - [error], [exit], [par], [files], [table], [affinity], [process], [named], [protocol]: errors,
+//!   the exit codes, parallel host work, files, the table printer, keeping the measuring thread
+//!   on one CPU core, child processes in groups of their own, values by name in their order, the
+//!   report protocol training programs speak to the tuner
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
 //! - [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: the device, page-locked host
@@ -22,8 +23,10 @@ pub mod affinity;
 pub mod error;
 pub mod exit;
 pub mod files;
+pub mod named;
 pub mod par;
 pub mod process;
+pub mod protocol;
 pub mod table;
 
 pub mod counters;

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use clap::Parser;
-use mlp::train::report::{EndLine, REPORT_ENV};
+use mlp::train::report::{EndRecord, REPORT_ENV};
 use mlp::train::{Args, Report};
 
 #[test]
@@ -65,10 +65,10 @@ fn the_environment_gives_defaults_that_flags_override() {
     std::env::set_var(REPORT_ENV, &path);
     let mut r = Report::from_env().unwrap();
     assert!(r.is_enabled());
-    r.end(&EndLine {
+    r.end(&EndRecord {
         samples_per_s: Some(1.0),
-        peak_memory_bytes: 1,
-        gpu_busy: None,
+        peak_memory_bytes: Some(1),
+        ..EndRecord::default()
     })
     .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();

@@ -9,10 +9,10 @@ use serde::{Deserialize, Serialize};
 use common::stats::Summary;
 
 use crate::classify::Status;
-use crate::named::Named;
 use crate::program::{Axes, Precision};
 use crate::protocol::ThroughputSource;
 use crate::trial::TrialResult;
+use common::named::Named;
 
 /// One point of the sweep. Ordered for a deterministic tie-break: smaller batch, fewer workers,
 /// fp32 before bf16 before fp16, then the user's axes' values as text.

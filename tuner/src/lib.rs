@@ -22,16 +22,15 @@
 //! - [gpu], [launch], [protocol], [classify], [config]: the GPUs, how a trial's process starts
 //!   (spawned, or forked from a Python parent that imported the program's modules once), the
 //!   report protocol and its metrics, how a trial ended, the settings
-//! - [program], [nvml], [named], [granularity], [line], [margin]: the command with its
-//!   placeholders and the user's axes, NVML readings, values by name in their order, the sizes
-//!   an answer may take, the peak-memory line, the margin an answer leaves
+//! - [program], [nvml], [granularity], [line], [margin]: the command with its placeholders and
+//!   the user's axes, NVML readings, the sizes an answer may take, the peak-memory line, the
+//!   margin an answer leaves
 
 pub mod classify;
 pub mod config;
 pub mod granularity;
 pub mod line;
 pub mod margin;
-pub mod named;
 pub mod program;
 pub mod protocol;
 

@@ -369,6 +369,7 @@ mod tests {
             parameter_bytes: Some(RESNET18),
             gradient_bytes: Some(RESNET18),
             optimizer_state_bytes: Some(RESNET18),
+            rank: None,
         })
     }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::named::Named;
+use common::named::Named;
 
 /// One trial's values of the user's own axes (`--axis lr=0.1,0.01`), in the order the axes were
 /// given.

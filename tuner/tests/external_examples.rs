@@ -137,6 +137,33 @@ fn the_reporter_writes_the_protocol_and_nothing_outside_the_tuner() {
     );
     assert!(stdout.ends_with("48 True 3\n"), "{stdout}");
 
+    // Every line is the protocol's, field for field: the records the tuner reads and mlp-train
+    // writes (common::protocol) are the Python reporter's too.
+    let text = std::fs::read_to_string(&report).unwrap();
+    for line in text.lines() {
+        common::protocol::check_line(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    // A rank of a group writes its rank on each line, and the records have it.
+    let ranks = Scratch::new("reporter-rank");
+    let ranked = ranks.path("report.jsonl");
+    let out = python(&["-c", USE_THE_REPORTER])
+        .env("PERF_LESSONS_REPORT", &ranked)
+        .env("WORLD_SIZE", "2")
+        .env("RANK", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&ranked).unwrap();
+    assert!(text.lines().count() >= 4, "{text}");
+    for line in text.lines() {
+        assert!(line.contains("\"rank\":1"), "{line}");
+        common::protocol::check_line(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+
     let r = ReportFile::read(&report);
     assert_eq!((r.health.lines, r.health.bad_lines), (4, 0));
     let device = r.device.as_ref().expect("the device line");

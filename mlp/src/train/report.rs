@@ -1,29 +1,11 @@
-//! The report the tuner reads: one JSON object per line, appended to the file named by
-//! `PERF_LESSONS_REPORT` (nothing is written when it is unset). A `device` line once the CUDA
-//! context exists, one line per optimizer step (warmup included), an `end` line. Each line is
-//! one write of the whole line to a file opened for appending, so a reader never sees half a
-//! line from a program that is still running, and a killed program loses at most the line it
-//! was writing.
-
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+//! The report the tuner reads, in the protocol's own records ([common::protocol]): a `device`
+//! line once the CUDA context exists, one line per optimizer step (warmup included), an `end`
+//! line, appended to the file named by `PERF_LESSONS_REPORT` (nothing is written when it is
+//! unset). Here: the step's phases and the totals of the measured steps.
 
 use serde::Serialize;
 
-use common::error::Error;
-use common::Result;
-
-/// The variable naming the report file.
-pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
-
-/// The GPU as the program holds it, before the model is built.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeviceLine {
-    pub name: String,
-    pub total_bytes: u64,
-    pub free_bytes: u64,
-}
+pub use common::protocol::{DeviceRecord, EndRecord, Report, StepRecord, REPORT_ENV};
 
 /// Where one optimizer step's time went, on the training stream's clock: the GPU waiting for
 /// the step's batches (the host preparing them and the copies), the forward and backward passes
@@ -66,49 +48,28 @@ impl StepPhases {
     }
 }
 
-/// One optimizer step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StepLine {
-    /// Samples the step consumed: batch x accumulation.
-    pub samples: u64,
-    pub step_s: f64,
-    #[serde(flatten)]
-    pub phases: StepPhases,
-    /// The most device memory the program has held so far.
-    pub peak_memory_bytes: u64,
-    /// Device memory the program holds at the end of the step.
-    pub memory_in_use_bytes: u64,
-    /// Share of the step the GPU was working (absent when it could not be measured).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_busy: Option<f64>,
-}
-
-impl StepLine {
-    pub fn new(
-        samples: usize,
-        phases: StepPhases,
-        (peak, in_use): (u64, u64),
-        compute_s: Option<f64>,
-    ) -> StepLine {
-        let step_s = phases.step_s();
-        StepLine {
-            samples: samples as u64,
-            step_s,
-            phases,
-            peak_memory_bytes: peak,
-            memory_in_use_bytes: in_use,
-            gpu_busy: compute_s.and_then(|c| busy_share(c, step_s)),
-        }
+/// One optimizer step's line: `samples` consumed (batch x accumulation), its phases (the step
+/// is their sum), the memory the program has held at most so far and holds now, and the share
+/// of the step the GPU was working where `compute_s` of work was measured.
+pub fn step_line(
+    samples: usize,
+    phases: StepPhases,
+    (peak, in_use): (u64, u64),
+    compute_s: Option<f64>,
+) -> StepRecord {
+    let step_s = phases.step_s();
+    StepRecord {
+        samples: samples as u64,
+        step_s,
+        data_s: Some(phases.data_s),
+        forward_s: Some(phases.forward_s),
+        backward_s: Some(phases.backward_s),
+        optimizer_s: Some(phases.optimizer_s),
+        peak_memory_bytes: Some(peak),
+        memory_in_use_bytes: Some(in_use),
+        gpu_busy: compute_s.and_then(|c| busy_share(c, step_s)),
+        ..StepRecord::default()
     }
-}
-
-/// The closing line.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EndLine {
-    pub samples_per_s: Option<f64>,
-    pub peak_memory_bytes: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub gpu_busy: Option<f64>,
 }
 
 /// `compute_s` of GPU work in a step of `step_s`: the share the GPU was busy, at most 1 (the
@@ -128,7 +89,7 @@ pub struct Totals {
 }
 
 impl Totals {
-    pub fn add(&mut self, line: &StepLine) {
+    pub fn add(&mut self, line: &StepRecord) {
         self.steps += 1;
         self.samples += line.samples;
         self.seconds += line.step_s;
@@ -145,81 +106,11 @@ impl Totals {
     }
 }
 
-/// Where the lines go: a file opened for appending, or nowhere.
-pub struct Report {
-    file: Option<(File, PathBuf)>,
-}
-
-impl Report {
-    /// The file `PERF_LESSONS_REPORT` names; nowhere when it is unset or empty.
-    pub fn from_env() -> Result<Report> {
-        Report::open(std::env::var_os(REPORT_ENV).as_deref().map(Path::new))
-    }
-
-    /// Append to `path` (created if missing); nowhere for None or an empty path.
-    pub fn open(path: Option<&Path>) -> Result<Report> {
-        let Some(path) = path.filter(|p| !p.as_os_str().is_empty()) else {
-            return Ok(Report { file: None });
-        };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Error::File {
-                path: path.display().to_string(),
-                message: format!("cannot open the report file ({REPORT_ENV}): {e}"),
-            })?;
-        Ok(Report {
-            file: Some((file, path.to_path_buf())),
-        })
-    }
-
-    pub fn is_enabled(&self) -> bool {
-        self.file.is_some()
-    }
-
-    pub fn device(&mut self, line: &DeviceLine) -> Result<()> {
-        self.write(&Tagged {
-            kind: "device",
-            line,
-        })
-    }
-
-    pub fn step(&mut self, line: &StepLine) -> Result<()> {
-        self.write(line)
-    }
-
-    pub fn end(&mut self, line: &EndLine) -> Result<()> {
-        self.write(&Tagged { kind: "end", line })
-    }
-
-    fn write(&mut self, value: &impl Serialize) -> Result<()> {
-        let Some((file, path)) = self.file.as_mut() else {
-            return Ok(());
-        };
-        let mut line = serde_json::to_vec(value).map_err(|e| Error::invalid(e.to_string()))?;
-        line.push(b'\n');
-        // One write of the whole line; a File has no buffer of its own, so it is in the file
-        // when this returns.
-        file.write_all(&line).map_err(|e| Error::File {
-            path: path.display().to_string(),
-            message: format!("cannot write the report: {e}"),
-        })
-    }
-}
-
-/// A line with its `kind` first.
-#[derive(Serialize)]
-struct Tagged<'a, T: Serialize> {
-    kind: &'static str,
-    #[serde(flatten)]
-    line: &'a T,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
+    use std::path::{Path, PathBuf};
 
     fn scratch(name: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("mlp-train-{}-{name}.jsonl", std::process::id()));
@@ -264,9 +155,9 @@ mod tests {
         assert_eq!(busy_share(0.0, 0.008), None);
         assert_eq!(busy_share(0.002, 0.0), None);
         assert_eq!(busy_share(f64::NAN, 0.008), None);
-        let line = StepLine::new(256, phases(), (10, 5), Some(0.004));
+        let line = step_line(256, phases(), (10, 5), Some(0.004));
         assert_eq!(line.gpu_busy, Some(0.5));
-        assert_eq!(StepLine::new(256, phases(), (10, 5), None).gpu_busy, None);
+        assert_eq!(step_line(256, phases(), (10, 5), None).gpu_busy, None);
     }
 
     #[test]
@@ -274,7 +165,7 @@ mod tests {
         let mut t = Totals::default();
         assert_eq!(t.samples_per_s(), None);
         for _ in 0..4 {
-            t.add(&StepLine::new(256, phases(), (1, 1), None));
+            t.add(&step_line(256, phases(), (1, 1), None));
         }
         assert_eq!(t.steps, 4);
         assert!((t.samples_per_s().unwrap() - 1024.0 / 0.032).abs() < 1e-6);
@@ -287,10 +178,11 @@ mod tests {
         let path = scratch("fields");
         let mut r = Report::open(Some(&path)).unwrap();
         assert!(r.is_enabled());
-        r.device(&DeviceLine {
-            name: "NVIDIA H100 80GB HBM3".into(),
-            total_bytes: 85_017_755_648,
-            free_bytes: 84_340_310_016,
+        r.device(&DeviceRecord {
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            total_bytes: Some(85_017_755_648),
+            free_bytes: Some(84_340_310_016),
+            ..DeviceRecord::default()
         })
         .unwrap();
         // Read back while the writer is still open: nothing waits in a buffer.
@@ -300,9 +192,9 @@ mod tests {
         assert_eq!(device["total_bytes"], 85_017_755_648u64);
         assert_eq!(device["free_bytes"], 84_340_310_016u64);
 
-        r.step(&StepLine::new(512, phases(), (3_000, 2_000), Some(0.004)))
+        r.step(&step_line(512, phases(), (3_000, 2_000), Some(0.004)))
             .unwrap();
-        r.step(&StepLine::new(512, phases(), (3_000, 2_000), None))
+        r.step(&step_line(512, phases(), (3_000, 2_000), None))
             .unwrap();
         let all = lines(&path);
         assert_eq!(all.len(), 3);
@@ -319,10 +211,11 @@ mod tests {
         assert_eq!(step["gpu_busy"], 0.5);
         assert!(all[2].get("gpu_busy").is_none(), "absent, not null");
 
-        r.end(&EndLine {
+        r.end(&EndRecord {
             samples_per_s: Some(64_000.0),
-            peak_memory_bytes: 3_000,
+            peak_memory_bytes: Some(3_000),
             gpu_busy: Some(0.5),
+            ..EndRecord::default()
         })
         .unwrap();
         let end = &lines(&path)[3];
@@ -332,6 +225,10 @@ mod tests {
         assert_eq!(end["gpu_busy"], 0.5);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with('\n') && text.lines().count() == 4);
+        // Every line is the protocol's, field for field, as the tuner reads it.
+        for line in text.lines() {
+            common::protocol::check_line(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        }
         let _ = std::fs::remove_file(&path);
     }
 
@@ -340,7 +237,7 @@ mod tests {
         let path = scratch("append");
         std::fs::write(&path, "{\"kind\": \"note\"}\n").unwrap();
         let mut r = Report::open(Some(&path)).unwrap();
-        r.step(&StepLine::new(8, phases(), (1, 1), None)).unwrap();
+        r.step(&step_line(8, phases(), (1, 1), None)).unwrap();
         let all = lines(&path);
         assert_eq!((all.len(), all[0]["kind"].as_str()), (2, Some("note")));
         let _ = std::fs::remove_file(&path);
@@ -353,13 +250,8 @@ mod tests {
             Report::open(Some(Path::new(""))).unwrap(),
         ] {
             assert!(!r.is_enabled());
-            r.step(&StepLine::new(8, phases(), (1, 1), None)).unwrap();
-            r.end(&EndLine {
-                samples_per_s: None,
-                peak_memory_bytes: 0,
-                gpu_busy: None,
-            })
-            .unwrap();
+            r.step(&step_line(8, phases(), (1, 1), None)).unwrap();
+            r.end(&EndRecord::default()).unwrap();
         }
     }
 

@@ -38,7 +38,7 @@ use crate::train::feed::Feed;
 use crate::train::gauge::MemoryGauge;
 use crate::train::memory;
 use crate::train::options::Options;
-use crate::train::report::{DeviceLine, EndLine, Report, StepLine, StepPhases, Totals};
+use crate::train::report::{step_line, DeviceRecord, EndRecord, Report, StepPhases, Totals};
 use crate::train::sampler::Dataset;
 use crate::train::trainer::{mean, Trainer};
 
@@ -104,10 +104,11 @@ pub fn run(opts: &Options, report: &mut Report) -> Result<Summary> {
     let arch = opts.arch;
     let gpu = Gpu::open(opts.device)?;
     let (free, total) = gpu.memory()?;
-    report.device(&DeviceLine {
-        name: gpu.info.name.clone(),
-        total_bytes: total,
-        free_bytes: free,
+    report.device(&DeviceRecord {
+        name: Some(gpu.info.name.clone()),
+        total_bytes: Some(total),
+        free_bytes: Some(free),
+        ..DeviceRecord::default()
     })?;
     let mlp = Mlp::new(&gpu)?;
     let mut timer = Timer::new(&gpu)?;
@@ -164,7 +165,7 @@ pub fn run(opts: &Options, report: &mut Report) -> Result<Summary> {
     let mut finish = |j: usize, gauge: &mut MemoryGauge, report: &mut Report| -> Result<()> {
         let ms: Vec<f64> = timers[j % 3].phase_ms(0)?.concat();
         let phases = StepPhases::from_phase_ms(&ms, acc);
-        let line = StepLine::new(
+        let line = step_line(
             opts.samples_per_step(),
             phases,
             gauge.reading(&gpu)?,
@@ -237,10 +238,11 @@ pub fn run(opts: &Options, report: &mut Report) -> Result<Summary> {
     let peak_bytes = gauge.peak(&gpu)?;
     let gpu_busy = totals.gpu_busy(compute_s);
     let samples_per_s = totals.samples_per_s();
-    report.end(&EndLine {
+    report.end(&EndRecord {
         samples_per_s,
-        peak_memory_bytes: peak_bytes,
+        peak_memory_bytes: Some(peak_bytes),
         gpu_busy,
+        ..EndRecord::default()
     })?;
     Ok(Summary {
         check,

@@ -12,6 +12,7 @@ use cudarc::driver::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{CudaContext as _, Error, Result};
+pub use crate::nvml::cuda_version;
 use crate::nvml::Nvml;
 use plotting::format::human_bytes;
 
@@ -427,12 +428,6 @@ fn read_info(ctx: &Arc<CudaContext>, ordinal: usize, nvml: Option<&Nvml>) -> Res
         cuda_driver_version,
         nvrtc_version,
     })
-}
-
-/// A CUDA version as the driver API and NVML give it (1000 x major + 10 x minor), as text:
-/// 13000 is "13.0", 12080 is "12.8".
-pub fn cuda_version(encoded: i32) -> String {
-    format!("{}.{}", encoded / 1000, (encoded % 1000) / 10)
 }
 
 /// The "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" form NVML and nvidia-smi use.

@@ -156,10 +156,7 @@ impl NvmlDevice {
     /// The driver's version and the CUDA version it supports ("580.159.04", "13.0").
     pub fn driver(&self) -> Option<(String, String)> {
         let cuda = self.nvml.sys_cuda_driver_version().ok()?;
-        Some((
-            self.nvml.sys_driver_version().ok()?,
-            crate::gpu::cuda_version(cuda),
-        ))
+        Some((self.nvml.sys_driver_version().ok()?, cuda_version(cuda)))
     }
 
     pub fn state(&self) -> GpuState {
@@ -187,6 +184,12 @@ impl NvmlDevice {
         let words: Vec<u64> = words.into_iter().map(u64::from).collect();
         crate::affinity::cpus_of(&words)
     }
+}
+
+/// A CUDA version as the driver API and NVML give it (1000 x major + 10 x minor), as text:
+/// 13000 is "13.0", 12080 is "12.8".
+pub fn cuda_version(encoded: i32) -> String {
+    format!("{}.{}", encoded / 1000, (encoded % 1000) / 10)
 }
 
 /// A clock that fell by more than `tolerance` (a fraction) between two readings was throttled

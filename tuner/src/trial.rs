@@ -369,10 +369,12 @@ struct Rank {
     sampler: Option<Sampler>,
 }
 
-/// The group's processes while it runs, and the rank whose end ended the group.
+/// The group's processes while it runs, the rank whose end ended the group, and when its time
+/// is up.
 struct Group {
     ranks: Vec<Rank>,
     ended_by: Option<usize>,
+    deadline: Instant,
 }
 
 impl Group {
@@ -381,6 +383,10 @@ impl Group {
     /// or 0 before it reported every step it was told to run: the others would wait for it in
     /// their next collective).
     fn exited(&mut self, stop: Stop) -> std::io::Result<Option<Exit>> {
+        if Instant::now() >= self.deadline {
+            // Past the time limit every rank goes, not only the one that leads the watch.
+            self.kill();
+        }
         for (r, rank) in self.ranks.iter_mut().enumerate() {
             if rank.exit.is_some() {
                 continue;
@@ -533,6 +539,7 @@ impl Runner<'_> {
                     let mut started = Group {
                         ranks,
                         ended_by: None,
+                        deadline: start,
                     };
                     started.end();
                     return failed(
@@ -567,6 +574,7 @@ impl Runner<'_> {
         let group_state = std::cell::RefCell::new(Group {
             ranks,
             ended_by: None,
+            deadline: start + self.limits.time_limit,
         });
         let leader = group_state.borrow().ranks[0].running.pgid();
         let finished = watch(

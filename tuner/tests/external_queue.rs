@@ -204,3 +204,63 @@ fn a_sweep_skips_larger_batches_of_a_setting_that_ran_out_of_memory() {
         4
     );
 }
+
+/// What a search that asks about several sizes at a time runs them with: `Run::several`, one
+/// trial per group of GPUs at once, each as a finder's trial stops, numbered from `first`.
+#[test]
+fn several_trials_at_once_take_one_group_of_gpus_each() {
+    use tuner::run::{Run, RunOptions};
+    use tuner::trial::Stop;
+    for (gpus, ranks) in [(2, 1), (4, 2)] {
+        let dir = Scratch::new("several");
+        let log = dir.str("log.jsonl");
+        let run = Run::new(
+            RunOptions {
+                program: program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.1")]),
+                devices: (0..gpus)
+                    .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
+                    .collect(),
+                time_limit_s: 60.0,
+                trials_dir: Some(dir.path("trials")),
+                json: None,
+                progress: false,
+                fork: false,
+                ranks,
+            },
+            "autobatch",
+        )
+        .unwrap();
+        let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
+        let jobs = [params(8), params(16)];
+        let done = run
+            .several(&jobs, 5, Stop::AfterSteps, &mut results)
+            .unwrap();
+        let indices: Vec<usize> = done.iter().map(|r| r.index).collect();
+        assert_eq!(indices, [5, 6]);
+        assert!(done
+            .iter()
+            .all(|r| r.status == Status::Ok && r.ranks == ranks));
+        // Two groups, one trial each: side by side, on GPUs of their own.
+        let visible: Vec<&str> = done.iter().map(|r| r.cuda_visible.as_str()).collect();
+        let expected: [&str; 2] = if ranks == 1 {
+            ["0", "1"]
+        } else {
+            ["0,1", "2,3"]
+        };
+        let mut sorted = visible.clone();
+        sorted.sort();
+        assert_eq!(sorted, expected);
+        let entries = log_entries(&dir.path("log.jsonl"));
+        assert_eq!(entries.len(), gpus);
+        let starts: Vec<f64> = entries
+            .iter()
+            .map(|e| e["start"].as_f64().unwrap())
+            .collect();
+        let ends: Vec<f64> = entries.iter().map(|e| e["end"].as_f64().unwrap()).collect();
+        let first_end = ends.iter().cloned().fold(f64::INFINITY, f64::min);
+        assert!(
+            starts.iter().all(|s| *s < first_end),
+            "every process started before any ended: {starts:?} {ends:?}"
+        );
+    }
+}

@@ -316,13 +316,18 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
             "profile needs at least one warmup step (--warmup 1 or more): the profiler starts as the last one is reported",
         ));
     }
+    if settings.ranks > 1 {
+        return Err(usage(
+            "profile runs the answer as one process under the profiler: leave out --ranks (it is sweep's, memory's and autobatch's)",
+        ));
+    }
     if a.nsys.is_some() && a.profiler == Choice::Torch {
         return Err(usage("--nsys and --profiler torch: choose one"));
     }
     let (amp, workers) = autobatch::choices(&settings).map_err(usage)?;
     let program = checked_program(&a.run, &settings)?;
     let mut devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
-    devices.truncate(settings.ranks);
+    devices.truncate(1);
     let model = (a.model_name.clone()).unwrap_or_else(|| writeback::model_name(&program.argv));
     let answer = match (a.batch_size, &a.team, settings.batch_size) {
         (Some(b), _, _) => Answer::given(b, "--batch-size"),

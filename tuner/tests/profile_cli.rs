@@ -288,7 +288,8 @@ fn a_failing_nsys_and_a_missing_report_or_trace_are_one_line_each() {
 fn bad_flags_are_refused_before_anything_runs() {
     let (s, work, tmp) = places("profile-flags");
     let log = s.str("log.jsonl");
-    let refused: [(&[&str], &str); 5] = [
+    let refused: [(&[&str], &str); 6] = [
+        (&["--batch-size", "8", "--ranks", "2"], "leave out --ranks"),
         (
             &["--batch-size", "8", "--warmup", "0"],
             "at least one warmup step",

@@ -384,8 +384,10 @@ impl Group {
     /// their next collective).
     fn exited(&mut self, stop: Stop) -> std::io::Result<Option<Exit>> {
         if Instant::now() >= self.deadline {
-            // Past the time limit every rank goes, not only the one that leads the watch.
+            // Past the time limit every rank goes, not only the one that leads the watch; their
+            // deaths are the limit's doing, not an end of their own.
             self.kill();
+            return Ok(Some(Exit::TimedOut));
         }
         for (r, rank) in self.ranks.iter_mut().enumerate() {
             if rank.exit.is_some() {

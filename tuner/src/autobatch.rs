@@ -467,9 +467,13 @@ pub fn render(r: &AutobatchReport) -> String {
         tried.join(", ")
     );
     for c in &r.confirmations {
+        let own = match c.trial.ranks {
+            1 => "a process of its own".to_string(),
+            n => format!("a group of its own ({n} processes, batch per GPU)"),
+        };
         let _ = writeln!(
             o,
-            "confirmation: batch {} for {} steps in a process of its own: {} ({:.1} s)",
+            "confirmation: batch {} for {} steps in {own}: {} ({:.1} s)",
             c.batch_size,
             c.steps,
             if c.held {

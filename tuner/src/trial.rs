@@ -1,6 +1,8 @@
-//! One trial: the user's command with one set of values, on one GPU, in a process of its own,
-//! with a time limit; what it reported, how it ended, the memory it used and how busy NVML saw
-//! the GPU.
+//! One trial: the user's command with one set of values, on one GPU in a process of its own
+//! (or, for a data-parallel program, on a group of GPUs, a process per GPU started as torchrun
+//! would), with a time limit; what it reported, how it ended, the memory it used and how busy
+//! NVML saw the GPU. A group fits only where every rank fits, and one rank's end that leaves
+//! the others waiting (out of memory, a failure, an early exit) ends the group at once.
 //!
 //! While it runs the tuner watches three files. The report: each step line is timed on the
 //! tuner's own clock as it arrives, with the peak memory so far (the program's own figure on

@@ -45,10 +45,9 @@ fn one_rank_verifies_both_sides() {
     for v in &report.variants {
         assert_eq!(v.status, Status::Ok, "{}: {:?}", v.name, v.checks);
         let parts: Vec<&str> = v.checks.iter().map(|c| c.part.as_str()).collect();
-        assert!(
-            parts.contains(&"weight change") && parts.contains(&"loss curve"),
-            "{parts:?}"
-        );
+        for part in ["first gradient", "weight change", "loss curve"] {
+            assert!(parts.contains(&part), "{part}: {parts:?}");
+        }
         assert!(v.metric("samples/s").unwrap() > 0.0);
     }
     assert_eq!(report.parameters["ranks"], 1);
@@ -58,10 +57,91 @@ fn one_rank_verifies_both_sides() {
     let _ = std::fs::remove_file(&json);
 }
 
+/// A small run over every GPU (two or more), optionally with a planted fault: its report.
+fn small_run_on_every_gpu(fault: Option<&str>) -> (Option<i32>, LessonReport, String) {
+    let json = std::env::temp_dir().join(format!(
+        "ch1-dp-all-{}-{}.json",
+        std::process::id(),
+        fault.unwrap_or("none").replace(':', "-")
+    ));
+    let mut args = vec![
+        "--devices",
+        "all",
+        "--hidden",
+        "1024",
+        "--depth",
+        "3",
+        "--steps",
+        "8",
+        "--bucket-mib",
+        "1",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    if let Some(f) = fault {
+        args.extend(["--plant-fault", f]);
+    }
+    let (code, stdout, stderr) = run(&args);
+    let report =
+        LessonReport::read_json(&json).unwrap_or_else(|e| panic!("{e}\n{stdout}\n{stderr}"));
+    let _ = std::fs::remove_file(&json);
+    let ranks = report.parameters["ranks"].as_u64().unwrap();
+    assert!(
+        ranks >= 2,
+        "this test needs two GPUs or more; the host has {ranks}"
+    );
+    (code, report, format!("{stdout}\n{stderr}"))
+}
+
+fn error_of(report: &LessonReport, variant: &str, part: &str) -> f64 {
+    let v = report.variants.iter().find(|v| v.name == variant).unwrap();
+    v.checks
+        .iter()
+        .find(|c| c.part == part && c.against.starts_with("one GPU"))
+        .unwrap_or_else(|| panic!("{variant}: no {part} check: {:?}", v.checks))
+        .rel_l2_error
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs or more and NCCL"]
+fn every_gpu_verifies_both_sides_and_the_first_gradient_is_exact_to_the_sum_order() {
+    let (code, report, out) = small_run_on_every_gpu(None);
+    assert_eq!(code, Some(0), "{out}");
+    let ranks = report.parameters["ranks"].as_u64().unwrap();
+    for side in ["baseline", "optimized"] {
+        let v = report.variants.iter().find(|v| v.name == side).unwrap();
+        assert_eq!(v.status, Status::Ok, "{side}: {:?}", v.checks);
+        let first = error_of(&report, side, "first gradient");
+        assert!(first <= 1e-5, "{side}: {first:e}");
+        if ranks == 2 {
+            // Two shares add up the same in either order: the ranks' arithmetic is the
+            // reference's, bit for bit.
+            assert_eq!(first, 0.0, "{side}");
+            assert_eq!(error_of(&report, side, "weight change"), 0.0, "{side}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs two NVIDIA GPUs or more and NCCL"]
+fn a_rank_s_gradient_missing_or_counted_twice_fails_both_sides() {
+    for fault in ["missing:1", "twice:1"] {
+        let (code, report, out) = small_run_on_every_gpu(Some(fault));
+        assert_eq!(code, Some(1), "{fault}: {out}");
+        for side in ["baseline", "optimized"] {
+            let v = report.variants.iter().find(|v| v.name == side).unwrap();
+            assert_eq!(v.status, Status::Failed, "{fault} {side}");
+            let first = error_of(&report, side, "first gradient");
+            assert!(first > 1e-2, "{fault} {side}: {first:e}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU and NCCL"]
 fn the_allreduce_prints_every_size_from_1_mib_to_1_gib() {
-    let (code, stdout, stderr) = run(&["--devices", "0", "--allreduce"]);
+    let (code, stdout, stderr) = run(&["--devices", "0", "--allreduce", "--max-size", "1G"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     for size in ["1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB", "1024 MiB"] {
         assert!(

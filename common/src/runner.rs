@@ -24,7 +24,7 @@ use cudarc::driver::CudaSlice;
 
 use crate::bench::{measure, BenchConfig, Measurement, Timer};
 use crate::ceilings;
-use crate::counters::Work;
+use crate::counters::{Traffic, Work};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels;
@@ -36,17 +36,6 @@ use crate::report::{
 use crate::stats::Summary;
 use crate::trace;
 use crate::verify::{check, Precision, Verification};
-
-/// Where a variant's counted bytes move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Traffic {
-    /// Through device memory: the runner gives their rate as a share of the measured copy
-    /// bandwidth.
-    #[default]
-    DeviceMemory,
-    /// Between host and device (copies in and out): no device-memory share is given.
-    HostDevice,
-}
 
 /// What a variant is, before it runs.
 #[derive(Debug, Clone)]
@@ -533,6 +522,7 @@ pub fn run_lesson(
                     spec.work,
                 );
                 report.group = spec.group.clone();
+                report.traffic = spec.traffic;
                 report.status = Status::Skipped;
                 report.note = Some(why);
                 variants.push(report);
@@ -568,6 +558,7 @@ pub fn run_lesson(
                 spec.work,
             );
             report.group = spec.group.clone();
+            report.traffic = spec.traffic;
             if baseline == index && lesson.check_against_baseline(index) {
                 let parts = output
                     .parts

@@ -70,8 +70,9 @@ pub struct Args {
     /// Print the results folder name of the GPU at --device ("h100") and exit.
     #[arg(long)]
     pub gpu_slug: bool,
-    /// Run the chapter on these GPUs at once, one compare process per GPU (`all`, or a list
-    /// such as `0,1`): each GPU's table, then the fleet check across GPUs of one model.
+    /// Run the chapter on these GPUs (`all`, or a list such as `0,1`), one compare process
+    /// per GPU, all at once, then the pairs whose copies cross the host link one GPU at a
+    /// time: each GPU's table, then the fleet check across GPUs of one model.
     #[arg(long, value_name = "all|LIST", value_parser = str::parse::<DeviceList>, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
     pub devices: Option<DeviceList>,
     /// With --devices: flag a GPU whose device-paced median is more than this many percent off

@@ -194,10 +194,21 @@ pub fn check<T: Copy + Into<f64> + Sync>(
     tolerance: f64,
     against: &str,
 ) -> Verification {
+    check_values(got, reference, tolerance, against)
+}
+
+/// [check] against a reference of any precision, each value read as float64 where it is
+/// compared (another run's f32 output, say, with no float64 copy of it made).
+pub fn check_values<T: Copy + Into<f64> + Sync, R: Copy + Into<f64> + Sync>(
+    got: &[T],
+    reference: &[R],
+    tolerance: f64,
+    against: &str,
+) -> Verification {
     if got.len() != reference.len() {
         return verification(got, f64::INFINITY, tolerance, against);
     }
-    check_by(got, |i| reference[i], tolerance, against)
+    check_by(got, |i| reference[i].into(), tolerance, against)
 }
 
 /// [check] against a reference computed element by element ([rel_l2_error_by]).

@@ -251,6 +251,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             return Err(common::Error::BadDevice { requested, count }.into());
         }
         let ordinals = devices.resolve(count).map_err(anyhow::Error::msg)?;
+        if let Some(g) = args.plant_on.filter(|g| !ordinals.contains(g)) {
+            return Err(common::exit::usage(format!(
+                "--plant-on {g}: GPU {g} is not one of --devices"
+            )));
+        }
         let argv: Vec<String> = std::env::args().skip(1).collect();
         let code = fleet::run(
             &fleet::Plan {

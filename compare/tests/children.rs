@@ -723,6 +723,22 @@ fn a_fleet_run_takes_no_expectations_update_and_names_its_gpus() {
     let (code, _, err) = compare(&d, &["--devices", "0,0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("GPU 0 is named twice"), "{err}");
+    let (code, _, err) = compare(
+        &d,
+        &[
+            "--devices",
+            "0,1",
+            "--plant-slowdown",
+            "a/b",
+            "--plant-on",
+            "2",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--plant-on 2: GPU 2 is not one of --devices"),
+        "{err}"
+    );
     let (code, _, err) = compare(&d, &["--devices", "0", "--fleet-bar", "0"]);
     assert_eq!(code, 2, "{err}");
     assert!(

@@ -518,7 +518,9 @@ pub fn run(plan: &Plan, json: Option<&Path>, scratch: &Path) -> anyhow::Result<E
             alone.join(", ")
         );
     }
-    for m in members.iter_mut().filter(|_| !alone.is_empty()) {
+    // A GPU whose run gave no report has nothing to replace (and its error is said already).
+    let with_report = members.iter_mut().filter(|m| m.report.is_some());
+    for m in with_report.filter(|_| !alone.is_empty()) {
         let g = m.ordinal;
         let args = alone_args(&plan.argv, g, plan.plant_on, &alone);
         let s = Started::start(&plan.program, &args, g, stem(g, "-alone"))?;

@@ -47,9 +47,10 @@ pub struct Args {
     /// List the pairs and exit.
     #[arg(long)]
     pub list: bool,
-    /// Only pairs whose "lesson/pair" contains this text.
+    /// Only pairs whose "lesson/pair" contains this text (repeat the flag: pairs that match
+    /// any of them).
     #[arg(long, value_name = "PATTERN")]
-    pub filter: Option<String>,
+    pub filter: Vec<String>,
     /// Expectations file (default: results/<gpu>/expectations.json).
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
@@ -69,14 +70,18 @@ pub struct Args {
     /// Print the results folder name of the GPU at --device ("h100") and exit.
     #[arg(long)]
     pub gpu_slug: bool,
-    /// Run the chapter on these GPUs at once, one compare process per GPU (`all`, or a list
-    /// such as `0,1`): each GPU's table, then the fleet check across GPUs of one model.
+    /// Run the chapter on these GPUs (`all`, or a list such as `0,1`), one compare process
+    /// per GPU, all at once, then the pairs whose copies cross the host link one GPU at a
+    /// time: each GPU's table, then the fleet check across GPUs of one model.
     #[arg(long, value_name = "all|LIST", value_parser = str::parse::<DeviceList>, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
     pub devices: Option<DeviceList>,
     /// With --devices: flag a GPU whose device-paced median is more than this many percent off
     /// the median of its model's GPUs.
     #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
     pub fleet_bar: f64,
+    /// Test only: with --devices and --plant-slowdown, plant the slowdown on this GPU alone.
+    #[arg(long, hide = true, value_name = "GPU", requires_all = ["devices", "plant_slowdown"])]
+    pub plant_on: Option<usize>,
     /// Run each variant in a process of its own (the default runs the variants of one lesson
     /// at one set of flags in one process, and a process that fails without a report is run
     /// again one variant at a time).
@@ -195,7 +200,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         println!("{}", gpu.info.model_slug());
         return Ok(ExitCode::SUCCESS);
     }
-    let pairs = lessons::select(args.filter.as_deref());
+    let pairs = lessons::select(&args.filter);
     if args.list {
         for p in lessons::PAIRS {
             println!("{}  ({} -> {})", p.id(), p.baseline, p.optimized);
@@ -208,7 +213,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if pairs.is_empty() {
         return Err(common::exit::usage(format!(
             "no pair matches '{}': `--list` shows them",
-            args.filter.as_deref().unwrap_or_default()
+            args.filter.join("' or '")
         )));
     }
     if !args.common.variants.is_empty() {
@@ -246,12 +251,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             return Err(common::Error::BadDevice { requested, count }.into());
         }
         let ordinals = devices.resolve(count).map_err(anyhow::Error::msg)?;
+        if let Some(g) = args.plant_on.filter(|g| !ordinals.contains(g)) {
+            return Err(common::exit::usage(format!(
+                "--plant-on {g}: GPU {g} is not one of --devices"
+            )));
+        }
         let argv: Vec<String> = std::env::args().skip(1).collect();
         let code = fleet::run(
-            &std::env::current_exe()?,
-            &argv,
-            &ordinals,
-            args.fleet_bar,
+            &fleet::Plan {
+                program: std::env::current_exe()?,
+                argv,
+                ordinals,
+                bar: args.fleet_bar,
+                plant_on: args.plant_on,
+            },
             args.common.json.as_deref(),
             &scratch,
         );

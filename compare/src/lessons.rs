@@ -210,11 +210,11 @@ pub const PAIRS: &[Pair] = &[
     ),
 ];
 
-/// Pairs whose id ("lesson/pair") contains `filter` (all when None).
-pub fn select(filter: Option<&str>) -> Vec<Pair> {
+/// Pairs whose id ("lesson/pair") contains one of `filters` (all when there is none).
+pub fn select<S: AsRef<str>>(filters: &[S]) -> Vec<Pair> {
     PAIRS
         .iter()
-        .filter(|p| filter.is_none_or(|f| p.id().contains(f)))
+        .filter(|p| filters.is_empty() || filters.iter().any(|f| p.id().contains(f.as_ref())))
         .copied()
         .collect()
 }
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn shared_baselines_run_once() {
-        let v = variants_of(&select(Some("ch1-gemm")));
+        let v = variants_of(&select(&["ch1-gemm"]));
         assert_eq!(
             names(&v),
             vec![
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn a_baseline_at_other_flags_is_a_run_of_its_own() {
-        let v = variants_of(&select(Some("ch1-basics")));
+        let v = variants_of(&select(&["ch1-basics"]));
         let baselines: Vec<_> = v
             .iter()
             .filter(|r| r.variant == "training:baseline")
@@ -346,7 +346,7 @@ mod tests {
             .collect();
         assert_eq!(baselines, vec![&[][..], PINNED_ARGS, PREALLOC_ARGS]);
         // Each pair's two runs share the pair's flags.
-        for p in select(Some("ch1-basics")) {
+        for p in select(&["ch1-basics"]) {
             let [b, o] = p.runs();
             assert_eq!((b.args, o.args), (p.args, p.args), "{}", p.id());
             assert!(v.contains(&b) && v.contains(&o), "{}", p.id());
@@ -370,7 +370,7 @@ mod tests {
 
     #[test]
     fn variants_of_one_lesson_at_one_size_share_a_child() {
-        let runs = variants_of(&select(None));
+        let runs = variants_of(&select::<&str>(&[]));
         let children = children_of(&runs, false);
         let summary: Vec<(&str, usize, usize)> = children
             .iter()
@@ -413,8 +413,9 @@ mod tests {
 
     #[test]
     fn filters_match_substrings_of_ids() {
-        assert_eq!(select(Some("fusion")).len(), 1);
-        assert!(select(Some("no-such-pair")).is_empty());
-        assert_eq!(select(None).len(), PAIRS.len());
+        assert_eq!(select(&["fusion"]).len(), 1);
+        assert_eq!(select(&["fusion", "batched-gemm"]).len(), 2);
+        assert!(select(&["no-such-pair"]).is_empty());
+        assert_eq!(select::<&str>(&[]).len(), PAIRS.len());
     }
 }

@@ -62,16 +62,21 @@ pub struct VariantRun {
     pub note: Option<String>,
 }
 
+/// "lesson/variant", and the lesson flags after it when the run had some.
+pub fn run_id(lesson: &str, variant: &str, args: &[String]) -> String {
+    let id = format!("{lesson}/{variant}");
+    if args.is_empty() {
+        id
+    } else {
+        format!("{id} {}", args.join(" "))
+    }
+}
+
 impl VariantRun {
     /// "lesson/variant", and the lesson flags after it when it ran with some: a run at other
     /// sizes is another measurement, with an expectation of its own.
     pub fn id(&self) -> String {
-        let id = format!("{}/{}", self.lesson, self.variant);
-        if self.args.is_empty() {
-            id
-        } else {
-            format!("{id} {}", self.args.join(" "))
-        }
+        run_id(&self.lesson, &self.variant, &self.args)
     }
 
     /// The same run, made with the lesson flags `args`.
@@ -266,6 +271,12 @@ pub struct PairRow {
 }
 
 impl PairRow {
+    /// The ids of its two variant runs, baseline first (see [VariantRun::id]).
+    pub fn run_ids(&self) -> [String; 2] {
+        let lesson = self.id.split_once('/').map_or(self.id.as_str(), |(l, _)| l);
+        [&self.baseline, &self.optimized].map(|v| run_id(lesson, v, &self.args))
+    }
+
     /// The row of `pair` from the runs made; `threshold` is the rule's smallest change that
     /// counts (0.05 = 5%).
     pub fn build(
@@ -626,7 +637,7 @@ mod tests {
 
     #[test]
     fn a_pair_at_other_flags_takes_the_runs_made_at_its_flags() {
-        let pinned = select(Some("ch1-basics/pinned"))[0];
+        let pinned = select(&["ch1-basics/pinned"])[0];
         let runs = vec![
             run("training:baseline", 0.100, &[]),
             run("training:pinned", 0.095, &[]),

@@ -189,6 +189,7 @@ fn probe(r: &TrialResult) -> Result<Probe> {
         fits,
         peak_bytes: peak.filter(|_| fits),
         limit_bytes: limit,
+        model_bytes: r.measured.model.and_then(|m| m.total_bytes()),
     })
 }
 

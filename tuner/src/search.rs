@@ -18,8 +18,9 @@
 //! line through the two largest ([Line]). The line's largest batch within the limit is the
 //! centre; a round tries the centre and the size above it (right when the line is), then sizes
 //! further out on each side, in steps of 1, then about 1% of the size, doubling, each side's
-//! steps growing as its sizes miss. Several GPUs get two peaks from their first round (the
-//! start and sizes 4, 16... times it). Memory that is not a line shows itself: a size aimed by a
+//! steps growing as its sizes miss; once a size under the centre has failed, one size of a
+//! round of several bisects what lies under it. Several GPUs get two peaks from their first
+//! round (the start and sizes 4, 16... times it). Memory that is not a line shows itself: a size aimed by a
 //! line of two points lands more than 15% off it, the peaks flatten, or a larger batch peaks
 //! lower than a smaller one (cuDNN's autotuner takes workspace from whatever room there is, so
 //! the peaks climb to the limit long before the batch that runs out). A line that puts a size
@@ -346,9 +347,7 @@ impl Search {
                 i if i < k_bad => Some(i),
                 _ => Some((c + 1 + k_bad) / 2).filter(|&i| i > c && i < k_bad),
             };
-            if u.is_none() && o.is_none() {
-                break;
-            }
+            let before = ks.len();
             for i in [u.map(|i| (i, Side::Under)), o.map(|i| (i, Side::Over))]
                 .into_iter()
                 .flatten()
@@ -357,8 +356,24 @@ impl Search {
                     ks.push(i);
                 }
             }
+            if ks.len() == before {
+                break;
+            }
             under += 1;
             over += 1;
+        }
+        // After a size the line put within the limit failed, one size of a round of several
+        // bisects what lies under the centre: a line far off (a limit that is not the
+        // program's) then costs no more than bisecting.
+        if k >= 2 && self.under_misses > 0 {
+            let lowest = ks.iter().map(|x| x.0).min().unwrap_or(c);
+            let half = k_lo + (lowest.min(c) - k_lo) / 2;
+            if half > k_lo && !ks.iter().any(|x| x.0 == half) {
+                if ks.len() == k {
+                    ks.pop();
+                }
+                ks.push((half, Side::Blind));
+            }
         }
         ks.into_iter()
             .map(|(i, side)| Aimed {
@@ -573,6 +588,22 @@ mod tests {
                         previous = f.rounds;
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn aimed_rounds_of_any_width_end_exact() {
+        // Rounds wider than what is left between the line's centre and the bracket's ends, a
+        // limit reported right and one 3% off.
+        for real in [1.0, 0.97, 1.04] {
+            let (largest, program) = linear((0.6e9, 40e6), 79_000_000_000, real, 1.0);
+            let one = answer(8, M8, program);
+            for k in [2usize, 3, 4, 8, 16, 64] {
+                let f = find_in_rounds(8, M8, 1 << 26, k, program).unwrap().unwrap();
+                assert_eq!(f.maximum, largest / 8 * 8, "{real} k {k}: {:?}", f.trials);
+                assert!(f.next_failed);
+                assert!(f.rounds <= one.rounds, "{real} k {k}: {:?}", f.trials);
             }
         }
     }

@@ -418,9 +418,13 @@ pub fn render(r: &AutobatchReport) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "search from {} ({sizes}), each trial until its memory is steady: {} trials in {:.1} s: {}",
+        "search from {} ({sizes}), each trial until its memory is steady: {} trials{} in {:.1} s: {}",
         r.start,
         r.search.len(),
+        match r.found.rounds {
+            n if n < r.search.len() => format!(" in {n} rounds side by side"),
+            _ => String::new(),
+        },
         r.search_wall_s,
         tried.join(", ")
     );

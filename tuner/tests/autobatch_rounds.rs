@@ -73,6 +73,9 @@ fn several_gpus_search_side_by_side_and_find_the_one_gpu_answer() {
             let indices: Vec<usize> = r.search.iter().map(|t| t.index).collect();
             assert_eq!(indices, (0..r.search.len()).collect::<Vec<_>>());
             assert!(r.confirmations.iter().any(|c| c.held));
+            let said = tuner::autobatch::render(&r);
+            let rounds = format!("in {} rounds side by side", r.found.rounds);
+            assert_eq!(said.contains(&rounds), gpus > 1, "{said}");
             answers.push((r.maximum, r.next_failing, r.found.rounds));
         }
         let (maximum, next, _) = answers[0];

@@ -1,9 +1,10 @@
 //! `tuner autobatch -- COMMAND`: the largest batch that holds in a real run.
 //!
-//! 1. **Search** ([crate::search]): each trial asks "does batch B fit?" and runs only until the
-//!    program's memory is steady (the optimizer's state exists and two consecutive steps'
-//!    peaks agree, [crate::trial::steady]) or until it runs out of memory, which ends it at the
-//!    message. The largest size seen to fit is the candidate.
+//! 1. **Search** ([crate::search]): on GPUs of one model, a round of as many sizes as there are
+//!    GPUs runs side by side (one GPU: one size a round). Each trial asks "does batch B fit?"
+//!    and runs only until the program's memory is steady (the optimizer's state exists and two
+//!    consecutive steps' peaks agree, [crate::trial::steady]) or until it runs out of memory,
+//!    which ends it at the message. The largest size seen to fit is the candidate.
 //! 2. **Confirmation**: the candidate trains `--confirm-steps` steps (20 by default) in a
 //!    process of its own, start to end. A step that needs more memory than the first ones
 //!    showed (an allocator that fragments, a workspace chosen late) shows here. When it fails,
@@ -25,10 +26,10 @@ use common::{Error, Result};
 use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
-use crate::queue::ResultsFile;
+use crate::queue::{run_queue, ResultsFile};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
 use crate::run::{default_margin, kept_at, DeviceSummary, Run};
-use crate::search::{self, Found, Probe};
+use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::{self, Keys, Overrides, Target, TeamEntry, Written};
 
@@ -189,6 +190,7 @@ fn probe(r: &TrialResult) -> Result<Probe> {
         fits,
         peak_bytes: peak.filter(|_| fits),
         limit_bytes: limit,
+        model_bytes: r.measured.model.and_then(|m| m.total_bytes()),
     })
 }
 
@@ -196,12 +198,15 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     check(o, &settings).map_err(Error::invalid)?;
     let (amp, workers) = choices(&settings)?;
     let device = &run.devices[0];
-    if run.devices.len() > 1 {
+    // GPUs of one model search side by side, a size each; of several models, on the first.
+    let one_model = run.devices.iter().all(|d| d.name() == device.name());
+    if run.devices.len() > 1 && !one_model {
         run.progress.line(&format!(
             "autobatch searches on one GPU: {} (the answer is per GPU model)",
             device.label
         ));
     }
+    let searching = run.devices_in_use(if one_model { run.devices.len() } else { 1 });
     let params = |batch_size, steps, warmup_steps| Params {
         batch_size,
         workers,
@@ -216,19 +221,36 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     run.announce("autobatch", None);
     let mut trials: Vec<TrialResult> = Vec::new();
     let search_started = run.elapsed_s();
-    let found = search::find(o.start, o.granularity, MAX_BATCH, |batch| {
-        let r = run.one(
-            device,
-            &params(batch, SEARCH_STEPS, SEARCH_WARMUP),
-            trials.len(),
-            Stop::WhenSteady,
-            &mut results,
-        );
-        let answer = probe(&r);
-        trials.push(r);
-        answer
-    })?
-    .map_err(Error::invalid)?;
+    let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
+    loop {
+        let round = search.next(searching.len());
+        if round.is_empty() {
+            break;
+        }
+        let jobs: Vec<Params> = round
+            .iter()
+            .map(|&b| params(b, SEARCH_STEPS, SEARCH_WARMUP))
+            .collect();
+        let first = trials.len();
+        let done = match searching.as_slice() {
+            [one] => vec![run.one(one, &jobs[0], first, Stop::WhenSteady, &mut results)],
+            several => run_queue(
+                &jobs,
+                several,
+                |i, p, d| run.trial(p, first + i, d, Stop::WhenSteady),
+                |_, _| None,
+                &mut results,
+                |pr| run.progress.line(&pr.line()),
+            )?,
+        };
+        for r in done {
+            let answer = probe(&r);
+            let batch = r.params.batch_size;
+            trials.push(r);
+            search.record(batch, answer?);
+        }
+    }
+    let found = search.found().map_err(Error::invalid)?;
     let search_wall_s = run.elapsed_s() - search_started;
 
     // Confirm the candidate; step down until a size holds.
@@ -396,9 +418,13 @@ pub fn render(r: &AutobatchReport) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "search from {} ({sizes}), each trial until its memory is steady: {} trials in {:.1} s: {}",
+        "search from {} ({sizes}), each trial until its memory is steady: {} trials{} in {:.1} s: {}",
         r.start,
         r.search.len(),
+        match r.found.rounds {
+            n if n < r.search.len() => format!(" in {n} rounds side by side"),
+            _ => String::new(),
+        },
         r.search_wall_s,
         tried.join(", ")
     );

@@ -244,7 +244,13 @@ impl Run {
     }
 
     /// Trial `index` with `p` on `device`, its files in a folder of its own.
-    fn trial(&self, p: &Params, index: usize, device: &Device, stop: Stop) -> TrialResult {
+    pub(crate) fn trial(
+        &self,
+        p: &Params,
+        index: usize,
+        device: &Device,
+        stop: Stop,
+    ) -> TrialResult {
         let runner = Runner {
             program: &self.program,
             launcher: &self.launcher,
@@ -361,7 +367,7 @@ impl Run {
     /// The GPUs a queue of `jobs` trials runs on: no more than there are trials; where that is
     /// several, each with its share of the tuner's CPU cores, so that trials side by side do
     /// not fight over cores for their data loaders.
-    fn devices_in_use(&self, jobs: usize) -> Vec<Device> {
+    pub(crate) fn devices_in_use(&self, jobs: usize) -> Vec<Device> {
         let mut devices: Vec<Device> = self.devices.iter().take(jobs.max(1)).cloned().collect();
         if devices.len() > 1 {
             match allowed_cpus() {

@@ -17,7 +17,7 @@ use common::runner::{run_lesson, RunOptions};
 use common::stop::StopRule;
 use common::Gpu;
 
-use crate::allreduce;
+use crate::allreduce::{self, ALLREDUCE_CHANNELS};
 use crate::nccl_lib;
 use crate::replica::Fault;
 use crate::train::{DataParallel, TrainConfig, DEFAULT_LEARNING_RATE};
@@ -63,6 +63,10 @@ pub struct Args {
     /// (user buffer registration), instead of plain device allocations.
     #[arg(long, requires = "allreduce")]
     pub register: bool,
+    /// With `--allreduce`: channels per collective (NCCL_MIN/MAX_NCHANNELS; 0: NCCL's own
+    /// choice); the NCCL_*_NCHANNELS variables, when set, win.
+    #[arg(long, default_value_t = ALLREDUCE_CHANNELS, requires = "allreduce", value_name = "N")]
+    pub channels: u32,
     /// Test only: plant a wrong gradient on one rank before every all-reduce (`missing:R`, its
     /// gradient left out; `twice:R`, counted twice), for the tests that show the check fails.
     #[arg(long, hide = true, value_name = "missing:R|twice:R")]
@@ -139,6 +143,9 @@ impl Args {
 /// The body of every binary of the crate: `only` names the sides to run (all when empty).
 pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
     nccl_lib::disable_nvlink_multicast();
+    if args.allreduce && args.channels > 0 {
+        nccl_lib::set_channels(args.channels);
+    }
     let cfg = args.config();
     cfg.validate().map_err(usage)?;
     args.bench().stop.validate().map_err(usage)?;

@@ -114,7 +114,7 @@ impl<'g> Replica<'g> {
     }
 
     /// Back to the initial weights and the first loss slot, on this thread.
-    fn start(&mut self) -> Result<()> {
+    pub fn start(&mut self) -> Result<()> {
         self.gpu.ctx.bind_to_thread().cuda("binding the context")?;
         let ex = Exec::queued(self.gpu);
         self.mlp.reset(&ex, &mut self.model, &self.init)?;
@@ -183,11 +183,6 @@ impl<'g> Replica<'g> {
             .stream
             .memcpy_dtod(&self.model.grads, kept)
             .cuda("keeping the first step's gradient")
-    }
-
-    /// Start a run as a rank (initial weights, first loss slot).
-    pub fn start_rank(&mut self) -> Result<()> {
-        self.start()
     }
 
     /// Forward and loss of step `step`'s batch.

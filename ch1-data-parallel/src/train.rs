@@ -159,7 +159,7 @@ impl Rank<'_> {
     ) -> Result<()> {
         let fault = fault.filter(|f| f.rank() == self.comm.rank);
         let r = &mut self.replica;
-        r.start_rank()?;
+        r.start()?;
         let gpu = r.gpu;
         let ex = Exec::queued(gpu);
         let grads = r.grads_ptr();

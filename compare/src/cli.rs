@@ -280,6 +280,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut device = None;
     let mut queue: std::collections::VecDeque<Child> =
         lessons::children_of(&variants, isolate).into();
+    // On a machine that never ran the chapter, the children's first loads of the CUDA libraries
+    // wait for the disk; the kernel reads them meanwhile, at idle priority.
+    let _read_ahead = common::libraries::read_ahead(
+        common::libraries::SearchPath::of_this_process()
+            .files(&lessons::libraries_in_order(queue.iter().map(|c| c.lesson))),
+    );
     let mut done = 0;
     while let Some(child) = queue.pop_front() {
         if progress {

@@ -336,7 +336,7 @@ mod tests {
             version: "6",
         };
         let found = SearchPath::of_this_process().locate(&libc);
-        assert!(found.is_some_and(|p| p.is_file()), "{found:?}");
+        assert!(found.as_ref().is_some_and(|p| p.is_file()), "{found:?}");
     }
 
     #[test]

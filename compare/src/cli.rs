@@ -458,9 +458,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The ceilings the pairs are placed against, and what getting them took: the cached ones,
-/// with the SGEMM ceiling measured here when a GEMM pair runs and it was never measured on
-/// this machine (a note, and no "of ceiling" for those pairs, when it cannot be). Only SGEMM:
-/// the GEMM pairs run in fp32, and the other precisions' ceilings would triple the time.
+/// with an SGEMM figure measured here when a GEMM pair runs and none was ever measured on this
+/// machine (a note, and no "of ceiling" for those pairs, when it cannot be). Only SGEMM, at one
+/// size ([ceilings::with_sgemm]): the GEMM pairs run in fp32, and no verdict reads the share.
 fn ceilings_for(
     pairs: &[lessons::Pair],
     device: &common::gpu::DeviceInfo,
@@ -470,21 +470,16 @@ fn ceilings_for(
     let needs_sgemm = pairs
         .iter()
         .any(|p| p.ceiling == lessons::CeilingKind::Sgemm);
-    let have_sgemm = cached.as_ref().is_some_and(|c| c.sgemm_fp32.is_some());
+    let have_sgemm = cached.as_ref().is_some_and(|c| c.sgemm().is_some());
     if !needs_sgemm || (have_sgemm && !common.refresh_ceilings) {
         return (cached, "cached");
     }
     let measured = common::gpu::Gpu::open(common.device).and_then(|gpu| {
         let mut timer = common::bench::Timer::new(&gpu)?;
-        ceilings::with_gemm(
-            &gpu,
-            &mut timer,
-            common::blas::GemmPrecision::Fp32,
-            common.refresh_ceilings,
-        )
+        ceilings::with_sgemm(&gpu, &mut timer, common.refresh_ceilings)
     });
     match measured {
-        Ok(c) => (Some(c), "measured SGEMM fp32"),
+        Ok(c) => (Some(c), "measured SGEMM fp32 at one size"),
         Err(e) => {
             eprintln!("note: no GEMM ceilings to place the GEMM pairs against: {e}");
             (cached, "SGEMM could not be measured")

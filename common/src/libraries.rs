@@ -11,6 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 /// The CUDA major version the bindings are built for (cudarc's `cuda-13000`), the version in
 /// the file names of the toolkit's libraries.
 pub const CUDA_MAJOR: &str = "13";
@@ -180,11 +182,13 @@ impl SearchPath {
     }
 }
 
-/// What [read_ahead] asked the kernel to read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What [read_ahead] asked the kernel to read: the files' names (not their folders), their
+/// bytes in all, and how long asking took (the reads go on after it, in the kernel).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadAhead {
-    pub files: usize,
+    pub files: Vec<String>,
     pub bytes: u64,
+    pub seconds: f64,
 }
 
 /// Ask the kernel to read `files` into the page cache, in order, on a thread of its own at
@@ -193,14 +197,17 @@ pub struct ReadAhead {
 /// was asked for (a file that cannot be opened is skipped: the process that loads it will say).
 pub fn read_ahead(files: Vec<PathBuf>) -> std::thread::JoinHandle<ReadAhead> {
     std::thread::spawn(move || {
+        let start = std::time::Instant::now();
         lower_this_threads_priority();
         let mut done = ReadAhead::default();
         for path in &files {
             if let Some(bytes) = advise_will_need(path) {
-                done.files += 1;
+                let name = path.file_name().unwrap_or(path.as_os_str());
+                done.files.push(name.to_string_lossy().into_owned());
                 done.bytes += bytes;
             }
         }
+        done.seconds = start.elapsed().as_secs_f64();
         done
     })
 }
@@ -363,11 +370,9 @@ mod tests {
         ];
         let done = read_ahead(files).join().unwrap();
         assert_eq!(
-            done,
-            ReadAhead {
-                files: 2,
-                bytes: 4196
-            }
+            (&done.files[..], done.bytes),
+            (&["a.so".to_string(), "b.so".into()][..], 4196)
         );
+        assert!(done.seconds >= 0.0 && done.seconds < 10.0, "{done:?}");
     }
 }

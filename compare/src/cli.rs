@@ -282,7 +282,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         lessons::children_of(&variants, isolate).into();
     // On a machine that never ran the chapter, the children's first loads of the CUDA libraries
     // wait for the disk; the kernel reads them meanwhile, at idle priority.
-    let _read_ahead = common::libraries::read_ahead(
+    let read_ahead = common::libraries::read_ahead(
         common::libraries::SearchPath::of_this_process()
             .files(&lessons::libraries_in_order(queue.iter().map(|c| c.lesson))),
     );
@@ -429,6 +429,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         wall_s: started.elapsed().as_secs_f64(),
         children,
         ceilings_time: Some(ceilings_time),
+        read_ahead: read_ahead.join().ok(),
     };
     print!("{}", report.markdown());
     if args.phases {
@@ -440,6 +441,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 report.wall_s
             )
         );
+        if let Some(r) = &report.read_ahead {
+            print!("{}", phases::read_ahead_line(r));
+        }
     }
     if let Some(path) = &args.common.json {
         common::files::write_json_file(path, &report, "the comparison")?;

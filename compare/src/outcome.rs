@@ -363,6 +363,10 @@ pub struct CompareReport {
     /// The ceilings the compare measured or read itself.
     #[serde(default)]
     pub ceilings_time: Option<CeilingsTime>,
+    /// The CUDA libraries the compare had the kernel read for its children (absent in older
+    /// files).
+    #[serde(default)]
+    pub read_ahead: Option<common::libraries::ReadAhead>,
 }
 
 impl CompareReport {

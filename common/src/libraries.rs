@@ -183,7 +183,8 @@ impl SearchPath {
 }
 
 /// What [read_ahead] asked the kernel to read: the files' names (not their folders), their
-/// bytes in all, and how long asking took (the reads go on after it, in the kernel).
+/// bytes in all, and how long finding them and asking took (the reads go on after it, in the
+/// kernel).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadAhead {
     pub files: Vec<String>,
@@ -191,16 +192,20 @@ pub struct ReadAhead {
     pub seconds: f64,
 }
 
-/// Ask the kernel to read `files` into the page cache, in order, on a thread of its own at
-/// idle I/O priority and the lowest CPU priority, so that a process started meanwhile that
-/// reads them at normal priority comes first. Returns at once; the thread's answer says what
-/// was asked for (a file that cannot be opened is skipped: the process that loads it will say).
-pub fn read_ahead(files: Vec<PathBuf>) -> std::thread::JoinHandle<ReadAhead> {
+/// Ask the kernel to read the files `find` names into the page cache, in order, on a thread of
+/// its own at idle I/O priority and the lowest CPU priority, so that a process started
+/// meanwhile that reads them at normal priority comes first. `find` runs on that thread too
+/// (the search reads folders and the loader cache). Returns at once; the thread's answer says
+/// what was asked for (a file that cannot be opened is skipped: the process that loads it will
+/// say).
+pub fn read_ahead(
+    find: impl FnOnce() -> Vec<PathBuf> + Send + 'static,
+) -> std::thread::JoinHandle<ReadAhead> {
     std::thread::spawn(move || {
         let start = std::time::Instant::now();
         lower_this_threads_priority();
         let mut done = ReadAhead::default();
-        for path in &files {
+        for path in &find() {
             if let Some(bytes) = advise_will_need(path) {
                 let name = path.file_name().unwrap_or(path.as_os_str());
                 done.files.push(name.to_string_lossy().into_owned());
@@ -368,7 +373,7 @@ mod tests {
             dir.path().join("missing.so"),
             dir.path().join("b.so"),
         ];
-        let done = read_ahead(files).join().unwrap();
+        let done = read_ahead(move || files).join().unwrap();
         assert_eq!(
             (&done.files[..], done.bytes),
             (&["a.so".to_string(), "b.so".into()][..], 4196)

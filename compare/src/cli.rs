@@ -282,10 +282,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         lessons::children_of(&variants, isolate).into();
     // On a machine that never ran the chapter, the children's first loads of the CUDA libraries
     // wait for the disk; the kernel reads them meanwhile, at idle priority.
-    let read_ahead = common::libraries::read_ahead(
-        common::libraries::SearchPath::of_this_process()
-            .files(&lessons::libraries_in_order(queue.iter().map(|c| c.lesson))),
-    );
+    let libraries = lessons::libraries_in_order(queue.iter().map(|c| c.lesson));
+    let read_ahead = common::libraries::read_ahead(move || {
+        common::libraries::SearchPath::of_this_process().files(&libraries)
+    });
     let mut done = 0;
     while let Some(child) = queue.pop_front() {
         if progress {

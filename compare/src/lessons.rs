@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use common::libraries::{self, Library};
+
 /// Which measured ceiling a pair's optimized variant is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CeilingKind {
@@ -76,6 +78,28 @@ pub const LESSONS: &[&str] = &[
     "ch1-basics",
     "ch1-graph-shapes",
 ];
+
+/// The CUDA libraries a lesson's process loads, in the order it loads them: every lesson opens
+/// a GPU (the driver, NVML) and compiles its kernels (NVRTC); the GEMMs and the training loops
+/// (the MLP's matrix products) create a cuBLAS handle.
+pub fn libraries_of(lesson: &str) -> Vec<Library> {
+    let blas: &[Library] = match lesson {
+        "ch1-gemm" | "ch1-basics" => libraries::CUBLAS,
+        _ => &[],
+    };
+    [libraries::DRIVER, libraries::NVML, libraries::NVRTC, blas].concat()
+}
+
+/// The libraries `lessons` load, in the order they first load them, each once.
+pub fn libraries_in_order<'a>(lessons: impl IntoIterator<Item = &'a str>) -> Vec<Library> {
+    let mut out: Vec<Library> = Vec::new();
+    for library in lessons.into_iter().flat_map(libraries_of) {
+        if !out.contains(&library) {
+            out.push(library);
+        }
+    }
+    out
+}
 
 /// The folder of this executable, where `cargo build` puts every binary of the workspace
 /// (target/release/ for `cargo run --release -p compare`); a test's executable sits one
@@ -409,6 +433,21 @@ mod tests {
         let isolated = children_of(&runs, true);
         assert_eq!(isolated.len(), runs.len());
         assert!(isolated.iter().all(|c| c.variants.len() == 1));
+    }
+
+    #[test]
+    fn libraries_come_in_the_order_the_children_first_load_them() {
+        use common::libraries::{CUBLAS, DRIVER, NVML, NVRTC};
+        let children = children_of(&variants_of(PAIRS), false);
+        let order = libraries_in_order(children.iter().map(|c| c.lesson));
+        assert_eq!(order, [DRIVER, NVML, NVRTC, CUBLAS].concat());
+        // The first child, the intensity lesson, loads no cuBLAS; the graph lesson neither.
+        assert_eq!(children[0].lesson, "ch1-intensity");
+        for lesson in ["ch1-intensity", "ch1-graph-shapes"] {
+            assert!(libraries_of(lesson).iter().all(|l| !CUBLAS.contains(l)));
+        }
+        assert!(CUBLAS.iter().all(|l| libraries_of("ch1-gemm").contains(l)));
+        assert!(libraries_in_order([]).is_empty());
     }
 
     #[test]

@@ -336,10 +336,10 @@ pub fn of_ceiling(
         CeilingKind::Sgemm => {
             let c = ceilings?;
             let (name, ceiling) = match v.precision {
-                Precision::Tf32 => ("TF32 GEMM", c.gemm_tf32.as_ref()?),
-                _ => ("SGEMM", c.sgemm_fp32.as_ref()?),
+                Precision::Tf32 => ("TF32 GEMM".to_string(), c.gemm_tf32.as_ref()?),
+                _ => c.sgemm()?,
             };
-            Some((name.to_string(), v.throughput?.gflop_per_s / ceiling.value))
+            Some((name, v.throughput?.gflop_per_s / ceiling.value))
         }
     }
 }
@@ -363,6 +363,10 @@ pub struct CompareReport {
     /// The ceilings the compare measured or read itself.
     #[serde(default)]
     pub ceilings_time: Option<CeilingsTime>,
+    /// The CUDA libraries the compare had the kernel read for its children (absent in older
+    /// files).
+    #[serde(default)]
+    pub read_ahead: Option<common::libraries::ReadAhead>,
 }
 
 impl CompareReport {

@@ -233,6 +233,9 @@ fn a_process_that_fails_is_run_again_one_variant_at_a_time() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(written["children"].as_array().unwrap().len(), 3);
     assert_eq!(written["ceilings_time"]["what"], "cached");
+    // What was read ahead for the children is kept, and said under the phases.
+    assert!(written["read_ahead"]["files"].is_array(), "{written}");
+    assert!(out.contains("read ahead: "), "{out}");
     // With --isolate, one process per variant from the start.
     std::fs::remove_file(d.join("calls.log")).unwrap();
     let (code, _, _) = compare(&d, &["--isolate"]);

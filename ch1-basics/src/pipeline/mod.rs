@@ -139,7 +139,11 @@ impl Lesson for PipelineLesson {
     fn output(&mut self, _gpu: &Gpu, _index: usize) -> Result<Output> {
         let out = Output::checked(vec![self.pipeline.check_closed_form()]);
         Ok(if self.whole {
-            out.part(SAME_AS_SERIAL, self.pipeline.output().to_vec(), Some(0.0))
+            out.part(
+                SAME_AS_SERIAL,
+                common::par::copy_of(self.pipeline.output()),
+                Some(0.0),
+            )
         } else {
             out
         })

@@ -20,14 +20,13 @@ fn run(args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-#[test]
-#[ignore = "needs an NVIDIA GPU and NCCL"]
-fn one_rank_verifies_both_sides() {
-    let json = std::env::temp_dir().join(format!("ch1-dp-{}.json", std::process::id()));
-    // Small buckets, so the overlapped side reduces several of them per step.
-    let (code, stdout, stderr) = run(&[
+/// A small model trained on `devices` (with `extra` flags); small buckets, so the overlapped
+/// side reduces several of them per step. The exit code, the report and the output.
+fn small_run(devices: &str, extra: &[&str], name: &str) -> (Option<i32>, LessonReport, String) {
+    let json = std::env::temp_dir().join(format!("ch1-dp-{}-{name}.json", std::process::id()));
+    let mut args = vec![
         "--devices",
-        "0",
+        devices,
         "--hidden",
         "1024",
         "--depth",
@@ -37,10 +36,21 @@ fn one_rank_verifies_both_sides() {
         "--bucket-mib",
         "1",
         "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    let report = LessonReport::read_json(&json).unwrap();
+    ];
+    args.push(json.to_str().unwrap());
+    args.extend(extra);
+    let (code, stdout, stderr) = run(&args);
+    let report =
+        LessonReport::read_json(&json).unwrap_or_else(|e| panic!("{e}\n{stdout}\n{stderr}"));
+    let _ = std::fs::remove_file(&json);
+    (code, report, format!("{stdout}\n{stderr}"))
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and NCCL"]
+fn one_rank_verifies_both_sides() {
+    let (code, report, stdout) = small_run("0", &[], "one");
+    assert_eq!(code, Some(0), "{stdout}");
     assert_eq!(report.variants.len(), 2);
     for v in &report.variants {
         assert_eq!(v.status, Status::Ok, "{}: {:?}", v.name, v.checks);
@@ -54,44 +64,22 @@ fn one_rank_verifies_both_sides() {
     assert_eq!(report.parameters["nccl_nvls_enable"], "0");
     assert!(report.parameters["buckets"].as_array().unwrap().len() > 1);
     assert!(stdout.contains("samples/s"), "{stdout}");
-    let _ = std::fs::remove_file(&json);
 }
 
-/// A small run over every GPU (two or more), optionally with a planted fault: its report.
+/// A small run over every GPU (two or more), optionally with a planted fault.
 fn small_run_on_every_gpu(fault: Option<&str>) -> (Option<i32>, LessonReport, String) {
-    let json = std::env::temp_dir().join(format!(
-        "ch1-dp-all-{}-{}.json",
-        std::process::id(),
-        fault.unwrap_or("none").replace(':', "-")
-    ));
-    let mut args = vec![
-        "--devices",
-        "all",
-        "--hidden",
-        "1024",
-        "--depth",
-        "3",
-        "--steps",
-        "8",
-        "--bucket-mib",
-        "1",
-        "--quick",
-        "--json",
-        json.to_str().unwrap(),
-    ];
-    if let Some(f) = fault {
-        args.extend(["--plant-fault", f]);
-    }
-    let (code, stdout, stderr) = run(&args);
-    let report =
-        LessonReport::read_json(&json).unwrap_or_else(|e| panic!("{e}\n{stdout}\n{stderr}"));
-    let _ = std::fs::remove_file(&json);
+    let extra: Vec<&str> = match fault {
+        Some(f) => vec!["--quick", "--plant-fault", f],
+        None => vec!["--quick"],
+    };
+    let name = format!("all-{}", fault.unwrap_or("none").replace(':', "-"));
+    let (code, report, out) = small_run("all", &extra, &name);
     let ranks = report.parameters["ranks"].as_u64().unwrap();
     assert!(
         ranks >= 2,
         "this test needs two GPUs or more; the host has {ranks}"
     );
-    (code, report, format!("{stdout}\n{stderr}"))
+    (code, report, out)
 }
 
 fn error_of(report: &LessonReport, variant: &str, part: &str) -> f64 {

@@ -17,9 +17,10 @@ use common::runner::{run_lesson, RunOptions};
 use common::stop::StopRule;
 use common::Gpu;
 
-use crate::allreduce;
+use crate::allreduce::{self, ALLREDUCE_CHANNELS};
 use crate::nccl_lib;
-use crate::train::{DataParallel, TrainConfig};
+use crate::replica::Fault;
+use crate::train::{DataParallel, TrainConfig, DEFAULT_LEARNING_RATE};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -46,15 +47,30 @@ pub struct Args {
     /// Largest bucket of gradients reduced by one all-reduce, in MiB.
     #[arg(long, default_value = "25", value_parser = parse_mib, value_name = "MIB")]
     pub bucket_mib: usize,
+    /// Learning rate of plain SGD.
+    #[arg(long = "lr", default_value_t = DEFAULT_LEARNING_RATE, value_name = "RATE")]
+    pub learning_rate: f32,
     /// Timed runs per side (each a whole run of --steps steps), after two warmup runs.
     #[arg(long, default_value = "3", value_parser = parse_positive_usize, value_name = "N")]
     pub runs: usize,
-    /// Measure the all-reduce's bus bandwidth over 1 MiB .. 1 GiB instead of training.
+    /// Measure the all-reduce's bus bandwidth over 1 MiB .. 4 GiB instead of training.
     #[arg(long)]
     pub allreduce: bool,
     /// Largest all-reduce message of `--allreduce` (K, M, G suffixes).
-    #[arg(long, default_value = "1G", value_parser = parse_bytes, value_name = "BYTES")]
+    #[arg(long, default_value = "4G", value_parser = parse_bytes, value_name = "BYTES")]
     pub max_size: u64,
+    /// With `--allreduce`: buffers from NCCL's allocator, registered with the communicators
+    /// (user buffer registration), instead of plain device allocations.
+    #[arg(long, requires = "allreduce")]
+    pub register: bool,
+    /// With `--allreduce`: channels per collective (NCCL_MIN/MAX_NCHANNELS; 0: NCCL's own
+    /// choice); the NCCL_*_NCHANNELS variables, when set, win.
+    #[arg(long, default_value_t = ALLREDUCE_CHANNELS, requires = "allreduce", value_name = "N")]
+    pub channels: u32,
+    /// Test only: plant a wrong gradient on one rank before every all-reduce (`missing:R`, its
+    /// gradient left out; `twice:R`, counted twice), for the tests that show the check fails.
+    #[arg(long, hide = true, value_name = "missing:R|twice:R")]
+    pub plant_fault: Option<Fault>,
     /// The flags every lesson shares: the stopping rule's flags count whole runs as samples
     /// (`--quick`: two runs a side).
     #[command(flatten)]
@@ -119,6 +135,7 @@ impl Args {
             steps: self.steps,
             bucket_bytes: self.bucket_mib << 20,
             runs: self.runs,
+            learning_rate: self.learning_rate,
         }
     }
 }
@@ -126,6 +143,9 @@ impl Args {
 /// The body of every binary of the crate: `only` names the sides to run (all when empty).
 pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<ExitCode> {
     nccl_lib::disable_nvlink_multicast();
+    if args.allreduce && args.channels > 0 {
+        nccl_lib::set_channels(args.channels);
+    }
     let cfg = args.config();
     cfg.validate().map_err(usage)?;
     args.bench().stop.validate().map_err(usage)?;
@@ -149,7 +169,7 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
             min_samples: args.runs.max(5),
             ..StopRule::sweep()
         };
-        let results = allreduce::measure_sizes(&gpus, args.max_size, stop)?;
+        let results = allreduce::measure_sizes(&gpus, args.max_size, args.register, stop)?;
         println!(
             "## ch1-data-parallel: all-reduce, fp32 sum, {} rank(s) on {}\n",
             gpus.len(),
@@ -162,7 +182,7 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
         if let Some(path) = &args.common.json {
             common::files::write_json_file(
                 path,
-                &allreduce::to_json(&results, &gpus),
+                &allreduce::to_json(&results, &gpus, args.register),
                 "the all-reduce results",
             )?;
             println!("wrote {}", path.display());
@@ -170,7 +190,19 @@ pub fn run(args: Args, only: &[&str], mut startup: Startup) -> anyhow::Result<Ex
         let ok = results.iter().all(|r| r.check.passed);
         return Ok(if ok { Exit::Done } else { Exit::Problem }.into());
     }
+    if let Some(f) = args.plant_fault {
+        if f.rank() >= gpus.len() {
+            return Err(usage(format!(
+                "--plant-fault names rank {} of {}",
+                f.rank(),
+                gpus.len()
+            )));
+        }
+    }
     let mut lesson = DataParallel::new(&gpus, cfg)?;
+    if let Some(f) = args.plant_fault {
+        lesson = lesson.with_fault(f);
+    }
     startup.mark("ranks ready (communicators, data, one-GPU reference)");
     let options = RunOptions {
         bench: args.bench(),

@@ -20,8 +20,11 @@
 
 pub mod allreduce;
 pub mod busbw;
+pub mod checks;
 pub mod cli;
 pub mod nccl;
 pub mod nccl_lib;
 pub mod plan;
+pub mod replica;
+pub mod scaling;
 pub mod train;

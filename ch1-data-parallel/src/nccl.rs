@@ -2,7 +2,7 @@
 //! the lesson uses: an in-place fp32 sum on a stream the caller chooses (the compute stream for
 //! the baseline, the communication stream for the overlapped side).
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::{result, sys};
 
 use common::error::CudaContext as _;
@@ -96,10 +96,102 @@ impl Communicator {
     }
 }
 
+/// One rank's part of an all-reduce issued for every rank at once: its stream, its input and
+/// output (the same pointer for in place), and the event that marks its end.
+pub struct RankCall<'a> {
+    pub stream: &'a CudaStream,
+    pub src: u64,
+    pub dst: u64,
+    pub done: &'a CudaEvent,
+}
+
+/// One all-reduce of `count` fp32 values over every rank, issued from this thread as one NCCL
+/// group (`calls[r]` for `comms[r]`), then the first rank's stream waits on every other rank's
+/// end: timed on the first stream, a call spans the slowest rank.
+pub fn all_reduce_all(comms: &[&Communicator], calls: &[RankCall], count: usize) -> Result<()> {
+    let nccl = |e| nccl_error("an all-reduce", e);
+    result::group_start().map_err(nccl)?;
+    let mut queued = Ok(());
+    for (comm, c) in comms.iter().zip(calls) {
+        queued = comm.all_reduce_to(c.stream, c.src, c.dst, count);
+        if queued.is_err() {
+            break;
+        }
+    }
+    result::group_end().map_err(nccl)?;
+    queued?;
+    for c in &calls[1..] {
+        c.done.record(c.stream).cuda("recording a rank's end")?;
+        calls[0].stream.wait(c.done).cuda("waiting for a rank")?;
+    }
+    Ok(())
+}
+
 impl Drop for Communicator {
     fn drop(&mut self) {
         // SAFETY: destroyed once; every stream using it has been synchronized by the owner.
         let _ = unsafe { result::comm_destroy(self.comm) };
+    }
+}
+
+/// Device memory from NCCL's own allocator (`ncclMemAlloc`: the driver's virtual memory API,
+/// mapped for the GPU's peers) and registered with a communicator (`ncclCommRegister`), so a
+/// collective over it reads and writes the peers' buffers directly instead of staging every
+/// chunk through NCCL's own. Every rank of a call must pass registered buffers.
+pub struct Registered {
+    ptr: *mut std::ffi::c_void,
+    bytes: usize,
+    comm: sys::ncclComm_t,
+    handle: *mut std::ffi::c_void,
+}
+
+// SAFETY: plain device memory and a registration handle, used by one thread at a time.
+unsafe impl Send for Registered {}
+
+impl Registered {
+    /// `bytes` on `gpu`, registered with `comm` (the communicator must outlive the buffer).
+    pub fn new(gpu: &Gpu, comm: &Communicator, bytes: usize) -> Result<Registered> {
+        gpu.ctx.bind_to_thread().cuda("binding the context")?;
+        let mut ptr = std::ptr::null_mut();
+        // SAFETY: NCCL writes the pointer of a fresh allocation of `bytes` on the current GPU.
+        unsafe { sys::ncclMemAlloc(&mut ptr, bytes) }
+            .result()
+            .map_err(|e| nccl_error("allocating a buffer to register", e))?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: ptr holds `bytes` from ncclMemAlloc; comm is live.
+        let registered = unsafe { sys::ncclCommRegister(comm.comm, ptr, bytes, &mut handle) }
+            .result()
+            .map_err(|e| nccl_error("registering a buffer", e));
+        if let Err(e) = registered {
+            // SAFETY: allocated above, not registered, not used.
+            let _ = unsafe { sys::ncclMemFree(ptr) };
+            return Err(e);
+        }
+        Ok(Registered {
+            ptr,
+            bytes,
+            comm: comm.comm,
+            handle,
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: registered once with a communicator that is still live (owners drop buffers
+        // before communicators), freed once; the streams that used it are synchronized.
+        unsafe {
+            let _ = sys::ncclCommDeregister(self.comm, self.handle);
+            let _ = sys::ncclMemFree(self.ptr);
+        }
     }
 }
 

@@ -218,6 +218,22 @@ pub fn disable_nvlink_multicast() {
     std::env::set_var("NCCL_NVLS_ENABLE", "0");
 }
 
+/// Give every collective `channels` channels (NCCL's CTAs per collective): NCCL_MIN_NCHANNELS
+/// and NCCL_MAX_NCHANNELS, unless the user set either. Read when the first communicator is
+/// made, so call it before. Returns what NCCL was told, or None where the user's values stand.
+pub fn set_channels(channels: u32) -> Option<u32> {
+    let user = ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if user {
+        return None;
+    }
+    for v in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
+        std::env::set_var(v, channels.to_string());
+    }
+    Some(channels)
+}
+
 fn cudarc_can_load() -> bool {
     // SAFETY: only tries to dlopen the library by the names cudarc uses.
     unsafe { cudarc::nccl::sys::is_culib_present() }

@@ -1,52 +1,55 @@
 //! The pair on the runner. Every run trains `steps` steps from the same initial weights; each
 //! step's global batch of `per_rank * ranks` samples is split over the ranks, one thread per
 //! GPU. The loss is the mean over the global batch (each rank scales its shard's gradient by
-//! 1 / global batch), so the all-reduce's sum is the one-GPU gradient of the global batch, and
-//! both sides are checked against a one-GPU run of it on rank 0's GPU: the weight change after
-//! the run and the loss curve, plus every rank's weights against rank 0's. The runner times
-//! rank 0's stream, which waits at the end of a run on every other rank's stream, so a sample
-//! spans the slowest rank.
+//! 1 / global batch), so the all-reduce's sum is the gradient of the global batch.
+//!
+//! The reference is the ranks' arithmetic on one GPU: each step's batch split as the ranks
+//! split it, each shard's gradient computed on its own, the gradients added in rank order.
+//! From the same weights a rank computes its shard's gradient exactly as the reference does, so
+//! the first step's all-reduced gradient differs from the reference's only by the order the
+//! all-reduce adds the shares in (for two ranks not at all: a + b = b + a), and is checked
+//! tightly. The end of a run (weight change, loss curve) is not a smooth function of that
+//! order: fp32 training through ReLUs turns a last-bit difference into a slightly different
+//! trajectory. It is checked against a tolerance from the reference's own spread: the distance
+//! between the reference and the same run with its shares added in another order. Every
+//! rank's weights are checked against rank 0's. The runner times rank 0's stream, which waits
+//! at the end of a run on every other rank's stream, so a sample spans the slowest rank.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaEvent, CudaStream};
 use serde_json::json;
 
-use common::bench::{BenchConfig, Measurement};
+use common::bench::BenchConfig;
 use common::counters::Work;
 use common::error::CudaContext as _;
 use common::report::{Metric, Section, VariantReport};
 use common::runner::{Lesson, Meter, Output, Reference, VariantSpec};
 use common::stop::StopRule;
-use common::table::{three_figures, Table};
 use common::verify::{check, Precision};
 use common::{Error, Gpu, Result};
 use mlp::reference::loss_curve;
-use mlp::{
-    initial_params, Activations, Allocator, Arch, Exec, Init, Input, LossSlot, Losses, Mlp, Model,
-    Optimizer, Samples,
+use mlp::{initial_params, Arch, Exec, Init, LossSlot, Samples};
+
+use crate::checks::{
+    end_tolerances, rotated, Distance, FIRST_GRADIENT_TOLERANCE, RANKS_AGREE_TOLERANCE,
 };
-
-use crate::nccl::Communicator;
+use crate::nccl::{all_reduce_all, Communicator, RankCall};
 use crate::plan::{Plan, ELEMENT_BYTES};
+use crate::replica::{Fault, Replica};
+use crate::scaling::{self, Figures};
 
-/// Relative L2 tolerance on the weight change against the one-GPU run: the ranks' partial sums
-/// add in another order than one GEMM over the global batch, which moves fp32 rounding, never
-/// by 1e-4 of the change; a rank's gradient counted twice or missing moves it by >10%.
-pub const WEIGHT_CHANGE_TOLERANCE: f64 = 5e-4;
-/// Relative L2 tolerance on the loss curve (per-step mean losses, ~2.3 falling).
-pub const LOSS_CURVE_TOLERANCE: f64 = 2e-5;
-/// Ranks end with the same weights: they apply the same reduced gradient to the same weights.
-pub const RANKS_AGREE_TOLERANCE: f64 = 1e-6;
-
+const FIRST_GRADIENT: &str = "first gradient";
 const WEIGHT_CHANGE: &str = "weight change";
 const LOSS_CURVE: &str = "loss curve";
-const REFERENCE_LABEL: &str = "one GPU, the global batch per step (fp32)";
-const LEARNING_RATE: f32 = 0.05;
+const REFERENCE_LABEL: &str =
+    "one GPU, each step's batch split as the ranks split it, the shares added in rank order (fp32)";
+/// The learning rate of plain SGD, unless `--lr` says otherwise.
+pub const DEFAULT_LEARNING_RATE: f32 = 0.05;
 const SEED: u64 = 2024;
 
 /// What one run trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TrainConfig {
     pub hidden: usize,
     pub depth: usize,
@@ -54,6 +57,7 @@ pub struct TrainConfig {
     pub steps: usize,
     pub bucket_bytes: usize,
     pub runs: usize,
+    pub learning_rate: f32,
 }
 
 impl TrainConfig {
@@ -76,6 +80,12 @@ impl TrainConfig {
             if v == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return Err(format!(
+                "--lr must be a positive number, not {}",
+                self.learning_rate
+            ));
         }
         Ok(())
     }
@@ -124,92 +134,6 @@ impl Side {
     }
 }
 
-/// One model training on one GPU: its weights, a batch's activations, its samples of every
-/// step and where their losses go.
-struct Replica<'g> {
-    gpu: &'g Gpu,
-    mlp: Mlp,
-    model: Model,
-    act: Activations,
-    x: CudaSlice<f32>,
-    labels: CudaSlice<i32>,
-    losses: Losses,
-    init: CudaSlice<f32>,
-    /// Samples of this replica per step, and where they sit in the global batch.
-    batch: usize,
-    slot: LossSlot,
-}
-
-impl<'g> Replica<'g> {
-    /// A replica training on `samples` (`steps` batches of `batch`), its losses placed at
-    /// `slot` within each step of `global` samples.
-    fn new(
-        gpu: &'g Gpu,
-        arch: Arch,
-        init: &[f32],
-        samples: &Samples,
-        batch: usize,
-        slot: LossSlot,
-    ) -> Result<Replica<'g>> {
-        let steps = samples.len() / batch;
-        Ok(Replica {
-            gpu,
-            mlp: Mlp::new(gpu)?,
-            model: Model::new(gpu, arch, Optimizer::PLAIN_SGD, false, init)?,
-            act: Activations::new(gpu, &arch, false, batch, Allocator::Pool)?,
-            x: gpu.upload(&samples.features, "the rank's samples")?,
-            labels: gpu.upload(&samples.labels, "the rank's labels")?,
-            losses: Losses::new(gpu, steps * slot.samples_per_step)?,
-            init: gpu.upload(init, "the initial parameters")?,
-            batch,
-            slot,
-        })
-    }
-
-    fn steps(&self) -> usize {
-        self.labels.len() / self.batch
-    }
-
-    fn input(&self, step: usize) -> Input {
-        let arch = self.model.arch;
-        let x = self.x.slice(step * self.batch * arch.input..);
-        let labels = self.labels.slice(step * self.batch..);
-        Input::new(self.gpu, &arch, &x, &labels, self.batch)
-    }
-
-    fn start(&mut self) -> Result<()> {
-        self.gpu.ctx.bind_to_thread().cuda("binding the context")?;
-        let ex = Exec::queued(self.gpu);
-        self.mlp.reset(&ex, &mut self.model, &self.init)?;
-        self.losses.rewind(self.gpu)
-    }
-
-    /// One whole run on one GPU, no communication: the reference.
-    fn train_alone(&mut self) -> Result<()> {
-        self.start()?;
-        let ex = Exec::queued(self.gpu);
-        for step in 0..self.steps() {
-            let input = self.input(step);
-            let m = &self.mlp;
-            m.forward_loss(
-                &ex,
-                &self.model,
-                &mut self.act,
-                input,
-                &mut self.losses,
-                self.slot,
-            )?;
-            m.backward(&ex, &mut self.model, &mut self.act, input, false)?;
-            m.update(&ex, &mut self.model, LEARNING_RATE, Some(&mut self.losses))?;
-        }
-        Ok(())
-    }
-
-    fn grads_ptr(&self) -> u64 {
-        self.model.grads.device_ptr(&self.gpu.stream).0
-    }
-}
-
 /// A rank: its replica, communicator, communication stream and events.
 struct Rank<'g> {
     replica: Replica<'g>,
@@ -224,20 +148,26 @@ struct Rank<'g> {
 }
 
 impl Rank<'_> {
-    fn train(&mut self, side: Side, plan: &Plan) -> Result<()> {
+    /// One run of `side`; `fault`, when it names this rank, plants its wrong gradient;
+    /// `keep_first` keeps the first step's all-reduced gradient.
+    fn train(
+        &mut self,
+        side: Side,
+        plan: &Plan,
+        fault: Option<Fault>,
+        keep_first: bool,
+    ) -> Result<()> {
+        let fault = fault.filter(|f| f.rank() == self.comm.rank);
         let r = &mut self.replica;
         r.start()?;
         let gpu = r.gpu;
         let ex = Exec::queued(gpu);
         let grads = r.grads_ptr();
         for step in 0..r.steps() {
-            let input = r.input(step);
-            r.mlp
-                .forward_loss(&ex, &r.model, &mut r.act, input, &mut r.losses, r.slot)?;
+            let input = r.forward(&ex, step)?;
             match side {
                 Side::Baseline => {
-                    r.mlp
-                        .backward(&ex, &mut r.model, &mut r.act, input, false)?;
+                    r.backward(&ex, input, fault, &mut |_| Ok(()))?;
                     self.comm
                         .all_reduce_sum(&gpu.stream, grads, plan.elements())?;
                     gpu.stream
@@ -247,23 +177,16 @@ impl Rank<'_> {
                 Side::Optimized => {
                     let (comm, comm_stream) = (&self.comm, &self.comm_stream);
                     let ready = &self.bucket_ready;
-                    r.mlp.backward_with(
-                        &ex,
-                        &mut r.model,
-                        &mut r.act,
-                        input,
-                        false,
-                        &mut |layer| {
-                            for &b in &plan.schedule[layer] {
-                                let range = &plan.buckets[b].range;
-                                ready[b].record(&gpu.stream).cuda("recording a bucket")?;
-                                comm_stream.wait(&ready[b]).cuda("waiting for a bucket")?;
-                                let at = grads + (range.start * ELEMENT_BYTES) as u64;
-                                comm.all_reduce_sum(comm_stream, at, range.len())?;
-                            }
-                            Ok(())
-                        },
-                    )?;
+                    r.backward(&ex, input, fault, &mut |layer| {
+                        for &b in &plan.schedule[layer] {
+                            let range = &plan.buckets[b].range;
+                            ready[b].record(&gpu.stream).cuda("recording a bucket")?;
+                            comm_stream.wait(&ready[b]).cuda("waiting for a bucket")?;
+                            let at = grads + (range.start * ELEMENT_BYTES) as u64;
+                            comm.all_reduce_sum(comm_stream, at, range.len())?;
+                        }
+                        Ok(())
+                    })?;
                     self.reduced
                         .record(comm_stream)
                         .cuda("recording the reduction")?;
@@ -272,8 +195,10 @@ impl Rank<'_> {
                         .cuda("waiting for the reduction")?;
                 }
             }
-            r.mlp
-                .update(&ex, &mut r.model, LEARNING_RATE, Some(&mut r.losses))?;
+            r.update(&ex)?;
+            if step == 0 && keep_first {
+                r.keep_first_gradient()?;
+            }
         }
         self.done
             .record(&gpu.stream)
@@ -281,14 +206,41 @@ impl Rank<'_> {
     }
 }
 
-/// The pair over every rank, and the one-GPU run it is checked against.
+/// The pair over every rank, and the one-GPU runs it is checked and timed against.
 pub struct DataParallel<'g> {
     cfg: TrainConfig,
     plan: Plan,
     ranks: Vec<Rank<'g>>,
+    /// The global batch on the first GPU alone: the reference, and the scaling's one GPU.
     alone: Replica<'g>,
     reference: Reference,
+    /// The reference with its shares added in another order (rotated by one rank), against
+    /// the reference: its own spread. None for one or two ranks, where the order cannot change
+    /// a sum.
+    spread: Option<Distance>,
+    /// The run with one backward over the whole global batch (no shares), against the
+    /// reference: what splitting the batch alone does to the end of a run.
+    whole_batch: Option<Distance>,
     init: Vec<f32>,
+    fault: Option<Fault>,
+    /// Keep the first step's gradient in the next run (the run that is checked).
+    keep_first: bool,
+}
+
+/// The end of a run and its first gradient, in float64.
+struct RunEnd {
+    first_gradient: Vec<f64>,
+    weight_change: Vec<f64>,
+    loss_curve: Vec<f64>,
+}
+
+impl RunEnd {
+    fn distance_from(&self, other: &RunEnd) -> Distance {
+        Distance {
+            weight_change: distance(&self.weight_change, &other.weight_change),
+            loss_curve: distance(&self.loss_curve, &other.loss_curve),
+        }
+    }
 }
 
 /// The weight change (final - initial) in float64.
@@ -300,9 +252,19 @@ fn change(params: &[f32], init: &[f32]) -> Vec<f64> {
         .collect()
 }
 
+fn to_f64(values: &[f32]) -> Vec<f64> {
+    values.iter().map(|&v| v as f64).collect()
+}
+
+/// Relative L2 distance of `got` from `want`.
+fn distance(got: &[f64], want: &[f64]) -> f64 {
+    check(got, want, f64::INFINITY, "").rel_l2_error
+}
+
 impl<'g> DataParallel<'g> {
     /// Data, weights, communicators and streams on every GPU (rank r on `gpus[r]`), and the
-    /// one-GPU run of the global batch on the first.
+    /// one-GPU runs of the global batch on the first: split as the ranks split it (the
+    /// reference), its shares added in another order, and whole.
     pub fn new(gpus: &[&'g Gpu], cfg: TrainConfig) -> Result<DataParallel<'g>> {
         cfg.validate().map_err(Error::invalid)?;
         let arch = cfg.arch();
@@ -333,7 +295,14 @@ impl<'g> DataParallel<'g> {
                 samples_per_step: global,
                 offset: rank * cfg.per_rank,
             };
-            let replica = Replica::new(gpu, arch, &init, &shard, cfg.per_rank, slot)?;
+            let replica = Replica::new(
+                gpu,
+                arch,
+                &init,
+                &shard,
+                (cfg.per_rank, slot),
+                cfg.learning_rate,
+            )?;
             let event = || gpu.ctx.new_event(None).cuda("creating an event");
             ranks.push(Rank {
                 replica,
@@ -354,22 +323,37 @@ impl<'g> DataParallel<'g> {
             arch,
             &init,
             &data,
-            global,
-            LossSlot::whole_step(global),
+            (global, LossSlot::whole_step(global)),
+            cfg.learning_rate,
         )?;
-        alone.train_alone()?;
-        gpus[0].sync()?;
+        let mut end_of_run = |order: &[usize]| -> Result<RunEnd> {
+            alone.train_alone(order, true)?;
+            gpus[0].sync()?;
+            let first = alone.first_gradient.as_ref().expect("kept by the run");
+            Ok(RunEnd {
+                first_gradient: to_f64(&gpus[0].download(first)?),
+                weight_change: change(&gpus[0].download(&alone.model.params)?, &init),
+                loss_curve: loss_curve(&gpus[0].download(&alone.losses.values)?, global),
+            })
+        };
+        let rank_order: Vec<usize> = (0..n).collect();
+        let reference = end_of_run(&rank_order)?;
+        let spread = if n > 2 {
+            Some(end_of_run(&rotated(n))?.distance_from(&reference))
+        } else {
+            None
+        };
+        let whole_batch = if n > 1 {
+            Some(end_of_run(&[0])?.distance_from(&reference))
+        } else {
+            None
+        };
         let reference = Reference {
             label: REFERENCE_LABEL.into(),
             parts: vec![
-                (
-                    WEIGHT_CHANGE.into(),
-                    change(&gpus[0].download(&alone.model.params)?, &init),
-                ),
-                (
-                    LOSS_CURVE.into(),
-                    loss_curve(&gpus[0].download(&alone.losses.values)?, global),
-                ),
+                (FIRST_GRADIENT.into(), reference.first_gradient),
+                (WEIGHT_CHANGE.into(), reference.weight_change),
+                (LOSS_CURVE.into(), reference.loss_curve),
             ],
         };
         Ok(DataParallel {
@@ -378,12 +362,32 @@ impl<'g> DataParallel<'g> {
             ranks,
             alone,
             reference,
+            spread,
+            whole_batch,
             init,
+            fault: None,
+            keep_first: false,
         })
+    }
+
+    /// Plant `fault` in every run from now on (the tests that show the check catches it).
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        self.fault = Some(fault);
+        self
     }
 
     pub fn ranks(&self) -> usize {
         self.ranks.len()
+    }
+
+    /// The reference's own spread (its shares added in another order), for three ranks or more.
+    pub fn spread(&self) -> Option<Distance> {
+        self.spread
+    }
+
+    /// The whole-batch run against the reference, for two ranks or more.
+    pub fn whole_batch(&self) -> Option<Distance> {
+        self.whole_batch
     }
 
     fn global(&self) -> usize {
@@ -415,6 +419,47 @@ impl<'g> DataParallel<'g> {
             hold: false,
         }
     }
+
+    /// One run of `side` on every rank, one thread each; the first GPU's stream then waits on
+    /// every other rank's end.
+    fn run_side(&mut self, gpu: &Gpu, side: Side) -> Result<()> {
+        let (plan, fault, keep_first) = (&self.plan, self.fault, self.keep_first);
+        self.keep_first = false;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .ranks
+                .iter_mut()
+                .map(|rank| s.spawn(move || rank.train(side, plan, fault, keep_first)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::invalid("a rank's thread panicked")))
+                })
+                .collect::<Result<Vec<()>>>()
+        })?;
+        for rank in &self.ranks[1..] {
+            gpu.stream.wait(&rank.done).cuda("waiting for a rank")?;
+        }
+        Ok(())
+    }
+
+    /// The whole gradient all-reduced once over every rank, in place.
+    fn all_reduce_gradient(&self) -> Result<()> {
+        let comms: Vec<&Communicator> = self.ranks.iter().map(|r| &r.comm).collect();
+        let calls: Vec<RankCall> = self
+            .ranks
+            .iter()
+            .map(|r| RankCall {
+                stream: &r.replica.gpu.stream,
+                src: r.replica.grads_ptr(),
+                dst: r.replica.grads_ptr(),
+                done: &r.done,
+            })
+            .collect();
+        all_reduce_all(&comms, &calls, self.plan.elements())
+    }
 }
 
 impl Lesson for DataParallel<'_> {
@@ -434,9 +479,13 @@ impl Lesson for DataParallel<'_> {
             "steps": c.steps,
             "bucket_bytes": c.bucket_bytes,
             "buckets": self.plan.buckets.iter().map(|b| b.range.len() * ELEMENT_BYTES).collect::<Vec<_>>(),
-            "learning_rate": LEARNING_RATE,
+            "learning_rate": c.learning_rate,
             "optimizer": "SGD",
             "seed": SEED,
+            "reference_spread": self.spread,
+            "whole_batch_vs_reference": self.whole_batch,
+            "end_tolerances": end_tolerances(self.spread),
+            "fault": self.fault.map(|f| format!("{f:?}")),
             "nccl_version": crate::nccl::version(),
             "nccl_nvls_enable": std::env::var("NCCL_NVLS_ENABLE").ok(),
         })
@@ -452,7 +501,7 @@ impl Lesson for DataParallel<'_> {
                     Precision::Fp32,
                     self.cfg.work(self.ranks.len()),
                 )
-                .with_tolerance(WEIGHT_CHANGE_TOLERANCE)
+                .with_tolerance(FIRST_GRADIENT_TOLERANCE)
             })
             .collect()
     }
@@ -466,29 +515,11 @@ impl Lesson for DataParallel<'_> {
     }
 
     fn run(&mut self, gpu: &Gpu, index: usize) -> Result<()> {
-        let side = Side::ALL[index];
-        let plan = &self.plan;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .ranks
-                .iter_mut()
-                .map(|rank| s.spawn(move || rank.train(side, plan)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::invalid("a rank's thread panicked")))
-                })
-                .collect::<Result<Vec<()>>>()
-        })?;
-        for rank in &self.ranks[1..] {
-            gpu.stream.wait(&rank.done).cuda("waiting for a rank")?;
-        }
-        Ok(())
+        self.run_side(gpu, Side::ALL[index])
     }
 
     fn poison(&mut self, _gpu: &Gpu, _index: usize) -> Result<()> {
+        self.keep_first = true;
         for rank in &mut self.ranks {
             let r = &mut rank.replica;
             r.gpu.poison(&mut r.losses.values)?;
@@ -511,7 +542,13 @@ impl Lesson for DataParallel<'_> {
             }
             weights.push(r.gpu.download(&r.model.params)?);
         }
-        let first: Vec<f64> = weights[0].iter().map(|&w| w as f64).collect();
+        let first: Vec<f64> = to_f64(&weights[0]);
+        let r0 = &self.ranks[0].replica;
+        let first_gradient = match &r0.first_gradient {
+            Some(g) => to_f64(&r0.gpu.download(g)?),
+            None => Vec::new(),
+        };
+        let tolerances = end_tolerances(self.spread);
         let agree = weights[1..]
             .iter()
             .enumerate()
@@ -523,11 +560,20 @@ impl Lesson for DataParallel<'_> {
         Ok(Output {
             checks: agree,
             ..Output::default()
-                .part(WEIGHT_CHANGE, change(&weights[0], &self.init), None)
+                .part(
+                    FIRST_GRADIENT,
+                    first_gradient,
+                    Some(FIRST_GRADIENT_TOLERANCE),
+                )
+                .part(
+                    WEIGHT_CHANGE,
+                    change(&weights[0], &self.init),
+                    Some(tolerances.weight_change),
+                )
                 .part(
                     LOSS_CURVE,
                     loss_curve(&losses, global),
-                    Some(LOSS_CURVE_TOLERANCE),
+                    Some(tolerances.loss_curve),
                 )
         })
     }
@@ -539,17 +585,13 @@ impl Lesson for DataParallel<'_> {
         timed: &VariantReport,
         _meter: &mut Meter,
     ) -> Result<Vec<Metric>> {
-        Ok(timed
+        let out: Vec<Metric> = timed
             .time_ms
             .as_ref()
-            .map(|t| {
-                vec![Metric::new(
-                    "samples/s",
-                    self.samples_per_s(t.median / 1e3),
-                    "",
-                )]
-            })
-            .unwrap_or_default())
+            .map(|t| Metric::new("samples/s", self.samples_per_s(t.median / 1e3), ""))
+            .into_iter()
+            .collect();
+        Ok(out)
     }
 
     fn sections(
@@ -558,66 +600,66 @@ impl Lesson for DataParallel<'_> {
         variants: &[VariantReport],
         meter: &mut Meter,
     ) -> Result<Vec<Section>> {
-        let mut section = Section::new("Throughput and scaling");
         let n = self.ranks.len();
-        let one_gpu = if n > 1 {
-            let cfg = meter.bench;
-            let alone = &mut self.alone;
-            let timed = meter.measure(&cfg, &mut || alone.train_alone())?;
-            Some(timed)
+        let one_gpu_ms = if n > 1 {
+            Some(self.time_one_gpu(meter)?.time_ms.median)
         } else {
             None
         };
-        let one_gpu_rate = one_gpu
-            .as_ref()
-            .map(|t| self.samples_per_s(t.time_ms.median / 1e3));
-        let mut table = Table::new()
-            .left("side")
-            .right("GPUs")
-            .right("samples/s")
-            .right("verified")
-            .right("vs one GPU");
-        if let Some(rate) = one_gpu_rate {
-            table.row(vec![
-                "one GPU, the global batch".into(),
-                "1".into(),
-                three_figures(rate),
-                "reference".into(),
-                "1.00x".into(),
-            ]);
-        }
-        for v in variants {
-            let rate = v.metric("samples/s");
-            table.row(vec![
-                v.name.clone(),
-                n.to_string(),
-                rate.map(three_figures).unwrap_or_else(|| "-".into()),
-                format!("{:?}", v.status),
-                match (rate, one_gpu_rate) {
-                    (Some(r), Some(one)) => format!("{:.2}x", r / one),
-                    _ => "-".into(),
-                },
-            ]);
-        }
-        section.table = Some(table);
-        section.lines.push(format!(
-            "{} rank(s), global batch {} ({} per rank), {} steps per run, {} bucket(s) of at most {} MiB.",
-            n,
-            self.global(),
-            self.cfg.per_rank,
-            self.cfg.steps,
-            self.plan.buckets.len(),
-            self.cfg.bucket_bytes >> 20,
-        ));
-        if n == 1 {
-            section.lines.push(
-                "One rank: the all-reduce moves nothing between GPUs, so both sides pay only its launch; scaling needs two or more GPUs.".into(),
-            );
-        }
-        section.data = json!({
-            "one_gpu_samples_per_s": one_gpu_rate,
-            "one_gpu": one_gpu.map(|t| t.measurement).map(|m: Measurement| m.samples_s),
-        });
-        Ok(vec![section])
+        let compute_ms = self.time_compute(meter)?.time_ms.median;
+        let all_reduce_ms = if n > 1 {
+            Some(self.time_all_reduce(meter)?.time_ms.median)
+        } else {
+            None
+        };
+        let c = self.cfg;
+        let figures = Figures {
+            ranks: n,
+            per_rank: c.per_rank,
+            steps: c.steps,
+            buckets: self.plan.buckets.len(),
+            bucket_bytes: c.bucket_bytes,
+            learning_rate: c.learning_rate,
+            gradient_bytes: (self.plan.elements() * ELEMENT_BYTES) as u64,
+            one_gpu_ms,
+            compute_ms,
+            all_reduce_ms,
+            spread: self.spread,
+            whole_batch: self.whole_batch,
+        };
+        Ok(vec![scaling::section(&figures, variants)])
+    }
+}
+
+/// The one-GPU runs and the all-reduce the scaling section is made of, timed.
+impl DataParallel<'_> {
+    /// The global batch trained on the first GPU alone, timed.
+    fn time_one_gpu(&mut self, meter: &mut Meter) -> Result<common::runner::Timed> {
+        let cfg = meter.bench;
+        let alone = &mut self.alone;
+        meter.measure(&cfg, &mut || alone.train_alone(&[0], false))
+    }
+
+    /// One rank's share of every step on its GPU alone, no communication, timed: the compute
+    /// a data-parallel step cannot do without.
+    fn time_compute(&mut self, meter: &mut Meter) -> Result<common::runner::Timed> {
+        let cfg = meter.bench;
+        let first = &mut self.ranks[0].replica;
+        meter.measure(&cfg, &mut || first.train_alone(&[0], false))
+    }
+
+    /// One all-reduce of the whole gradient over every rank, timed (the median call).
+    fn time_all_reduce(&mut self, meter: &mut Meter) -> Result<common::runner::Timed> {
+        let cfg = BenchConfig {
+            stop: StopRule {
+                min_samples: 20,
+                max_samples: 200,
+                ..StopRule::sweep()
+            },
+            warmup_runs: 3,
+            ..meter.bench
+        };
+        let this = &*self;
+        meter.measure(&cfg, &mut || this.all_reduce_gradient())
     }
 }

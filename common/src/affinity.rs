@@ -5,16 +5,13 @@
 //! noise in every step the host paces. The core is chosen among those the process may use,
 //! preferring the ones NVML names as near the GPU, and the one the thread runs on already.
 //!
-//! Linux only (`sched_setaffinity` from the C library, declared here); elsewhere, or where the
-//! OS refuses, nothing is pinned and the measurement says so.
+//! Linux only (`sched_setaffinity` through `nix`); elsewhere, or where the OS refuses, nothing is
+//! pinned and the measurement says so.
 
-/// Words of a Linux `cpu_set_t` (1024 CPUs).
+/// Words of a CPU mask as NVML passes it (1024 CPUs, as a Linux `cpu_set_t`).
 pub const MASK_WORDS: usize = 16;
 
-/// A CPU set as the kernel and NVML pass it: bit `i` of word `w` is CPU `64 w + i`.
-pub type Mask = [u64; MASK_WORDS];
-
-/// The CPUs set in a mask of 64-bit words, ascending.
+/// The CPUs set in a mask of 64-bit words (bit `i` of word `w` is CPU `64 w + i`), ascending.
 pub fn cpus_of(words: &[u64]) -> Vec<usize> {
     words
         .iter()
@@ -25,15 +22,6 @@ pub fn cpus_of(words: &[u64]) -> Vec<usize> {
                 .map(move |i| 64 * w + i)
         })
         .collect()
-}
-
-/// The mask holding exactly `cpus` (those past the mask's 1024 are left out).
-pub fn mask_of(cpus: &[usize]) -> Mask {
-    let mut mask = [0u64; MASK_WORDS];
-    for &cpu in cpus.iter().filter(|&&c| c < 64 * MASK_WORDS) {
-        mask[cpu / 64] |= 1 << (cpu % 64);
-    }
-    mask
 }
 
 /// The core to keep a measuring thread on: among the CPUs it may run on (`allowed`), those near
@@ -61,64 +49,66 @@ pub fn choose(allowed: &[usize], near: &[usize], current: Option<usize>) -> Opti
 pub struct Pin {
     /// The core the thread is kept on.
     pub cpu: usize,
-    previous: Mask,
+    previous: Vec<usize>,
 }
 
 impl Pin {
     /// Keep the calling thread on one core (see [choose]; `near` are the GPU's nearby CPUs, empty
     /// when unknown). None where the OS does not say which CPUs the thread may use or refuses.
     pub fn current_thread(near: &[usize]) -> Option<Pin> {
-        let previous = os::thread_mask()?;
-        let cpu = choose(&cpus_of(&previous), near, os::current_cpu())?;
-        os::set_thread_mask(&mask_of(&[cpu])).then_some(Pin { cpu, previous })
+        let previous = os::thread_cpus()?;
+        let cpu = choose(&previous, near, os::current_cpu())?;
+        os::set_thread_cpus(&[cpu]).then_some(Pin { cpu, previous })
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
         // Nothing to do if this fails: the thread then stays on its core.
-        let _ = os::set_thread_mask(&self.previous);
+        let _ = os::set_thread_cpus(&self.previous);
     }
 }
 
 #[cfg(target_os = "linux")]
 mod os {
-    use super::{Mask, MASK_WORDS};
+    use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
 
-    extern "C" {
-        fn sched_getaffinity(pid: i32, cpusetsize: usize, mask: *mut u64) -> i32;
-        fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
-        fn sched_getcpu() -> i32;
+    /// The calling thread (pid 0 to the kernel).
+    fn this_thread() -> Pid {
+        Pid::from_raw(0)
     }
 
-    /// The CPUs the calling thread may run on (pid 0: the calling thread).
-    pub fn thread_mask() -> Option<Mask> {
-        let mut mask = [0u64; MASK_WORDS];
-        // SAFETY: the kernel writes at most `cpusetsize` bytes into the array.
-        let rc = unsafe { sched_getaffinity(0, std::mem::size_of::<Mask>(), mask.as_mut_ptr()) };
-        (rc == 0).then_some(mask)
+    /// The CPUs the calling thread may run on, ascending.
+    pub fn thread_cpus() -> Option<Vec<usize>> {
+        let set = sched_getaffinity(this_thread()).ok()?;
+        Some(
+            (0..CpuSet::count())
+                .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+                .collect(),
+        )
     }
 
-    pub fn set_thread_mask(mask: &Mask) -> bool {
-        // SAFETY: the kernel reads `cpusetsize` bytes from the array.
-        unsafe { sched_setaffinity(0, std::mem::size_of::<Mask>(), mask.as_ptr()) == 0 }
+    /// Let the calling thread run on `cpus` only; false where one is past the set or the OS
+    /// refuses.
+    pub fn set_thread_cpus(cpus: &[usize]) -> bool {
+        let mut set = CpuSet::new();
+        cpus.iter().all(|&cpu| set.set(cpu).is_ok())
+            && sched_setaffinity(this_thread(), &set).is_ok()
     }
 
     pub fn current_cpu() -> Option<usize> {
-        // SAFETY: no arguments; -1 on failure.
-        usize::try_from(unsafe { sched_getcpu() }).ok()
+        sched_getcpu().ok()
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod os {
-    use super::Mask;
-
-    pub fn thread_mask() -> Option<Mask> {
+    pub fn thread_cpus() -> Option<Vec<usize>> {
         None
     }
 
-    pub fn set_thread_mask(_mask: &Mask) -> bool {
+    pub fn set_thread_cpus(_cpus: &[usize]) -> bool {
         false
     }
 
@@ -132,14 +122,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn masks_and_cpu_lists_round_trip() {
-        let cpus = vec![0, 3, 63, 64, 130, 1023];
-        let mask = mask_of(&cpus);
-        assert_eq!(mask[0], 1 | 1 << 3 | 1 << 63);
-        assert_eq!(mask[1], 1);
-        assert_eq!(mask[2], 1 << 2);
-        assert_eq!(cpus_of(&mask), cpus);
-        assert_eq!(mask_of(&[1024]), [0; MASK_WORDS], "past the mask: left out");
+    fn masks_read_as_cpu_lists() {
+        let mut mask = [0u64; MASK_WORDS];
+        mask[0] = 1 | 1 << 3 | 1 << 63;
+        mask[1] = 1;
+        mask[2] = 1 << 2;
+        mask[15] = 1 << 63;
+        assert_eq!(cpus_of(&mask), vec![0, 3, 63, 64, 130, 1023]);
         assert!(cpus_of(&[0, 0]).is_empty());
     }
 
@@ -162,7 +151,7 @@ mod tests {
 
     #[test]
     fn pinning_the_calling_thread_keeps_it_there_and_gives_the_cpus_back() {
-        let Some(before) = os::thread_mask() else {
+        let Some(before) = os::thread_cpus() else {
             return; // not Linux: nothing to pin, nothing to check
         };
         // In a thread of its own, so the test runner's threads are untouched.
@@ -170,13 +159,13 @@ mod tests {
             let Some(pin) = Pin::current_thread(&[]) else {
                 return; // the OS refused (a container may forbid it)
             };
-            assert!(cpus_of(&before).contains(&pin.cpu));
-            assert_eq!(cpus_of(&os::thread_mask().unwrap()), vec![pin.cpu]);
+            assert!(before.contains(&pin.cpu));
+            assert_eq!(os::thread_cpus().unwrap(), vec![pin.cpu]);
             if let Some(now) = os::current_cpu() {
                 assert_eq!(now, pin.cpu, "running on the pinned core");
             }
             drop(pin);
-            assert_eq!(os::thread_mask().unwrap(), before);
+            assert_eq!(os::thread_cpus().unwrap(), before);
         })
         .join()
         .unwrap();

@@ -11,6 +11,19 @@ pub struct Work {
     pub flops: u64,
 }
 
+/// Where a variant's counted bytes move. A variant whose bytes cross the host link shares that
+/// link, and the host's memory, with every other GPU of the host copying at the same moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Traffic {
+    /// Through device memory: the runner gives their rate as a share of the measured copy
+    /// bandwidth.
+    #[default]
+    DeviceMemory,
+    /// Between host and device (copies in and out, over PCIe): no device-memory share is given.
+    HostDevice,
+}
+
 /// Rates derived from a Work and a time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {

@@ -219,16 +219,7 @@ pub fn ensure_library(
     if unsafe { present() } {
         return Ok(());
     }
-    let mut dirs: Vec<String> = Vec::new();
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Ok(root) = std::env::var(var) {
-            dirs.push(format!("{root}/lib64"));
-            dirs.push(format!("{root}/targets/x86_64-linux/lib"));
-        }
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
-    for dir in dirs {
+    for dir in crate::libraries::toolkit_dirs() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -243,7 +234,7 @@ pub fn ensure_library(
             }
         }
     }
-    Err(Error::MissingLibrary(what, "13"))
+    Err(Error::MissingLibrary(what, crate::libraries::CUDA_MAJOR))
 }
 
 /// Load a library by path, RTLD_GLOBAL, and keep it loaded for the life of the process.

@@ -9,8 +9,9 @@
 //!   report protocol training programs speak to the tuner
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
-//! - [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: the device, page-locked host
-//!   memory, NVRTC kernels, cuBLAS, NVTX ranges and the built-in CUPTI trace
+//! - [libraries], [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: where the CUDA
+//!   libraries are (and reading them ahead), the device, page-locked host memory, NVRTC
+//!   kernels, cuBLAS, NVTX ranges and the built-in CUPTI trace
 //! - [bench]: CUDA-event timing (the timer, warmup, samples, the stopping rule applied)
 //! - [ceilings]: measured device limits, cached per device
 //! - [report]: the one report type, its markdown and JSON
@@ -37,6 +38,7 @@ pub mod verify;
 pub mod blas;
 pub mod gpu;
 pub mod kernels;
+pub mod libraries;
 pub mod nvml;
 pub mod nvtx;
 pub mod pinned;

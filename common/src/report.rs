@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::Measurement;
 use crate::ceilings::CeilingRef;
-use crate::counters::{Throughput, Work};
+use crate::counters::{Throughput, Traffic, Work};
 use crate::error::Result;
 use crate::files::{read_versioned, recorded_command_line, rfc3339_utc, write_json_file};
 use crate::gpu::DeviceInfo;
@@ -165,6 +165,10 @@ pub struct VariantReport {
     /// Every check of the output; the variant is OK only when all passed.
     pub checks: Vec<Verification>,
     pub work: Work,
+    /// Where the work's bytes move: through device memory, or over the host link (absent in
+    /// older files: device memory).
+    #[serde(default)]
+    pub traffic: Traffic,
     /// Milliseconds per run.
     pub time_ms: Option<Summary>,
     /// Rates at the median time.
@@ -200,6 +204,7 @@ impl VariantReport {
             status: if passed { Status::Ok } else { Status::Failed },
             checks,
             work,
+            traffic: Traffic::DeviceMemory,
             time_ms: None,
             throughput: None,
             fraction_of_copy_bandwidth: None,

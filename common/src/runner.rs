@@ -24,7 +24,7 @@ use cudarc::driver::CudaSlice;
 
 use crate::bench::{measure, BenchConfig, Measurement, Timer};
 use crate::ceilings;
-use crate::counters::Work;
+use crate::counters::{Traffic, Work};
 use crate::error::{Error, Result};
 use crate::gpu::Gpu;
 use crate::kernels;
@@ -35,18 +35,7 @@ use crate::report::{
 };
 use crate::stats::Summary;
 use crate::trace;
-use crate::verify::{check, Precision, Verification};
-
-/// Where a variant's counted bytes move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Traffic {
-    /// Through device memory: the runner gives their rate as a share of the measured copy
-    /// bandwidth.
-    #[default]
-    DeviceMemory,
-    /// Between host and device (copies in and out): no device-memory share is given.
-    HostDevice,
-}
+use crate::verify::{check_values, Precision, Verification};
 
 /// What a variant is, before it runs.
 #[derive(Debug, Clone)]
@@ -113,17 +102,24 @@ pub enum Values {
 }
 
 impl Values {
-    fn check(&self, reference: &[f64], tolerance: f64, against: &str) -> Verification {
+    fn check<R: Copy + Into<f64> + Sync>(
+        &self,
+        reference: &[R],
+        tolerance: f64,
+        against: &str,
+    ) -> Verification {
         match self {
-            Values::F32(v) => check(v, reference, tolerance, against),
-            Values::F64(v) => check(v, reference, tolerance, against),
+            Values::F32(v) => check_values(v, reference, tolerance, against),
+            Values::F64(v) => check_values(v, reference, tolerance, against),
         }
     }
 
-    fn to_f64(&self) -> Vec<f64> {
-        match self {
-            Values::F32(v) => v.iter().map(|&x| x as f64).collect(),
-            Values::F64(v) => v.clone(),
+    /// Checked against another output's values, each read as float64 where it is compared
+    /// (a baseline kept as it was produced: no float64 copy of it is made).
+    fn check_against(&self, other: &Values, tolerance: f64, against: &str) -> Verification {
+        match other {
+            Values::F32(r) => self.check(r, tolerance, against),
+            Values::F64(r) => self.check(r, tolerance, against),
         }
     }
 }
@@ -189,6 +185,9 @@ impl Output {
 
 /// Output parts by name, in float64.
 type NamedValues = Vec<(String, Vec<f64>)>;
+
+/// A baseline's output parts by name, as the run produced them.
+type BaselineParts = Vec<(String, Values)>;
 
 /// The float64 values every variant's output must match, part by part.
 #[derive(Debug, Clone, PartialEq)]
@@ -459,7 +458,7 @@ fn check_output(
     spec: &VariantSpec,
     output: &Output,
     reference: Option<&Reference>,
-    baseline: Option<&NamedValues>,
+    baseline: Option<&BaselineParts>,
 ) -> Vec<Verification> {
     let mut checks = Vec::new();
     for part in &output.parts {
@@ -478,7 +477,7 @@ fn check_output(
         {
             checks.push(
                 part.values
-                    .check(b, tolerance, "the baseline")
+                    .check_against(b, tolerance, "the baseline")
                     .named(&part.name),
             );
         }
@@ -514,7 +513,7 @@ pub fn run_lesson(
     let mut sections = Vec::new();
     let mut sections_s = 0.0;
     // Output parts of each group's baseline, for the variants checked against it.
-    let mut baselines: Vec<(usize, NamedValues)> = Vec::new();
+    let mut baselines: Vec<(usize, BaselineParts)> = Vec::new();
     // Group by group, each group's variants together: a lesson of parts builds a part when its
     // group begins and takes its figures before dropping it when the group ends.
     for group in selected.chunk_by(|&a, &b| specs[a].group == specs[b].group) {
@@ -533,6 +532,7 @@ pub fn run_lesson(
                     spec.work,
                 );
                 report.group = spec.group.clone();
+                report.traffic = spec.traffic;
                 report.status = Status::Skipped;
                 report.note = Some(why);
                 variants.push(report);
@@ -568,15 +568,11 @@ pub fn run_lesson(
                 spec.work,
             );
             report.group = spec.group.clone();
+            report.traffic = spec.traffic;
             if baseline == index && lesson.check_against_baseline(index) {
-                let parts = output
-                    .parts
-                    .iter()
-                    .map(|p| (p.name.clone(), p.values.to_f64()))
-                    .collect();
-                baselines.push((index, parts));
+                let parts = output.parts.into_iter().map(|p| (p.name, p.values));
+                baselines.push((index, parts.collect()));
             }
-            drop(output);
             variant_clock.verify_s = verify_start.elapsed().as_secs_f64();
             if report.status == Status::Failed {
                 report.note = Some("not timed: a wrong answer has no speed".into());
@@ -866,6 +862,7 @@ pub fn apply_speedups(variants: &mut [VariantReport], specs: &[VariantSpec]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::check;
 
     fn spec(name: &str) -> VariantSpec {
         VariantSpec::new(name, "", Precision::Fp32, Work::default())
@@ -1050,7 +1047,7 @@ mod tests {
             label: "float64 reference".into(),
             parts: vec![("w".into(), vec![1.0, 2.0]), ("loss".into(), vec![3.0])],
         };
-        let baseline = vec![("w".to_string(), vec![1.0, 2.0])];
+        let baseline = vec![("w".to_string(), Values::F64(vec![1.0, 2.0]))];
         let out = Output::default().part("w", vec![1.0f32, 2.0], None).part(
             "loss",
             vec![3.1f64],
@@ -1072,5 +1069,29 @@ mod tests {
         assert!(checks.is_empty());
         let v = VariantReport::checked("x", "", Precision::Fp32, checks, Work::default());
         assert_eq!(v.status, Status::Failed);
+    }
+
+    #[test]
+    fn a_baseline_kept_in_f32_is_compared_exactly_as_in_float64() {
+        let s = spec("overlapped");
+        let produced = vec![1.5f32, -2.25, 3.0e-7];
+        let as_f32 = vec![("out".to_string(), Values::F32(produced.clone()))];
+        let as_f64 = vec![(
+            "out".to_string(),
+            Values::F64(produced.iter().map(|&x| x as f64).collect()),
+        )];
+        for got in [produced.clone(), vec![1.5f32, -2.25, 3.0001e-7]] {
+            let out = Output::default().part("out", got, Some(0.0));
+            let a = check_output(&s, &out, None, Some(&as_f32));
+            let b = check_output(&s, &out, None, Some(&as_f64));
+            assert_eq!(a, b);
+        }
+        let same = Output::default().part("out", produced.clone(), Some(0.0));
+        assert!(check_output(&s, &same, None, Some(&as_f32))[0].passed);
+        let off = Output::default().part("out", vec![1.5f32, -2.25, 3.0001e-7], Some(0.0));
+        assert!(!check_output(&s, &off, None, Some(&as_f32))[0].passed);
+        // A baseline of another length never matches.
+        let short = vec![("out".to_string(), Values::F32(vec![1.5]))];
+        assert!(!check_output(&s, &same, None, Some(&short))[0].passed);
     }
 }

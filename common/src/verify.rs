@@ -51,18 +51,30 @@ fn chunk_rng(seed: u64, chunk: usize) -> Rng {
 /// `n` values, chunk by chunk in parallel, each chunk from its own seeded stream.
 pub fn seeded_f32(seed: u64, n: usize, draw: impl Fn(&mut Rng) -> f32 + Sync) -> Vec<f32> {
     let mut out = vec![0f32; n];
-    crate::par::for_each_chunk_mut(&mut out, RNG_CHUNK, |chunk_index, chunk| {
+    seeded_f32_into(seed, &mut out, draw);
+    out
+}
+
+/// [seeded_f32] written into `out` (pinned memory, say, with no copy of it made first).
+pub fn seeded_f32_into(seed: u64, out: &mut [f32], draw: impl Fn(&mut Rng) -> f32 + Sync) {
+    crate::par::for_each_chunk_mut(out, RNG_CHUNK, |chunk_index, chunk| {
         let mut rng = chunk_rng(seed, chunk_index);
         for v in chunk.iter_mut() {
             *v = draw(&mut rng);
         }
     });
-    out
 }
 
 /// `n` uniform f32 values in [lo, hi) from `seed`.
 pub fn uniform_f32(seed: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-    seeded_f32(seed, n, |rng| rng.uniform(lo as f64, hi as f64) as f32)
+    let mut out = vec![0f32; n];
+    uniform_f32_into(seed, &mut out, lo, hi);
+    out
+}
+
+/// [uniform_f32] written into `out`.
+pub fn uniform_f32_into(seed: u64, out: &mut [f32], lo: f32, hi: f32) {
+    seeded_f32_into(seed, out, |rng| rng.uniform(lo as f64, hi as f64) as f32)
 }
 
 /// `n` normal f32 values with the given standard deviation from `seed`.
@@ -194,10 +206,21 @@ pub fn check<T: Copy + Into<f64> + Sync>(
     tolerance: f64,
     against: &str,
 ) -> Verification {
+    check_values(got, reference, tolerance, against)
+}
+
+/// [check] against a reference of any precision, each value read as float64 where it is
+/// compared (another run's f32 output, say, with no float64 copy of it made).
+pub fn check_values<T: Copy + Into<f64> + Sync, R: Copy + Into<f64> + Sync>(
+    got: &[T],
+    reference: &[R],
+    tolerance: f64,
+    against: &str,
+) -> Verification {
     if got.len() != reference.len() {
         return verification(got, f64::INFINITY, tolerance, against);
     }
-    check_by(got, |i| reference[i], tolerance, against)
+    check_by(got, |i| reference[i].into(), tolerance, against)
 }
 
 /// [check] against a reference computed element by element ([rel_l2_error_by]).
@@ -241,6 +264,14 @@ mod tests {
         assert!(a.iter().all(|&v| v != 0.0), "inputs are never zeros");
         let m: f32 = a.iter().sum::<f32>() / 1000.0;
         assert!(m.abs() < 0.1);
+    }
+
+    #[test]
+    fn values_written_in_place_are_the_drawn_ones() {
+        let n = 2 * RNG_CHUNK + 3;
+        let mut out = vec![f32::NAN; n];
+        uniform_f32_into(11, &mut out, -1.0, 1.0);
+        assert_eq!(out, uniform_f32(11, n, -1.0, 1.0));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use common::bench::Measurement;
 use common::ceilings::CeilingRef;
-use common::counters::Work;
+use common::counters::{Traffic, Work};
 use common::gpu::DeviceInfo;
 use common::nvml::GpuState;
 use common::report::{
@@ -33,6 +33,7 @@ fn variant(name: &str, ms: &[f64], passed: bool) -> VariantReport {
         status: if passed { Status::Ok } else { Status::Failed },
         checks: vec![verification],
         work,
+        traffic: Traffic::DeviceMemory,
         throughput: Some(work.throughput(summary.median / 1e3)),
         fraction_of_copy_bandwidth: Some(0.5),
         speedup: None,
@@ -108,6 +109,33 @@ fn json_round_trip_keeps_everything() {
         3
     );
     assert!(raw["provenance"]["git_commit"].as_str().is_some());
+    std::fs::remove_file(path).unwrap();
+}
+
+#[test]
+fn a_variant_says_where_its_bytes_move_and_older_files_mean_device_memory() {
+    let mut r = report();
+    r.variants[0].traffic = Traffic::HostDevice;
+    let path = temp("traffic.json");
+    r.write_json(&path).unwrap();
+    let mut raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(raw["variants"][0]["traffic"], "host_device");
+    assert_eq!(raw["variants"][1]["traffic"], "device_memory");
+    assert_eq!(
+        LessonReport::read_json(&path).unwrap().variants[0].traffic,
+        Traffic::HostDevice
+    );
+    // A report written before the field: its bytes went through device memory.
+    raw["variants"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("traffic");
+    std::fs::write(&path, raw.to_string()).unwrap();
+    assert_eq!(
+        LessonReport::read_json(&path).unwrap().variants[0].traffic,
+        Traffic::DeviceMemory
+    );
     std::fs::remove_file(path).unwrap();
 }
 

@@ -47,9 +47,10 @@ pub struct Args {
     /// List the pairs and exit.
     #[arg(long)]
     pub list: bool,
-    /// Only pairs whose "lesson/pair" contains this text.
+    /// Only pairs whose "lesson/pair" contains this text (repeat the flag: pairs that match
+    /// any of them).
     #[arg(long, value_name = "PATTERN")]
-    pub filter: Option<String>,
+    pub filter: Vec<String>,
     /// Expectations file (default: results/<gpu>/expectations.json).
     #[arg(long, value_name = "FILE")]
     pub expectations: Option<PathBuf>,
@@ -69,14 +70,18 @@ pub struct Args {
     /// Print the results folder name of the GPU at --device ("h100") and exit.
     #[arg(long)]
     pub gpu_slug: bool,
-    /// Run the chapter on these GPUs at once, one compare process per GPU (`all`, or a list
-    /// such as `0,1`): each GPU's table, then the fleet check across GPUs of one model.
+    /// Run the chapter on these GPUs (`all`, or a list such as `0,1`), one compare process
+    /// per GPU, all at once, then the pairs whose copies cross the host link one GPU at a
+    /// time: each GPU's table, then the fleet check across GPUs of one model.
     #[arg(long, value_name = "all|LIST", value_parser = str::parse::<DeviceList>, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
     pub devices: Option<DeviceList>,
     /// With --devices: flag a GPU whose device-paced median is more than this many percent off
     /// the median of its model's GPUs.
     #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
     pub fleet_bar: f64,
+    /// Test only: with --devices and --plant-slowdown, plant the slowdown on this GPU alone.
+    #[arg(long, hide = true, value_name = "GPU", requires_all = ["devices", "plant_slowdown"])]
+    pub plant_on: Option<usize>,
     /// Run each variant in a process of its own (the default runs the variants of one lesson
     /// at one set of flags in one process, and a process that fails without a report is run
     /// again one variant at a time).
@@ -195,7 +200,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         println!("{}", gpu.info.model_slug());
         return Ok(ExitCode::SUCCESS);
     }
-    let pairs = lessons::select(args.filter.as_deref());
+    let pairs = lessons::select(&args.filter);
     if args.list {
         for p in lessons::PAIRS {
             println!("{}  ({} -> {})", p.id(), p.baseline, p.optimized);
@@ -208,7 +213,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if pairs.is_empty() {
         return Err(common::exit::usage(format!(
             "no pair matches '{}': `--list` shows them",
-            args.filter.as_deref().unwrap_or_default()
+            args.filter.join("' or '")
         )));
     }
     if !args.common.variants.is_empty() {
@@ -246,12 +251,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             return Err(common::Error::BadDevice { requested, count }.into());
         }
         let ordinals = devices.resolve(count).map_err(anyhow::Error::msg)?;
+        if let Some(g) = args.plant_on.filter(|g| !ordinals.contains(g)) {
+            return Err(common::exit::usage(format!(
+                "--plant-on {g}: GPU {g} is not one of --devices"
+            )));
+        }
         let argv: Vec<String> = std::env::args().skip(1).collect();
         let code = fleet::run(
-            &std::env::current_exe()?,
-            &argv,
-            &ordinals,
-            args.fleet_bar,
+            &fleet::Plan {
+                program: std::env::current_exe()?,
+                argv,
+                ordinals,
+                bar: args.fleet_bar,
+                plant_on: args.plant_on,
+            },
             args.common.json.as_deref(),
             &scratch,
         );
@@ -267,6 +280,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut device = None;
     let mut queue: std::collections::VecDeque<Child> =
         lessons::children_of(&variants, isolate).into();
+    // On a machine that never ran the chapter, the children's first loads of the CUDA libraries
+    // wait for the disk; the kernel reads them meanwhile, at idle priority.
+    let libraries = lessons::libraries_in_order(queue.iter().map(|c| c.lesson));
+    let read_ahead = common::libraries::read_ahead(move || {
+        common::libraries::SearchPath::of_this_process().files(&libraries)
+    });
     let mut done = 0;
     while let Some(child) = queue.pop_front() {
         if progress {
@@ -410,6 +429,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         wall_s: started.elapsed().as_secs_f64(),
         children,
         ceilings_time: Some(ceilings_time),
+        read_ahead: read_ahead.join().ok(),
     };
     print!("{}", report.markdown());
     if args.phases {
@@ -421,6 +441,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 report.wall_s
             )
         );
+        if let Some(r) = &report.read_ahead {
+            print!("{}", phases::read_ahead_line(r));
+        }
     }
     if let Some(path) = &args.common.json {
         common::files::write_json_file(path, &report, "the comparison")?;
@@ -439,9 +462,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The ceilings the pairs are placed against, and what getting them took: the cached ones,
-/// with the SGEMM ceiling measured here when a GEMM pair runs and it was never measured on
-/// this machine (a note, and no "of ceiling" for those pairs, when it cannot be). Only SGEMM:
-/// the GEMM pairs run in fp32, and the other precisions' ceilings would triple the time.
+/// with an SGEMM figure measured here when a GEMM pair runs and none was ever measured on this
+/// machine (a note, and no "of ceiling" for those pairs, when it cannot be). Only SGEMM, at one
+/// size ([ceilings::with_sgemm]): the GEMM pairs run in fp32, and no verdict reads the share.
 fn ceilings_for(
     pairs: &[lessons::Pair],
     device: &common::gpu::DeviceInfo,
@@ -451,21 +474,16 @@ fn ceilings_for(
     let needs_sgemm = pairs
         .iter()
         .any(|p| p.ceiling == lessons::CeilingKind::Sgemm);
-    let have_sgemm = cached.as_ref().is_some_and(|c| c.sgemm_fp32.is_some());
+    let have_sgemm = cached.as_ref().is_some_and(|c| c.sgemm().is_some());
     if !needs_sgemm || (have_sgemm && !common.refresh_ceilings) {
         return (cached, "cached");
     }
     let measured = common::gpu::Gpu::open(common.device).and_then(|gpu| {
         let mut timer = common::bench::Timer::new(&gpu)?;
-        ceilings::with_gemm(
-            &gpu,
-            &mut timer,
-            common::blas::GemmPrecision::Fp32,
-            common.refresh_ceilings,
-        )
+        ceilings::with_sgemm(&gpu, &mut timer, common.refresh_ceilings)
     });
     match measured {
-        Ok(c) => (Some(c), "measured SGEMM fp32"),
+        Ok(c) => (Some(c), "measured SGEMM fp32 at one size"),
         Err(e) => {
             eprintln!("note: no GEMM ceilings to place the GEMM pairs against: {e}");
             (cached, "SGEMM could not be measured")

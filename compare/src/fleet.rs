@@ -1,26 +1,38 @@
-//! `compare --devices all|LIST`: the chapter on several GPUs of the host at once, one compare
-//! process per GPU (each judged by its own gate, its table printed as it would be alone), then
-//! the fleet check: for every variant, each GPU's median beside those of the other GPUs of its
-//! model, and a GPU whose device-paced median is more than `--fleet-bar` percent off its peers'
-//! median flagged. Host-paced variants are shown and never flagged: the runs share the host's
-//! CPUs, so their times say as much about the neighbours as about the GPU.
+//! `compare --devices all|LIST`: the chapter on several GPUs of the host, one compare process
+//! per GPU (each judged by its own gate, its table printed as it would be alone), then the fleet
+//! check: for every variant, each GPU's median beside those of the other GPUs of its model, and
+//! a GPU whose device-paced median is more than `--fleet-bar` percent off its peers' median
+//! flagged.
+//!
+//! Every GPU runs at once, and then the pairs with a device-paced variant whose bytes cross the
+//! host link (its report's `traffic`) run again one GPU at a time, their figures replacing the
+//! ones taken at once: GPUs copying together share the host's memory and PCIe, so a copy-bound
+//! time taken at once says as much about the neighbours as about the GPU. Host-paced variants
+//! are shown and never flagged: the runs share the host's CPUs.
 
-use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::Instant;
 
 use serde::Serialize;
 
+use common::counters::Traffic;
 use common::table::{format_ms, Table};
 
 use crate::host::Pacing;
 use crate::outcome::{CompareReport, RunStatus};
 
 /// The flags of a fleet run that its per-GPU runs must not get (they are given their own).
-const FLEET_ONLY: [&str; 4] = ["--devices", "--fleet-bar", "--json", "--device"];
+const FLEET_ONLY: [&str; 5] = [
+    "--devices",
+    "--fleet-bar",
+    "--plant-on",
+    "--json",
+    "--device",
+];
 
-/// The command line of one GPU's run: this run's arguments without the fleet's own flags (and
-/// their values, `--flag VALUE` or `--flag=VALUE`).
-pub fn member_args(argv: &[String]) -> Vec<String> {
+/// `argv` without the flags `drop` (and their values, `--flag VALUE` or `--flag=VALUE`).
+fn without(argv: &[String], drop: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     let mut skip_value = false;
     for a in argv {
@@ -28,11 +40,11 @@ pub fn member_args(argv: &[String]) -> Vec<String> {
             skip_value = false;
             continue;
         }
-        if FLEET_ONLY.contains(&a.as_str()) {
+        if drop.contains(&a.as_str()) {
             skip_value = true;
             continue;
         }
-        if FLEET_ONLY
+        if drop
             .iter()
             .any(|f| a.strip_prefix(f).is_some_and(|rest| rest.starts_with('=')))
         {
@@ -43,15 +55,45 @@ pub fn member_args(argv: &[String]) -> Vec<String> {
     out
 }
 
+/// The command line of one GPU's run: this run's arguments without the fleet's own flags; a
+/// slowdown planted on one GPU (`--plant-on`) is passed to that GPU's run only.
+pub fn member_args(argv: &[String], gpu: usize, plant_on: Option<usize>) -> Vec<String> {
+    let args = without(argv, &FLEET_ONLY);
+    match plant_on {
+        Some(p) if p != gpu => without(&args, &["--plant-slowdown"]),
+        _ => args,
+    }
+}
+
+/// The command line of one GPU's run of `pairs` alone: its run's, with a filter per pair in
+/// place of the run's own.
+pub fn alone_args(
+    argv: &[String],
+    gpu: usize,
+    plant_on: Option<usize>,
+    pairs: &[String],
+) -> Vec<String> {
+    let mut args = without(&member_args(argv, gpu, plant_on), &["--filter"]);
+    for p in pairs {
+        args.push("--filter".into());
+        args.push(p.clone());
+    }
+    args
+}
+
 /// One GPU's run: its ordinal, how its process ended and what it wrote.
 #[derive(Debug, Clone, Serialize)]
 pub struct Member {
     pub ordinal: usize,
-    /// The process's exit code (None: killed by a signal).
+    /// The exit code of its run with every GPU at once (None: killed by a signal).
     pub exit: Option<i32>,
+    /// Its report, with the pairs run alone in place of their runs at once.
     pub report: Option<CompareReport>,
     /// Why there is no report, when there is none.
     pub error: Option<String>,
+    /// Why the pairs to run alone have no result on this GPU, when they have none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alone_error: Option<String>,
 }
 
 impl Member {
@@ -80,6 +122,88 @@ impl Member {
         }
         Some((v.timing?.median_s, v.paced_by))
     }
+
+    /// Put the runs of `pairs` from `alone` (this GPU's run of them by itself) in place of
+    /// those taken with every GPU at once; without `alone`, those runs are left out.
+    pub fn take_alone(&mut self, pairs: &[String], alone: Option<&CompareReport>) {
+        let Some(report) = self.report.as_mut() else {
+            return;
+        };
+        let rows: Vec<_> = report
+            .pairs
+            .iter()
+            .filter(|p| pairs.contains(&p.id))
+            .cloned()
+            .collect();
+        for row in rows {
+            let ids = row.run_ids();
+            report.variants.retain(|v| !ids.contains(&v.id()));
+            report.pairs.retain(|p| p != &row);
+            let Some(alone) = alone else { continue };
+            for v in alone.variants.iter().filter(|v| ids.contains(&v.id())) {
+                if !report.variants.iter().any(|r| r.id() == v.id()) {
+                    report.variants.push(v.clone());
+                }
+            }
+            report.pairs.extend(
+                alone
+                    .pairs
+                    .iter()
+                    .filter(|p| p.id == row.id && p.args == row.args)
+                    .cloned(),
+            );
+        }
+    }
+
+    /// Why this GPU's run counts as failed: no report, or its gate's own problems.
+    fn problems(&self) -> Vec<String> {
+        let g = self.ordinal;
+        let mut out = Vec::new();
+        match (&self.report, &self.error) {
+            (Some(r), _) => out.extend(r.problems().iter().map(|p| format!("GPU {g}: {p}"))),
+            (None, Some(e)) => out.push(format!("GPU {g}: no result: {e}")),
+            (None, None) => out.push(format!("GPU {g}: no result")),
+        }
+        if let Some(e) = &self.alone_error {
+            out.push(format!("GPU {g}: no result for the pairs run alone: {e}"));
+        }
+        out
+    }
+}
+
+/// The pairs to run one GPU at a time: those with a device-paced variant whose bytes cross the
+/// host link, in any GPU's run (ids "lesson/pair").
+pub fn host_link_pairs(members: &[Member]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in members.iter().filter_map(|m| m.report.as_ref()) {
+        let crossing: Vec<String> = r
+            .variants
+            .iter()
+            .filter(|v| v.paced_by == Some(Pacing::Device))
+            .filter(|v| {
+                v.report
+                    .as_ref()
+                    .is_some_and(|v| v.traffic == Traffic::HostDevice)
+            })
+            .map(|v| v.id())
+            .collect();
+        for p in &r.pairs {
+            if p.run_ids().iter().any(|id| crossing.contains(id)) && !out.contains(&p.id) {
+                out.push(p.id.clone());
+            }
+        }
+    }
+    out
+}
+
+/// How a variant's figures across the fleet were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Taken {
+    /// Every GPU at the same time.
+    AtOnce,
+    /// One GPU at a time.
+    Alone,
 }
 
 /// One variant across the fleet.
@@ -87,6 +211,7 @@ impl Member {
 pub struct FleetRow {
     pub variant: String,
     pub paced_by: Option<Pacing>,
+    pub taken: Taken,
     /// Seconds, per member in order (None: not run or not verified there).
     pub medians: Vec<Option<f64>>,
     /// Per member: its median over the median of its model's GPUs, less 1.
@@ -105,6 +230,26 @@ pub struct Fleet {
     pub rows: Vec<FleetRow>,
 }
 
+/// Where the fleet's time went (seconds of wall time).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FleetTime {
+    /// Every GPU's run at once.
+    pub at_once_s: f64,
+    /// The pairs run one GPU at a time, all GPUs together.
+    pub alone_s: f64,
+    /// The whole fleet run.
+    pub wall_s: f64,
+}
+
+impl FleetTime {
+    pub fn line(&self) -> String {
+        format!(
+            "fleet wall time: {:.1} s (every GPU at once {:.1} s, then one GPU at a time {:.1} s)",
+            self.wall_s, self.at_once_s, self.alone_s
+        )
+    }
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
@@ -115,8 +260,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-/// Every variant of the runs, each GPU against the others of its model.
-pub fn check(members: &[Member], bar: f64) -> Fleet {
+/// Every variant of the runs, each GPU against the others of its model; the variants of
+/// `alone` pairs were taken one GPU at a time.
+pub fn check(members: &[Member], bar: f64, alone: &[String]) -> Fleet {
     let mut ids: Vec<String> = Vec::new();
     for m in members {
         for v in m.report.iter().flat_map(|r| &r.variants) {
@@ -125,6 +271,13 @@ pub fn check(members: &[Member], bar: f64) -> Fleet {
             }
         }
     }
+    let alone_ids: Vec<String> = members
+        .iter()
+        .filter_map(|m| m.report.as_ref())
+        .flat_map(|r| &r.pairs)
+        .filter(|p| alone.contains(&p.id))
+        .flat_map(|p| p.run_ids())
+        .collect();
     let mut models: Vec<&str> = members.iter().filter_map(Member::model).collect();
     models.sort_unstable();
     models.dedup();
@@ -164,6 +317,11 @@ pub fn check(members: &[Member], bar: f64) -> Fleet {
                 }
             }
             FleetRow {
+                taken: if alone_ids.contains(&id) {
+                    Taken::Alone
+                } else {
+                    Taken::AtOnce
+                },
                 variant: id,
                 paced_by,
                 medians,
@@ -183,7 +341,10 @@ pub fn check(members: &[Member], bar: f64) -> Fleet {
 impl Fleet {
     /// The table: a row per variant, a column per GPU (median, and how far off its peers).
     pub fn markdown(&self) -> String {
-        let mut t = Table::new().left("variant").left("paced by");
+        let mut t = Table::new()
+            .left("variant")
+            .left("paced by")
+            .left("GPUs run");
         for g in &self.gpus {
             t = t.right(format!("GPU {g}"));
         }
@@ -195,6 +356,10 @@ impl Fleet {
                     Some(Pacing::Device) => "device".into(),
                     Some(Pacing::Host) => "host".into(),
                     None => "-".into(),
+                },
+                match r.taken {
+                    Taken::AtOnce => "at once".into(),
+                    Taken::Alone => "one at a time".into(),
                 },
             ];
             for (m, off) in r.medians.iter().zip(&r.off_peers) {
@@ -220,7 +385,7 @@ impl Fleet {
             t.row(cells);
         }
         format!(
-            "## The fleet: each GPU against the others of its model\n\n{}\nA device-paced variant more than {:.1}% off its peers' median is flagged; host-paced ones share the host's CPUs with the other runs and are shown, not judged.\n",
+            "## The fleet: each GPU against the others of its model\n\n{}\nA device-paced variant more than {:.1}% off its peers' median is flagged. Pairs whose device-paced variants copy over the host link were run again one GPU at a time: GPUs copying at once share the host's memory and PCIe. Host-paced variants share the host's CPUs with the other runs and are shown, not judged.\n",
             t.markdown(),
             self.bar * 100.0
         )
@@ -245,99 +410,151 @@ impl Fleet {
     }
 }
 
-/// Run `program member_args --device N --json DIR/gpu-N.json` for every ordinal at once; print
-/// each GPU's output, then the fleet table; write the whole as JSON when asked. Exit 1 when a
-/// GPU's run failed or regressed, or a GPU is flagged.
-pub fn run(
-    program: &Path,
-    argv: &[String],
-    ordinals: &[usize],
-    bar: f64,
-    json: Option<&Path>,
-    scratch: &Path,
-) -> anyhow::Result<ExitCode> {
-    let base = member_args(argv);
+/// What a fleet run runs: the compare `program` with this run's `argv` on each of `ordinals`.
+pub struct Plan {
+    pub program: PathBuf,
+    pub argv: Vec<String>,
+    pub ordinals: Vec<usize>,
+    /// The fleet bar (a fraction).
+    pub bar: f64,
+    /// The GPU a planted slowdown goes to (None: every GPU that runs the variant).
+    pub plant_on: Option<usize>,
+}
+
+/// One GPU's compare, started: `program args --device g --json DIR/gpu-g[-tag].json`, its
+/// stdout and stderr to files beside the JSON.
+struct Started {
+    gpu: usize,
+    stem: PathBuf,
+    child: Child,
+}
+
+impl Started {
+    fn start(
+        program: &Path,
+        args: &[String],
+        gpu: usize,
+        stem: PathBuf,
+    ) -> anyhow::Result<Started> {
+        let file = |ext: &str| stem.with_extension(ext);
+        let child = Command::new(program)
+            .args(args)
+            .args(["--device", &gpu.to_string(), "--json"])
+            .arg(file("json"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(file("out"))?)
+            .stderr(std::fs::File::create(file("err"))?)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("could not start {}: {e}", program.display()))?;
+        Ok(Started { gpu, stem, child })
+    }
+
+    /// Wait for it, print its output under `title`, and read its report (or why there is none).
+    fn finish(
+        mut self,
+        title: &str,
+    ) -> anyhow::Result<(Option<i32>, Result<CompareReport, String>)> {
+        let status = self.child.wait()?;
+        let g = self.gpu;
+        let read =
+            |ext: &str| std::fs::read_to_string(self.stem.with_extension(ext)).unwrap_or_default();
+        let (out, err) = (read("out"), read("err"));
+        println!("\n# {title}\n\n{}", out.trim_end());
+        for line in err.lines().filter(|l| !l.trim().is_empty()) {
+            eprintln!("GPU {g}: {line}");
+        }
+        let report = CompareReport::read(&self.stem.with_extension("json")).map_err(|e| {
+            err.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map_or(e, str::to_string)
+        });
+        Ok((status.code(), report))
+    }
+}
+
+/// Run every GPU's compare at once, then the pairs whose device-paced variants cross the host
+/// link on each GPU in turn; print each GPU's output, then the fleet table and its wall time;
+/// write the whole as JSON when asked. Exit 1 when a GPU's run failed or regressed, or a GPU
+/// is flagged.
+pub fn run(plan: &Plan, json: Option<&Path>, scratch: &Path) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
     println!(
         "compare on {} GPU(s) at once, one process each: {}",
-        ordinals.len(),
-        ordinals
+        plan.ordinals.len(),
+        plan.ordinals
             .iter()
             .map(|g| format!("GPU {g}"))
             .collect::<Vec<_>>()
             .join(", ")
     );
-    // One GPU's files in the scratch folder: its JSON, stdout and stderr.
-    let file = |g: usize, ext: &str| scratch.join(format!("gpu-{g}.{ext}"));
-    let mut children = Vec::new();
-    for &g in ordinals {
-        let child = Command::new(program)
-            .args(&base)
-            .args(["--device", &g.to_string(), "--json"])
-            .arg(file(g, "json"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(file(g, "out"))?)
-            .stderr(std::fs::File::create(file(g, "err"))?)
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("could not start {}: {e}", program.display()))?;
-        children.push((g, child));
+    let stem = |g: usize, tag: &str| scratch.join(format!("gpu-{g}{tag}"));
+    let mut running = Vec::new();
+    for &g in &plan.ordinals {
+        let args = member_args(&plan.argv, g, plan.plant_on);
+        running.push(Started::start(&plan.program, &args, g, stem(g, ""))?);
     }
     let mut members = Vec::new();
-    for (g, mut child) in children {
-        let status = child.wait()?;
-        let read = |ext: &str| std::fs::read_to_string(file(g, ext)).unwrap_or_default();
-        let (out, err) = (read("out"), read("err"));
-        println!("\n# GPU {g}\n\n{}", out.trim_end());
-        for line in err.lines().filter(|l| !l.trim().is_empty()) {
-            eprintln!("GPU {g}: {line}");
-        }
-        let (report, error) = match CompareReport::read(&file(g, "json")) {
+    for s in running {
+        let g = s.gpu;
+        let (exit, report) = s.finish(&format!("GPU {g}"))?;
+        let (report, error) = match report {
             Ok(r) => (Some(r), None),
-            Err(e) => (
-                None,
-                Some(
-                    err.lines()
-                        .rev()
-                        .find(|l| !l.trim().is_empty())
-                        .map_or(e, str::to_string),
-                ),
-            ),
+            Err(e) => (None, Some(e)),
         };
         members.push(Member {
             ordinal: g,
-            exit: status.code(),
+            exit,
             report,
             error,
+            alone_error: None,
         });
     }
-    let fleet = check(&members, bar);
-    println!("\n{}", fleet.markdown());
+    let at_once_s = started.elapsed().as_secs_f64();
+    let alone = host_link_pairs(&members);
+    if !alone.is_empty() {
+        println!(
+            "\nagain one GPU at a time, their copies crossing the host link alone: {}",
+            alone.join(", ")
+        );
+    }
+    // A GPU whose run gave no report has nothing to replace (and its error is said already).
+    let with_report = members.iter_mut().filter(|m| m.report.is_some());
+    for m in with_report.filter(|_| !alone.is_empty()) {
+        let g = m.ordinal;
+        let args = alone_args(&plan.argv, g, plan.plant_on, &alone);
+        let s = Started::start(&plan.program, &args, g, stem(g, "-alone"))?;
+        let (_, report) = s.finish(&format!("GPU {g}, alone"))?;
+        m.take_alone(&alone, report.as_ref().ok());
+        m.alone_error = report.err();
+    }
+    let fleet = check(&members, plan.bar, &alone);
+    let time = FleetTime {
+        at_once_s,
+        alone_s: started.elapsed().as_secs_f64() - at_once_s,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    println!("\n{}\n{}", fleet.markdown(), time.line());
     if let Some(path) = json {
         #[derive(Serialize)]
         struct FleetReport<'a> {
             members: &'a [Member],
             fleet: &'a Fleet,
+            time: FleetTime,
         }
         common::files::write_json_file(
             path,
             &FleetReport {
                 members: &members,
                 fleet: &fleet,
+                time,
             },
             "the fleet's comparison",
         )?;
         println!("wrote {}", path.display());
     }
     let mut problems = fleet.problems();
-    for m in &members {
-        match (&m.error, m.exit) {
-            (Some(e), _) => problems.push(format!("GPU {}: no result: {e}", m.ordinal)),
-            (None, Some(0)) => {}
-            (None, _) => problems.push(format!(
-                "GPU {}: its compare failed (see its table and errors above)",
-                m.ordinal
-            )),
-        }
-    }
+    problems.extend(members.iter().flat_map(Member::problems));
     Ok(common::cli::exit_for_problems(&problems))
 }
 
@@ -353,15 +570,41 @@ mod tests {
 
     #[test]
     fn a_member_gets_the_run_s_flags_without_the_fleet_s() {
+        let argv = args(
+            "--devices all --quick --fleet-bar 2 --filter gemm --json f.json --device=1 --cold",
+        );
         assert_eq!(
-            member_args(&args(
-                "--devices all --quick --fleet-bar 2 --filter gemm --json f.json --device=1 --cold"
-            )),
+            member_args(&argv, 0, None),
             args("--quick --filter gemm --cold")
         );
         assert_eq!(
-            member_args(&args("--devices=0,1 --fleet-bar=5 --timeout 60")),
+            member_args(&args("--devices=0,1 --fleet-bar=5 --timeout 60"), 1, None),
             args("--timeout 60")
+        );
+        // A slowdown planted on GPU 1 goes to GPU 1's run only.
+        let planted = args("--devices 0,1 --plant-slowdown a/fused --plant-on 1 --quick");
+        assert_eq!(
+            member_args(&planted, 1, Some(1)),
+            args("--plant-slowdown a/fused --quick")
+        );
+        assert_eq!(member_args(&planted, 0, Some(1)), args("--quick"));
+        assert_eq!(
+            member_args(&args("--plant-slowdown=a/fused"), 0, None),
+            args("--plant-slowdown=a/fused")
+        );
+    }
+
+    #[test]
+    fn a_run_alone_takes_a_filter_per_pair_in_place_of_the_run_s() {
+        let argv = args("--devices all --filter ch1 --quick --plant-slowdown b/x --plant-on 2");
+        let pairs = ["b/copy".to_string(), "c/copy".to_string()];
+        assert_eq!(
+            alone_args(&argv, 2, Some(2), &pairs),
+            args("--quick --plant-slowdown b/x --filter b/copy --filter c/copy")
+        );
+        assert_eq!(
+            alone_args(&argv, 0, Some(2), &pairs),
+            args("--quick --filter b/copy --filter c/copy")
         );
     }
 
@@ -409,6 +652,7 @@ mod tests {
             exit: Some(0),
             report: Some(report),
             error: None,
+            alone_error: None,
         }
     }
 
@@ -422,7 +666,7 @@ mod tests {
             member(2, h, &[("a/fused", 1.05, Device), ("a/loop", 10.0, Host)]),
             member(3, h, &[("a/fused", 0.99, Device), ("a/loop", 10.0, Host)]),
         ];
-        let f = check(&members, 0.03);
+        let f = check(&members, 0.03, &[]);
         let fused = &f.rows[0];
         assert_eq!(fused.variant, "a/fused");
         // Peers' median 1.005 ms: GPU 2 is 4.5% off, the others within 1.5%.
@@ -453,7 +697,7 @@ mod tests {
             ),
             member(1, "NVIDIA H200", &[("a/fused", 1.0, Pacing::Device)]),
         ];
-        let f = check(&members, 0.03);
+        let f = check(&members, 0.03, &[]);
         assert!(f.rows[0].flagged.is_empty());
         assert_eq!(f.rows[0].spread, None, "one GPU of each model: no spread");
         assert!(f.problems().is_empty());
@@ -470,9 +714,122 @@ mod tests {
             member(1, h, &[("a/fused", 1.1, Pacing::Device)]),
             failed,
         ];
-        let f = check(&members, 0.03);
+        let f = check(&members, 0.03, &[]);
         assert_eq!(f.rows[0].medians[2], None);
         // Two peers: each is 4.8% off their median (1.05 ms).
         assert_eq!(f.rows[0].flagged, vec![0, 1]);
+    }
+
+    /// `m` with the pair `id` of `lesson/baseline` and `lesson/optimized`, whose bytes move as
+    /// `traffic`.
+    fn with_pair(mut m: Member, id: &str, sides: (&str, &str), traffic: Traffic) -> Member {
+        let r = m.report.as_mut().unwrap();
+        let lesson = id.split_once('/').unwrap().0;
+        for v in r.variants.iter_mut().filter(|v| v.lesson == lesson) {
+            if v.variant == sides.0 || v.variant == sides.1 {
+                let mut inner = common::report::VariantReport::checked(
+                    &v.variant,
+                    "",
+                    common::verify::Precision::Fp32,
+                    Vec::new(),
+                    common::counters::Work::default(),
+                );
+                inner.traffic = traffic;
+                v.report = Some(inner);
+            }
+        }
+        r.pairs.push(
+            serde_json::from_value(serde_json::json!({
+                "id": id, "baseline": sides.0, "optimized": sides.1, "baseline_s": null,
+                "optimized_s": null, "speedup": null, "speedup_uncertainty": null,
+                "verified": true, "of_ceiling": null
+            }))
+            .unwrap(),
+        );
+        m
+    }
+
+    /// A GPU of H100s with a device-bound pair, a copy-bound device-paced pair and a copy-bound
+    /// host-paced one, `serial_ms` the copy-bound device-paced baseline's median.
+    fn copying(ordinal: usize, serial_ms: f64, fused_ms: f64) -> Member {
+        use Pacing::{Device, Host};
+        let m = member(
+            ordinal,
+            "NVIDIA H100 80GB HBM3",
+            &[
+                ("a/base", 2.0, Device),
+                ("a/fused", fused_ms, Device),
+                ("b/serial", serial_ms, Device),
+                ("b/overlapped", 0.5, Device),
+                ("c/loop", 9.0, Host),
+                ("c/pinned", 7.0, Host),
+            ],
+        );
+        let m = with_pair(m, "a/fusion", ("base", "fused"), Traffic::DeviceMemory);
+        let m = with_pair(
+            m,
+            "b/pipeline",
+            ("serial", "overlapped"),
+            Traffic::HostDevice,
+        );
+        with_pair(m, "c/training", ("loop", "pinned"), Traffic::HostDevice)
+    }
+
+    #[test]
+    fn only_pairs_with_a_device_paced_variant_over_the_host_link_run_alone() {
+        let members = vec![copying(0, 1.0, 1.0), copying(1, 1.08, 1.0)];
+        // The host-paced pair also copies, but is never judged: it stays at once.
+        let alone = host_link_pairs(&members);
+        assert_eq!(alone, ["b/pipeline"]);
+        // At once, the copies of two GPUs share the host: 8% apart, both would be flagged.
+        let at_once = check(&members, 0.03, &[]);
+        assert_eq!(at_once.rows[2].variant, "b/serial");
+        assert_eq!(at_once.rows[2].flagged, vec![0, 1]);
+        assert_eq!(at_once.rows[2].taken, Taken::AtOnce);
+    }
+
+    #[test]
+    fn runs_alone_replace_those_taken_at_once_and_are_judged() {
+        let alone = vec!["b/pipeline".to_string()];
+        let mut members = vec![copying(0, 1.0, 1.0), copying(1, 1.08, 1.0)];
+        for (m, serial_ms) in members.iter_mut().zip([1.0, 1.005]) {
+            let by_itself = copying(m.ordinal, serial_ms, 3.0).report.unwrap();
+            m.take_alone(&alone, Some(&by_itself));
+        }
+        let f = check(&members, 0.03, &alone);
+        let row = |id: &str| f.rows.iter().find(|r| r.variant == id).unwrap();
+        let serial = row("b/serial");
+        assert_eq!(serial.taken, Taken::Alone);
+        assert_eq!(serial.medians, vec![Some(1.0 / 1e3), Some(1.005 / 1e3)]);
+        assert!(serial.flagged.is_empty());
+        assert_eq!(row("b/overlapped").taken, Taken::Alone);
+        // The other pairs keep their figures taken at once (the run alone's fused is ignored).
+        assert_eq!(row("a/fused").taken, Taken::AtOnce);
+        assert_eq!(row("a/fused").medians, vec![Some(1.0e-3); 2]);
+        assert!(f.problems().is_empty(), "{:?}", f.problems());
+        let r = members[1].report.as_ref().unwrap();
+        assert_eq!(r.pairs.len(), 3, "the pair's row replaced, not added");
+        assert_eq!(r.variants.len(), 6);
+        let table = common::table::unpadded(&f.markdown());
+        assert!(
+            table.contains("| b/serial | device | one at a time | 1.000 ms (-0.2%) |"),
+            "{table}"
+        );
+        assert!(table.contains("| a/fused | device | at once |"), "{table}");
+    }
+
+    #[test]
+    fn a_gpu_whose_run_alone_failed_leaves_those_variants_out_and_says_so() {
+        let alone = vec!["b/pipeline".to_string()];
+        let mut m = copying(1, 1.08, 1.0);
+        m.take_alone(&alone, None);
+        m.alone_error = Some("error: no GPU 1".into());
+        let r = m.report.as_ref().unwrap();
+        assert!(r.variants.iter().all(|v| v.lesson != "b"));
+        assert!(r.pairs.iter().all(|p| p.id != "b/pipeline"));
+        assert_eq!(
+            m.problems(),
+            ["GPU 1: no result for the pairs run alone: error: no GPU 1"]
+        );
     }
 }

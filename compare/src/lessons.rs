@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use common::libraries::{self, Library};
+
 /// Which measured ceiling a pair's optimized variant is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CeilingKind {
@@ -76,6 +78,28 @@ pub const LESSONS: &[&str] = &[
     "ch1-basics",
     "ch1-graph-shapes",
 ];
+
+/// The CUDA libraries a lesson's process loads, in the order it loads them: every lesson opens
+/// a GPU (the driver, NVML) and compiles its kernels (NVRTC); the GEMMs and the training loops
+/// (the MLP's matrix products) create a cuBLAS handle.
+pub fn libraries_of(lesson: &str) -> Vec<Library> {
+    let blas: &[Library] = match lesson {
+        "ch1-gemm" | "ch1-basics" => libraries::CUBLAS,
+        _ => &[],
+    };
+    [libraries::DRIVER, libraries::NVML, libraries::NVRTC, blas].concat()
+}
+
+/// The libraries `lessons` load, in the order they first load them, each once.
+pub fn libraries_in_order<'a>(lessons: impl IntoIterator<Item = &'a str>) -> Vec<Library> {
+    let mut out: Vec<Library> = Vec::new();
+    for library in lessons.into_iter().flat_map(libraries_of) {
+        if !out.contains(&library) {
+            out.push(library);
+        }
+    }
+    out
+}
 
 /// The folder of this executable, where `cargo build` puts every binary of the workspace
 /// (target/release/ for `cargo run --release -p compare`); a test's executable sits one
@@ -210,11 +234,11 @@ pub const PAIRS: &[Pair] = &[
     ),
 ];
 
-/// Pairs whose id ("lesson/pair") contains `filter` (all when None).
-pub fn select(filter: Option<&str>) -> Vec<Pair> {
+/// Pairs whose id ("lesson/pair") contains one of `filters` (all when there is none).
+pub fn select<S: AsRef<str>>(filters: &[S]) -> Vec<Pair> {
     PAIRS
         .iter()
-        .filter(|p| filter.is_none_or(|f| p.id().contains(f)))
+        .filter(|p| filters.is_empty() || filters.iter().any(|f| p.id().contains(f.as_ref())))
         .copied()
         .collect()
 }
@@ -325,7 +349,7 @@ mod tests {
 
     #[test]
     fn shared_baselines_run_once() {
-        let v = variants_of(&select(Some("ch1-gemm")));
+        let v = variants_of(&select(&["ch1-gemm"]));
         assert_eq!(
             names(&v),
             vec![
@@ -338,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_baseline_at_other_flags_is_a_run_of_its_own() {
-        let v = variants_of(&select(Some("ch1-basics")));
+        let v = variants_of(&select(&["ch1-basics"]));
         let baselines: Vec<_> = v
             .iter()
             .filter(|r| r.variant == "training:baseline")
@@ -346,7 +370,7 @@ mod tests {
             .collect();
         assert_eq!(baselines, vec![&[][..], PINNED_ARGS, PREALLOC_ARGS]);
         // Each pair's two runs share the pair's flags.
-        for p in select(Some("ch1-basics")) {
+        for p in select(&["ch1-basics"]) {
             let [b, o] = p.runs();
             assert_eq!((b.args, o.args), (p.args, p.args), "{}", p.id());
             assert!(v.contains(&b) && v.contains(&o), "{}", p.id());
@@ -370,7 +394,7 @@ mod tests {
 
     #[test]
     fn variants_of_one_lesson_at_one_size_share_a_child() {
-        let runs = variants_of(&select(None));
+        let runs = variants_of(&select::<&str>(&[]));
         let children = children_of(&runs, false);
         let summary: Vec<(&str, usize, usize)> = children
             .iter()
@@ -412,9 +436,25 @@ mod tests {
     }
 
     #[test]
+    fn libraries_come_in_the_order_the_children_first_load_them() {
+        use common::libraries::{CUBLAS, DRIVER, NVML, NVRTC};
+        let children = children_of(&variants_of(PAIRS), false);
+        let order = libraries_in_order(children.iter().map(|c| c.lesson));
+        assert_eq!(order, [DRIVER, NVML, NVRTC, CUBLAS].concat());
+        // The first child, the intensity lesson, loads no cuBLAS; the graph lesson neither.
+        assert_eq!(children[0].lesson, "ch1-intensity");
+        for lesson in ["ch1-intensity", "ch1-graph-shapes"] {
+            assert!(libraries_of(lesson).iter().all(|l| !CUBLAS.contains(l)));
+        }
+        assert!(CUBLAS.iter().all(|l| libraries_of("ch1-gemm").contains(l)));
+        assert!(libraries_in_order([]).is_empty());
+    }
+
+    #[test]
     fn filters_match_substrings_of_ids() {
-        assert_eq!(select(Some("fusion")).len(), 1);
-        assert!(select(Some("no-such-pair")).is_empty());
-        assert_eq!(select(None).len(), PAIRS.len());
+        assert_eq!(select(&["fusion"]).len(), 1);
+        assert_eq!(select(&["fusion", "batched-gemm"]).len(), 2);
+        assert!(select(&["no-such-pair"]).is_empty());
+        assert_eq!(select::<&str>(&[]).len(), PAIRS.len());
     }
 }

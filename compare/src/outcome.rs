@@ -62,16 +62,21 @@ pub struct VariantRun {
     pub note: Option<String>,
 }
 
+/// "lesson/variant", and the lesson flags after it when the run had some.
+pub fn run_id(lesson: &str, variant: &str, args: &[String]) -> String {
+    let id = format!("{lesson}/{variant}");
+    if args.is_empty() {
+        id
+    } else {
+        format!("{id} {}", args.join(" "))
+    }
+}
+
 impl VariantRun {
     /// "lesson/variant", and the lesson flags after it when it ran with some: a run at other
     /// sizes is another measurement, with an expectation of its own.
     pub fn id(&self) -> String {
-        let id = format!("{}/{}", self.lesson, self.variant);
-        if self.args.is_empty() {
-            id
-        } else {
-            format!("{id} {}", self.args.join(" "))
-        }
+        run_id(&self.lesson, &self.variant, &self.args)
     }
 
     /// The same run, made with the lesson flags `args`.
@@ -266,6 +271,12 @@ pub struct PairRow {
 }
 
 impl PairRow {
+    /// The ids of its two variant runs, baseline first (see [VariantRun::id]).
+    pub fn run_ids(&self) -> [String; 2] {
+        let lesson = self.id.split_once('/').map_or(self.id.as_str(), |(l, _)| l);
+        [&self.baseline, &self.optimized].map(|v| run_id(lesson, v, &self.args))
+    }
+
     /// The row of `pair` from the runs made; `threshold` is the rule's smallest change that
     /// counts (0.05 = 5%).
     pub fn build(
@@ -325,10 +336,10 @@ pub fn of_ceiling(
         CeilingKind::Sgemm => {
             let c = ceilings?;
             let (name, ceiling) = match v.precision {
-                Precision::Tf32 => ("TF32 GEMM", c.gemm_tf32.as_ref()?),
-                _ => ("SGEMM", c.sgemm_fp32.as_ref()?),
+                Precision::Tf32 => ("TF32 GEMM".to_string(), c.gemm_tf32.as_ref()?),
+                _ => c.sgemm()?,
             };
-            Some((name.to_string(), v.throughput?.gflop_per_s / ceiling.value))
+            Some((name, v.throughput?.gflop_per_s / ceiling.value))
         }
     }
 }
@@ -352,6 +363,10 @@ pub struct CompareReport {
     /// The ceilings the compare measured or read itself.
     #[serde(default)]
     pub ceilings_time: Option<CeilingsTime>,
+    /// The CUDA libraries the compare had the kernel read for its children (absent in older
+    /// files).
+    #[serde(default)]
+    pub read_ahead: Option<common::libraries::ReadAhead>,
 }
 
 impl CompareReport {
@@ -626,7 +641,7 @@ mod tests {
 
     #[test]
     fn a_pair_at_other_flags_takes_the_runs_made_at_its_flags() {
-        let pinned = select(Some("ch1-basics/pinned"))[0];
+        let pinned = select(&["ch1-basics/pinned"])[0];
         let runs = vec![
             run("training:baseline", 0.100, &[]),
             run("training:pinned", 0.095, &[]),

@@ -221,6 +221,20 @@ pub fn markdown(children: &[ChildTime], ceilings: Option<&CeilingsTime>, wall_s:
     out
 }
 
+/// One line on what the compare had the kernel read ahead for its children.
+pub fn read_ahead_line(r: &common::libraries::ReadAhead) -> String {
+    if r.files.is_empty() {
+        return "read ahead: no CUDA library found where the loader looks\n".to_string();
+    }
+    format!(
+        "read ahead: {} CUDA library files, {} ({}), asked for in {:.2} s beside the first child\n",
+        r.files.len(),
+        plotting::format::human_bytes(r.bytes),
+        r.files.join(", "),
+        r.seconds
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +327,18 @@ mod tests {
             md.contains("| ch1-x/fused | 0.10 | 0.05 | 1.00 | 0.00 |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_read_ahead_line_names_the_files_and_their_bytes() {
+        let r = common::libraries::ReadAhead {
+            files: vec!["libnvrtc.so.13.0.88".into(), "libcublasLt.so.13.0.2".into()],
+            bytes: 3 << 29,
+            seconds: 0.25,
+        };
+        let line = read_ahead_line(&r);
+        assert!(line.starts_with("read ahead: 2 CUDA library files, 1.5 GiB (libnvrtc.so.13.0.88, libcublasLt.so.13.0.2), asked for in 0.25 s"), "{line}");
+        let none = read_ahead_line(&common::libraries::ReadAhead::default());
+        assert!(none.contains("no CUDA library found"), "{none}");
     }
 }

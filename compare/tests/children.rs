@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::counters::Work;
+use common::counters::{Traffic, Work};
 use common::gpu::DeviceInfo;
 use common::report::{LessonReport, Provenance, Status, VariantReport, SCHEMA_VERSION};
 use common::stats::Summary;
@@ -23,15 +23,23 @@ fn dir(name: &str) -> PathBuf {
 struct Timed<'a> {
     held: bool,
     gpu_uuid: &'a str,
+    traffic: Traffic,
 }
 
 const DEVICE_PACED: Timed = Timed {
     held: true,
     gpu_uuid: "GPU-fake",
+    traffic: Traffic::DeviceMemory,
 };
 const HOST_PACED: Timed = Timed {
     held: false,
     gpu_uuid: "GPU-fake",
+    traffic: Traffic::DeviceMemory,
+};
+/// Held, and its bytes copied between host and device.
+const OVER_THE_HOST_LINK: Timed = Timed {
+    traffic: Traffic::HostDevice,
+    ..DEVICE_PACED
 };
 
 fn measurement(samples: &[f64], timed: Timed) -> common::bench::Measurement {
@@ -86,6 +94,7 @@ fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> Le
             status: if passed { Status::Ok } else { Status::Failed },
             checks: vec![verification],
             work: Work::default(),
+            traffic: timed.traffic,
             time_ms: Some(Summary::of(&samples).unwrap()),
             throughput: None,
             fraction_of_copy_bandwidth: Some(0.9),
@@ -99,11 +108,13 @@ fn timed_report(variant: &str, median_ms: f64, passed: bool, timed: Timed) -> Le
 }
 
 /// A folder of fake lesson binaries, one per lesson, in `d/lessons`: what one does for its
-/// variants (`--variants`) is read from files in `d` (`<variant>.mode`, or
-/// `<variant>-dev<N>.mode` for `--device N`: crash, hang, garbage, or the name of a report file
-/// to copy). Several variants at once (`baseline,fused`) read `baseline,fused.mode`; without
-/// one, the program fails without a report, and the compare runs each variant on its own. Each
-/// call is a line of `d/calls.log`: the lesson, then its arguments.
+/// variants (`--variants`) is read from files in `d`: crash, hang, garbage, or the name of a
+/// report file to copy. The first file found of `<variant>-planted.mode` (when the call has
+/// `--plant-slowdown`), `<variant>-dev<N>-<K>.mode` (the K-th call, from 0, of these variants
+/// on `--device N`), `<variant>-dev<N>.mode` and `<variant>.mode` says. Several variants at
+/// once (`baseline,fused`) read `baseline,fused.mode`; without one, the program fails without a
+/// report, and the compare runs each variant on its own. Each call is a line of `d/calls.log`:
+/// the lesson, then its arguments.
 fn fake_lessons(d: &Path) -> PathBuf {
     let script = r#"#!/bin/sh
 # args: --variants VARIANT[,VARIANT...] ... --json PATH
@@ -115,8 +126,11 @@ for a in "$@"; do
   p="$a"
 done
 json="$p"
+calls=$(grep -c -- "--variants $variant --device $dev " "$here/calls.log" 2>/dev/null)
 echo "$(basename "$0") $*" >> "$here/calls.log"
-mode_file="$here/$variant-dev$dev.mode"
+mode_file="$here/$variant-dev$dev-${calls:-0}.mode"
+case " $* " in *" --plant-slowdown "*) [ -f "$here/$variant-planted.mode" ] && mode_file="$here/$variant-planted.mode" ;; esac
+[ -f "$mode_file" ] || mode_file="$here/$variant-dev$dev.mode"
 [ -f "$mode_file" ] || mode_file="$here/$variant.mode"
 if [ ! -f "$mode_file" ]; then echo "error: no fake report for $variant" >&2; exit 1; fi
 mode=$(cat "$mode_file")
@@ -219,6 +233,9 @@ fn a_process_that_fails_is_run_again_one_variant_at_a_time() {
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(written["children"].as_array().unwrap().len(), 3);
     assert_eq!(written["ceilings_time"]["what"], "cached");
+    // What was read ahead for the children is kept, and said under the phases.
+    assert!(written["read_ahead"]["files"].is_array(), "{written}");
+    assert!(out.contains("read ahead: "), "{out}");
     // With --isolate, one process per variant from the start.
     std::fs::remove_file(d.join("calls.log")).unwrap();
     let (code, _, _) = compare(&d, &["--isolate"]);
@@ -441,8 +458,8 @@ fn device_paced_variants_are_judged_by_the_gpu_model_on_any_machine() {
     assert_eq!(code, 0);
     // Another board of the same model: a device-paced variant is still judged.
     let other = Timed {
-        held: true,
         gpu_uuid: "GPU-second-machine",
+        ..DEVICE_PACED
     };
     put_timed(&d, "baseline", 1.0, other);
     put_timed(&d, "fused", 0.3, other);
@@ -498,8 +515,8 @@ fn host_paced_variants_are_judged_by_their_runs_on_this_machine() {
     // On a second machine of the same GPU model the host-paced variant has no expectation,
     // however slow it runs; the device-paced baseline is judged as ever.
     let second = Timed {
-        held: false,
         gpu_uuid: "GPU-second-machine",
+        ..HOST_PACED
     };
     put_timed(
         &d,
@@ -583,6 +600,123 @@ fn the_fleet_flags_a_gpu_off_its_peers() {
     );
 }
 
+/// One report of the double-buffering pair (its bytes copied over the host link), handed back
+/// to the `call`-th run of the pair on GPU `dev` (all calls when None), or when planted.
+fn put_pipeline(d: &Path, serial_ms: f64, dev: Option<usize>, call: Option<usize>) {
+    let names = "pipeline:serial,pipeline:overlapped";
+    let mut r = timed_report("pipeline:serial", serial_ms, true, OVER_THE_HOST_LINK);
+    r.variants
+        .extend(timed_report("pipeline:overlapped", 0.5, true, OVER_THE_HOST_LINK).variants);
+    let which = match (dev, call) {
+        (Some(g), Some(k)) => format!("{names}-dev{g}-{k}"),
+        (Some(g), None) => format!("{names}-dev{g}"),
+        _ => names.to_string(),
+    };
+    let file = format!("{which}-report.json");
+    r.write_json(&d.join(&file)).unwrap();
+    set_mode(d, &which, &file);
+}
+
+/// `compare --devices 0,1` on a device-bound pair and a pair whose copies cross the host link:
+/// the copying pair runs again one GPU at a time and is judged by those runs, so the slowdown
+/// the GPUs' shared host gives it at once is no alarm; a slowdown planted on one GPU is.
+#[test]
+fn the_fleet_runs_copies_over_the_host_link_one_gpu_at_a_time() {
+    let d = dir("fleet-alone");
+    put_together(&d, &[("baseline", 1.0), ("fused", 0.2)]);
+    // At once, GPU 1's copies wait on GPU 0's: 8% slower. Alone, the two are in step.
+    put_pipeline(&d, 1.0, None, None);
+    put_pipeline(&d, 1.08, Some(1), Some(0));
+    let json = d.join("fleet.json");
+    let pairs = [
+        "--filter",
+        "ch1-basics/double-buffering",
+        "--devices",
+        "0,1",
+    ];
+    let (code, out, err) = compare(
+        &d,
+        &[&pairs[..], &["--json", json.to_str().unwrap()]].concat(),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("# GPU 1, alone"), "{out}");
+    assert!(
+        out.contains("| ch1-basics/pipeline:serial | device | one at a time | 1.000 ms (+0.0%) | 1.000 ms (+0.0%) |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| ch1-intensity/fused | device | at once |"),
+        "{out}"
+    );
+    assert!(out.contains("fleet wall time: "), "{out}");
+    // The device-bound pair ran once per GPU, the copying pair twice (at once, then alone),
+    // the second time with a filter of its own in place of the run's.
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    let count = |what: &str| calls.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("--variants baseline,fused "), 2, "{calls}");
+    assert_eq!(
+        count("--variants pipeline:serial,pipeline:overlapped --device 1 "),
+        2,
+        "{calls}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let time = &written["time"];
+    assert!(time["wall_s"].as_f64().unwrap() >= time["at_once_s"].as_f64().unwrap());
+    assert!(time["alone_s"].as_f64().unwrap() > 0.0);
+    let serial = written["fleet"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["variant"] == "ch1-basics/pipeline:serial")
+        .unwrap();
+    assert_eq!(serial["taken"], "alone");
+    // The pair's rows in GPU 1's compare are the ones run alone.
+    let gpu1 = &written["members"][1]["report"]["pairs"];
+    let row = gpu1
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "ch1-basics/double-buffering")
+        .unwrap();
+    assert!(
+        (row["baseline_s"].as_f64().unwrap() - 1.0e-3).abs() < 1e-9,
+        "{row}"
+    );
+
+    // Extra work planted on GPU 1's copying pair: caught when the GPUs run one at a time.
+    std::fs::remove_file(d.join("calls.log")).unwrap();
+    let mut slow = timed_report("pipeline:serial", 2.0, true, OVER_THE_HOST_LINK);
+    slow.variants
+        .extend(timed_report("pipeline:overlapped", 0.5, true, OVER_THE_HOST_LINK).variants);
+    slow.write_json(&d.join("planted.json")).unwrap();
+    set_mode(
+        &d,
+        "pipeline:serial,pipeline:overlapped-planted",
+        "planted.json",
+    );
+    let plant = [
+        "--plant-slowdown",
+        "ch1-basics/pipeline:serial",
+        "--plant-on",
+        "1",
+    ];
+    let (code, out, err) = compare(&d, &[&pairs[..], &plant[..]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("error: GPU 1: ch1-basics/pipeline:serial is 33.3% slower than the median"),
+        "{err}"
+    );
+    let calls = std::fs::read_to_string(d.join("calls.log")).unwrap();
+    for line in calls.lines() {
+        assert_eq!(
+            line.contains("--plant-slowdown"),
+            line.contains("--device 1 ") && line.contains("pipeline:serial"),
+            "{calls}"
+        );
+    }
+}
+
 #[test]
 fn a_fleet_run_takes_no_expectations_update_and_names_its_gpus() {
     let d = dir("fleet-flags");
@@ -592,6 +726,22 @@ fn a_fleet_run_takes_no_expectations_update_and_names_its_gpus() {
     let (code, _, err) = compare(&d, &["--devices", "0,0"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("GPU 0 is named twice"), "{err}");
+    let (code, _, err) = compare(
+        &d,
+        &[
+            "--devices",
+            "0,1",
+            "--plant-slowdown",
+            "a/b",
+            "--plant-on",
+            "2",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--plant-on 2: GPU 2 is not one of --devices"),
+        "{err}"
+    );
     let (code, _, err) = compare(&d, &["--devices", "0", "--fleet-bar", "0"]);
     assert_eq!(code, 2, "{err}");
     assert!(

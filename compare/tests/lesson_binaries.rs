@@ -17,7 +17,7 @@ fn every_child_of_the_chapter_reaches_the_gpu() {
         bins[i].to_str().unwrap().to_string()
     };
     let compare = Args::try_parse_from(["compare"]).unwrap();
-    let children = children_of(&variants_of(&select(None)), false);
+    let children = children_of(&variants_of(&select::<&str>(&[])), false);
     assert_eq!(children.len(), 6);
     for child in &children {
         let argv = child_argv(&compare.common, child);

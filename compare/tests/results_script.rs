@@ -269,3 +269,90 @@ fn the_pages_are_in_step_with_the_committed_results() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A lesson report as far as scripts/results-tables reads it: the GPU and each variant's
+/// status, median and speedup.
+fn lesson_json(gpu: &str, variants: &[(&str, f64, f64)]) -> String {
+    let variants: Vec<serde_json::Value> = variants
+        .iter()
+        .map(|&(name, ms, speedup)| {
+            serde_json::json!({
+                "name": name, "status": "OK", "time_ms": {"median": ms}, "speedup": speedup
+            })
+        })
+        .collect();
+    serde_json::json!({"device": {"name": gpu}, "variants": variants}).to_string()
+}
+
+/// Folders of several GPUs of one host (`h100x2`) join a variants table after the one-GPU
+/// folders when they have its file; a one-GPU folder without it says so in its cells.
+#[test]
+fn a_variants_table_has_a_column_per_several_gpu_folder_with_its_file() {
+    let d = std::env::temp_dir().join(format!("results-tables-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    let h100 = "NVIDIA H100 80GB HBM3";
+    for (folder, file) in [
+        (
+            "h100",
+            Some(lesson_json(
+                h100,
+                &[("baseline", 20.0, 1.0), ("optimized", 10.0, 2.0)],
+            )),
+        ),
+        ("h200", None),
+        (
+            "h100x2",
+            Some(lesson_json(
+                h100,
+                &[("baseline", 11.0, 1.0), ("optimized", 5.25, 2.1)],
+            )),
+        ),
+        ("h200x4", None),
+    ] {
+        std::fs::create_dir_all(d.join(folder)).unwrap();
+        if let Some(json) = file {
+            std::fs::write(d.join(folder).join("ch1-data-parallel.json"), json).unwrap();
+        }
+    }
+    let table = |args: &[&str]| {
+        let out = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/results-tables"))
+            .arg("--results")
+            .arg(&d)
+            .args(args)
+            .output()
+            .expect("python3 runs scripts/results-tables");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, out, err) = table(&["--table", "variants", "ch1-data-parallel"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "| variant | NVIDIA H100 80GB HBM3 median | speedup | h200 median | speedup \
+         | NVIDIA H100 80GB HBM3 x 2 median | speedup |",
+        "{out}"
+    );
+    assert_eq!(
+        lines[3], "| optimized | 10.000 ms | 2.00x | not measured | - | 5.250 ms | 2.10x |",
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "`results/h100/ch1-data-parallel.json`, `results/h100x2/ch1-data-parallel.json`."
+        ),
+        "{out}"
+    );
+    // The pair tables take one-GPU folders only.
+    let (code, out, _) = table(&["--table", "index"]);
+    assert_eq!(code, 0);
+    assert!(!out.contains("x 2") && !out.contains("h100x2"), "{out}");
+    let (code, _, err) = table(&["--table", "no-such-kind"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown kind 'no-such-kind'"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

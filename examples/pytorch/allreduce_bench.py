@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """All-reduce bus bandwidth with torch.distributed over NCCL, the sizes ch1-data-parallel's
---allreduce measures (1 MiB to 1 GiB by powers of four), fp32 sum: a cross-check of its table on
+--allreduce measures (1 MiB to 4 GiB by powers of four), fp32 sum: a cross-check of its table on
 the same GPUs. torch.distributed reduces in place; ch1-data-parallel times NCCL out of place.
 
 One process per GPU, started by torchrun or by this script itself:
@@ -28,7 +28,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 MIN_BYTES = 1 << 20
-MAX_BYTES = 1 << 30
+MAX_BYTES = 4 << 30
 
 
 def sizes(max_bytes):
@@ -55,7 +55,7 @@ def measure(args, rank, world):
         # Checked once: the sum of every rank's input, at sampled elements.
         recv.copy_(send)
         dist.all_reduce(recv)
-        idx = torch.linspace(0, count - 1, 4096, device="cuda").long()
+        idx = torch.arange(0, count, max(1, count // 4096), device="cuda")
         gathered = [torch.empty_like(idx, dtype=torch.float32) for _ in range(world)]
         dist.all_gather(gathered, send[idx].contiguous())
         want = torch.stack(gathered).double().sum(0)
@@ -121,7 +121,7 @@ def spawned(rank, world, args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", type=int, default=None, help="processes to start (default: every GPU); not with torchrun")
-    p.add_argument("--max-size", type=int, default=MAX_BYTES, help="largest message in bytes (1 GiB)")
+    p.add_argument("--max-size", type=int, default=MAX_BYTES, help="largest message in bytes (4 GiB)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--samples", type=int, default=20)
     p.add_argument("--calls", type=int, default=5, help="all-reduces per timed sample")

@@ -533,9 +533,15 @@ class StepClock:
             return
         free, total = cuda.mem_get_info()
         # What is free now plus what PyTorch already holds is what the training could have
-        # had before it built its model, the limit its peaks (max_memory_reserved) meet.
+        # had before it built its model, the limit its peaks (max_memory_reserved) meet. A
+        # program that caps its share (torch.cuda.set_per_process_memory_fraction) has at most
+        # that share of the GPU's memory: PyTorch's allocator refuses more.
+        could_have = free + cuda.memory_reserved()
+        share = getattr(cuda, "get_per_process_memory_fraction", None)
+        if share is not None:
+            could_have = min(could_have, int(share() * total))
         self.reporter.device(name=cuda.get_device_name(), total_bytes=total,
-                             free_bytes=free + cuda.memory_reserved(), framework=torch_version())
+                             free_bytes=could_have, framework=torch_version())
 
 
 class Step:

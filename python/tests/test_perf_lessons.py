@@ -193,6 +193,15 @@ class ContextManager(Trial):
                                     "framework": "torch 2.11.0+cu130, CUDA 13.0"})
         self.assertEqual([s.get("peak_memory_bytes") for s in lines[1:]], [3_000_000] * 2)
 
+    def test_a_per_process_memory_fraction_caps_the_memory_it_could_have(self):
+        cuda = FakeCuda()
+        cuda.get_per_process_memory_fraction = lambda: 0.5
+        with modules(torch=torch_with(cuda)):
+            with perf_lessons.step(samples=2):
+                pass
+        # Half of the 10 MB GPU, though 7 MB are free and PyTorch holds 1 MB.
+        self.assertEqual(self.lines()[0]["free_bytes"], 5_000_000)
+
     def test_pytorch_without_cuda_initialized_is_left_alone(self):
         cuda = FakeCuda(initialized=False)
         with modules(torch=torch_with(cuda)):

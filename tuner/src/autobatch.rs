@@ -1,9 +1,10 @@
 //! `tuner autobatch -- COMMAND`: the largest batch that holds in a real run.
 //!
-//! 1. **Search** ([crate::search]): each trial asks "does batch B fit?" and runs only until the
-//!    program's memory is steady (the optimizer's state exists and two consecutive steps'
-//!    peaks agree, [crate::trial::steady]) or until it runs out of memory, which ends it at the
-//!    message. The largest size seen to fit is the candidate.
+//! 1. **Search** ([crate::search]): on GPUs of one model, a round of as many sizes as there are
+//!    GPUs runs side by side (one GPU: one size a round). Each trial asks "does batch B fit?"
+//!    and runs only until the program's memory is steady (the optimizer's state exists and two
+//!    consecutive steps' peaks agree, [crate::trial::steady]) or until it runs out of memory,
+//!    which ends it at the message. The largest size seen to fit is the candidate.
 //! 2. **Confirmation**: the candidate trains `--confirm-steps` steps (20 by default) in a
 //!    process of its own, start to end. A step that needs more memory than the first ones
 //!    showed (an allocator that fragments, a workspace chosen late) shows here. When it fails,
@@ -27,7 +28,7 @@ use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
 use crate::run::{default_margin, kept_at, DeviceSummary, ResultsFile, Run};
-use crate::search::{self, Found, Probe};
+use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
 
@@ -69,6 +70,8 @@ struct Saved {
     write: Option<PathBuf>,
     batch_key: String,
     accumulation_key: Option<String>,
+    #[serde(default)]
+    new_keys: bool,
     team: Option<PathBuf>,
     model_name: Option<String>,
 }
@@ -84,6 +87,7 @@ impl Options {
             write: self.write.as_ref().map(|t| t.path.clone()),
             batch_key: self.keys.batch_size.to_string(),
             accumulation_key: self.keys.accumulation.as_ref().map(|k| k.to_string()),
+            new_keys: self.keys.new_keys,
             team: self.team.clone(),
             model_name: self.model_name.clone(),
         };
@@ -99,6 +103,7 @@ impl Options {
                 .as_deref()
                 .map(KeyPath::parse)
                 .transpose()?,
+            new_keys: s.new_keys,
         };
         Ok(Options {
             start: s.start,
@@ -242,6 +247,7 @@ fn probe(r: &TrialResult) -> Result<Probe> {
         fits,
         peak_bytes: peak.filter(|_| fits),
         limit_bytes: limit,
+        model_bytes: r.measured.model.and_then(|m| m.total_bytes()),
     })
 }
 
@@ -251,7 +257,10 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let groups = run.groups(1);
     let group = &groups[0];
     let device = &group[0];
-    if run.devices.len() > group.len() {
+    // GPUs of one model search side by side, a size per group of them; of several models,
+    // on the first group.
+    let one_model = run.devices.iter().all(|d| d.name() == device.name());
+    if run.devices.len() > group.len() && !one_model {
         run.progress.line(&format!(
             "autobatch searches on {}: {} (the answer is per GPU model)",
             if group.len() == 1 {
@@ -280,19 +289,34 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     run.announce("autobatch", None);
     let mut trials: Vec<TrialResult> = Vec::new();
     let search_started = run.elapsed_s();
-    let found = search::find(o.start, o.granularity, MAX_BATCH, |batch| {
-        let r = run.one(
-            group,
-            &params(batch, SEARCH_STEPS, SEARCH_WARMUP),
-            trials.len(),
-            Stop::WhenSteady,
-            &mut results,
-        );
-        let answer = probe(&r);
-        trials.push(r);
-        answer
-    })?
-    .map_err(Error::invalid)?;
+    let width = if one_model {
+        (run.devices.len() / run.ranks).max(1)
+    } else {
+        1
+    };
+    let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
+    loop {
+        let round = search.next(width);
+        if round.is_empty() {
+            break;
+        }
+        let jobs: Vec<Params> = round
+            .iter()
+            .map(|&b| params(b, SEARCH_STEPS, SEARCH_WARMUP))
+            .collect();
+        let first = trials.len();
+        let done = match jobs.as_slice() {
+            [one] => vec![run.one(group, one, first, Stop::WhenSteady, &mut results)],
+            several => run.several(several, first, Stop::WhenSteady, &mut results)?,
+        };
+        for r in done {
+            let answer = probe(&r);
+            let batch = r.params.batch_size;
+            trials.push(r);
+            search.record(batch, answer?);
+        }
+    }
+    let found = search.found().map_err(Error::invalid)?;
     let search_wall_s = run.elapsed_s() - search_started;
 
     // Confirm the candidate; step down until a size holds.
@@ -460,9 +484,13 @@ pub fn render(r: &AutobatchReport) -> String {
         .collect();
     let _ = writeln!(
         o,
-        "search from {} ({sizes}), each trial until its memory is steady: {} trials in {:.1} s: {}",
+        "search from {} ({sizes}), each trial until its memory is steady: {} trials{} in {:.1} s: {}",
         r.start,
         r.search.len(),
+        match r.found.rounds {
+            n if n < r.search.len() => format!(" in {n} rounds side by side"),
+            _ => String::new(),
+        },
         r.search_wall_s,
         tried.join(", ")
     );

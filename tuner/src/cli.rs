@@ -289,6 +289,10 @@ pub struct AutobatchArgs {
     /// key is already there.
     #[arg(long, value_name = "DOTTED.PATH", value_parser = KeyPath::parse)]
     pub accumulation_key: Option<KeyPath>,
+    /// Add --key and --accumulation-key to the file where it does not have them (without this,
+    /// a key path that is not in the file is refused, naming the nearest ones that are).
+    #[arg(long)]
+    pub new_key: bool,
     /// Add or update this GPU and model's entry in a shared team-settings TOML.
     #[arg(long, value_name = "FILE")]
     pub team: Option<PathBuf>,
@@ -309,6 +313,7 @@ impl AutobatchArgs {
             Some(k) => Keys {
                 batch_size: k.clone(),
                 accumulation: self.accumulation_key.clone(),
+                new_keys: self.new_key,
             },
             None => Keys {
                 accumulation: self

@@ -1,26 +1,33 @@
-//! The batch-size finder's logic, over any oracle "does batch B fit?" (real training steps on
-//! the GPU, a fresh process of the user's program; a fake in the tests).
+//! The batch-size finder's logic: a search over sizes that proposes a round of k sizes at once
+//! ([Search::next], k = the GPUs that run trials side by side), takes their results
+//! ([Search::record]) and goes on until the answer is pinned. [find] drives it over an oracle
+//! "does batch B fit?" (real training steps on the GPU, a fresh process of the user's program; a
+//! fake in the tests), one size at a time.
 //!
-//! Without memory figures it grows geometrically from the start until the first failure, then
-//! binary-searches the sizes at the granularity between the last success and the first
-//! failure. With a maximum M, a start S and a granularity G that needs at most
-//! floor(log2(M/S)) + 2 trials to bracket M and ceil(log2(M/G)) to pin it, within the bound
-//! ceil(log2(M/S)) + ceil(log2(M/G)) + 2.
+//! Without memory figures it grows geometrically from the start until the first failure (k
+//! sizes a round, each double the one below), then splits the sizes at the granularity between
+//! the last success and the first failure into k + 1 parts a round: bisection for one GPU. With
+//! a maximum M, a start S and a granularity G, one GPU needs at most floor(log2(M/S)) + 2 trials
+//! to bracket M and ceil(log2(M/G)) to pin it, within the bound ceil(log2(M/S)) +
+//! ceil(log2(M/G)) + 2.
 //!
 //! A trial that reports its peak memory and the memory it could have ([Probe]) lets the search
-//! aim instead of doubling: the first peak, taken as proportional to the batch, gives a jump
-//! that stays under the limit whenever memory has a fixed part (the model, the context); the
-//! straight line through the two largest peaks ([Line]) then predicts the largest batch that
-//! fits, and the search tries that size and the one above. Where the prediction is off, it
-//! gallops from it in steps that double (1, 2, 4 sizes) until the answer is bracketed, then
-//! bisects: a good prediction costs four or five trials in all, a poor one about twice a
-//! bisection of the error. Memory that is not a line (cuDNN's autotuner takes workspace from
-//! whatever room there is, so the peaks climb to the limit long before the batch that runs out)
-//! shows itself when a jump lands more than 15% off the line that aimed it, the peaks flatten,
-//! or a larger batch peaks lower than a smaller one;
-//! from there the search doubles and bisects as it would without peaks. The answer is exact
-//! either way: the largest size at the granularity that was seen to fit, with the next size
-//! seen to fail.
+//! aim instead. One peak gives a line through it and the model's own memory (parameters,
+//! gradients, optimizer state: a part of the fixed memory, so the line aims low), or without
+//! that, a line proportional to the batch (lower still). Two peaks or more give the straight
+//! line through the two largest ([Line]). The line's largest batch within the limit is the
+//! centre; a round tries the centre and the size above it (right when the line is), then sizes
+//! further out on each side, in steps of 1, then about 1% of the size, doubling, each side's
+//! steps growing as its sizes miss; once a size under the centre has failed, one size of a
+//! round of several bisects what lies under it. Several GPUs get two peaks from their first
+//! round (the start and sizes 4, 16... times it). Memory that is not a line shows itself: a size aimed by a
+//! line of two points lands more than 15% off it, the peaks flatten, or a larger batch peaks
+//! lower than a smaller one (cuDNN's autotuner takes workspace from whatever room there is, so
+//! the peaks climb to the limit long before the batch that runs out). A line that puts a size
+//! seen to fail more than 15% inside the limit says the limit is not the program's (a program
+//! that caps its own share of the GPU and reports the whole GPU's memory). From either, the
+//! search grows and splits as it would without peaks. The answer is exact either way: the
+//! largest size at the granularity that was seen to fit, with the next size seen to fail.
 
 use serde::Serialize;
 
@@ -34,6 +41,8 @@ pub struct Found {
     pub maximum: usize,
     /// Every trial in order: (batch, fitted).
     pub trials: Vec<(usize, bool)>,
+    /// The rounds they ran in: trials side by side count once.
+    pub rounds: usize,
     /// Whether `maximum + granularity` (the next candidate) was tried and failed.
     pub next_failed: bool,
 }
@@ -41,12 +50,14 @@ pub struct Found {
 /// What one trial of the finder says: whether the batch fit, and where it knows them, its peak
 /// memory and the memory it could have had (bytes, in the same terms: the framework's own peak
 /// against the memory free when the program started, or the process's peak against the
-/// device's memory less other processes').
+/// device's memory less other processes'), and the model's own memory (parameters, gradients
+/// and optimizer state), which every batch holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Probe {
     pub fits: bool,
     pub peak_bytes: Option<u64>,
     pub limit_bytes: Option<u64>,
+    pub model_bytes: Option<u64>,
 }
 
 impl From<bool> for Probe {
@@ -65,97 +76,312 @@ pub fn trial_bound(maximum: usize, start: usize, multiple: usize) -> usize {
     clog2(maximum, start) + clog2(maximum, multiple) + 2
 }
 
-/// How a size was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Move {
-    Start,
-    Double,
-    /// Predicted by the memory line through this many points.
-    Jump(usize),
-    Up,
-    Down,
-    Bisect,
-    Cap,
-}
-
-/// Jumps by the memory line before the first failure: the proportional one, the line's, one
-/// refit.
-const REACH_JUMPS: usize = 3;
-/// Jumps inside the bracket, each after a new point.
-const BRACKET_JUMPS: usize = 2;
-/// A jump whose peak lands further than this share from the line that aimed it, or whose peak
-/// rises at less than [FLATTER] times the line's slope, shows memory that is not a line (an
-/// autotuner's workspace that takes the room there is): the search stops aiming.
+/// A size aimed by a line of two points or more that lands further than this share from it,
+/// or whose peak rises at less than [FLATTER] times the line's slope, shows memory that is not
+/// a line (an autotuner's workspace that takes the room there is); a line that puts a failed
+/// size this share inside the limit shows a limit that is not the program's. Either way the
+/// search stops aiming.
 const OFF_THE_LINE: f64 = 0.15;
 const FLATTER: f64 = 0.5;
 
-struct Search<F> {
+/// How much larger each size of the first round is than the one before, on several GPUs: far
+/// enough apart that their peaks give the line, close enough that the largest is still a size
+/// a program is run at.
+const FIRST_ROUND_SPREAD: usize = 4;
+
+/// Which side of the centre a size was tried on: at or under it (the line says it fits), above
+/// it (the line says it fails), or not aimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Under,
+    Over,
+    Blind,
+}
+
+/// A size proposed and not yet recorded: its side, and the line that aimed it where that line
+/// went through two points or more.
+#[derive(Debug, Clone, Copy)]
+struct Aimed {
+    batch: usize,
+    side: Side,
+    line: Option<Line>,
+}
+
+/// The search's state between rounds.
+#[derive(Debug, Clone)]
+pub struct Search {
+    start: usize,
     granularity: Granularity,
-    probe: F,
+    /// A batch no GPU could hold: growth stops at the largest size under it.
+    cap: usize,
     trials: Vec<(usize, bool)>,
+    rounds: usize,
+    aimed: Vec<Aimed>,
     points: Vec<(usize, u64)>,
     limit: Option<u64>,
+    model: Option<u64>,
     /// Largest batch seen to fit; smallest seen to fail.
     lo: usize,
     hi: Option<usize>,
-    last: (Move, bool),
-    /// A jump landed off its line, or the peaks flattened: no more aiming.
-    elastic: bool,
+    /// The memory figures no longer aim the search (memory that is not a line, or a limit that
+    /// is not the program's).
+    blind: bool,
+    /// The line's prediction the steps below refer to (a new peak that moves it starts them
+    /// again), and how far each side's steps have grown: a size under the centre that failed,
+    /// or one over it that fit, moves that side one step on.
+    steps_for: Option<usize>,
+    under_misses: usize,
+    over_misses: usize,
 }
 
-impl<F, E> Search<F>
-where
-    F: FnMut(usize) -> Result<Probe, E>,
-{
-    fn try_batch(&mut self, batch: usize, how: Move) -> Result<bool, E> {
-        let p = (self.probe)(batch)?;
+impl Search {
+    /// A search from `start` for sizes at `granularity`, growing no further than `cap`.
+    pub fn new(start: usize, granularity: Granularity, cap: usize) -> Result<Search, String> {
+        if start == 0 {
+            return Err("the start batch must be at least 1".into());
+        }
+        Ok(Search {
+            start,
+            granularity,
+            cap,
+            trials: Vec::new(),
+            rounds: 0,
+            aimed: Vec::new(),
+            points: Vec::new(),
+            limit: None,
+            model: None,
+            lo: 0,
+            hi: None,
+            blind: false,
+            steps_for: None,
+            under_misses: 0,
+            over_misses: 0,
+        })
+    }
+
+    /// The next round: up to `k` sizes to try side by side, none tried before; empty when the
+    /// search is over ([Search::found] then gives the answer). Record every size of a round
+    /// before asking for the next.
+    pub fn next(&mut self, k: usize) -> Vec<usize> {
+        let k = k.max(1);
+        let g = self.granularity;
+        let blind = |batch| Aimed {
+            batch,
+            side: Side::Blind,
+            line: None,
+        };
+        let round: Vec<Aimed> = if self.trials.is_empty() {
+            let mut sizes = vec![self.start];
+            let mut b = self.start;
+            while sizes.len() < k {
+                b = b.saturating_mul(FIRST_ROUND_SPREAD);
+                let snapped = size_at(g, index_below(g, b.min(self.cap)));
+                if snapped <= *sizes.last().expect("the start") {
+                    break;
+                }
+                sizes.push(snapped);
+            }
+            sizes.into_iter().map(blind).collect()
+        } else {
+            let k_lo = index_below(g, self.lo);
+            let k_cap = index_below(g, self.cap);
+            let k_bad = self.hi.map_or(k_cap + 1, |hi| self.bad_index(hi));
+            if self.lo == 0 || k_bad <= k_lo + 1 || self.lo >= size_at(g, k_cap) {
+                return Vec::new();
+            }
+            let aimed = match self.aim(k_lo, k_bad) {
+                Some((c, line)) => self.around(c, line, k_lo, k_bad, k),
+                None => Vec::new(),
+            };
+            match self.hi {
+                _ if !aimed.is_empty() => aimed,
+                None => {
+                    // Grow: each size double the one below (a size far too large is slow to fail
+                    // where the loader must fill it first); the cap's size last.
+                    let mut sizes = Vec::new();
+                    let mut b = self.lo;
+                    while sizes.len() < k {
+                        b = b.saturating_mul(2);
+                        if b > self.cap {
+                            sizes.push(size_at(g, k_cap));
+                            break;
+                        }
+                        sizes.push(b);
+                    }
+                    sizes.into_iter().map(blind).collect()
+                }
+                Some(_) => {
+                    // Split the bracket into k + 1 parts.
+                    let width = k_bad - k_lo;
+                    let mut ks: Vec<usize> = (1..=k)
+                        .map(|i| k_lo + width * i / (k + 1))
+                        .filter(|&i| i > k_lo && i < k_bad)
+                        .collect();
+                    ks.dedup();
+                    ks.into_iter().map(|i| blind(size_at(g, i))).collect()
+                }
+            }
+        };
+        let round: Vec<Aimed> = round
+            .into_iter()
+            .filter(|a| !self.trials.iter().any(|t| t.0 == a.batch))
+            .collect();
+        if !round.is_empty() {
+            self.rounds += 1;
+        }
+        let sizes = round.iter().map(|a| a.batch).collect();
+        self.aimed = round;
+        sizes
+    }
+
+    /// What the trial of `batch` said.
+    pub fn record(&mut self, batch: usize, p: Probe) {
+        let aimed = self.aimed.iter().position(|a| a.batch == batch);
+        let aimed = aimed.map(|i| self.aimed.swap_remove(i));
         self.trials.push((batch, p.fits));
         if let Some(l) = p.limit_bytes {
             self.limit = Some(self.limit.map_or(l, |old| old.min(l)));
         }
+        if p.model_bytes.is_some() {
+            self.model = p.model_bytes;
+        }
         if p.fits {
             self.lo = self.lo.max(batch);
+            if aimed.is_some_and(|a| a.side == Side::Over) {
+                self.over_misses += 1;
+            }
             if let Some(peak) = p.peak_bytes {
-                let before = Line::through(&self.points);
                 // A larger batch that needed less than a smaller one: the peaks are the room
                 // there was, not what the batch needs.
                 if self.points.iter().any(|&(b, q)| b < batch && q > peak) {
-                    self.elastic = true;
+                    self.blind = true;
                 }
                 self.points.push((batch, peak));
-                // Only a line through two points or more is a claim about this batch's peak: the
-                // jump lands off it, or the peaks flatten as they do against a limit that the
-                // workspace fills.
-                if let (Move::Jump(n), Some(line), Some(after)) =
-                    (how, before, Line::through(&self.points))
+                // The size lands off the line that aimed it, or the peaks flatten as they do
+                // against a limit that the workspace fills.
+                if let (Some(line), Some(after)) =
+                    (aimed.and_then(|a| a.line), Line::through(&self.points))
                 {
-                    let aimed = line.peak(batch);
-                    let off = (peak as f64 - aimed).abs() > OFF_THE_LINE * aimed;
+                    let aimed_peak = line.peak(batch);
+                    let off = (peak as f64 - aimed_peak).abs() > OFF_THE_LINE * aimed_peak;
                     let flat = after.bytes_per_sample < FLATTER * line.bytes_per_sample;
-                    if n >= 2 && (off || flat) {
-                        self.elastic = true;
+                    if off || flat {
+                        self.blind = true;
                     }
                 }
             }
         } else {
             self.hi = Some(self.hi.map_or(batch, |h| h.min(batch)));
+            match aimed {
+                // A line through one peak aims low (it counts all of that peak, or all but the
+                // model, as growing with the batch): a size it put within the limit that fails
+                // says the limit is not the program's, or its memory not a line.
+                Some(a) if a.side == Side::Under && a.line.is_none() => self.blind = true,
+                Some(a) if a.side == Side::Under => self.under_misses += 1,
+                _ => {}
+            }
         }
-        self.last = (how, p.fits);
-        Ok(p.fits)
     }
 
-    /// The index of the largest size the memory line says fits.
-    fn predicted(&self) -> Option<usize> {
-        if self.elastic {
+    /// The line the peaks give: through the two largest, or through the one there is and the
+    /// model's own memory, or proportional to it.
+    fn line(&self) -> Option<Line> {
+        match (self.points.as_slice(), self.model) {
+            (&[(b, peak)], Some(model)) if model < peak => Some(Line {
+                fixed_bytes: model as f64,
+                bytes_per_sample: (peak - model) as f64 / b as f64,
+            }),
+            (points, _) => Line::through(points),
+        }
+    }
+
+    /// The centre (the index of the largest size the line puts within the limit, inside the
+    /// bracket) and the line where it has two points or more; None where the search is blind.
+    fn aim(&mut self, k_lo: usize, k_bad: usize) -> Option<(usize, Option<Line>)> {
+        if self.blind {
             return None;
         }
-        let line = Line::through(&self.points)?;
+        let line = self.line()?;
         let b = line.batch_within(self.limit? as f64);
-        (b > 0).then(|| index_below(self.granularity, b))
+        if b == 0 {
+            return None;
+        }
+        if self
+            .hi
+            .is_some_and(|hi| b as f64 > (1.0 + OFF_THE_LINE) * hi as f64)
+        {
+            self.blind = true;
+            return None;
+        }
+        let p = index_below(self.granularity, b);
+        if self.steps_for != Some(p) {
+            self.steps_for = Some(p);
+            (self.under_misses, self.over_misses) = (0, 0);
+        }
+        let c = p.clamp(k_lo, k_bad - 1);
+        Some((c, (self.points.len() >= 2).then_some(line)))
     }
 
-    fn lo_index(&self) -> usize {
-        index_below(self.granularity, self.lo)
+    /// Up to `k` sizes around the centre `c` inside the bracket: the centre and the size above
+    /// it, then one step further out on each side, the under side first. A step that would
+    /// leave the bracket goes halfway to its end instead, so a line that is far off costs no
+    /// more than bisecting.
+    fn around(
+        &self,
+        c: usize,
+        line: Option<Line>,
+        k_lo: usize,
+        k_bad: usize,
+        k: usize,
+    ) -> Vec<Aimed> {
+        let g = self.granularity;
+        let mut ks: Vec<(usize, Side)> = Vec::new();
+        let (mut under, mut over) = (self.under_misses, self.over_misses);
+        // Each side runs out at the bracket; the loop ends when both have.
+        while ks.len() < k {
+            let u = match c.saturating_sub(offset(under, c)) {
+                i if i > k_lo => Some(i),
+                _ => Some(k_lo + (c + 1 - k_lo) / 2).filter(|&i| i > k_lo),
+            };
+            let o = match (c + 1).saturating_add(offset(over, c)) {
+                i if i < k_bad => Some(i),
+                _ => Some((c + 1 + k_bad) / 2).filter(|&i| i > c && i < k_bad),
+            };
+            let before = ks.len();
+            for i in [u.map(|i| (i, Side::Under)), o.map(|i| (i, Side::Over))]
+                .into_iter()
+                .flatten()
+            {
+                if ks.len() < k && !ks.iter().any(|x| x.0 == i.0) {
+                    ks.push(i);
+                }
+            }
+            if ks.len() == before {
+                break;
+            }
+            under += 1;
+            over += 1;
+        }
+        // After a size the line put within the limit failed, one size of a round of several
+        // bisects what lies under the centre: a line far off (a limit that is not the
+        // program's) then costs no more than bisecting.
+        if k >= 2 && self.under_misses > 0 {
+            let lowest = ks.iter().map(|x| x.0).min().unwrap_or(c);
+            let half = k_lo + (lowest.min(c) - k_lo) / 2;
+            if half > k_lo && !ks.iter().any(|x| x.0 == half) {
+                if ks.len() == k {
+                    ks.pop();
+                }
+                ks.push((half, Side::Blind));
+            }
+        }
+        ks.into_iter()
+            .map(|(i, side)| Aimed {
+                batch: size_at(g, i),
+                side,
+                line,
+            })
+            .collect()
     }
 
     /// The smallest index whose size is at least `hi` (it fails).
@@ -168,8 +394,15 @@ where
         }
     }
 
-    fn found(self) -> Result<Found, String> {
-        let k = self.lo_index();
+    /// The answer.
+    pub fn found(self) -> Result<Found, String> {
+        if self.lo == 0 && self.trials.contains(&(self.start, false)) {
+            return Err(format!(
+                "batch {} already runs out of memory: give a smaller --start",
+                self.start
+            ));
+        }
+        let k = index_below(self.granularity, self.lo);
         let maximum = if self.lo == 0 {
             0
         } else {
@@ -191,110 +424,56 @@ where
             maximum,
             next_failed: self.trials.contains(&(next, false)),
             trials: self.trials,
+            rounds: self.rounds,
         })
     }
 }
 
-/// Find the largest fitting batch. `cap` bounds the growth (a batch no GPU could hold).
+/// How far from the centre a side's sizes are after `misses` of its sizes missed: 0 (the
+/// centre, or the size above it), 1, then about 1% of `c` (at least 2), doubling.
+fn offset(misses: usize, c: usize) -> usize {
+    match misses {
+        0 => 0,
+        1 => 1,
+        m => (c / 100)
+            .max(2)
+            .saturating_mul(1usize.checked_shl(m as u32 - 2).unwrap_or(usize::MAX)),
+    }
+}
+
+/// Find the largest fitting batch with `k` trials a round, `probe` answering for each size
+/// (in round order). `cap` bounds the growth (a batch no GPU could hold).
+pub fn find_in_rounds<E>(
+    start: usize,
+    granularity: Granularity,
+    cap: usize,
+    k: usize,
+    mut probe: impl FnMut(usize) -> Result<Probe, E>,
+) -> Result<Result<Found, String>, E> {
+    let mut search = match Search::new(start, granularity, cap) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(e)),
+    };
+    loop {
+        let round = search.next(k);
+        if round.is_empty() {
+            return Ok(search.found());
+        }
+        for batch in round {
+            let p = probe(batch)?;
+            search.record(batch, p);
+        }
+    }
+}
+
+/// Find the largest fitting batch one trial at a time.
 pub fn find<E>(
     start: usize,
     granularity: Granularity,
     cap: usize,
     probe: impl FnMut(usize) -> Result<Probe, E>,
 ) -> Result<Result<Found, String>, E> {
-    if start == 0 {
-        return Ok(Err("the start batch must be at least 1".into()));
-    }
-    let mut s = Search {
-        granularity,
-        probe,
-        trials: Vec::new(),
-        points: Vec::new(),
-        limit: None,
-        lo: 0,
-        hi: None,
-        last: (Move::Start, true),
-        elastic: false,
-    };
-    if !s.try_batch(start, Move::Start)? {
-        return Ok(Err(format!(
-            "batch {start} already runs out of memory: give a smaller --start"
-        )));
-    }
-    let (mut reach_jumps, mut bracket_jumps) = (0, 0);
-    // Gallop steps: the size next to the prediction first (it is right when the memory line
-    // is), then about 1% of the size, doubling, so a prediction off by some percent costs the
-    // same trials at any scale.
-    let (mut up, mut down) = (0usize, 0usize);
-    let mut jumped = false;
-    // Grow until the first failure.
-    while s.hi.is_none() {
-        let k_lo = s.lo_index();
-        let (mut how, mut next) = match s.predicted() {
-            Some(p) if reach_jumps < REACH_JUMPS && size_at(granularity, p) > s.lo => {
-                (Move::Jump(s.points.len()), size_at(granularity, p))
-            }
-            // Just under a line that held: the answer is near, gallop up from it.
-            _ if jumped && !s.elastic => {
-                up = next_step(up, k_lo);
-                (Move::Up, size_at(granularity, k_lo + up))
-            }
-            _ => (Move::Double, s.lo.saturating_mul(2)),
-        };
-        if next > cap {
-            // Nothing failed below the cap: the largest size under it is the last candidate.
-            next = size_at(granularity, index_below(granularity, cap));
-            how = Move::Cap;
-            if next <= s.lo {
-                return Ok(s.found());
-            }
-        }
-        if let Move::Jump(_) = how {
-            reach_jumps += 1;
-            jumped = true;
-        }
-        if s.try_batch(next, how)? && how == Move::Cap {
-            return Ok(s.found());
-        }
-    }
-    // Pin it between the last success and the first failure.
-    loop {
-        let hi = s.hi.expect("a failure brackets the search");
-        let (k_lo, k_bad) = (s.lo_index(), s.bad_index(hi));
-        if k_bad <= k_lo + 1 {
-            return Ok(s.found());
-        }
-        let bisect = k_lo + (k_bad - k_lo) / 2;
-        // A failed prediction of the line (not the first, proportional, guess): the answer is
-        // most likely just below it.
-        let (last, fitted) = s.last;
-        let overshot = !fitted
-            && !s.elastic
-            && (matches!(last, Move::Jump(n) if n >= 2) || last == Move::Down);
-        let (how, k) = if overshot && k_bad > k_lo + next_step(down, k_bad) {
-            down = next_step(down, k_bad);
-            (Move::Down, k_bad - down)
-        } else {
-            match s.predicted() {
-                Some(p) if fitted && bracket_jumps < BRACKET_JUMPS && p > k_lo && p < k_bad => {
-                    bracket_jumps += 1;
-                    (Move::Jump(s.points.len()), p)
-                }
-                _ => (Move::Bisect, bisect),
-            }
-        };
-        s.try_batch(size_at(granularity, k), how)?;
-    }
-}
-
-/// The gallop step after `step` (0 before the first) from size index `k`: 1, then about 1% of
-/// `k` (at least 2), then doubling.
-fn next_step(step: usize, k: usize) -> usize {
-    match step {
-        0 => 1,
-        1 => (k / 100).max(2),
-        s => s.saturating_mul(2),
-    }
+    find_in_rounds(start, granularity, cap, 1, probe)
 }
 
 #[cfg(test)]
@@ -328,6 +507,7 @@ mod tests {
                 fits,
                 peak_bytes: fits.then_some(peak(b) as u64),
                 limit_bytes: Some(limit),
+                model_bytes: None,
             })
         }
     }
@@ -380,6 +560,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn several_gpus_find_the_same_answer_in_fewer_rounds() {
+        for limit in [1usize, 9, 100, 1000, 5000, 123_457] {
+            for start in [1usize, 8, 64] {
+                for g in [M8, Granularity::Multiple(1), Granularity::Pow2] {
+                    let one = find(start, g, 1 << 26, oracle(limit)).unwrap();
+                    let mut previous = usize::MAX;
+                    for k in [2usize, 3, 4, 8] {
+                        let r = find_in_rounds(start, g, 1 << 26, k, oracle(limit)).unwrap();
+                        let (Ok(one), Ok(f)) = (&one, &r) else {
+                            assert_eq!(one.is_err(), r.is_err(), "{limit} {start} {g:?} {k}");
+                            continue;
+                        };
+                        assert_eq!(f.maximum, one.maximum, "{limit} {start} {g:?} {k}");
+                        assert_eq!(f.next_failed, one.next_failed);
+                        assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= limit)));
+                        assert!(
+                            f.rounds <= one.rounds && f.rounds <= previous,
+                            "{limit} {start} {g:?} k {k}: {} rounds, one GPU {}, {:?}",
+                            f.rounds,
+                            one.rounds,
+                            f.trials
+                        );
+                        previous = f.rounds;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn aimed_rounds_of_any_width_end_exact() {
+        // Rounds wider than what is left between the line's centre and the bracket's ends, a
+        // limit reported right and one 3% off.
+        for real in [1.0, 0.97, 1.04] {
+            let (largest, program) = linear((0.6e9, 40e6), 79_000_000_000, real, 1.0);
+            let one = answer(8, M8, program);
+            for k in [2usize, 3, 4, 8, 16, 64] {
+                let f = find_in_rounds(8, M8, 1 << 26, k, program).unwrap().unwrap();
+                assert_eq!(f.maximum, largest / 8 * 8, "{real} k {k}: {:?}", f.trials);
+                assert!(f.next_failed);
+                assert!(f.rounds <= one.rounds, "{real} k {k}: {:?}", f.trials);
+            }
+        }
+    }
+
+    #[test]
+    fn a_round_is_k_new_sizes_and_the_search_ends_with_an_empty_one() {
+        let mut s = Search::new(8, M8, 1 << 20).unwrap();
+        assert_eq!(s.next(4), vec![8, 32, 128, 512]);
+        for (b, fits) in [(512, false), (8, true), (128, true), (32, true)] {
+            s.record(b, fits.into());
+        }
+        // (128, 512) split in five parts, at multiples of 8.
+        let round = s.next(4);
+        assert_eq!(round, vec![200, 280, 352, 432]);
+        for b in round {
+            s.record(b, (b <= 300).into());
+        }
+        loop {
+            let round = s.next(4);
+            if round.is_empty() {
+                break;
+            }
+            assert!(round.len() <= 4 && round.iter().all(|&b| b > 280 && b < 352));
+            for b in round {
+                s.record(b, (b <= 300).into());
+            }
+        }
+        let f = s.found().unwrap();
+        assert_eq!((f.maximum, f.next_failed), (296, true));
+        assert_eq!(f.rounds, 4, "{:?}", f.trials);
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //!
 //! Each format has its own editor ([toml] through toml_edit, [json] through serde_json with the
 //! file's key order, [yaml] through yaml-edit); each sets whole numbers at key paths and refuses,
-//! in one line, a path it cannot set without guessing.
+//! in one line, a path it cannot set without guessing. A key path is read as the team's framework
+//! reads the file (OmegaConf and Hydra over PyYAML, tomllib, json): a number indexes a list
+//! (`trainer.callbacks.0.patience`), and a key found through a YAML merge key (`<<: *defaults`)
+//! is there, and written into the mapping that merges, whose own keys win over merged ones. A key
+//! path that is not in the file is refused in one line naming the nearest that are (a typo
+//! would otherwise add a key the program never reads), unless new keys are asked for.
 
 mod json;
 mod keys;
@@ -20,7 +25,7 @@ use serde::Serialize;
 use toml_edit::{value, Item, Table};
 
 pub use self::keys::KeyPath;
-use self::keys::{Edit, Edited};
+use self::keys::{not_there, Absent, Edit, Edited};
 use self::toml::{parse as parse_doc, set_keeping_comments};
 
 /// Where the answer goes: the batch size's key path and, where the file keeps them, the
@@ -29,6 +34,8 @@ use self::toml::{parse as parse_doc, set_keeping_comments};
 pub struct Keys {
     pub batch_size: KeyPath,
     pub accumulation: Option<KeyPath>,
+    /// Add a key path the file does not have (else it is refused).
+    pub new_keys: bool,
 }
 
 impl Keys {
@@ -37,22 +44,32 @@ impl Keys {
         Keys {
             batch_size: KeyPath::of(&["training", "batch_size"]),
             accumulation: Some(KeyPath::of(&["training", "accumulation_steps"])),
+            new_keys: true,
         }
     }
 
     /// The edits that write `batch` and `accumulation`: accumulation steps go in where the
     /// answer uses them or the file already has the key.
     fn edits(&self, batch: usize, accumulation: usize) -> Vec<Edit<'_>> {
+        let absent = if self.new_keys {
+            Absent::Add
+        } else {
+            Absent::Refuse
+        };
         let mut edits = vec![Edit {
             key: &self.batch_size,
             value: batch,
-            only_if_present: false,
+            absent,
         }];
         if let Some(key) = &self.accumulation {
             edits.push(Edit {
                 key,
                 value: accumulation,
-                only_if_present: accumulation == 1,
+                absent: if accumulation == 1 {
+                    Absent::Skip
+                } else {
+                    absent
+                },
             });
         }
         edits
@@ -85,7 +102,25 @@ impl Format {
         }
     }
 
+    /// The file as plain values, as the framework reads it.
+    fn tree(self, text: &str) -> Result<serde_json::Value, String> {
+        match self {
+            Format::Toml => toml::tree(text),
+            Format::Yaml => yaml::tree(text),
+            Format::Json => json::tree(text),
+        }
+    }
+
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
+        if edits.iter().any(|e| e.absent == Absent::Refuse) {
+            let tree = self.tree(text)?;
+            if let Some(e) = edits
+                .iter()
+                .find(|e| e.absent == Absent::Refuse && !e.key.is_in(&tree))
+            {
+                return Err(not_there(e.key, &tree));
+            }
+        }
         match self {
             Format::Toml => toml::edit(text, edits),
             Format::Yaml => yaml::edit(text, edits),
@@ -107,7 +142,7 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
         .map(|(key, (_, value))| Edit {
             key,
             value: *value,
-            only_if_present: false,
+            absent: Absent::Add,
         })
         .collect();
     format.edit(text, &edits).map(|e| e.text)
@@ -506,8 +541,62 @@ my_own_key = "kept"
         let keys = Keys {
             batch_size: KeyPath::parse("data.batch_size").unwrap(),
             accumulation: None,
+            new_keys: false,
         };
         assert_eq!(overrides(&keys, 32, 1).lightning, "--data.batch_size=32");
+    }
+
+    #[test]
+    fn a_key_path_not_in_the_file_is_refused_unless_new_keys_are_asked_for() {
+        let keys = |batch: &str, accumulation: &str, new_keys| Keys {
+            batch_size: KeyPath::parse(batch).unwrap(),
+            accumulation: Some(KeyPath::parse(accumulation).unwrap()),
+            new_keys,
+        };
+        let yaml = "data:\n  loader:\n    batch_size: 64\n    workers: 8\ntrainer:\n  accumulate_grad_batches: 1\n";
+        let toml =
+            "[data.loader]\nbatch_size = 64\nworkers = 8\n[trainer]\naccumulate_grad_batches = 1\n";
+        let json = "{\"data\": {\"loader\": {\"batch_size\": 64, \"workers\": 8}}, \"trainer\": {\"accumulate_grad_batches\": 1}}";
+        for (format, text) in [
+            (Format::Yaml, yaml),
+            (Format::Toml, toml),
+            (Format::Json, json),
+        ] {
+            let edit = |k: &Keys, accumulation| {
+                format
+                    .edit(text, &k.edits(96, accumulation))
+                    .map(|e| e.written)
+            };
+            let typo = keys(
+                "data.loader.batchsize",
+                "trainer.accumulate_grad_batches",
+                false,
+            );
+            let e = edit(&typo, 1).unwrap_err();
+            assert_eq!(
+                e,
+                "'data.loader.batchsize' is not in the file (the nearest there: data.loader.batch_size, data.loader.workers, trainer.accumulate_grad_batches); --new-key adds it as a new key",
+                "{format:?}"
+            );
+            let asked = Keys {
+                new_keys: true,
+                ..typo
+            };
+            let written = edit(&asked, 1).unwrap();
+            assert_eq!(written[0], ("data.loader.batchsize".to_string(), 96));
+            // An accumulation key that is not there: left out when the answer does not
+            // accumulate, refused when it does.
+            let right = keys("data.loader.batch_size", "trainer.accumulate", false);
+            assert_eq!(edit(&right, 1).unwrap().len(), 1, "{format:?}");
+            let e = edit(&right, 2).unwrap_err();
+            assert!(e.starts_with("'trainer.accumulate' is not in the file (the nearest there: trainer.accumulate_grad_batches"), "{e}");
+            let both = keys(
+                "data.loader.batch_size",
+                "trainer.accumulate_grad_batches",
+                false,
+            );
+            assert_eq!(edit(&both, 2).unwrap().len(), 2);
+        }
     }
 
     #[test]

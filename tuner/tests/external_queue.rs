@@ -232,9 +232,7 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
         .unwrap();
         let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
         let jobs = [params(8), params(16)];
-        let done = run
-            .several(&jobs, 5, Stop::AfterSteps, &mut results)
-            .unwrap();
+        let done = run.several(&jobs, 5, Stop::AtExit, &mut results).unwrap();
         let indices: Vec<usize> = done.iter().map(|r| r.index).collect();
         assert_eq!(indices, [5, 6]);
         assert!(done

@@ -1,8 +1,10 @@
 //! `tuner autobatch --write FILE --key DOTTED.PATH` on the team's own config files, end to end
 //! against the fake training program: a Hydra-style YAML, a TOML with comments and nested
 //! tables, a JSON; the answer as Hydra and LightningCLI overrides; the team file keyed by the
-//! script's name beside entries of the older shapes; and every file that cannot take the answer
-//! refused in one line before any trial, left as it was.
+//! script's name beside entries of the older shapes; a key path that is not in the file (a typo)
+//! refused naming the nearest ones, unless `--new-key`; keys in lists and through YAML merge
+//! keys; and every file that cannot take the answer refused in one line before any trial, left
+//! as it was.
 
 mod fake;
 
@@ -69,6 +71,7 @@ fn a_hydra_style_yaml_takes_the_answer_and_keeps_every_other_line() {
             "training.batch_size",
             "--accumulation-key",
             "training.accumulation",
+            "--new-key",
         ],
         &work,
         &tmp,
@@ -214,14 +217,14 @@ fn a_file_that_cannot_take_the_answer_is_refused_in_one_line_and_left_as_it_was(
     for (name, text) in files {
         std::fs::write(work.join(name), text).unwrap();
     }
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 13] = [
         (
             &["--write", "run.ini", "--key", "batch_size"],
             "run.ini: the answer is written into a .toml, .yaml, .yml or .json file",
         ),
         (
             &["--write", "train.yaml", "--key", "defaults.model"],
-            "train.yaml: 'defaults' is a list",
+            "train.yaml: 'defaults.model' is not in the file (the nearest there: defaults.0.model,",
         ),
         (
             &[
@@ -230,7 +233,7 @@ fn a_file_that_cannot_take_the_answer_is_refused_in_one_line_and_left_as_it_was(
                 "--key",
                 "training.batch_size.per_gpu",
             ],
-            "train.yaml: 'training.batch_size' is a scalar",
+            "train.yaml: 'training.batch_size.per_gpu' is not in the file (the nearest there: training.batch_size,",
         ),
         (
             &[
@@ -239,14 +242,20 @@ fn a_file_that_cannot_take_the_answer_is_refused_in_one_line_and_left_as_it_was(
                 "--key",
                 "trainer.callbacks.batch_size",
             ],
-            "team-run.toml: 'trainer.callbacks' is a list of tables",
+            "team-run.toml: 'trainer.callbacks.batch_size' is not in the file",
         ),
         (
-            &["--write", "team-run.toml", "--key", "model.name.x"],
+            &[
+                "--write",
+                "team-run.toml",
+                "--key",
+                "model.name.x",
+                "--new-key",
+            ],
             "team-run.toml: 'model.name' is a scalar",
         ),
         (
-            &["--write", "run.json", "--key", "seed.x"],
+            &["--write", "run.json", "--key", "seed.x", "--new-key"],
             "run.json: 'seed' is a scalar",
         ),
         (&["--write", "bad.yaml", "--key", "a.b"], "bad.yaml: line 3"),
@@ -259,6 +268,10 @@ fn a_file_that_cannot_take_the_answer_is_refused_in_one_line_and_left_as_it_was(
             "bad.json: not valid JSON",
         ),
         (&["--write", "run.json"], "run.json: give --key DOTTED.PATH"),
+        (
+            &["--write", "run.json", "--key", "data.batchsize"],
+            "run.json: 'data.batchsize' is not in the file (the nearest there: data.batch_size, data.workers, model.name); --new-key adds it as a new key",
+        ),
         (
             &["--write", "missing.yaml", "--key", "a"],
             "missing.yaml: cannot read the config",
@@ -290,4 +303,71 @@ fn a_file_that_cannot_take_the_answer_is_refused_in_one_line_and_left_as_it_was(
     }
     assert_eq!(listing(&work).len(), files.len());
     assert!(listing(&tmp).is_empty(), "{:?}", listing(&tmp));
+}
+
+/// A data config whose loaders are a list, and whose training mapping merges shared defaults.
+const LOADERS: &str = "\
+shared: &shared
+  batch_size: 32
+  workers: 4
+train:
+  <<: *shared
+  shuffle: true
+eval:
+  <<: *shared
+loaders:
+  - name: train
+    batch_size: 16
+";
+
+#[test]
+fn keys_in_lists_and_through_merge_keys_are_where_the_framework_reads_them() {
+    let (_s, work, tmp) = places("lists");
+    std::fs::write(work.join("data.yaml"), LOADERS).unwrap();
+    autobatch(
+        &["--write", "data.yaml", "--key", "loaders.0.batch_size"],
+        &work,
+        &tmp,
+    );
+    let after_list = LOADERS.replace("    batch_size: 16\n", "    batch_size: 1856\n");
+    assert_eq!(read(&work.join("data.yaml")), after_list);
+    // train.batch_size is 32 through the merge: the answer becomes train's own key, and eval
+    // still reads the shared 32.
+    autobatch(
+        &["--write", "data.yaml", "--key", "train.batch_size"],
+        &work,
+        &tmp,
+    );
+    assert_eq!(
+        read(&work.join("data.yaml")),
+        after_list.replace("  shuffle: true\n", "  shuffle: true\n  batch_size: 1856\n")
+    );
+}
+
+#[test]
+fn a_typo_in_the_key_is_refused_naming_the_nearest_and_new_key_adds_it() {
+    let (_s, work, tmp) = places("typo");
+    let conf = "data:\n  loader:\n    batch_size: 64\n    workers: 8\n";
+    std::fs::write(work.join("conf.yaml"), conf).unwrap();
+    let args = ["--write", "conf.yaml", "--key", "data.loader.batchsize"];
+    let mut all = vec!["autobatch", "--workers", "0"];
+    all.extend(args);
+    let o = tuner(&all, &[MEMORY], "0", &work, &tmp);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.trim(),
+        "error: conf.yaml: 'data.loader.batchsize' is not in the file (the nearest there: data.loader.batch_size, data.loader.workers); --new-key adds it as a new key"
+    );
+    assert_eq!(read(&work.join("conf.yaml")), conf);
+    let mut asked = args.to_vec();
+    asked.push("--new-key");
+    let o = autobatch(&asked, &work, &tmp);
+    says(
+        &o,
+        "wrote data.loader.batchsize = 1856 into conf.yaml (backup conf.yaml.bak)",
+    );
+    assert_eq!(
+        read(&work.join("conf.yaml")),
+        format!("{conf}    batchsize: 1856\n")
+    );
 }

@@ -190,8 +190,9 @@ impl Pipeline {
             (4 * cfg.chunk * buffers) as u64,
         )?;
         let affine = Affine::new(gpu, cfg.iterations)?;
-        let values = common::verify::uniform_f32(cfg.seed, n, -1.0, 1.0);
-        let host_in = Pinned::from_slice(gpu, &values, "the pipeline input")?;
+        // Drawn straight into the page-locked input: no 1 GiB copy of it made first.
+        let mut host_in = Pinned::<f32>::new(gpu, n, "the pipeline input")?;
+        common::verify::uniform_f32_into(cfg.seed, host_in.as_mut_slice(), -1.0, 1.0);
         let host_out = Pinned::<f32>::new(gpu, n, "the pipeline output")?;
         let dev = (0..buffers)
             .map(|_| gpu.alloc::<f32>(cfg.chunk, "a pipeline buffer"))

@@ -77,8 +77,8 @@ impl PipelineLesson {
     ) -> Result<PipelineLesson> {
         cfg.validate().map_err(common::Error::invalid)?;
         // Pinned input and output; with the comparison, one output copy (f32) and the serial
-        // output the runner keeps in float64.
-        let per_element = if whole { 4 + 4 + 4 + 8 } else { 4 + 4 };
+        // output the runner keeps (f32 too).
+        let per_element = if whole { 4 + 4 + 4 + 4 } else { 4 + 4 };
         check_host_fits(
             "the pipeline's pinned input and output and the outputs its checks keep",
             per_element * cfg.elements as u64,
@@ -139,7 +139,11 @@ impl Lesson for PipelineLesson {
     fn output(&mut self, _gpu: &Gpu, _index: usize) -> Result<Output> {
         let out = Output::checked(vec![self.pipeline.check_closed_form()]);
         Ok(if self.whole {
-            out.part(SAME_AS_SERIAL, self.pipeline.output().to_vec(), Some(0.0))
+            out.part(
+                SAME_AS_SERIAL,
+                common::par::copy_of(self.pipeline.output()),
+                Some(0.0),
+            )
         } else {
             out
         })

@@ -148,15 +148,50 @@ pub fn measure_gemms(gpu: &Gpu, timer: &mut Timer) -> Result<GemmCeilings> {
     })
 }
 
+/// The sizes of the full GEMM ceilings.
+pub const GEMM_CEILING_SIZES: [usize; 3] = [2048, 4096, 8192];
+
+/// The one size of the quick SGEMM figure ([measure_gemm_one_size]): where the best of the full
+/// figure's six runs came on the H100 and the H200 (`results/*/ch1-roofline.json`; the 8192
+/// runs within 0.2% of it).
+pub const GEMM_ONE_SIZE: usize = 4096;
+
+/// The sizes of `candidates` that fit in `free` bytes of device memory.
+pub fn gemm_sizes_that_fit(candidates: &[usize], free: u64) -> Vec<usize> {
+    let largest = gemm_ceiling_size(free);
+    candidates
+        .iter()
+        .copied()
+        .filter(|&s| s <= largest)
+        .collect()
+}
+
 /// One precision's GEMM ceiling (see [measure_gemms]).
 pub fn measure_gemm(gpu: &Gpu, timer: &mut Timer, precision: GemmPrecision) -> Result<Ceiling> {
+    measure_gemm_at(gpu, timer, precision, &GEMM_CEILING_SIZES)
+}
+
+/// A precision's GEMM rate at [GEMM_ONE_SIZE] alone, hot and cold: about a third of the time of
+/// [measure_gemm], whose 8192 problem's inputs take most of the rest, for a figure the full one
+/// is within a fraction of a percent of on the GPUs measured. Not a ceiling a roofline draws.
+pub fn measure_gemm_one_size(
+    gpu: &Gpu,
+    timer: &mut Timer,
+    precision: GemmPrecision,
+) -> Result<Ceiling> {
+    measure_gemm_at(gpu, timer, precision, &[GEMM_ONE_SIZE])
+}
+
+/// The best of `candidates` (those that fit), each hot and cold.
+fn measure_gemm_at(
+    gpu: &Gpu,
+    timer: &mut Timer,
+    precision: GemmPrecision,
+    candidates: &[usize],
+) -> Result<Ceiling> {
     let blas = blas::handle(gpu)?;
     let (free, _) = gpu.memory()?;
-    let largest = gemm_ceiling_size(free);
-    let sizes: Vec<usize> = [2048, 4096, 8192]
-        .into_iter()
-        .filter(|&s| s <= largest)
-        .collect();
+    let sizes = gemm_sizes_that_fit(candidates, free);
     let name = match precision {
         GemmPrecision::Fp32 => "cublasGemmEx fp32, CUBLAS_COMPUTE_32F (SGEMM)",
         GemmPrecision::Tf32 => "cublasGemmEx fp32 in/out, CUBLAS_COMPUTE_32F_FAST_TF32",
@@ -251,6 +286,20 @@ mod tests {
             1000
         )
         .is_none());
+    }
+
+    #[test]
+    fn gemm_sizes_are_those_that_fit() {
+        let gib = 1u64 << 30;
+        assert_eq!(
+            gemm_sizes_that_fit(&GEMM_CEILING_SIZES, 80 * gib),
+            GEMM_CEILING_SIZES
+        );
+        // 4096^2 x 3 x 4 bytes = 192 MiB must fit in a quarter of what is free; 8192's 768 MiB not.
+        assert_eq!(gemm_sizes_that_fit(&GEMM_CEILING_SIZES, gib), [2048, 4096]);
+        assert_eq!(gemm_sizes_that_fit(&[GEMM_ONE_SIZE], gib), [4096]);
+        // Too little for the one size: none, and the measurement says no size fits.
+        assert!(gemm_sizes_that_fit(&[GEMM_ONE_SIZE], 256 << 20).is_empty());
     }
 
     #[test]

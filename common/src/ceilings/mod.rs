@@ -51,6 +51,11 @@ pub struct DeviceCeilings {
     pub fp32_fma: Option<Ceiling>,
     #[serde(default)]
     pub sgemm_fp32: Option<Ceiling>,
+    /// SGEMM at one size ([compute::GEMM_ONE_SIZE]), hot and cold: the compare's figure for its
+    /// GEMM pairs where [Self::sgemm_fp32], the best of three sizes, was never measured. Kept
+    /// apart so that neither replaces the other; no roofline draws it.
+    #[serde(default)]
+    pub sgemm_fp32_one_size: Option<Ceiling>,
     #[serde(default)]
     pub gemm_tf32: Option<Ceiling>,
     #[serde(default)]
@@ -76,6 +81,7 @@ impl DeviceCeilings {
             write_bandwidth: None,
             fp32_fma: None,
             sgemm_fp32: None,
+            sgemm_fp32_one_size: None,
             gemm_tf32: None,
             gemm_bf16: None,
             h2d_pinned: None,
@@ -94,6 +100,16 @@ impl DeviceCeilings {
         .into_iter()
         .filter_map(|(n, c)| c.as_ref().map(|c| (n, c)))
         .max_by(|a, b| a.1.value.total_cmp(&b.1.value))
+    }
+
+    /// The SGEMM figure a GEMM's share is taken against, and its name: the best of three sizes
+    /// where it was measured, else the one-size figure.
+    pub fn sgemm(&self) -> Option<(String, &Ceiling)> {
+        match (&self.sgemm_fp32, &self.sgemm_fp32_one_size) {
+            (Some(c), _) => Some(("SGEMM".to_string(), c)),
+            (None, Some(c)) => Some((format!("SGEMM at {}", compute::GEMM_ONE_SIZE), c)),
+            (None, None) => None,
+        }
     }
 
     /// Every ceiling that was measured, by name.
@@ -203,26 +219,26 @@ pub fn copy_bandwidth(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<Cei
     Ok(c)
 }
 
-/// Every cached ceiling with the one GEMM ceiling of `precision` measured where absent or with
-/// `refresh`, and stored: for a program that needs that one alone (the compare's GEMM pairs are
-/// SGEMM), a third of the time of all three. The others are measured when something asks.
-pub fn with_gemm(
-    gpu: &Gpu,
-    timer: &mut Timer,
-    precision: GemmPrecision,
-    refresh: bool,
-) -> Result<DeviceCeilings> {
+/// Every cached ceiling, with an SGEMM figure for a program that needs one and not the roofline
+/// (the compare's GEMM pairs): the cached ones where either SGEMM figure is there, else the
+/// one-size figure measured and stored beside the others ([DeviceCeilings::sgemm_fp32_one_size]),
+/// a third of the time of the three sizes. With `refresh` the one-size figure is measured again
+/// and is the one returned (the full figure is left in the cache, not in the answer).
+pub fn with_sgemm(gpu: &Gpu, timer: &mut Timer, refresh: bool) -> Result<DeviceCeilings> {
     let mut c = load_cached(&gpu.info).unwrap_or_else(|| DeviceCeilings::empty(&gpu.info));
-    let slot = match precision {
-        GemmPrecision::Fp32 => &mut c.sgemm_fp32,
-        GemmPrecision::Tf32 => &mut c.gemm_tf32,
-        GemmPrecision::Bf16 => &mut c.gemm_bf16,
-    };
-    if refresh || slot.is_none() {
-        *slot = Some(compute::measure_gemm(gpu, timer, precision)?);
-        c.measured_at = rfc3339_utc(std::time::SystemTime::now());
-        // A cache that cannot be written costs a re-measurement next time, nothing more.
-        let _ = store(&c);
+    if !refresh && c.sgemm().is_some() {
+        return Ok(c);
+    }
+    c.sgemm_fp32_one_size = Some(compute::measure_gemm_one_size(
+        gpu,
+        timer,
+        GemmPrecision::Fp32,
+    )?);
+    c.measured_at = rfc3339_utc(std::time::SystemTime::now());
+    // A cache that cannot be written costs a re-measurement next time, nothing more.
+    let _ = store(&c);
+    if refresh {
+        c.sgemm_fp32 = None;
     }
     Ok(c)
 }
@@ -340,6 +356,46 @@ mod tests {
             cuda_driver_version: "13.0".into(),
             nvrtc_version: "13.0".into(),
         }
+    }
+
+    fn sgemm_at(value: f64) -> Ceiling {
+        Ceiling {
+            value,
+            unit: "GFLOP/s".into(),
+            method: "test".into(),
+            time_s: crate::stats::Summary::of(&[1e-3, 1.1e-3]).unwrap(),
+            candidates: vec![],
+            theoretical: None,
+            sm_clock_mhz: None,
+            verification_error: None,
+        }
+    }
+
+    #[test]
+    fn the_full_sgemm_figure_wins_and_the_one_size_figure_is_named() {
+        let mut c = DeviceCeilings::empty(&info(2619, 5120));
+        assert!(c.sgemm().is_none());
+        c.sgemm_fp32_one_size = Some(sgemm_at(51_000.0));
+        let (name, one) = c.sgemm().unwrap();
+        assert_eq!((name.as_str(), one.value), ("SGEMM at 4096", 51_000.0));
+        c.sgemm_fp32 = Some(sgemm_at(52_000.0));
+        let (name, full) = c.sgemm().unwrap();
+        assert_eq!((name.as_str(), full.value), ("SGEMM", 52_000.0));
+        // Neither replaces the other in the cache's file.
+        let back: DeviceCeilings =
+            serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        assert!(c.named().iter().all(|(_, n)| n.value != 51_000.0));
+    }
+
+    #[test]
+    fn a_cache_written_before_the_one_size_figure_still_reads() {
+        let mut c = DeviceCeilings::empty(&info(2619, 5120));
+        c.sgemm_fp32 = Some(sgemm_at(52_000.0));
+        let mut json = serde_json::to_value(&c).unwrap();
+        json.as_object_mut().unwrap().remove("sgemm_fp32_one_size");
+        let back: DeviceCeilings = serde_json::from_value(json).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]

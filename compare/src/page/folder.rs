@@ -23,49 +23,29 @@ pub struct Folder {
 }
 
 impl Folder {
-    /// Read what the page needs from `path`; every file that is missing or unreadable becomes
-    /// a note saying what to do.
+    /// Read what the page needs from `path`. A file that is not there is left out of the page
+    /// (its pairs "not run", no roofline, no sweep plot); one that is there and cannot be read
+    /// becomes a note saying why.
     pub fn load(path: &Path) -> Folder {
         let mut notes = Vec::new();
-        let file = |name: &str| path.join(name);
-        let compare = match file(COMPARE_FILE) {
-            p if p.exists() => CompareReport::read(&p).map_err(|e| notes.push(e)).ok(),
-            p => {
-                notes.push(format!(
-                    "{}: missing, so no pairs, bars or verdicts for this GPU: run scripts/gpu-results on it",
-                    p.display()
-                ));
-                None
-            }
-        };
-        let roofline = match file(ROOFLINE_FILE) {
-            p if p.exists() => MeasuredRoofline::read(&p)
+        let file = |name: &str| Some(path.join(name)).filter(|p| p.exists());
+        let compare = file(COMPARE_FILE)
+            .and_then(|p| CompareReport::read(&p).map_err(|e| notes.push(e)).ok());
+        let roofline = file(ROOFLINE_FILE).and_then(|p| {
+            MeasuredRoofline::read(&p)
                 .map_err(|e| notes.push(format!("{e} (the roofline is not drawn)")))
-                .ok(),
-            p => {
-                notes.push(format!(
-                    "{}: missing, so no roofline for this GPU: run ch1-roofline --json on it",
-                    p.display()
-                ));
-                None
-            }
-        };
+                .ok()
+        });
         let sweep_plot = [("svg", "image/svg+xml"), ("png", "image/png")]
             .iter()
             .find_map(|(ext, mime)| {
-                let p = file(&format!("{SWEEP_PLOT}.{ext}"));
+                let p = path.join(format!("{SWEEP_PLOT}.{ext}"));
                 Some(Image {
                     name: p.file_name()?.to_string_lossy().to_string(),
                     mime,
                     bytes: std::fs::read(&p).ok()?,
                 })
             });
-        if sweep_plot.is_none() {
-            notes.push(format!(
-                "{}: no {SWEEP_PLOT}.svg or .png: run `tuner sweep --plot {SWEEP_PLOT}` on this GPU",
-                path.display()
-            ));
-        }
         Folder {
             path: path.to_path_buf(),
             compare,
@@ -124,6 +104,71 @@ impl Folder {
             })
             .collect()
     }
+}
+
+/// How many GPUs of one host a results folder holds, from its name: "h100x2" holds 2, "h100"
+/// (one GPU's results) none.
+pub fn gpus_of_host(path: &Path) -> Option<usize> {
+    let name = path.file_name()?.to_str()?;
+    let (slug, count) = name.rsplit_once('x')?;
+    let digits = !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit());
+    let n: usize = count.parse().ok()?;
+    (digits && !slug.is_empty() && n >= 2).then_some(n)
+}
+
+/// One lesson's report in one results folder: a column of the several-GPU tables.
+pub struct LessonColumn {
+    /// "NVIDIA H100 80GB HBM3 × 2" (one GPU: the name alone).
+    pub label: String,
+    /// The file, as the folder was given.
+    pub file: PathBuf,
+    pub report: LessonReport,
+}
+
+/// The lessons run on several GPUs of one host, each beside its runs on fewer: per lesson
+/// file found in a several-GPU folder ("ch1-data-parallel"), that file's report in every
+/// folder that has it, one-GPU folders first.
+pub fn several_gpus(single: &[PathBuf], several: &[PathBuf]) -> Vec<(String, Vec<LessonColumn>)> {
+    let mut stems: Vec<String> = Vec::new();
+    for dir in several {
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter(|p| LessonReport::read_json(p).is_ok())
+            .filter_map(|p| Some(p.file_stem()?.to_str()?.to_string()))
+            .collect();
+        found.sort();
+        for stem in found {
+            if !stems.contains(&stem) {
+                stems.push(stem);
+            }
+        }
+    }
+    stems
+        .into_iter()
+        .map(|stem| {
+            let columns = single
+                .iter()
+                .chain(several)
+                .filter_map(|dir| {
+                    let file = dir.join(format!("{stem}.json"));
+                    let report = LessonReport::read_json(&file).ok()?;
+                    let label = match gpus_of_host(dir) {
+                        Some(n) => format!("{} × {n}", report.device.name),
+                        None => report.device.name.clone(),
+                    };
+                    Some(LessonColumn {
+                        label,
+                        file,
+                        report,
+                    })
+                })
+                .collect();
+            (stem, columns)
+        })
+        .collect()
 }
 
 /// A variant on the roofline: FLOP per byte of DRAM traffic, and GFLOP/s.

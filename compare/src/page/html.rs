@@ -8,7 +8,9 @@ use common::table::format_ms;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::charts::{self, color, Bar};
-use super::folder::{Folder, Image, Placed};
+use super::folder::{Folder, Image, LessonColumn, Placed};
+use common::report::Status;
+
 use crate::outcome::RunStatus;
 
 /// What the page holds, for its self-check and the caller's summary line.
@@ -143,6 +145,64 @@ fn pairs_table(folders: &[Folder], gpus: &[String], ids: &[String]) -> Markup {
     }
 }
 
+/// One lesson's variants on one GPU and on several GPUs of a host, a column group per file.
+fn several_table(stem: &str, columns: &[LessonColumn]) -> Markup {
+    let mut ids: Vec<String> = Vec::new();
+    for c in columns {
+        for v in &c.report.variants {
+            if !ids.contains(&v.id()) {
+                ids.push(v.id());
+            }
+        }
+    }
+    html! {
+        h3 { (stem) }
+        table class="several" {
+            thead {
+                tr {
+                    th rowspan="2" { "variant" }
+                    @for c in columns { th colspan="3" { (c.label) } }
+                }
+                tr {
+                    @for _ in columns { th { "median" } th { "speedup" } th { "verified" } }
+                }
+            }
+            tbody {
+                @for id in &ids {
+                    tr {
+                        td { (id) }
+                        @for c in columns {
+                            @match c.report.variants.iter().find(|v| &v.id() == id) {
+                                None => td colspan="3" class="num" { "not run" },
+                                Some(v) => {
+                                    @let ok = v.status == Status::Ok;
+                                    td class="num" {
+                                        (ms(v.time_ms.as_ref().filter(|_| ok).map(|t| t.median / 1e3)))
+                                    }
+                                    td class="num" {
+                                        (v.speedup.filter(|_| ok).map_or("-".into(), |x| format!("{x:.2}x")))
+                                    }
+                                    td class=(if ok { "yes" } else { "no" }) {
+                                        (if ok { "yes" } else { "NO" })
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        p class="caption" {
+            "From "
+            @for (i, c) in columns.iter().enumerate() {
+                @if i > 0 { ", " }
+                (c.file.display())
+            }
+            ". Speedup against the group's baseline."
+        }
+    }
+}
+
 fn verdicts(f: &Folder) -> Markup {
     let Some(c) = &f.compare else {
         return html! { p { "No compare results." } };
@@ -212,7 +272,7 @@ fn roofline_figure(gpu: &str, f: &Folder, points: &mut usize) -> Markup {
         figure {
             figcaption { (gpu) }
             @match chart {
-                None => p { "No roofline for this GPU (see the notes)." },
+                None => p { "No roofline for this GPU." },
                 Some(Err(e)) => p { "The roofline could not be drawn: " (e) },
                 Some(Ok((svg, _))) => (svg),
             }
@@ -233,8 +293,9 @@ fn roofline_figure(gpu: &str, f: &Folder, points: &mut usize) -> Markup {
     }
 }
 
-/// The whole page and what it draws.
-pub fn page(folders: &[Folder]) -> (String, Counts) {
+/// The whole page and what it draws: `folders` of one GPU each, side by side, and the lessons
+/// run on several GPUs of a host (from [super::several_gpus]).
+pub fn page(folders: &[Folder], several: &[(String, Vec<LessonColumn>)]) -> (String, Counts) {
     let gpus: Vec<String> = folders.iter().map(Folder::gpu).collect();
     let ids = pair_ids(folders);
     let bars: Vec<Bar> = folders
@@ -258,9 +319,15 @@ pub fn page(folders: &[Folder]) -> (String, Counts) {
     let rooflines: Vec<Markup> = folders
         .iter()
         .zip(&gpus)
+        .filter(|(f, _)| f.roofline.is_some())
         .map(|(f, g)| roofline_figure(g, f, &mut points))
         .collect();
-    let images = folders.iter().filter(|f| f.sweep_plot.is_some()).count();
+    let sweeps: Vec<(&Image, &String)> = folders
+        .iter()
+        .zip(&gpus)
+        .filter_map(|(f, g)| Some((f.sweep_plot.as_ref()?, g)))
+        .collect();
+    let images = sweeps.len();
     let counts = Counts {
         bars: bar_count,
         points,
@@ -304,6 +371,13 @@ pub fn page(folders: &[Folder]) -> (String, Counts) {
                     (pairs_table(folders, &gpus, &ids))
                     p class="caption" { "Times are medians; u is the speedup's standard uncertainty, from each median's standard error. \"Of its ceiling\" is the optimized side's rate over the measured ceiling that bounds it." }
                 }
+                @if !several.is_empty() {
+                    section id="several-gpus" {
+                        h2 { "Several GPUs" }
+                        p class="caption" { "Lessons run on several GPUs of one host (results folders named for the GPU and their count, such as h100x2), beside their runs on one GPU where there is one." }
+                        @for (stem, columns) in several { (several_table(stem, columns)) }
+                    }
+                }
                 section id="speedups" {
                     h2 { "Speedups" }
                     @if bar_count == 0 {
@@ -313,22 +387,23 @@ pub fn page(folders: &[Folder]) -> (String, Counts) {
                         p class="caption" { "Log scale from 1x; whiskers span 95% (1.96 standard uncertainties)." }
                     }
                 }
-                section id="roofline" {
-                    h2 { "Roofline" }
-                    div class="gpus" { @for r in &rooflines { (r) } }
-                    p class="caption" { "Roofs from the ceilings measured on each GPU (ch1-roofline); grey dots are the roofline lesson's own operations, for scale. A pair is placed when both sides do floating-point work on DRAM traffic." }
+                @if !rooflines.is_empty() {
+                    section id="roofline" {
+                        h2 { "Roofline" }
+                        div class="gpus" { @for r in &rooflines { (r) } }
+                        p class="caption" { "Roofs from the ceilings measured on each GPU (ch1-roofline); grey dots are the roofline lesson's own operations, for scale. A pair is placed when both sides do floating-point work on DRAM traffic." }
+                    }
                 }
-                section id="sweep" {
-                    h2 { "Tuner sweep" }
-                    div class="gpus" {
-                        @for (f, g) in folders.iter().zip(&gpus) {
-                            figure {
-                                figcaption { (g) }
-                                @match &f.sweep_plot {
-                                    Some(image) => img class="sweep-plot"
+                @if !sweeps.is_empty() {
+                    section id="sweep" {
+                        h2 { "Tuner sweep" }
+                        div class="gpus" {
+                            @for (image, g) in &sweeps {
+                                figure {
+                                    figcaption { (g) }
+                                    img class="sweep-plot"
                                         alt={ "tuner sweep on the " (g) " (" (image.name) ")" }
-                                        src=(data_uri(image));,
-                                    None => p { "No sweep plot for this GPU (see the notes)." },
+                                        src=(data_uri(image));
                                 }
                             }
                         }

@@ -10,6 +10,11 @@ fn parse(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
 
+/// The file as plain values: itself.
+pub fn tree(text: &str) -> Result<Value, String> {
+    parse(text)
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Array(_) => "a list",
@@ -18,50 +23,63 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-/// Set one key in `root`; false when it is missing and only to be set where present.
+/// Set one key in `root`; false when it is missing and only to be set where present. A number
+/// in the key path indexes a list.
 fn set(root: &mut Value, e: &Edit) -> Result<bool, String> {
-    let segments = e.key.segments();
-    let (last, parents) = segments.split_last().expect("a key path has a name");
-    let Value::Object(mut object) = std::mem::take(root) else {
+    if !root.is_object() {
         return Err("the file's top level is not an object".into());
-    };
-    // Work on the top-level object, then put it back.
-    let result = set_in(&mut object, parents, last, e);
-    *root = Value::Object(object);
-    result
-}
-
-fn set_in(
-    mut object: &mut Map<String, Value>,
-    parents: &[String],
-    last: &str,
-    e: &Edit,
-) -> Result<bool, String> {
-    for (i, seg) in parents.iter().enumerate() {
-        if !object.contains_key(seg) {
-            if e.only_if_present {
-                return Ok(false);
+    }
+    let segments = e.key.segments();
+    let mut node = root;
+    for (i, seg) in segments.iter().enumerate() {
+        let here = e.key.prefix(i + 1);
+        let last = i + 1 == segments.len();
+        let what = kind(node);
+        let child = match node {
+            Value::Object(object) => {
+                if !object.contains_key(seg) {
+                    if e.only_if_present() {
+                        return Ok(false);
+                    }
+                    let new = if last {
+                        Value::Null
+                    } else {
+                        Value::Object(Map::new())
+                    };
+                    object.insert(seg.clone(), new);
+                }
+                object.get_mut(seg).expect("present or just added")
             }
-            object.insert(seg.clone(), Value::Object(Map::new()));
+            Value::Array(list) => {
+                let len = list.len();
+                match seg.parse::<usize>().ok().and_then(|k| list.get_mut(k)) {
+                    Some(item) => item,
+                    None if e.only_if_present() => return Ok(false),
+                    None => {
+                        return Err(format!(
+                            "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",
+                            e.key.prefix(i)
+                        ))
+                    }
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "'{}' is {what}; a key path goes through objects and lists only",
+                    e.key.prefix(i)
+                ))
+            }
+        };
+        if last {
+            if let v @ (Value::Array(_) | Value::Object(_)) = child {
+                return Err(format!("'{here}' holds {}, not a number", kind(v)));
+            }
+            *child = Value::from(e.value);
+            return Ok(true);
         }
-        let v = object.get_mut(seg).expect("present or just added");
-        let what = kind(v);
-        object = v.as_object_mut().ok_or_else(|| {
-            format!(
-                "'{}' is {what}, not an object; a key path goes through objects only",
-                e.key.prefix(i + 1)
-            )
-        })?;
+        node = child;
     }
-    match object.get(last) {
-        None if e.only_if_present => return Ok(false),
-        Some(v @ (Value::Array(_) | Value::Object(_))) => {
-            return Err(format!("'{}' holds {}, not a number", e.key, kind(v)))
-        }
-        _ => {}
-    }
-    object.insert(last.to_string(), Value::from(e.value));
-    Ok(true)
+    Ok(false)
 }
 
 /// The indentation of the file's first indented line; None for a file on one line.
@@ -129,9 +147,21 @@ mod tests {
     }
 
     #[test]
+    fn a_number_in_the_key_path_indexes_a_list() {
+        let out = set(RUN, &[("callbacks.0.patience", 3)]).unwrap();
+        assert!(
+            out.contains("\"name\": \"early-stop\",\n            \"patience\": 3\n"),
+            "{out}"
+        );
+        let out = set("{\"sizes\": [1, 2]}", &[("sizes.1", 8)]).unwrap();
+        assert_eq!(out, "{\"sizes\":[1,8]}");
+    }
+
+    #[test]
     fn paths_through_lists_and_scalars_are_refused() {
         let cases = [
-            ("callbacks.name", "'callbacks' is a list"),
+            ("callbacks.name", "'callbacks.name' is not in the file"),
+            ("callbacks.1.name", "'callbacks' is a list of 1"),
             ("seed.x", "'seed' is a scalar"),
             ("model", "holds an object"),
             ("callbacks", "holds a list"),

@@ -1,8 +1,11 @@
-//! Key paths (`training.batch_size`) and the edits each file format makes at them.
+//! Key paths (`training.batch_size`, `trainer.callbacks.0.patience`) and the edits each file
+//! format makes at them; a key path that is not in the file, refused with the nearest ones that
+//! are.
 
 use std::fmt;
 
 use serde::Serialize;
+use serde_json::Value;
 
 /// A dotted key path: `training.batch_size`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +38,88 @@ impl KeyPath {
     pub fn prefix(&self, n: usize) -> String {
         self.0[..n].join(".")
     }
+
+    /// Whether the file holds this key path, as the framework reads it (`tree`: the file as
+    /// plain values, merge keys resolved; a number in the path indexes a list).
+    pub fn is_in(&self, tree: &Value) -> bool {
+        let mut node = tree;
+        for seg in &self.0 {
+            let next = match node {
+                Value::Object(o) => o.get(seg),
+                Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
+                _ => None,
+            };
+            match next {
+                Some(n) => node = n,
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Every key path in `tree` that ends at a value (a scalar, an empty list or mapping), in the
+/// file's order.
+pub fn key_paths(tree: &Value) -> Vec<String> {
+    fn walk(node: &Value, here: &mut Vec<String>, out: &mut Vec<String>) {
+        let children: Vec<(String, &Value)> = match node {
+            Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v)).collect(),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i.to_string(), v))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if children.is_empty() {
+            if !here.is_empty() {
+                out.push(here.join("."));
+            }
+            return;
+        }
+        for (k, v) in children {
+            here.push(k);
+            walk(v, here, out);
+            here.pop();
+        }
+    }
+    let mut out = Vec::new();
+    walk(tree, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Edits of one character (insert, delete, replace) from `a` to `b`.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The refusal of a key path that is not in the file: it names the (at most three) nearest
+/// key paths that are, and the flag that adds a new key.
+pub fn not_there(key: &KeyPath, tree: &Value) -> String {
+    let wanted = key.to_string();
+    let mut paths = key_paths(tree);
+    // A stable sort: of equally near ones, the first in the file first.
+    paths.sort_by_key(|p| distance(&wanted, p));
+    let nearest: Vec<String> = paths.iter().take(3).cloned().collect();
+    let there = if nearest.is_empty() {
+        "the file has no keys".to_string()
+    } else {
+        format!("the nearest there: {}", nearest.join(", "))
+    };
+    format!("'{wanted}' is not in the file ({there}); --new-key adds it as a new key")
 }
 
 impl fmt::Display for KeyPath {
@@ -49,16 +134,78 @@ impl Serialize for KeyPath {
     }
 }
 
+/// What an edit does where the file does not have its key path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Absent {
+    /// Leave the file as it is.
+    Skip,
+    /// Add the key (and the mappings on its way).
+    Add,
+    /// Refuse, naming the nearest key paths that are there.
+    Refuse,
+}
+
 /// One whole number to set at a key path.
 pub struct Edit<'a> {
     pub key: &'a KeyPath,
     pub value: usize,
+    pub absent: Absent,
+}
+
+impl Edit<'_> {
     /// Set only where the key is already there.
-    pub only_if_present: bool,
+    pub fn only_if_present(&self) -> bool {
+        self.absent == Absent::Skip
+    }
 }
 
 /// A file's new text and what was set in it, in order.
 pub struct Edited {
     pub text: String,
     pub written: Vec<(String, usize)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typo_is_refused_with_the_nearest_key_paths() {
+        let tree = serde_json::json!({
+            "data": {"loader": {"batch_size": 64, "workers": 8}, "root": "/data"},
+            "trainer": {"callbacks": [{"patience": 3}, {}], "devices": []},
+        });
+        assert!(KeyPath::parse("data.loader.batch_size")
+            .unwrap()
+            .is_in(&tree));
+        assert!(KeyPath::parse("trainer.callbacks.0.patience")
+            .unwrap()
+            .is_in(&tree));
+        assert!(KeyPath::parse("trainer.callbacks.1").unwrap().is_in(&tree));
+        assert!(!KeyPath::parse("trainer.callbacks.2").unwrap().is_in(&tree));
+        assert!(!KeyPath::parse("trainer.callbacks.x").unwrap().is_in(&tree));
+        assert!(!KeyPath::parse("data.loader.batch_size.x")
+            .unwrap()
+            .is_in(&tree));
+        assert_eq!(
+            key_paths(&tree),
+            [
+                "data.loader.batch_size",
+                "data.loader.workers",
+                "data.root",
+                "trainer.callbacks.0.patience",
+                "trainer.callbacks.1",
+                "trainer.devices"
+            ]
+        );
+        let e = not_there(&KeyPath::parse("data.loader.batchsize").unwrap(), &tree);
+        assert_eq!(
+            e,
+            "'data.loader.batchsize' is not in the file (the nearest there: data.loader.batch_size, data.loader.workers, data.root); --new-key adds it as a new key"
+        );
+        let e = not_there(&KeyPath::parse("a").unwrap(), &serde_json::json!({}));
+        assert!(e.contains("(the file has no keys)"), "{e}");
+        assert_eq!(distance("kitten", "sitting"), 3);
+        assert_eq!(distance("", "ab"), 2);
+    }
 }

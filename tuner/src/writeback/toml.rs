@@ -1,7 +1,8 @@
 //! TOML through toml_edit: the document keeps its comments, key order and formatting; a value
-//! replaced keeps the comments around it; a missing table is added as a table of its own.
+//! replaced keeps the comments around it; a missing table is added as a table of its own. A
+//! number in the key path indexes an array (of tables, of inline tables, or of numbers).
 
-use toml_edit::{DocumentMut, Item, Table, TableLike};
+use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, TableLike};
 
 #[cfg(test)]
 use super::keys::KeyPath;
@@ -18,6 +19,12 @@ pub fn parse(text: &str) -> Result<DocumentMut, String> {
             None => format!("not valid TOML: {message}"),
         }
     })
+}
+
+/// The file as plain values.
+pub fn tree(text: &str) -> Result<serde_json::Value, String> {
+    parse(text)?;
+    toml_edit::de::from_str(text).map_err(|e| format!("not valid TOML: {}", e.message()))
 }
 
 /// Set `key = v`; an existing key keeps its comments (the one above it and the one after it).
@@ -43,40 +50,141 @@ fn kind(item: &Item) -> &'static str {
     }
 }
 
+/// Where a key path is on its way: a table (or inline table), an array, an array of tables.
+enum Node<'a> {
+    Table(&'a mut dyn TableLike),
+    Array(&'a mut Array),
+    Tables(&'a mut ArrayOfTables),
+}
+
+impl<'a> Node<'a> {
+    fn of_item(item: &'a mut Item) -> Option<Node<'a>> {
+        match item {
+            Item::ArrayOfTables(t) => Some(Node::Tables(t)),
+            Item::Value(toml_edit::Value::Array(a)) => Some(Node::Array(a)),
+            other => other.as_table_like_mut().map(Node::Table),
+        }
+    }
+
+    fn of_value(value: &'a mut toml_edit::Value) -> Option<Node<'a>> {
+        match value {
+            toml_edit::Value::Array(a) => Some(Node::Array(a)),
+            toml_edit::Value::InlineTable(t) => Some(Node::Table(t)),
+            _ => None,
+        }
+    }
+}
+
+/// What a value is, for a message about a key path that cannot go through it.
+fn value_kind(value: &toml_edit::Value) -> &'static str {
+    match value {
+        toml_edit::Value::Array(_) => "a list",
+        toml_edit::Value::InlineTable(_) => "a table",
+        _ => "a scalar",
+    }
+}
+
 /// Set one key in `doc`; false when it is missing and only to be set where present.
 fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
     let segments = e.key.segments();
     let (last, parents) = segments.split_last().expect("a key path has a name");
-    let mut table: &mut dyn TableLike = doc.as_table_mut();
+    let v = i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
+    let mut node = Node::Table(doc.as_table_mut());
+    let out_of_range = |i: usize, len: usize| {
+        format!(
+            "'{}' is not in the file: '{}' is a list of {len}, indexed from 0",
+            e.key.prefix(i + 1),
+            e.key.prefix(i)
+        )
+    };
     for (i, seg) in parents.iter().enumerate() {
         let here = e.key.prefix(i + 1);
-        if !table.contains_key(seg) {
-            if e.only_if_present {
-                return Ok(false);
+        let index = seg.parse::<usize>().ok();
+        node = match node {
+            Node::Table(table) => {
+                if !table.contains_key(seg) {
+                    if e.only_if_present() {
+                        return Ok(false);
+                    }
+                    let mut t = Table::new();
+                    // A table that holds only tables shows through them, as `[a.b]` shows `a`.
+                    t.set_implicit(i + 1 < parents.len());
+                    table.insert(seg, Item::Table(t));
+                }
+                let item = table.get_mut(seg).expect("present or just added");
+                let what = kind(item);
+                Node::of_item(item).ok_or_else(|| {
+                    format!("'{here}' is {what}; a key path goes through tables and lists only")
+                })?
             }
-            let mut t = Table::new();
-            // A table that holds only tables shows through them, as `[a.b]` shows `a`.
-            t.set_implicit(i + 1 < parents.len());
-            table.insert(seg, Item::Table(t));
-        }
-        let item = table.get_mut(seg).expect("present or just added");
-        let what = kind(item);
-        table = item.as_table_like_mut().ok_or_else(|| {
-            format!("'{here}' is {what}, not a table; a key path goes through tables only")
-        })?;
+            Node::Tables(tables) => {
+                let len = tables.len();
+                match index.and_then(|k| tables.get_mut(k)) {
+                    Some(t) => Node::Table(t),
+                    None if e.only_if_present() => return Ok(false),
+                    None => return Err(out_of_range(i, len)),
+                }
+            }
+            Node::Array(array) => {
+                let len = array.len();
+                match index.and_then(|k| array.get_mut(k)) {
+                    Some(value) => {
+                        let what = value_kind(value);
+                        Node::of_value(value).ok_or_else(|| {
+                            format!(
+                                "'{here}' is {what}; a key path goes through tables and lists only"
+                            )
+                        })?
+                    }
+                    None if e.only_if_present() => return Ok(false),
+                    None => return Err(out_of_range(i, len)),
+                }
+            }
+        };
     }
-    match table.get(last) {
-        None if e.only_if_present => return Ok(false),
-        Some(item) if item.is_table_like() => {
-            return Err(format!("'{}' holds a table, not a number", e.key))
+    let index = last.parse::<usize>().ok();
+    let i = parents.len();
+    match node {
+        Node::Table(table) => {
+            match table.get(last) {
+                None if e.only_if_present() => return Ok(false),
+                Some(item) if item.is_table_like() => {
+                    return Err(format!("'{}' holds a table, not a number", e.key))
+                }
+                Some(item) if item.is_array() || item.is_array_of_tables() => {
+                    return Err(format!("'{}' holds a list, not a number", e.key))
+                }
+                _ => {}
+            }
+            set_keeping_comments(table, last, v);
         }
-        Some(item) if item.is_array() || item.is_array_of_tables() => {
-            return Err(format!("'{}' holds a list, not a number", e.key))
+        Node::Tables(tables) => {
+            return Err(match index.filter(|&k| k < tables.len()) {
+                Some(_) => format!("'{}' holds a table, not a number", e.key),
+                None => out_of_range(i, tables.len()),
+            })
         }
-        _ => {}
+        Node::Array(array) => {
+            let len = array.len();
+            let Some(k) = index.filter(|&k| k < len) else {
+                return match e.only_if_present() {
+                    true => Ok(false),
+                    false => Err(out_of_range(i, len)),
+                };
+            };
+            let old = array.get_mut(k).expect("in range");
+            if let toml_edit::Value::Array(_) | toml_edit::Value::InlineTable(_) = old {
+                return Err(format!(
+                    "'{}' holds {}, not a number",
+                    e.key,
+                    value_kind(old)
+                ));
+            }
+            let decor = old.decor().clone();
+            *old = toml_edit::Value::from(v);
+            *old.decor_mut() = decor;
+        }
     }
-    let v = i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
-    set_keeping_comments(table, last, v);
     Ok(true)
 }
 
@@ -168,9 +276,27 @@ name = "early-stop"
     }
 
     #[test]
+    fn a_number_in_the_key_path_indexes_an_array() {
+        let out = set(RUN, &[("callbacks.0.patience", 3)]).unwrap();
+        assert!(
+            out.ends_with("[[callbacks]]\nname = \"early-stop\"\npatience = 3\n"),
+            "{out}"
+        );
+        let out = set("sizes = [1, 2] # two\n", &[("sizes.1", 8)]).unwrap();
+        assert_eq!(out, "sizes = [1, 8] # two\n");
+        let text = "loaders = [{ name = \"train\", batch = 4 }]\n";
+        let out = set(text, &[("loaders.0.batch", 16)]).unwrap();
+        assert_eq!(out, "loaders = [{ name = \"train\", batch = 16 }]\n");
+        let e = set("sizes = [[1]]\n", &[("sizes.0", 8)]).unwrap_err();
+        assert!(e.contains("holds a list"), "{e}");
+    }
+
+    #[test]
     fn paths_through_lists_and_scalars_are_refused() {
         let cases = [
-            ("callbacks.name", "'callbacks' is a list of tables"),
+            ("callbacks.name", "'callbacks.name' is not in the file"),
+            ("callbacks.1.name", "'callbacks' is a list of 1"),
+            ("callbacks.0", "holds a table"),
             ("title.x", "'title' is a scalar"),
             ("model", "holds a table"),
         ];
@@ -179,7 +305,7 @@ name = "early-stop"
             assert!(e.contains(says), "{k}: {e}");
         }
         let e = set("a = [1, 2]\n", &[("a.b", 1)]).unwrap_err();
-        assert!(e.contains("'a' is a list"), "{e}");
+        assert!(e.contains("'a' is a list of 2"), "{e}");
         let e = set("a = [1, 2]\n", &[("a", 1)]).unwrap_err();
         assert!(e.contains("holds a list"), "{e}");
         let e = set("[training\n", &[("a", 1)]).unwrap_err();

@@ -4,11 +4,18 @@
 //! new nested mapping is indented two spaces under its key, the editor's fixed step).
 //!
 //! The parser recovers from errors to keep editing, so the file is also checked against YAML
-//! 1.2 first: what is not valid YAML is refused with its line, never guessed at. Paths through
-//! a list, a scalar, an alias or a tagged value are refused in one line, as is a key that holds
-//! a collection or a tagged value: writing a number there would throw away more than a value.
-//! After each edit the text is read again and the key must give back the value written.
+//! 1.2 first: what is not valid YAML is refused with its line, never guessed at. A number in the
+//! key path indexes a list. A key that a mapping gets through a merge key (`<<: *defaults`) is
+//! read from the merged mapping, as PyYAML reads it, and written as the mapping's own key,
+//! which wins over the merged one and leaves the anchored mapping (and whatever else merges it)
+//! as it was; a path that goes on through a merged mapping is refused, as a key of its own there
+//! would hide the rest of it. Paths through a scalar, an alias or a tagged value are refused in
+//! one line, as is a key that holds a collection or a tagged value: writing a number there would
+//! throw away more than a value. After each edit the text is read again and the key must give
+//! back the value written.
 
+use serde_json::{Map, Value};
+use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt};
 use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
@@ -63,7 +70,7 @@ fn is_empty(node: &YamlNode) -> bool {
 /// Why the key path cannot go through or end at `node`, if it cannot.
 fn refusal(node: &YamlNode, here: &str, last: bool) -> Option<String> {
     let why = match node {
-        YamlNode::Sequence(_) => "is a list; a key path goes through mappings only",
+        YamlNode::Sequence(_) if last => "holds a list, not a number",
         YamlNode::TaggedNode(_) => "is tagged (!); write it as a plain value",
         YamlNode::Alias(_) if !last => {
             "is an alias (*) of a mapping written elsewhere; set the key where it is anchored"
@@ -91,10 +98,76 @@ fn root(doc: &Document) -> Result<Option<Mapping>, String> {
     Ok(None)
 }
 
+/// The key's text, for a key that is a plain value.
+fn key_text(key: &YamlNode) -> Option<String> {
+    key.as_scalar().map(|s| s.as_string())
+}
+
+/// The value of `seg` in `node` as PyYAML reads it (a mapping's own key, else one its merge
+/// keys bring; an index into a list), and whether it is the mapping's own.
+fn child(
+    node: &YamlNode,
+    seg: &str,
+    registry: &AnchorRegistry,
+) -> Result<Option<(YamlNode, bool)>, String> {
+    Ok(match node {
+        YamlNode::Mapping(map) => match map.get(seg) {
+            Some(own) => Some((own, true)),
+            None => map
+                .merged(registry)
+                .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?
+                .get(seg)
+                .map(|merged| (merged, false)),
+        },
+        YamlNode::Sequence(list) => seg
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| list.get(i))
+            .map(|item| (item, true)),
+        _ => None,
+    })
+}
+
+/// The file as plain values, merge keys resolved.
+pub fn tree(text: &str) -> Result<Value, String> {
+    fn plain(node: &YamlNode, registry: &AnchorRegistry, depth: usize) -> Result<Value, String> {
+        if depth > 64 {
+            return Ok(Value::Null);
+        }
+        Ok(match node {
+            YamlNode::Mapping(map) => {
+                let merged = map
+                    .merged(registry)
+                    .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?;
+                let mut out = Map::new();
+                for (k, v) in merged.iter() {
+                    if let Some(k) = key_text(&k) {
+                        out.insert(k, plain(&v, registry, depth + 1)?);
+                    }
+                }
+                Value::Object(out)
+            }
+            YamlNode::Sequence(list) => Value::Array(
+                list.values()
+                    .map(|v| plain(&v, registry, depth + 1))
+                    .collect::<Result<_, _>>()?,
+            ),
+            YamlNode::Scalar(s) => Value::String(s.as_string()),
+            _ => Value::Null,
+        })
+    }
+    let (_, doc) = parse(text)?;
+    let registry = AnchorRegistry::from_document(&doc);
+    match doc.as_mapping() {
+        Some(map) => plain(&YamlNode::Mapping(map), &registry, 0),
+        None => Ok(Value::Object(Map::new())),
+    }
+}
+
 /// Set `key` to `value` in `doc`; false where the key is missing and `only_if_present`.
 fn set(doc: &Document, key: &KeyPath, value: usize, only_if_present: bool) -> Result<bool, String> {
     let segments = key.segments();
-    let mut map = match root(doc)? {
+    let map = match root(doc)? {
         Some(m) => m,
         None if only_if_present => return Ok(false),
         None => {
@@ -110,39 +183,74 @@ fn set(doc: &Document, key: &KeyPath, value: usize, only_if_present: bool) -> Re
                 .ok_or("the empty document could not take a key; left as it was")?
         }
     };
+    let registry = AnchorRegistry::from_document(doc);
+    let mut node = YamlNode::Mapping(map);
     for (i, seg) in segments.iter().enumerate() {
         let here = key.prefix(i + 1);
         let last = i + 1 == segments.len();
-        let node = map.get(seg.as_str());
-        if let Some(why) = node.as_ref().and_then(|n| refusal(n, &here, last)) {
+        let found = child(&node, seg, &registry)?;
+        if let Some(why) = found.as_ref().and_then(|(n, _)| refusal(n, &here, last)) {
             return Err(why);
         }
-        if last {
-            if node.is_none() && only_if_present {
-                return Ok(false);
+        let next = match (&node, found) {
+            (YamlNode::Sequence(list), Some(_)) if last => {
+                let i: usize = seg.parse().expect("found by its index");
+                list.set(i, value);
+                return Ok(true);
             }
-            map.set(seg.as_str(), value);
-            return Ok(true);
-        }
-        if !matches!(node, Some(YamlNode::Mapping(_))) {
-            if only_if_present {
-                return Ok(false);
+            (YamlNode::Sequence(_), Some((item, _))) => item,
+            (YamlNode::Sequence(list), None) => {
+                if only_if_present {
+                    return Ok(false);
+                }
+                return Err(format!(
+                    "'{here}' is not in the file: '{}' is a list of {}, indexed from 0",
+                    key.prefix(i),
+                    list.len()
+                ));
             }
-            map.set(seg.as_str(), Mapping::new_pending_block());
-        }
-        map = map
-            .get_mapping(seg.as_str())
-            .ok_or_else(|| format!("'{here}' could not be made a mapping; left as it was"))?;
+            (YamlNode::Mapping(map), found) if last => {
+                if found.is_none() && only_if_present {
+                    return Ok(false);
+                }
+                // A merged key gets one of the mapping's own, which wins over the merge.
+                map.set(seg.as_str(), value);
+                return Ok(true);
+            }
+            (YamlNode::Mapping(_), Some((_, false))) => {
+                return Err(format!(
+                    "'{here}' comes through a merge key (<<) from a mapping anchored elsewhere; a key of its own here would hide the rest of it: set the key where it is anchored"
+                ))
+            }
+            (YamlNode::Mapping(_), Some((n @ (YamlNode::Mapping(_) | YamlNode::Sequence(_)), _))) => {
+                n
+            }
+            (YamlNode::Mapping(map), _) => {
+                if only_if_present {
+                    return Ok(false);
+                }
+                map.set(seg.as_str(), Mapping::new_pending_block());
+                YamlNode::Mapping(map.get_mapping(seg.as_str()).ok_or_else(|| {
+                    format!("'{here}' could not be made a mapping; left as it was")
+                })?)
+            }
+            _ => return Err(format!("'{}' cannot hold keys", key.prefix(i))),
+        };
+        node = next;
     }
     Ok(false)
 }
 
-/// The whole number `key` holds in `text`, where it holds one.
+/// The whole number `key` holds in `text`, as PyYAML reads it, where it holds one.
 fn read(text: &str, key: &KeyPath) -> Result<Option<i64>, String> {
     let (_, doc) = parse(text)?;
+    let registry = AnchorRegistry::from_document(&doc);
     let mut node = doc.as_mapping().map(YamlNode::Mapping);
     for seg in key.segments() {
-        node = node.and_then(|n| n.get(seg.as_str()));
+        node = match node {
+            Some(n) => child(&n, seg, &registry)?.map(|(c, _)| c),
+            None => None,
+        };
     }
     Ok(node.and_then(|n| n.to_i64()))
 }
@@ -152,7 +260,7 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     let mut written = Vec::new();
     for e in edits {
         let (file, doc) = parse(&text)?;
-        if !set(&doc, e.key, e.value, e.only_if_present)? {
+        if !set(&doc, e.key, e.value, e.only_if_present())? {
             continue;
         }
         let edited = file.to_string();
@@ -172,6 +280,7 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
 }
 #[cfg(test)]
 mod tests {
+    use super::super::keys::Absent;
     use super::*;
 
     fn key(s: &str) -> KeyPath {
@@ -290,9 +399,9 @@ data:
     #[test]
     fn what_it_cannot_change_cleanly_is_refused_in_one_line() {
         let cases: [(&str, &str, &str); 9] = [
-            (HYDRA, "defaults.model", "'defaults' is a list"),
-            ("a:\n- 1\n", "a.b", "'a' is a list"),
-            ("a: [1,\n  2]\n", "a", "'a' is a list"),
+            (HYDRA, "defaults.model", "'defaults' is a list of 2"),
+            ("a:\n- 1\n", "a.b", "'a' is a list of 1"),
+            ("a: [1,\n  2]\n", "a", "'a' holds a list"),
             (HYDRA, "seed.x", "'seed' is a scalar"),
             ("a: '1'\n", "a.b", "'a' is a scalar"),
             (HYDRA, "training", "holds a mapping"),
@@ -400,12 +509,54 @@ data:
     }
 
     #[test]
+    fn a_number_indexes_a_list_and_a_merged_key_is_written_where_pyyaml_reads_it() {
+        let out = set(LIGHTNING, &[("trainer.callbacks.0.init_args.patience", 3)]).unwrap();
+        assert!(
+            out.contains("        monitor: val_loss\n        patience: 3\n    - EarlyStopping"),
+            "{out}"
+        );
+        let out = set("sizes:\n- 1 # small\n- 2\n", &[("sizes.0", 8)]).unwrap();
+        assert_eq!(out, "sizes:\n- 8 # small\n- 2\n");
+        let e = set(LIGHTNING, &[("trainer.callbacks.2.x", 1)]).unwrap_err();
+        assert!(e.contains("'trainer.callbacks' is a list of 2"), "{e}");
+        // OmegaConf reads train.batch_size through the merge: 32. The answer goes into train as
+        // its own key, which wins over the merged one; eval still merges 32.
+        let merged = "\
+defaults: &defaults
+  batch_size: 32
+  optim:
+    lr: 0.1
+train:
+  <<: *defaults
+  epochs: 90
+eval:
+  <<: *defaults
+";
+        let t = tree(merged).unwrap();
+        assert_eq!(t["train"]["batch_size"], "32");
+        assert_eq!(t["eval"]["optim"]["lr"], "0.1");
+        assert!(key("train.batch_size").is_in(&t));
+        let out = set(merged, &[("train.batch_size", 96)]).unwrap();
+        assert_eq!(
+            out,
+            merged.replace("  epochs: 90\n", "  epochs: 90\n  batch_size: 96\n")
+        );
+        assert_eq!(read(&out, &key("train.batch_size")).unwrap(), Some(96));
+        assert_eq!(read(&out, &key("eval.batch_size")).unwrap(), Some(32));
+        let e = set(merged, &[("train.optim.lr", 1)]).unwrap_err();
+        assert!(e.contains("'train.optim' comes through a merge key"), "{e}");
+        // Set where it is anchored, every mapping that merges it reads the new value.
+        let out = set(merged, &[("defaults.batch_size", 64)]).unwrap();
+        assert_eq!(read(&out, &key("eval.batch_size")).unwrap(), Some(64));
+    }
+
+    #[test]
     fn a_key_only_if_present_is_left_out_when_missing() {
         let k = key("training.accumulation_steps");
         let edits = [Edit {
             key: &k,
             value: 4,
-            only_if_present: true,
+            absent: Absent::Skip,
         }];
         let e = edit(HYDRA, &edits).unwrap();
         assert_eq!((e.text.as_str(), e.written.len()), (HYDRA, 0));

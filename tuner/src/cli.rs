@@ -88,7 +88,7 @@ pub struct RunArgs {
     /// a HANG (default 600).
     #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
     pub time_limit: Option<f64>,
-    /// Seconds a trial may go without a line (report, stdout or stderr) between its first step
+    /// Seconds a trial may go without writing (report, stdout or stderr) between its first step
     /// and its last, or 10 times its slowest step so far where that is longer; past it the
     /// trial is a HANG, ended long before the time limit: a data-parallel group stuck in a
     /// collective (default 60). Start-up is watched by the time limit alone.

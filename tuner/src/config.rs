@@ -206,7 +206,7 @@ impl Overrides {
 pub const DEFAULT_TIME_LIMIT_S: f64 = 600.0;
 
 /// Default stall limit (seconds): the shortest silence between a trial's steps that makes it
-/// hung. A training step has no business going a minute without a line, but a step now and
+/// hung. A training step has no business going a minute without writing anything, but a step now and
 /// then does more than the others (a checkpoint, an evaluation, a data loader's stall, a
 /// recompile for a new shape): a minute covers those in most programs, and a group stuck in a
 /// collective costs a minute where the time limit alone lets it run for ten.

@@ -9,7 +9,7 @@
 //! the line, else NVML's), so a finder's trial can stop as soon as memory is steady. Stderr and
 //! stdout: an out-of-memory message ends the trial at once (the program's wind-down, which can
 //! take longer than the trial, says nothing more). All three: a program that has reported a
-//! step and then writes no line for far longer than its steps take ([Limits::stall_limit]) is
+//! step and then writes nothing for far longer than its steps take ([Limits::stall_limit]) is
 //! hung, most often a data-parallel group waiting in a collective that will never complete,
 //! and is ended long before its time limit.
 
@@ -49,7 +49,8 @@ pub struct Limits {
     pub time_limit: Duration,
     /// Between the first step line and the last the program was told to run, a silence longer
     /// than this, or [STALL_MULTIPLE] times the slowest step so far where that is longer, on
-    /// every file of a rank (report, stdout, stderr) ends the trial as a HANG ([stall_limit_s]).
+    /// every file of a rank (nothing written to its report, stdout or stderr) ends the trial as
+    /// a HANG ([stall_limit_s]).
     pub stall_limit: Duration,
     pub stop: Stop,
 }
@@ -67,9 +68,9 @@ impl Limits {
 }
 
 /// How many times its slowest step so far a program may be silent before it is hung: a
-/// program whose steps take 30 s is not hung after 60 s. Ten covers a step that does twice or
-/// three times the work of the others (an evaluation, a checkpoint) with room to spare;
-/// steps slower than the floor's tenth are rare, so this seldom lengthens the wait.
+/// program whose steps take 30 s is not hung after 60 s. Ten covers a step that does several
+/// times the work of the others (an evaluation, a checkpoint) with room to spare; where the
+/// steps take less than a tenth of the floor (6 s by default), the floor decides.
 pub const STALL_MULTIPLE: f64 = 10.0;
 
 /// Seconds of silence after which a program whose slowest step so far took `slowest_s` is
@@ -82,7 +83,7 @@ pub fn stall_limit_s(floor_s: f64, slowest_s: f64) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Silence {
     rank: usize,
-    /// How long it had written no line, when it was ended.
+    /// How long it had written nothing, when it was ended.
     silent_s: f64,
     /// The step lines it had reported.
     after_step: usize,
@@ -91,11 +92,11 @@ struct Silence {
 }
 
 impl Silence {
-    /// `no line on its report or output for 61 s after step 5 (the slowest step so far 1.8 s)`.
+    /// `no report or output for 61 s after step 5 (the slowest step so far 1.8 s)`.
     fn describe(&self) -> String {
         let digits = if self.slowest_s < 1.0 { 2 } else { 1 };
         format!(
-            "no line on its report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
+            "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
             self.silent_s, self.after_step, digits, self.slowest_s
         )
     }
@@ -317,8 +318,9 @@ struct Watcher {
     start: Instant,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
-    /// When the last line of any of its files arrived (seconds from the start).
-    last_line: f64,
+    /// When any of its files last grew (seconds from the start): a line, or part of one (a
+    /// progress bar redrawn with carriage returns).
+    last_written: f64,
     /// Its slowest step so far: the longest step time it reported, or the longest time between
     /// two of its step lines on the tuner's clock.
     slowest_s: f64,
@@ -334,16 +336,20 @@ impl Watcher {
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
         let now = self.start.elapsed().as_secs_f64();
         for out in &mut self.outputs {
-            let lines = out.new_lines();
-            if !lines.is_empty() {
-                self.last_line = now;
-            }
-            if lines.iter().any(|l| find_oom(l).is_some()) {
+            let read = out.offset;
+            if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
                 self.oom_seen = true;
             }
+            if out.offset > read {
+                self.last_written = now;
+            }
         }
-        for line in self.report.new_lines() {
-            self.last_line = now;
+        let read = self.report.offset;
+        let lines = self.report.new_lines();
+        if self.report.offset > read {
+            self.last_written = now;
+        }
+        for line in lines {
             let Some(step) = step_of(&line) else { continue };
             let gap = self.arrivals.last().map_or(0.0, |last| now - last);
             self.slowest_s = self.slowest_s.max(step.step_s).max(gap);
@@ -534,7 +540,7 @@ impl Group {
             .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
             .map(|(rank, r)| Silence {
                 rank,
-                silent_s: r.watcher.start.elapsed().as_secs_f64() - r.watcher.last_line,
+                silent_s: r.watcher.start.elapsed().as_secs_f64() - r.watcher.last_written,
                 after_step: r.watcher.arrivals.len(),
                 slowest_s,
             })
@@ -662,7 +668,7 @@ impl Runner<'_> {
                 outputs: [Tail::new(&stderr), Tail::new(&stdout)],
                 start,
                 arrivals: Vec::new(),
-                last_line: 0.0,
+                last_written: 0.0,
                 slowest_s: 0.0,
                 peaks: Vec::new(),
                 last_samples: 0,
@@ -857,7 +863,7 @@ mod tests {
         };
         assert_eq!(
             s.describe(),
-            "no line on its report or output for 61 s after step 5 (the slowest step so far 1.8 s)"
+            "no report or output for 61 s after step 5 (the slowest step so far 1.8 s)"
         );
         let quick = Silence {
             slowest_s: 0.012,

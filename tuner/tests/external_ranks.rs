@@ -156,7 +156,7 @@ fn a_rank_silent_after_its_third_step_ends_the_group_as_hung_at_the_stall_limit(
     assert_eq!(r.status, Status::Hang, "{r:?}");
     assert!(
         r.reason
-            .starts_with("rank 1 of 2: no line on its report or output for 1 s after step 3 ("),
+            .starts_with("rank 1 of 2: no report or output for 1 s after step 3 ("),
         "{}",
         r.reason
     );

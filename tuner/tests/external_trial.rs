@@ -376,7 +376,7 @@ fn a_program_silent_after_its_third_step_is_ended_as_hung_at_the_stall_limit() {
     assert_eq!(r.exit, Some(common::process::Exit::Stalled));
     assert!(
         r.reason
-            .starts_with("no line on its report or output for 1 s after step 3 (")
+            .starts_with("no report or output for 1 s after step 3 (")
             && r.reason.ends_with("): ended as hung"),
         "{}",
         r.reason
@@ -384,7 +384,11 @@ fn a_program_silent_after_its_third_step_is_ended_as_hung_at_the_stall_limit() {
     assert!((1.0..6.0).contains(&r.wall_s), "{} s", r.wall_s);
     assert_eq!(r.measured.reported_steps, 3);
     assert_eq!(r.fits(), Some(false), "a size it cannot run");
-    assert!(r.verdict().starts_with("HANG: no line"), "{}", r.verdict());
+    assert!(
+        r.verdict().starts_with("HANG: no report or output"),
+        "{}",
+        r.verdict()
+    );
     // The program and the worker it started.
     let pids: Vec<u32> = std::fs::read_to_string(&pids)
         .unwrap()
@@ -423,6 +427,28 @@ fn a_slow_start_and_slow_steady_steps_are_not_a_stall() {
     assert!(r.reached_steps);
     assert_eq!(r.measured.reported_steps, 5);
     assert!(r.wall_s >= 4.0, "{} s", r.wall_s);
+}
+
+#[test]
+fn a_progress_bar_between_steps_is_not_silence() {
+    let dir = Scratch::new("evaluating");
+    // After its second step it redraws a progress bar for 2 s, no newline, stall limit 0.5 s.
+    let prog = program(&[("FAKE_EVAL_AFTER", "2,2")]);
+    let p = Params {
+        steps: 4,
+        ..params(8)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(
+        &prog,
+        &p,
+        0,
+        &device,
+        &dir.path("trial"),
+        &stall_limits(60, 0.5),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.reached_steps && r.wall_s >= 2.0, "{} s", r.wall_s);
 }
 
 #[test]

@@ -29,6 +29,8 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_STALL_ABOVE=B   batches above B run as FAKE_MODE=stall (a size at which the group gets
                      stuck: its first steps run, then it waits forever)
   FAKE_START_S=S     sleep S seconds before the first step (a start-up: imports, compiling)
+  FAKE_EVAL_AFTER=N,S   after step N, spend S seconds redrawing a progress bar on stderr with
+                     carriage returns and no newline (an evaluation between steps)
   FAKE_RANK_MODE=R:MODE   in a group of ranks (RANK, as the tuner and torchrun set it), rank R
                      runs as FAKE_MODE=MODE and every other rank as FAKE_OTHERS (default ok);
                      besides the modes above: oom (runs out of memory at once, exit 1) and
@@ -300,6 +302,15 @@ def main():
     for step in range(steps):
         if step == stall_after and mode == "stall":
             time.sleep(600)
+        evaluation = os.environ.get("FAKE_EVAL_AFTER")
+        if evaluation and step == int(evaluation.split(",")[0]):
+            until = time.time() + float(evaluation.split(",")[1])
+            batches = 0
+            while time.time() < until:
+                batches += 1
+                sys.stderr.write("\revaluating: batch %d" % batches)
+                sys.stderr.flush()
+                time.sleep(0.1)
         if step == 1 and mode == "wait":
             print("waiting for a collective that never comes", file=sys.stderr, flush=True)
             time.sleep(600)

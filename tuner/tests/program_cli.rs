@@ -230,9 +230,8 @@ fn a_trial_silent_between_its_steps_is_a_hang_at_the_stall_limit() {
     assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
     assert!(o.stdout.contains("| HANG |"), "{}", o.stdout);
     assert!(
-        o.stdout.contains(
-            "HANG: no line on its report or output for 1 s after step 3 (the slowest step so far"
-        ),
+        o.stdout
+            .contains("HANG: no report or output for 1 s after step 3 (the slowest step so far"),
         "{}",
         o.stdout
     );

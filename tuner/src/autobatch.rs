@@ -459,17 +459,13 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     })
 }
 
-/// How size `batch` failed, in the search or a confirmation: `ran out of memory`, or `hung
-/// (counted as not fitting)`.
+/// How size `batch` failed in the search or a confirmation ([TrialResult::misfit]), out of
+/// memory where it ever did.
 fn misfit_at(r: &AutobatchReport, batch: usize) -> &'static str {
     let trials = (r.search.iter()).chain(r.confirmations.iter().map(|c| &c.trial));
-    match trials
-        .filter(|t| t.params.batch_size == batch && t.fits() == Some(false))
-        .all(|t| t.status == Status::Hang)
-    {
-        true => "hung (counted as not fitting)",
-        false => "ran out of memory",
-    }
+    (trials.filter(|t| t.params.batch_size == batch && t.fits() == Some(false)))
+        .min_by_key(|t| t.status != Status::Oom)
+        .map_or("ran out of memory", TrialResult::misfit)
 }
 
 pub fn render(r: &AutobatchReport) -> String {
@@ -494,7 +490,7 @@ pub fn render(r: &AutobatchReport) -> String {
             let how = match (t.fits(), t.steady_at) {
                 (Some(true), Some(at)) => format!("fits, steady at step {at}"),
                 (Some(true), None) => "fits".into(),
-                _ if t.status == Status::Hang => "hung (counted as not fitting)".into(),
+                _ if t.status == Status::Hang => t.misfit().into(),
                 _ => "out of memory".into(),
             };
             format!("{} {how} ({:.1} s)", t.params.batch_size, t.wall_s)

@@ -106,7 +106,8 @@ pub struct Classified {
 /// had shown what was asked is OK, unless what stopped it was an out-of-memory message; a
 /// non-zero exit with an out-of-memory message is OOM; a timeout or a stall (silent between
 /// steps) is HANG, unless the program ran out of memory first and then hung (a collective
-/// waiting for a rank that died); the rest is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
+/// waiting for a rank that died); the rest is FAILED. Stderr is searched first, then stdout
+/// (some programs log tracebacks there).
 /// `steps`: how many step lines the trial reported, and how many steps it was told to run.
 pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: (usize, usize)) -> Classified {
     let (reported, told) = steps;

@@ -210,10 +210,11 @@ impl TrialResult {
         }
     }
 
-    /// Why its batch does not fit, in a few words: `ran out of memory`, `hung`.
+    /// Why its batch does not fit, in a few words: `ran out of memory`, or `hung (counted as
+    /// not fitting)`.
     pub fn misfit(&self) -> &'static str {
         match self.status {
-            Status::Hang => "hung",
+            Status::Hang => "hung (counted as not fitting)",
             _ => "ran out of memory",
         }
     }

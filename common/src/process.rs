@@ -24,6 +24,9 @@ pub enum Exit {
     Signal(i32),
     /// It ran past the time limit and its group was killed.
     TimedOut,
+    /// It had shown progress, then went silent for longer than its watcher allows, and its
+    /// group was killed (a hang well before the time limit).
+    Stalled,
     /// The watcher had seen all it needed (see [watch]) and killed its group without waiting
     /// for it to wind down.
     Stopped,
@@ -48,6 +51,7 @@ impl Exit {
             Exit::Signal(11) => "killed by signal 11 (SIGSEGV: a crash)".into(),
             Exit::Signal(s) => format!("killed by signal {s}"),
             Exit::TimedOut => "ran past the time limit".into(),
+            Exit::Stalled => "went silent".into(),
             Exit::Stopped => "stopped once it had shown what was asked".into(),
         }
     }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use common::report::Provenance;
 use common::{Error, Result};
 
+use crate::classify::Status;
 use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
@@ -360,8 +361,11 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             (Some(_), _) => break,
             (None, _) if candidate <= floor => {
                 return Err(Error::invalid(format!(
-                    "no batch held for {} steps: even {batch} ran out of memory in its confirmation run",
-                    o.confirm_steps
+                    "no batch held for {} steps: even {batch} {} in its confirmation run",
+                    o.confirm_steps,
+                    confirmations
+                        .last()
+                        .map_or("ran out of memory", |c| c.trial.misfit())
                 )))
             }
             (None, _) => {
@@ -455,6 +459,15 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     })
 }
 
+/// How size `batch` failed in the search or a confirmation ([TrialResult::misfit]), out of
+/// memory where it ever did.
+fn misfit_at(r: &AutobatchReport, batch: usize) -> &'static str {
+    let trials = (r.search.iter()).chain(r.confirmations.iter().map(|c| &c.trial));
+    (trials.filter(|t| t.params.batch_size == batch && t.fits() == Some(false)))
+        .min_by_key(|t| t.status != Status::Oom)
+        .map_or("ran out of memory", TrialResult::misfit)
+}
+
 pub fn render(r: &AutobatchReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
@@ -477,6 +490,7 @@ pub fn render(r: &AutobatchReport) -> String {
             let how = match (t.fits(), t.steady_at) {
                 (Some(true), Some(at)) => format!("fits, steady at step {at}"),
                 (Some(true), None) => "fits".into(),
+                _ if t.status == Status::Hang => t.misfit().into(),
                 _ => "out of memory".into(),
             };
             format!("{} {how} ({:.1} s)", t.params.batch_size, t.wall_s)
@@ -518,7 +532,7 @@ pub fn render(r: &AutobatchReport) -> String {
         r.maximum,
         r.confirmations.last().map_or(0, |c| c.steps),
         match r.next_failing {
-            Some(n) => format!("{n} ran out of memory"),
+            Some(n) => format!("{n} {}", misfit_at(r, n)),
             None => "no larger size was seen to fail (the search reached its cap)".into(),
         }
     );

@@ -18,7 +18,8 @@ pub enum Status {
     Incomplete,
     /// Ended with one of the out-of-memory messages below.
     Oom,
-    /// Ran past the time limit; its process group was killed.
+    /// Ran past the time limit, or went silent between its steps for longer than the stall
+    /// limit allows; its process groups were killed.
     Hang,
     /// Any other ending: a crash, an exception, a bad argument.
     Failed,
@@ -103,9 +104,10 @@ pub struct Classified {
 /// Exit 0 is OK whatever was printed (a program may catch an out-of-memory and go on), unless
 /// it reported some steps but fewer than it was told (INCOMPLETE); a program stopped once it
 /// had shown what was asked is OK, unless what stopped it was an out-of-memory message; a
-/// non-zero exit with an out-of-memory message is OOM; a timeout is HANG, unless the program
-/// ran out of memory first and then hung (a collective waiting for a rank that died); the rest
-/// is FAILED. Stderr is searched first, then stdout (some programs log tracebacks there).
+/// non-zero exit with an out-of-memory message is OOM; a timeout or a stall (silent between
+/// steps) is HANG, unless the program ran out of memory first and then hung (a collective
+/// waiting for a rank that died); the rest is FAILED. Stderr is searched first, then stdout
+/// (some programs log tracebacks there).
 /// `steps`: how many step lines the trial reported, and how many steps it was told to run.
 pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: (usize, usize)) -> Classified {
     let (reported, told) = steps;
@@ -127,6 +129,8 @@ pub fn classify(exit: Exit, stderr: &str, stdout: &str, steps: (usize, usize)) -
         (Exit::Code(0), _) | (Exit::Stopped, None) => plain(Status::Ok, exit.describe()),
         (Exit::Stopped, Some(m)) => oom(m, "stopped at the message".into()),
         (Exit::TimedOut, Some(m)) => oom(m, "then hung until the time limit".into()),
+        (Exit::Stalled, Some(m)) => oom(m, "then went silent".into()),
+        (Exit::Stalled, None) => plain(Status::Hang, "ended as hung".into()),
         (_, Some(m)) => oom(m, exit.describe()),
         (Exit::TimedOut, None) => plain(Status::Hang, exit.describe()),
         (_, None) => plain(Status::Failed, exit.describe()),
@@ -221,6 +225,13 @@ mod tests {
         let c = classify(Exit::TimedOut, &oom, "", ALL);
         assert_eq!(c.status, Status::Oom);
         assert!(c.reason.contains("then hung"));
+        // Silent between steps: a hang, or the out-of-memory that came before the silence.
+        let stalled = classify(Exit::Stalled, "step 3\n", "", (3, 4));
+        assert_eq!(stalled.status, Status::Hang);
+        assert_eq!(stalled.reason, "ended as hung");
+        let c = classify(Exit::Stalled, &oom, "", (3, 4));
+        assert_eq!(c.status, Status::Oom);
+        assert!(c.reason.contains("then went silent"), "{}", c.reason);
         // A traceback logged to stdout counts too.
         assert_eq!(classify(Exit::Code(1), "", &oom, ALL).status, Status::Oom);
     }

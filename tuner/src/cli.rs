@@ -88,6 +88,12 @@ pub struct RunArgs {
     /// a HANG (default 600).
     #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
     pub time_limit: Option<f64>,
+    /// Seconds a trial may go without writing (report, stdout or stderr) between its first step
+    /// and its last, or 10 times its slowest step so far where that is longer; past it the
+    /// trial is a HANG, ended long before the time limit: a data-parallel group stuck in a
+    /// collective (default 60). Start-up is watched by the time limit alone.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_stall_limit)]
+    pub stall_limit: Option<f64>,
     /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder,
     /// removed unless a trial hung or failed).
     #[arg(long, value_name = "DIR")]
@@ -126,6 +132,7 @@ impl RunArgs {
             warmup_steps: self.warmup,
             devices: self.devices.clone(),
             time_limit: self.time_limit,
+            stall_limit: self.stall_limit,
             ranks: self.ranks,
             ..Overrides::default()
         }))
@@ -155,6 +162,16 @@ fn parse_time_limit(s: &str) -> Result<f64, String> {
     if v < 1.0 {
         return Err(format!(
             "a time limit of '{s}' s leaves no time to start: at least 1"
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_stall_limit(s: &str) -> Result<f64, String> {
+    let v = common::cli::parse_seconds(s)?;
+    if v <= 0.0 {
+        return Err(format!(
+            "a stall limit of '{s}' s ends every trial at its first step: more than 0"
         ));
     }
     Ok(v)

@@ -19,6 +19,7 @@
 //! [tuner]
 //! devices = "0,1"
 //! time_limit = 600
+//! stall_limit = 60
 //! ranks = 1
 //! ```
 
@@ -102,6 +103,7 @@ struct TrainingSection {
 struct TunerSection {
     devices: Option<String>,
     time_limit: Option<f64>,
+    stall_limit: Option<f64>,
     ranks: Option<usize>,
 }
 
@@ -128,6 +130,7 @@ pub struct Overrides {
     pub adam_like: Option<bool>,
     pub devices: Option<String>,
     pub time_limit: Option<f64>,
+    pub stall_limit: Option<f64>,
     pub ranks: Option<usize>,
 }
 
@@ -145,6 +148,7 @@ impl Overrides {
             adam_like: high.adam_like.or(self.adam_like),
             devices: high.devices.or(self.devices),
             time_limit: high.time_limit.or(self.time_limit),
+            stall_limit: high.stall_limit.or(self.stall_limit),
             ranks: high.ranks.or(self.ranks),
         }
     }
@@ -168,6 +172,12 @@ impl Overrides {
                 "a time limit of {time_limit_s} s leaves no time to start: at least 1"
             ));
         }
+        let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);
+        if stall_limit_s.is_nan() || stall_limit_s <= 0.0 {
+            return Err(format!(
+                "a stall limit of {stall_limit_s} s ends every trial at its first step: more than 0"
+            ));
+        }
         Ok(Settings {
             batch_sizes,
             workers,
@@ -182,6 +192,7 @@ impl Overrides {
             adam_like: self.adam_like.unwrap_or(false),
             devices: self.devices,
             time_limit_s,
+            stall_limit_s,
             axes: Vec::new(),
             ranks: match self.ranks {
                 Some(0) => return Err("--ranks 0: a trial needs at least one rank".into()),
@@ -193,6 +204,13 @@ impl Overrides {
 
 /// Default time limit of one trial (seconds).
 pub const DEFAULT_TIME_LIMIT_S: f64 = 600.0;
+
+/// Default stall limit (seconds): the shortest silence between a trial's steps that makes it
+/// hung. A training step has no business going a minute without writing anything, but a step now and
+/// then does more than the others (a checkpoint, an evaluation, a data loader's stall, a
+/// recompile for a new shape): a minute covers those in most programs, and a group stuck in a
+/// collective costs a minute where the time limit alone lets it run for ten.
+pub const DEFAULT_STALL_LIMIT_S: f64 = 60.0;
 
 /// The resolved settings a run uses.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -209,6 +227,10 @@ pub struct Settings {
     pub adam_like: bool,
     pub devices: Option<String>,
     pub time_limit_s: f64,
+    /// A trial silent for longer than this between its steps (or longer than its slowest step
+    /// times [crate::trial::STALL_MULTIPLE]) is hung ([crate::trial::Limits::stall_limit]).
+    #[serde(default = "default_stall_limit_s")]
+    pub stall_limit_s: f64,
     /// The user's own axes (`--axis`), each value a trial of every other setting.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub axes: Vec<Axis>,
@@ -220,6 +242,10 @@ pub struct Settings {
 
 fn one() -> usize {
     1
+}
+
+fn default_stall_limit_s() -> f64 {
+    DEFAULT_STALL_LIMIT_S
 }
 
 /// `1,2,4` or a power-of-two range `1..8192`.
@@ -313,6 +339,7 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
         adam_like,
         devices: file.tuner.devices,
         time_limit: file.tuner.time_limit,
+        stall_limit: file.tuner.stall_limit,
         ranks: file.tuner.ranks,
     })
 }
@@ -402,6 +429,33 @@ mod tests {
             [Bf16, Fp16]
         );
         assert_eq!(amp("[training]\namp = \"fp16\"\n"), [Fp16]);
+    }
+
+    #[test]
+    fn the_stall_limit_is_a_minute_unless_set_and_must_be_more_than_zero() {
+        let s = Overrides::default().resolve().unwrap();
+        assert_eq!(s.stall_limit_s, 60.0);
+        let file = parse("[tuner]\nstall_limit = 120\n").unwrap();
+        assert_eq!(file.clone().resolve().unwrap().stall_limit_s, 120.0);
+        let flags = Overrides {
+            stall_limit: Some(2.5),
+            ..Overrides::default()
+        };
+        assert_eq!(file.merge(flags).resolve().unwrap().stall_limit_s, 2.5);
+        for bad in [0.0, -1.0, f64::NAN] {
+            let e = Overrides {
+                stall_limit: Some(bad),
+                ..Overrides::default()
+            }
+            .resolve()
+            .unwrap_err();
+            assert!(e.contains("more than 0") && !e.contains('\n'), "{e}");
+        }
+        // A plan saved without it (an older tuner's) reads as the default.
+        let mut saved = serde_json::to_value(&s).unwrap();
+        saved.as_object_mut().unwrap().remove("stall_limit_s");
+        let read: Settings = serde_json::from_value(saved).unwrap();
+        assert_eq!(read.stall_limit_s, 60.0);
     }
 
     #[test]

@@ -298,6 +298,7 @@ fn run_on(
             program,
             devices,
             time_limit_s: settings.time_limit_s,
+            stall_limit_s: settings.stall_limit_s,
             trials_dir: a.trials_dir.clone(),
             json: a.json.clone(),
             progress: !a.quiet,

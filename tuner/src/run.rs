@@ -34,6 +34,8 @@ pub struct RunOptions {
     pub program: Program,
     pub devices: Vec<Device>,
     pub time_limit_s: f64,
+    /// Silence between steps that makes a trial hung (the floor of the rule).
+    pub stall_limit_s: f64,
     pub trials_dir: Option<PathBuf>,
     /// The final JSON (`-`: stdout); the trials' JSON lines go beside a file.
     pub json: Option<PathBuf>,
@@ -252,7 +254,10 @@ impl Run {
             devices: o.devices,
             launch: fork_note.unwrap_or_else(|| launcher.describe()),
             launcher,
-            limits: Limits::new(Duration::from_secs_f64(o.time_limit_s)),
+            limits: Limits {
+                stall_limit: Duration::from_secs_f64(o.stall_limit_s),
+                ..Limits::new(Duration::from_secs_f64(o.time_limit_s))
+            },
             progress,
             folder,
             temporary,

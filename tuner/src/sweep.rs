@@ -232,8 +232,8 @@ pub fn render(r: &SweepReport) -> String {
     };
     let _ = writeln!(
         o,
-        "{each}: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
-        s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s
+        "{each}: {} measured steps after {} warmup, accumulation {}, time limit {:.0} s, stall limit {:.0} s. Times: the program's own per step (the protocol), medians; GPU busy: the program's figure; NVML util: NVML's utilization over the measured steps; memory: NVML's reading of its processes, else its own peak.\n",
+        s.steps, s.warmup_steps, s.accumulation_steps, s.time_limit_s, s.stall_limit_s
     );
     let rule = r.best.picked_by.as_ref();
     o.push_str(&trial_table(&r.ran.trials, rule.map(|p| (p, r.best.margin))).markdown());

@@ -8,7 +8,10 @@
 //! tuner's own clock as it arrives, with the peak memory so far (the program's own figure on
 //! the line, else NVML's), so a finder's trial can stop as soon as memory is steady. Stderr and
 //! stdout: an out-of-memory message ends the trial at once (the program's wind-down, which can
-//! take longer than the trial, says nothing more).
+//! take longer than the trial, says nothing more). All three: a program that has reported a
+//! step and then writes nothing for far longer than its steps take ([Limits::stall_limit]) is
+//! hung, most often a data-parallel group waiting in a collective that will never complete,
+//! and is ended long before its time limit.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -41,17 +44,61 @@ pub enum Stop {
 /// How long a trial may run, and how it is watched.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
-    /// Past this the trial's process group is killed and the trial is a HANG.
+    /// Past this the trial's process group is killed and the trial is a HANG. Alone it watches
+    /// the start (imports, compiling, a rendezvous: minutes are ordinary) and the wind-down.
     pub time_limit: Duration,
+    /// Between the first step line and the last the program was told to run, a silence longer
+    /// than this, or [STALL_MULTIPLE] times the slowest step so far where that is longer, on
+    /// every file of a rank (nothing written to its report, stdout or stderr) ends the trial as
+    /// a HANG ([stall_limit_s]).
+    pub stall_limit: Duration,
     pub stop: Stop,
 }
 
 impl Limits {
+    /// The time limit alone: the stall limit as long, so silence never ends a trial first (a
+    /// run's settings set both: [crate::config::Settings::stall_limit_s]).
     pub fn new(time_limit: Duration) -> Limits {
         Limits {
             time_limit,
+            stall_limit: time_limit,
             stop: Stop::AtExit,
         }
+    }
+}
+
+/// How many times its slowest step so far a program may be silent before it is hung: a
+/// program whose steps take 30 s is not hung after 60 s. Ten covers a step that does several
+/// times the work of the others (an evaluation, a checkpoint) with room to spare; where the
+/// steps take less than a tenth of the floor (6 s by default), the floor decides.
+pub const STALL_MULTIPLE: f64 = 10.0;
+
+/// Seconds of silence after which a program whose slowest step so far took `slowest_s` is
+/// hung: the floor `floor_s`, or [STALL_MULTIPLE] times that step where that is longer.
+pub fn stall_limit_s(floor_s: f64, slowest_s: f64) -> f64 {
+    floor_s.max(STALL_MULTIPLE * slowest_s)
+}
+
+/// A rank gone silent between its steps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Silence {
+    rank: usize,
+    /// How long it had written nothing, when it was ended.
+    silent_s: f64,
+    /// The step lines it had reported.
+    after_step: usize,
+    /// The slowest step so far across the group's ranks.
+    slowest_s: f64,
+}
+
+impl Silence {
+    /// `no report or output for 61 s after step 5 (the slowest step so far 1.8 s)`.
+    fn describe(&self) -> String {
+        let digits = if self.slowest_s < 1.0 { 2 } else { 1 };
+        format!(
+            "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
+            self.silent_s, self.after_step, digits, self.slowest_s
+        )
     }
 }
 
@@ -148,14 +195,27 @@ impl TrialResult {
     }
 
     /// Whether its batch fits: it ended OK (or reported every step it was told to run: a
-    /// program may crash on its way out), or ran out of memory. None for a trial that says
-    /// nothing about memory (a hang, a failure, an incomplete or skipped trial).
+    /// program may crash on its way out), or ran out of memory, or hung between its steps (it
+    /// ran at this size, then could not go on: most often a group stuck in a collective beside
+    /// an allocator at its cap; a size the program cannot run counts as one that does not fit).
+    /// None for a trial that says nothing about memory (a failure, a hang before the steps or
+    /// past the time limit, an incomplete or skipped trial).
     pub fn fits(&self) -> Option<bool> {
         match self.status {
             _ if self.reached_steps => Some(true),
             Status::Ok => Some(true),
             Status::Oom => Some(false),
+            Status::Hang if self.exit == Some(Exit::Stalled) => Some(false),
             _ => None,
+        }
+    }
+
+    /// Why its batch does not fit, in a few words: `ran out of memory`, or `hung (counted as
+    /// not fitting)`.
+    pub fn misfit(&self) -> &'static str {
+        match self.status {
+            Status::Hang => "hung (counted as not fitting)",
+            _ => "ran out of memory",
         }
     }
 
@@ -259,6 +319,12 @@ struct Watcher {
     start: Instant,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
+    /// When any of its files last grew (seconds from the start): a line, or part of one (a
+    /// progress bar redrawn with carriage returns).
+    last_written: f64,
+    /// Its slowest step so far: the longest step time it reported, or the longest time between
+    /// two of its step lines on the tuner's clock.
+    slowest_s: f64,
     peaks: Vec<Option<u64>>,
     last_samples: usize,
     told: usize,
@@ -269,14 +335,25 @@ struct Watcher {
 impl Watcher {
     /// Look again; true once the trial can stop.
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
+        let now = self.start.elapsed().as_secs_f64();
         for out in &mut self.outputs {
+            let read = out.offset;
             if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
                 self.oom_seen = true;
             }
+            if out.offset > read {
+                self.last_written = now;
+            }
         }
-        let now = self.start.elapsed().as_secs_f64();
-        for line in self.report.new_lines() {
+        let read = self.report.offset;
+        let lines = self.report.new_lines();
+        if self.report.offset > read {
+            self.last_written = now;
+        }
+        for line in lines {
             let Some(step) = step_of(&line) else { continue };
+            let gap = self.arrivals.last().map_or(0.0, |last| now - last);
+            self.slowest_s = self.slowest_s.max(step.step_s).max(gap);
             self.arrivals.push(now);
             let nvml = sampler.and_then(|s| {
                 let (peak, samples) = s.so_far();
@@ -371,12 +448,14 @@ struct Rank {
     sampler: Option<Sampler>,
 }
 
-/// The group's processes while it runs, the rank whose end ended the group, and when its time
-/// is up.
+/// The group's processes while it runs, the rank whose end ended the group, when its time is
+/// up, and the silence that ends it as hung.
 struct Group {
     ranks: Vec<Rank>,
     ended_by: Option<usize>,
     deadline: Instant,
+    stall_limit: Duration,
+    silence: Option<Silence>,
 }
 
 impl Group {
@@ -390,6 +469,10 @@ impl Group {
             // deaths are the limit's doing, not an end of their own.
             self.kill();
             return Ok(Some(Exit::TimedOut));
+        }
+        if self.silence.is_some() {
+            self.kill();
+            return Ok(Some(Exit::Stalled));
         }
         for (r, rank) in self.ranks.iter_mut().enumerate() {
             if rank.exit.is_some() {
@@ -421,7 +504,8 @@ impl Group {
     }
 
     /// Look at every rank; true once the group can stop: a rank ran out of memory, or every
-    /// rank is where `stop` says (its group then killed whole).
+    /// rank is where `stop` says (its group then killed whole). A rank gone silent is noted,
+    /// and ends the group when its exit is next looked for.
     fn enough(&mut self, stop: Stop) -> bool {
         let mut all = true;
         let mut oom = None;
@@ -437,8 +521,32 @@ impl Group {
         let done = oom.is_some() || all;
         if done {
             self.kill();
+        } else {
+            self.silence = self.silent_rank();
         }
         done
+    }
+
+    /// The rank silent the longest past the stall limit, among those still running that have
+    /// reported a step and not yet every step they were told to run; the limit counts the
+    /// slowest step of any rank (in a group the ranks step together, and one rank's slow step
+    /// holds up the others' lines).
+    fn silent_rank(&self) -> Option<Silence> {
+        let slowest_s = (self.ranks.iter())
+            .map(|r| r.watcher.slowest_s)
+            .fold(0.0, f64::max);
+        let limit = stall_limit_s(self.stall_limit.as_secs_f64(), slowest_s);
+        (self.ranks.iter().enumerate())
+            .filter(|(_, r)| r.exit.is_none())
+            .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
+            .map(|(rank, r)| Silence {
+                rank,
+                silent_s: r.watcher.start.elapsed().as_secs_f64() - r.watcher.last_written,
+                after_step: r.watcher.arrivals.len(),
+                slowest_s,
+            })
+            .filter(|s| s.silent_s > limit)
+            .max_by(|a, b| a.silent_s.total_cmp(&b.silent_s))
     }
 
     fn kill(&self) {
@@ -544,6 +652,8 @@ impl Runner<'_> {
                         ranks,
                         ended_by: None,
                         deadline: start,
+                        stall_limit: self.limits.stall_limit,
+                        silence: None,
                     };
                     started.end();
                     return failed(
@@ -559,6 +669,8 @@ impl Runner<'_> {
                 outputs: [Tail::new(&stderr), Tail::new(&stdout)],
                 start,
                 arrivals: Vec::new(),
+                last_written: 0.0,
+                slowest_s: 0.0,
                 peaks: Vec::new(),
                 last_samples: 0,
                 told: params.total_steps(),
@@ -579,6 +691,8 @@ impl Runner<'_> {
             ranks,
             ended_by: None,
             deadline: start + self.limits.time_limit,
+            stall_limit: self.limits.stall_limit,
+            silence: None,
         });
         let leader = group_state.borrow().ranks[0].running.pgid();
         let finished = watch(
@@ -644,7 +758,7 @@ impl Runner<'_> {
             .zip(&files)
             .map(|(rank, file)| {
                 let own = match (exit, rank.exit) {
-                    (Exit::TimedOut | Exit::Stopped, _) | (_, None) => exit,
+                    (Exit::TimedOut | Exit::Stalled | Exit::Stopped, _) | (_, None) => exit,
                     (_, Some(e)) => e,
                 };
                 classify(
@@ -655,8 +769,11 @@ impl Runner<'_> {
                 )
             })
             .collect();
-        // Out of memory anywhere is the group's; else the rank that ended it speaks, else rank 0.
+        // Out of memory anywhere is the group's; else the rank that went silent or ended it
+        // speaks, else rank 0.
+        let silence = g.silence.filter(|_| exit == Exit::Stalled);
         let speaker = (verdicts.iter().position(|v| v.status == Status::Oom))
+            .or(silence.map(|s| s.rank))
             .or(g.ended_by.filter(|_| exit != Exit::TimedOut))
             .unwrap_or(0);
         let verdict = verdicts
@@ -665,14 +782,14 @@ impl Runner<'_> {
             .expect("a verdict per rank");
         result.status = verdict.status;
         result.oom = verdict.oom;
-        let reason = if exit == Exit::TimedOut {
-            format!(
+        let reason = match (exit, silence) {
+            (Exit::TimedOut, _) => format!(
                 "{} of {:.0} s",
                 verdict.reason,
                 self.limits.time_limit.as_secs_f64()
-            )
-        } else {
-            verdict.reason
+            ),
+            (_, Some(s)) => format!("{}: {}", s.describe(), verdict.reason),
+            _ => verdict.reason,
         };
         result.reason = match g.ranks.len() {
             1 => reason,
@@ -727,6 +844,35 @@ mod tests {
         assert!(!steady(&[Some(GB), Some(5 * GB), None]));
         assert!(steady(&mb(&[1000, 5000, 6000, 6000])));
         assert!(!steady(&mb(&[100_000, 100_200, 100_000])));
+    }
+
+    #[test]
+    fn the_stall_limit_is_its_floor_or_ten_times_the_slowest_step() {
+        // The group measured on two H200s: steps of at most 1.83 s, so the floor decides.
+        assert_eq!(stall_limit_s(60.0, 1.83), 60.0);
+        assert_eq!(
+            stall_limit_s(60.0, 30.0),
+            300.0,
+            "slow steps are not a hang"
+        );
+        assert_eq!(stall_limit_s(1.0, 0.0), 1.0);
+        let s = Silence {
+            rank: 0,
+            silent_s: 61.2,
+            after_step: 5,
+            slowest_s: 1.83,
+        };
+        assert_eq!(
+            s.describe(),
+            "no report or output for 61 s after step 5 (the slowest step so far 1.8 s)"
+        );
+        let quick = Silence {
+            slowest_s: 0.012,
+            ..s
+        };
+        assert!(quick
+            .describe()
+            .ends_with("(the slowest step so far 0.01 s)"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ fn find(dir: &Scratch, gpus: usize, vars: &[(&str, &str)]) -> AutobatchReport {
                 .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
                 .collect(),
             time_limit_s: 60.0,
+            stall_limit_s: 60.0,
             trials_dir: Some(dir.path("trials")),
             json: Some(dir.path("autobatch.json")),
             progress: false,

@@ -1,11 +1,13 @@
 //! The batch finder over the user's command, against the fake training program: its answer is
 //! the largest size that held in a confirmation run, a step that needs more memory late makes
-//! it step down, and a hang or a failure stops it with the reason.
+//! it step down, a group that hangs between its steps is a size that does not fit, and a hang
+//! before the steps or a failure stops it with the reason.
 
 mod fake;
 
 use fake::{argv, Scratch};
-use tuner::autobatch::{autobatch, AutobatchReport, Options};
+use tuner::autobatch::{autobatch, render, AutobatchReport, Options};
+use tuner::classify::Status;
 use tuner::config::Overrides;
 use tuner::gpu::Device;
 use tuner::granularity::Granularity;
@@ -32,15 +34,16 @@ fn find(
     o: &Options,
     time_limit_s: f64,
 ) -> common::Result<AutobatchReport> {
-    find_on(dir, vars, o, time_limit_s, 1)
+    find_on(dir, vars, o, (time_limit_s, 60.0), 1)
 }
 
-/// [find] with each trial a group of `ranks` processes on as many stand-in GPUs.
+/// [find] with each trial a group of `ranks` processes on as many stand-in GPUs, under a time
+/// limit and a stall limit.
 fn find_on(
     dir: &Scratch,
     vars: &[(&str, &str)],
     o: &Options,
-    time_limit_s: f64,
+    (time_limit_s, stall_limit_s): (f64, f64),
     ranks: usize,
 ) -> common::Result<AutobatchReport> {
     let run = Run::new(
@@ -50,6 +53,7 @@ fn find_on(
                 .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
                 .collect(),
             time_limit_s,
+            stall_limit_s,
             trials_dir: Some(dir.path("trials")),
             json: Some(dir.path("autobatch.json")),
             progress: false,
@@ -72,7 +76,8 @@ fn a_data_parallel_answer_is_the_batch_every_rank_holds_confirmed_by_the_group()
     let dir = Scratch::new("find-ranks");
     // Rank 0 holds 100 a GPU, rank 1 only 72: the group's answer is 72, per GPU.
     let vars = [("FAKE_OOM_ABOVE", "100,72")];
-    let r = find_on(&dir, &vars, &options(Granularity::Multiple(8)), 60.0, 2).unwrap();
+    let limits = (60.0, 60.0);
+    let r = find_on(&dir, &vars, &options(Granularity::Multiple(8)), limits, 2).unwrap();
     assert_eq!((r.maximum, r.next_failing), (72, Some(80)));
     for t in r
         .search
@@ -150,6 +155,52 @@ fn a_step_that_needs_more_memory_late_makes_the_answer_step_down() {
         r.tiers.recommended <= 80 && r.tiers.safe < r.tiers.recommended,
         "{:?}",
         r.tiers
+    );
+}
+
+#[test]
+fn a_group_that_hangs_in_its_confirmation_is_a_size_that_does_not_fit() {
+    // Batches above 80 run three steps and then wait forever on both ranks: the search (steady
+    // at the third step) sees 96 fit, the 20-step confirmation hangs, and each hang ends at
+    // the stall limit, not the time limit.
+    let dir = Scratch::new("stall");
+    let vars = [("FAKE_OOM_ABOVE", "100"), ("FAKE_STALL_ABOVE", "80")];
+    let started = std::time::Instant::now();
+    let r = find_on(
+        &dir,
+        &vars,
+        &options(Granularity::Multiple(8)),
+        (60.0, 1.0),
+        2,
+    )
+    .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
+    assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
+    let tried: Vec<(usize, bool)> = r
+        .confirmations
+        .iter()
+        .map(|c| (c.batch_size, c.held))
+        .collect();
+    assert_eq!(tried, [(96, false), (88, false), (72, true), (80, true)]);
+    for c in r.confirmations.iter().filter(|c| !c.held) {
+        assert_eq!(c.trial.status, Status::Hang, "{:?}", c.trial);
+        assert!(
+            c.trial.reason.contains("after step 3"),
+            "{}",
+            c.trial.reason
+        );
+        assert!(c.trial.wall_s < 10.0, "{} s", c.trial.wall_s);
+    }
+    assert!(took < 40.0, "the finder took {took:.1} s");
+    let text = render(&r);
+    assert!(
+        text.contains("confirmation: batch 96 for 20 steps in a group of its own (2 processes, batch per GPU): HANG: rank "),
+        "{text}"
+    );
+    assert!(
+        text.contains("**maximum 80**: held for 20 steps; 88 hung (counted as not fitting)"),
+        "{text}"
     );
 }
 

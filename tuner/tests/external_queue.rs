@@ -221,6 +221,7 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
                     .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
                     .collect(),
                 time_limit_s: 60.0,
+                stall_limit_s: 60.0,
                 trials_dir: Some(dir.path("trials")),
                 json: None,
                 progress: false,

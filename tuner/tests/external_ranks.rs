@@ -137,6 +137,40 @@ fn a_hanging_rank_is_a_hang_of_the_group_and_every_process_goes() {
 }
 
 #[test]
+fn a_rank_silent_after_its_third_step_ends_the_group_as_hung_at_the_stall_limit() {
+    let dir = Scratch::new("ranks-stall");
+    let pids = dir.str("pids");
+    // Rank 1 (and a worker of its own) stops after three steps; rank 0 runs on to its end.
+    let vars = [("FAKE_RANK_MODE", "1:stall"), ("FAKE_PIDS", pids.as_str())];
+    let p = Params {
+        steps: 10,
+        ..params(16)
+    };
+    let stall = Limits {
+        stall_limit: Duration::from_secs(1),
+        ..limits(60)
+    };
+    let start = Instant::now();
+    let r = group_trial(&program(&vars), &p, 0, &pair(), &dir.path("trial"), &stall);
+    let took = start.elapsed().as_secs_f64();
+    assert_eq!(r.status, Status::Hang, "{r:?}");
+    assert!(
+        r.reason
+            .starts_with("rank 1 of 2: no report or output for 1 s after step 3 ("),
+        "{}",
+        r.reason
+    );
+    assert!(r.reason.ends_with("ended as hung"), "{}", r.reason);
+    assert!(
+        (1.0..8.0).contains(&took),
+        "the group took {took:.1} s to end"
+    );
+    assert_eq!(r.fits(), Some(false));
+    // Both ranks and rank 1's worker.
+    none_left(&dir.path("pids"), 3);
+}
+
+#[test]
 fn a_rank_that_exits_early_ends_the_group_as_incomplete() {
     let dir = Scratch::new("ranks-short");
     let vars = [("FAKE_RANK_MODE", "1:short"), ("FAKE_OTHERS", "wait")];

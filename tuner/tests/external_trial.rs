@@ -345,6 +345,112 @@ fn garbage_in_the_report_is_counted_and_the_steps_kept() {
     assert!((r.measured.samples_per_s.unwrap() - 800.0).abs() < 1e-6);
 }
 
+/// [limits] with a stall limit of `stall` seconds.
+fn stall_limits(seconds: u64, stall: f64) -> Limits {
+    Limits {
+        stall_limit: Duration::from_secs_f64(stall),
+        ..limits(seconds)
+    }
+}
+
+#[test]
+fn a_program_silent_after_its_third_step_is_ended_as_hung_at_the_stall_limit() {
+    let dir = Scratch::new("stall");
+    let pids = dir.str("pids");
+    let prog = program(&[("FAKE_MODE", "stall"), ("FAKE_PIDS", &pids)]);
+    let p = Params {
+        steps: 10,
+        ..params(8)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    // Steps of 0.01 s: the floor of 1 s decides, long before the time limit of 60 s.
+    let r = trial(
+        &prog,
+        &p,
+        0,
+        &device,
+        &dir.path("trial"),
+        &stall_limits(60, 1.0),
+    );
+    assert_eq!(r.status, Status::Hang, "{r:?}");
+    assert_eq!(r.exit, Some(common::process::Exit::Stalled));
+    assert!(
+        r.reason
+            .starts_with("no report or output for 1 s after step 3 (")
+            && r.reason.ends_with("): ended as hung"),
+        "{}",
+        r.reason
+    );
+    assert!((1.0..6.0).contains(&r.wall_s), "{} s", r.wall_s);
+    assert_eq!(r.measured.reported_steps, 3);
+    assert_eq!(r.fits(), Some(false), "a size it cannot run");
+    assert!(
+        r.verdict().starts_with("HANG: no report or output"),
+        "{}",
+        r.verdict()
+    );
+    // The program and the worker it started.
+    let pids: Vec<u32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    for pid in pids {
+        assert!(
+            eventually(Duration::from_secs(5), || gone(pid)),
+            "process {pid} outlived its trial"
+        );
+    }
+}
+
+#[test]
+fn a_slow_start_and_slow_steady_steps_are_not_a_stall() {
+    let dir = Scratch::new("slow");
+    // A start-up of 1.5 s and steps of 0.5 s against a stall limit of 0.3 s: the start is the
+    // time limit's alone, and each step is far inside ten times the slowest.
+    let prog = program(&[("FAKE_START_S", "1.5"), ("FAKE_STEP_S", "0.5")]);
+    let p = Params {
+        steps: 4,
+        ..params(8)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(
+        &prog,
+        &p,
+        0,
+        &device,
+        &dir.path("trial"),
+        &stall_limits(60, 0.3),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.reached_steps);
+    assert_eq!(r.measured.reported_steps, 5);
+    assert!(r.wall_s >= 4.0, "{} s", r.wall_s);
+}
+
+#[test]
+fn a_progress_bar_between_steps_is_not_silence() {
+    let dir = Scratch::new("evaluating");
+    // After its second step it redraws a progress bar for 2 s, no newline, stall limit 0.5 s.
+    let prog = program(&[("FAKE_EVAL_AFTER", "2,2")]);
+    let p = Params {
+        steps: 4,
+        ..params(8)
+    };
+    let device = Device::stand_in("GPU 0", "0");
+    let r = trial(
+        &prog,
+        &p,
+        0,
+        &device,
+        &dir.path("trial"),
+        &stall_limits(60, 0.5),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert!(r.reached_steps && r.wall_s >= 2.0, "{} s", r.wall_s);
+}
+
 #[test]
 fn a_program_that_goes_on_after_its_steps_can_be_stopped_there() {
     let dir = Scratch::new("after");

@@ -23,6 +23,14 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
             garbage  report, with stray text and a cut-off last line in the report
             short    report the first step only, then exit 0
             oom_then_linger  print PyTorch's out-of-memory message, then take 600 s to exit
+            stall    start a child process (a data-loader worker, its pid in FAKE_PIDS), report
+                     FAKE_STALL_AFTER steps (default 3), then sleep forever, saying nothing (a
+                     data-parallel group stuck in a collective)
+  FAKE_STALL_ABOVE=B   batches above B run as FAKE_MODE=stall (a size at which the group gets
+                     stuck: its first steps run, then it waits forever)
+  FAKE_START_S=S     sleep S seconds before the first step (a start-up: imports, compiling)
+  FAKE_EVAL_AFTER=N,S   after step N, spend S seconds redrawing a progress bar on stderr with
+                     carriage returns and no newline (an evaluation between steps)
   FAKE_RANK_MODE=R:MODE   in a group of ranks (RANK, as the tuner and torchrun set it), rank R
                      runs as FAKE_MODE=MODE and every other rank as FAKE_OTHERS (default ok);
                      besides the modes above: oom (runs out of memory at once, exit 1) and
@@ -168,6 +176,9 @@ def main():
     if ranked:
         target, target_mode = ranked.split(":")
         mode = target_mode if rank == int(target) else os.environ.get("FAKE_OTHERS", "ok")
+    stall_above = os.environ.get("FAKE_STALL_ABOVE")
+    if stall_above is not None and args.batch_size > int(stall_above):
+        mode = "stall"
     pids = os.environ.get("FAKE_PIDS")
     if pids:
         with open(pids, "a", encoding="utf-8") as f:
@@ -219,6 +230,15 @@ def main():
     if mode == "fail":
         print("loading the dataset", flush=True)
         raise ValueError("the dataset has no split called 'trian'")
+
+    if mode == "stall":
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        if pids:
+            with open(pids, "a", encoding="utf-8") as f:
+                f.write("%d\n" % worker.pid)
+    stall_after = int(os.environ.get("FAKE_STALL_AFTER", "3"))
+
+    time.sleep(float(os.environ.get("FAKE_START_S", "0")))
 
     state = {"step": 0}
     if os.environ.get("PERF_LESSONS_PROFILE") and not os.environ.get("FAKE_PROFILE_NO_TORCH"):
@@ -280,6 +300,17 @@ def main():
     last_end = time.perf_counter()
     reported_total = 0.0
     for step in range(steps):
+        if step == stall_after and mode == "stall":
+            time.sleep(600)
+        evaluation = os.environ.get("FAKE_EVAL_AFTER")
+        if evaluation and step == int(evaluation.split(",")[0]):
+            until = time.time() + float(evaluation.split(",")[1])
+            batches = 0
+            while time.time() < until:
+                batches += 1
+                sys.stderr.write("\revaluating: batch %d" % batches)
+                sys.stderr.flush()
+                time.sleep(0.1)
         if step == 1 and mode == "wait":
             print("waiting for a collective that never comes", file=sys.stderr, flush=True)
             time.sleep(600)

@@ -206,6 +206,50 @@ fn a_hang_is_killed_at_the_time_limit_with_its_children() {
 }
 
 #[test]
+fn a_trial_silent_between_its_steps_is_a_hang_at_the_stall_limit() {
+    let (s, work, tmp) = places("stall");
+    let pids = s.str("pids");
+    let started = std::time::Instant::now();
+    let o = tuner(
+        &[
+            "sweep",
+            "--batch-sizes",
+            "8",
+            "--stall-limit",
+            "1",
+            "--steps",
+            "10",
+        ],
+        &[("FAKE_MODE", "stall"), ("FAKE_PIDS", &pids)],
+        "0",
+        &work,
+        &tmp,
+    );
+    let took = started.elapsed().as_secs_f64();
+    // The sweep shows a failed trial, says why, and ends long before the time limit (600 s).
+    assert_eq!(o.code, 1, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("| HANG |"), "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("HANG: no report or output for 1 s after step 3 (the slowest step so far"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("stall limit 1 s"), "{}", o.stdout);
+    assert!(took < 30.0, "{took:.1} s");
+    for pid in std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|w| w.parse::<u32>().unwrap())
+    {
+        assert!(
+            eventually(Duration::from_secs(5), || gone(pid)),
+            "process {pid} outlived its trial"
+        );
+    }
+}
+
+#[test]
 fn out_of_memory_is_told_apart_from_a_failure() {
     let (_s, work, tmp) = places("endings");
     let o = tuner(
@@ -1154,6 +1198,10 @@ fn bad_input_is_one_line_before_any_trial() {
         (
             vec!["sweep", "--time-limit", "0.5", "--", "python3", &fake],
             "at least 1",
+        ),
+        (
+            vec!["sweep", "--stall-limit", "0", "--", "python3", &fake],
+            "more than 0",
         ),
     ];
     for (args, says) in clap {

@@ -380,16 +380,6 @@ impl<'g> DataParallel<'g> {
         self.ranks.len()
     }
 
-    /// The reference's own spread (its shares added in another order), for three ranks or more.
-    pub fn spread(&self) -> Option<Distance> {
-        self.spread
-    }
-
-    /// The whole-batch run against the reference, for two ranks or more.
-    pub fn whole_batch(&self) -> Option<Distance> {
-        self.whole_batch
-    }
-
     fn global(&self) -> usize {
         self.cfg.per_rank * self.ranks.len()
     }

@@ -6,10 +6,9 @@
 
 mod fake;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fake::{eventually, gone, group_trial, log_entries, params, program, Scratch};
+use fake::{group_trial, log_entries, none_left, params, program, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::program::Params;
@@ -24,22 +23,6 @@ fn pair() -> [Device; 2] {
 
 fn limits(seconds: u64) -> Limits {
     Limits::new(Duration::from_secs(seconds))
-}
-
-/// Every pid the group's processes wrote to `file`, each gone within a few seconds.
-fn none_left(file: &Path, at_least: usize) {
-    let text = std::fs::read_to_string(file).expect("the ranks wrote their pids");
-    let pids: Vec<u32> = text
-        .split_whitespace()
-        .map(|w| w.parse().unwrap())
-        .collect();
-    assert!(pids.len() >= at_least, "{pids:?}");
-    for pid in pids {
-        assert!(
-            eventually(Duration::from_secs(5), || gone(pid)),
-            "process {pid} outlived its trial"
-        );
-    }
 }
 
 /// A trial of the fake on two ranks, with `vars`, timed.

@@ -3,9 +3,10 @@
 
 mod fake;
 
+use std::path::Path;
 use std::time::Duration;
 
-use fake::{eventually, gone, log_entries, params, program, trial, Scratch};
+use fake::{log_entries, none_left, params, program, trial, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::nvml::MemorySource;
@@ -213,18 +214,11 @@ fn the_time_limit_kills_a_hang_and_its_children() {
         "{:?}",
         r.stderr_tail
     );
-    let text = std::fs::read_to_string(&pids).expect("the fake started its child");
-    let both: Vec<u32> = text
-        .split_whitespace()
-        .map(|w| w.parse().unwrap())
-        .collect();
-    assert_eq!(both.len(), 2);
-    for pid in both {
-        assert!(
-            eventually(Duration::from_secs(5), || gone(pid)),
-            "process {pid} outlived its trial"
-        );
-    }
+    assert_eq!(
+        none_left(Path::new(&pids), 2),
+        2,
+        "the fake and the child it started"
+    );
 }
 
 #[test]
@@ -389,19 +383,11 @@ fn a_program_silent_after_its_third_step_is_ended_as_hung_at_the_stall_limit() {
         "{}",
         r.verdict()
     );
-    // The program and the worker it started.
-    let pids: Vec<u32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .split_whitespace()
-        .map(|w| w.parse().unwrap())
-        .collect();
-    assert_eq!(pids.len(), 2, "{pids:?}");
-    for pid in pids {
-        assert!(
-            eventually(Duration::from_secs(5), || gone(pid)),
-            "process {pid} outlived its trial"
-        );
-    }
+    assert_eq!(
+        none_left(Path::new(&pids), 2),
+        2,
+        "the program and the worker it started"
+    );
 }
 
 #[test]

@@ -12,9 +12,8 @@ mod fake;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use fake::{eventually, gone, listing, log_entries, places, run, script, trial_of, tuner, Out};
+use fake::{listing, log_entries, none_left, places, run, script, trial_of, tuner, Out};
 use serde_json::Value;
 
 fn json(path: &Path) -> Value {
@@ -190,16 +189,7 @@ fn a_hang_is_killed_at_the_time_limit_with_its_children() {
         "the trial's last words: {}",
         o.stdout
     );
-    for pid in std::fs::read_to_string(&pids)
-        .unwrap()
-        .split_whitespace()
-        .map(|w| w.parse::<u32>().unwrap())
-    {
-        assert!(
-            eventually(Duration::from_secs(5), || gone(pid)),
-            "process {pid} outlived its trial"
-        );
-    }
+    none_left(Path::new(&pids), 1);
     // A hang is worth reading: its folder is kept and named.
     assert!(o.stdout.contains("the trials' output"), "{}", o.stdout);
     assert_eq!(listing(&tmp).len(), 1);
@@ -237,16 +227,7 @@ fn a_trial_silent_between_its_steps_is_a_hang_at_the_stall_limit() {
     );
     assert!(o.stdout.contains("stall limit 1 s"), "{}", o.stdout);
     assert!(took < 30.0, "{took:.1} s");
-    for pid in std::fs::read_to_string(&pids)
-        .unwrap()
-        .split_whitespace()
-        .map(|w| w.parse::<u32>().unwrap())
-    {
-        assert!(
-            eventually(Duration::from_secs(5), || gone(pid)),
-            "process {pid} outlived its trial"
-        );
-    }
+    none_left(Path::new(&pids), 1);
 }
 
 #[test]

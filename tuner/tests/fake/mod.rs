@@ -157,6 +157,24 @@ pub fn gone(pid: u32) -> bool {
     }
 }
 
+/// Every pid the trial's processes wrote to `file` (at least `at_least` of them), each gone
+/// within a few seconds: how many there were.
+pub fn none_left(file: &Path, at_least: usize) -> usize {
+    let text = std::fs::read_to_string(file).expect("the trial's processes wrote their pids");
+    let pids: Vec<u32> = text
+        .split_whitespace()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    assert!(pids.len() >= at_least, "{pids:?}");
+    for &pid in &pids {
+        assert!(
+            eventually(Duration::from_secs(5), || gone(pid)),
+            "process {pid} outlived its trial"
+        );
+    }
+    pids.len()
+}
+
 /// Wait up to `limit` for `cond`.
 pub fn eventually(limit: Duration, cond: impl Fn() -> bool) -> bool {
     let start = Instant::now();

@@ -219,19 +219,15 @@ pub fn disable_nvlink_multicast() {
 }
 
 /// Give every collective `channels` channels (NCCL's CTAs per collective): NCCL_MIN_NCHANNELS
-/// and NCCL_MAX_NCHANNELS, unless the user set either. Read when the first communicator is
-/// made, so call it before. Returns what NCCL was told, or None where the user's values stand.
-pub fn set_channels(channels: u32) -> Option<u32> {
-    let user = ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    if user {
-        return None;
+/// and NCCL_MAX_NCHANNELS, unless the user set either, whose values then stand. Read when the
+/// first communicator is made, so call it before; the JSON records what NCCL was told.
+pub fn set_channels(channels: u32) {
+    const VARS: [&str; 2] = ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"];
+    if VARS.iter().all(|v| std::env::var_os(v).is_none()) {
+        for v in VARS {
+            std::env::set_var(v, channels.to_string());
+        }
     }
-    for v in ["NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"] {
-        std::env::set_var(v, channels.to_string());
-    }
-    Some(channels)
 }
 
 fn cudarc_can_load() -> bool {

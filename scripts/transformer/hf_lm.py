@@ -70,7 +70,7 @@ def recorder():
 
         def on_train_begin(self, args, state, control, **kwargs):
             now = time.perf_counter()
-            batch = state.train_batch_size or args.per_device_train_batch_size
+            batch = getattr(state, "train_batch_size", None) or args.per_device_train_batch_size
             self.trials.append({"batch_size": batch, "steps": 0, "start": now, "end": now})
 
         def on_step_end(self, args, state, control, **kwargs):

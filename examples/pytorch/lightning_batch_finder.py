@@ -51,11 +51,14 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, started):
+def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, started,
+                     loss_of=None):
     """Lightning's binsearch over a module made of `make_model()`, `make_optimizer(parameters)`
     and `make_loader(batch_size)`, from `args.init_val`, `args.steps_per_trial` steps a trial:
     the answer, each trial and the wall times (from `started`, the script's start, and of the
-    search alone) as a dict. `args.amp` and `args.max_val` as this script takes them."""
+    search alone) as a dict. The loss of a batch is `loss_of(model, batch)`, by default the
+    cross-entropy of the model's output on a batch's inputs against its labels. `args.amp` and
+    `args.max_val` as this script takes them."""
     import torch
 
     try:
@@ -65,6 +68,13 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
         import pytorch_lightning as pl
         from pytorch_lightning.tuner import Tuner
 
+    if loss_of is None:
+        cross_entropy = torch.nn.CrossEntropyLoss()
+
+        def loss_of(model, batch):
+            inputs, labels = batch
+            return cross_entropy(model(inputs), labels)
+
     class Module(pl.LightningModule):
         """The training step as a LightningModule; records each of the finder's trials."""
 
@@ -72,7 +82,6 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
             super().__init__()
             self.batch_size = batch_size
             self.model = make_model()
-            self.loss = torch.nn.CrossEntropyLoss()
             self.trials = []
 
         def on_train_start(self):
@@ -80,8 +89,7 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
             self.trials.append({"batch_size": self.batch_size, "steps": 0, "start": now, "end": now})
 
         def training_step(self, batch, batch_idx):
-            inputs, labels = batch
-            return self.loss(self.model(inputs), labels)
+            return loss_of(self.model, batch)
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
             self.trials[-1]["steps"] += 1

@@ -34,20 +34,30 @@ from train_resnet import (  # noqa: E402
 DATASET_LENGTH = 10_000_000
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def finder_parser(description, workers=4, amp="off"):
+    """The flags every script of Lightning's finder here takes: the precision, the loader's
+    workers, the search's own (first batch, steps per trial, trials, largest batch), the share
+    of the GPU and where the JSON goes."""
+    p = argparse.ArgumentParser(description=description)
     add_amp(p)
-    p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
-    p.add_argument("--pin-memory", choices=["on", "off"], default="on")
+    p.set_defaults(amp=amp)
+    p.add_argument("--workers", type=non_negative, default=workers,
+                   help="data-loader worker processes")
     p.add_argument("--init-val", type=positive, default=2, help="the first batch tried")
     p.add_argument("--steps-per-trial", type=positive, default=3)
     p.add_argument("--max-trials", type=positive, default=25)
     p.add_argument("--max-val", type=positive, default=1 << 20,
                    help="the largest batch tried, where the installed Lightning takes one")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=non_negative, default=0)
     add_memory_limit(p)
     p.add_argument("--json", metavar="FILE", help="also write the result here")
+    return p
+
+
+def parse_args(argv=None):
+    p = finder_parser(__doc__.split("\n\n")[0])
+    p.add_argument("--pin-memory", choices=["on", "off"], default="on")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=non_negative, default=0)
     return p.parse_args(argv)
 
 

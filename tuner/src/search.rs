@@ -39,12 +39,25 @@ use crate::line::Line;
 pub struct Found {
     /// Largest batch at the granularity that fits.
     pub maximum: usize,
-    /// Every trial in order: (batch, fitted).
+    /// The trials in order, (batch, fitted), save those in [Found::confirmations].
     pub trials: Vec<(usize, bool)>,
+    /// The sizes that held in rounds run as confirmations ([Search::confirming]), in order, as
+    /// (batch, true); a size of such a round that did not hold is in `trials`.
+    pub confirmations: Vec<(usize, bool)>,
+    /// Every trial of both kinds, in the order recorded.
+    #[serde(skip)]
+    pub tried: Vec<(usize, bool)>,
     /// The rounds they ran in: trials side by side count once.
     pub rounds: usize,
     /// Whether `maximum + granularity` (the next candidate) was tried and failed.
     pub next_failed: bool,
+}
+
+impl Found {
+    /// Whether the maximum held in a round run as confirmations: no run of its own is needed.
+    pub fn confirmed(&self) -> bool {
+        self.confirmations.contains(&(self.maximum, true))
+    }
 }
 
 /// What one trial of the finder says: whether the batch fit, and where it knows them, its peak
@@ -84,6 +97,13 @@ pub fn trial_bound(maximum: usize, start: usize, multiple: usize) -> usize {
 const OFF_THE_LINE: f64 = 0.15;
 const FLATTER: f64 = 0.5;
 
+/// A centre aimed by a line through two peaks or more that lies at most this share above the
+/// largest size seen to fit is likely the answer: on one GPU its trial runs as a confirmation.
+/// Aimed from further below, the line is a guess whose extra steps are lost when it fits and
+/// is not the answer; on several GPUs a round takes as long as its longest trial, so the extra
+/// steps cost once a round and every aimed round runs as confirmations.
+const CLOSE: f64 = 0.1;
+
 /// How much larger each size of the first round is than the one before, on several GPUs: far
 /// enough apart that their peaks give the line, close enough that the largest is still a size
 /// a program is run at.
@@ -115,8 +135,12 @@ pub struct Search {
     /// A batch no GPU could hold: growth stops at the largest size under it.
     cap: usize,
     trials: Vec<(usize, bool)>,
+    confirmations: Vec<(usize, bool)>,
+    tried: Vec<(usize, bool)>,
     rounds: usize,
     aimed: Vec<Aimed>,
+    /// The round [Search::next] gave last runs as confirmations.
+    confirming: bool,
     points: Vec<(usize, u64)>,
     limit: Option<u64>,
     model: Option<u64>,
@@ -145,8 +169,11 @@ impl Search {
             granularity,
             cap,
             trials: Vec::new(),
+            confirmations: Vec::new(),
+            tried: Vec::new(),
             rounds: 0,
             aimed: Vec::new(),
+            confirming: false,
             points: Vec::new(),
             limit: None,
             model: None,
@@ -161,7 +188,7 @@ impl Search {
 
     /// The next round: up to `k` sizes to try side by side, none tried before; empty when the
     /// search is over ([Search::found] then gives the answer). Record every size of a round
-    /// before asking for the next.
+    /// before asking for the next; [Search::confirming] says how to run them.
     pub fn next(&mut self, k: usize) -> Vec<usize> {
         let k = k.max(1);
         let g = self.granularity;
@@ -170,7 +197,10 @@ impl Search {
             side: Side::Blind,
             line: None,
         };
-        let round: Vec<Aimed> = if self.trials.is_empty() {
+        // The index of the smallest size known not to fit (or above the cap), and whether the
+        // round is aimed at a centre likely to be the answer.
+        let mut likely: Option<(usize, bool)> = None;
+        let round: Vec<Aimed> = if self.tried.is_empty() {
             let mut sizes = vec![self.start];
             let mut b = self.start;
             while sizes.len() < k {
@@ -189,10 +219,16 @@ impl Search {
             if self.lo == 0 || k_bad <= k_lo + 1 || self.lo >= size_at(g, k_cap) {
                 return Vec::new();
             }
+            let mut likely_centre = false;
             let aimed = match self.aim(k_lo, k_bad) {
-                Some((c, line)) => self.around(c, line, k_lo, k_bad, k),
+                Some((c, line)) => {
+                    let close = c > k_lo && size_at(g, c) as f64 <= (1.0 + CLOSE) * self.lo as f64;
+                    likely_centre = line.is_some() && (k > 1 || close);
+                    self.around(c, line, k_lo, k_bad, k)
+                }
                 None => Vec::new(),
             };
+            likely = Some((k_bad, likely_centre && !aimed.is_empty()));
             match self.hi {
                 _ if !aimed.is_empty() => aimed,
                 None => {
@@ -224,21 +260,39 @@ impl Search {
         };
         let round: Vec<Aimed> = round
             .into_iter()
-            .filter(|a| !self.trials.iter().any(|t| t.0 == a.batch))
+            .filter(|a| !self.tried.iter().any(|t| t.0 == a.batch))
             .collect();
         if !round.is_empty() {
             self.rounds += 1;
         }
+        // A round runs as confirmations where a size that fits is likely the answer: it is
+        // aimed so, or it holds the largest size still open (which, fitting, is the answer; a
+        // round that covers every open size settles it whatever the outcomes).
+        self.confirming = likely.is_some_and(|(k_bad, aimed)| {
+            !round.is_empty()
+                && (aimed || round.iter().any(|a| index_below(g, a.batch) + 1 == k_bad))
+        });
         let sizes = round.iter().map(|a| a.batch).collect();
         self.aimed = round;
         sizes
+    }
+
+    /// Whether the round [Search::next] gave last runs as confirmations (the confirmation's
+    /// steps, to the end, in fresh processes): a fitting size of it is likely the answer, which
+    /// its trial then confirms. Its fits are the sizes that held.
+    pub fn confirming(&self) -> bool {
+        self.confirming
     }
 
     /// What the trial of `batch` said.
     pub fn record(&mut self, batch: usize, p: Probe) {
         let aimed = self.aimed.iter().position(|a| a.batch == batch);
         let aimed = aimed.map(|i| self.aimed.swap_remove(i));
-        self.trials.push((batch, p.fits));
+        self.tried.push((batch, p.fits));
+        match self.confirming && p.fits {
+            true => self.confirmations.push((batch, true)),
+            false => self.trials.push((batch, p.fits)),
+        }
         if let Some(l) = p.limit_bytes {
             self.limit = Some(self.limit.map_or(l, |old| old.min(l)));
         }
@@ -396,7 +450,7 @@ impl Search {
 
     /// The answer.
     pub fn found(self) -> Result<Found, String> {
-        if self.lo == 0 && self.trials.contains(&(self.start, false)) {
+        if self.lo == 0 && self.tried.contains(&(self.start, false)) {
             return Err(format!(
                 "batch {} already runs out of memory: give a smaller --start",
                 self.start
@@ -422,8 +476,10 @@ impl Search {
         let next = size_at(self.granularity, k + 1);
         Ok(Found {
             maximum,
-            next_failed: self.trials.contains(&(next, false)),
+            next_failed: self.tried.contains(&(next, false)),
             trials: self.trials,
+            confirmations: self.confirmations,
+            tried: self.tried,
             rounds: self.rounds,
         })
     }
@@ -546,13 +602,13 @@ mod tests {
                             assert!(f.maximum <= limit && f.maximum + m > limit);
                             let bound = trial_bound(limit, start, m);
                             assert!(
-                                f.trials.len() <= bound,
+                                f.tried.len() <= bound,
                                 "limit {limit} start {start} m {m}: {} > {bound}",
-                                f.trials.len()
+                                f.tried.len()
                             );
-                            assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= limit)));
+                            assert!(f.tried.iter().all(|&(b, ok)| ok == (b <= limit)));
                             if f.next_failed {
-                                assert!(f.trials.contains(&(f.maximum + m, false)));
+                                assert!(f.tried.contains(&(f.maximum + m, false)));
                             }
                         }
                         Err(e) => assert!(start > limit || expected == 0, "{e}"),
@@ -577,13 +633,13 @@ mod tests {
                         };
                         assert_eq!(f.maximum, one.maximum, "{limit} {start} {g:?} {k}");
                         assert_eq!(f.next_failed, one.next_failed);
-                        assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= limit)));
+                        assert!(f.tried.iter().all(|&(b, ok)| ok == (b <= limit)));
                         assert!(
                             f.rounds <= one.rounds && f.rounds <= previous,
                             "{limit} {start} {g:?} k {k}: {} rounds, one GPU {}, {:?}",
                             f.rounds,
                             one.rounds,
-                            f.trials
+                            f.tried
                         );
                         previous = f.rounds;
                     }
@@ -601,9 +657,9 @@ mod tests {
             let one = answer(8, M8, program);
             for k in [2usize, 3, 4, 8, 16, 64] {
                 let f = find_in_rounds(8, M8, 1 << 26, k, program).unwrap().unwrap();
-                assert_eq!(f.maximum, largest / 8 * 8, "{real} k {k}: {:?}", f.trials);
+                assert_eq!(f.maximum, largest / 8 * 8, "{real} k {k}: {:?}", f.tried);
                 assert!(f.next_failed);
-                assert!(f.rounds <= one.rounds, "{real} k {k}: {:?}", f.trials);
+                assert!(f.rounds <= one.rounds, "{real} k {k}: {:?}", f.tried);
             }
         }
     }
@@ -633,14 +689,14 @@ mod tests {
         }
         let f = s.found().unwrap();
         assert_eq!((f.maximum, f.next_failed), (296, true));
-        assert_eq!(f.rounds, 4, "{:?}", f.trials);
+        assert_eq!(f.rounds, 4, "{:?}", f.tried);
     }
 
     #[test]
     fn powers_of_two() {
         let f = answer(1, Granularity::Pow2, oracle(5000));
         assert_eq!(f.maximum, 4096);
-        assert_eq!(f.trials.len(), 14, "1, 2, ..., 8192");
+        assert_eq!(f.tried.len(), 14, "1, 2, ..., 8192");
         assert!(f.next_failed);
     }
 
@@ -682,12 +738,12 @@ mod tests {
         assert_eq!((guided.maximum, plain.maximum), (exact, exact));
         assert!(guided.next_failed && plain.next_failed);
         // Start, the proportional jump, the line's prediction and the size above it.
-        assert_eq!(guided.trials.len(), 4, "{:?}", guided.trials);
-        assert_eq!(plain.trials.len(), 16, "{:?}", plain.trials);
+        assert_eq!(guided.tried.len(), 4, "{:?}", guided.tried);
+        assert_eq!(plain.tried.len(), 16, "{:?}", plain.tried);
         // Powers of two: start, jump, prediction, the next power fails.
         let f = answer(8, Granularity::Pow2, program);
         assert_eq!(f.maximum, 1024);
-        assert!(f.next_failed && f.trials.len() <= 4, "{:?}", f.trials);
+        assert!(f.next_failed && f.tried.len() <= 4, "{:?}", f.tried);
     }
 
     #[test]
@@ -701,24 +757,20 @@ mod tests {
                     linear((fixed, per_sample), 79_000_000_000, real, reported);
                 let exact = largest / 8 * 8;
                 let f = answer(start, M8, program);
-                assert_eq!(
-                    f.maximum, exact,
-                    "{real} {reported} {fixed}: {:?}",
-                    f.trials
-                );
-                assert!(f.next_failed, "{:?}", f.trials);
-                assert!(f.trials.iter().all(|&(b, ok)| ok == (b <= largest)));
+                assert_eq!(f.maximum, exact, "{real} {reported} {fixed}: {:?}", f.tried);
+                assert!(f.next_failed, "{:?}", f.tried);
+                assert!(f.tried.iter().all(|&(b, ok)| ok == (b <= largest)));
                 let plain = answer(start, M8, oracle(largest));
                 // Off by 3-10%, the prediction still saves at least four trials of the 15-24 that
                 // doubling and bisecting take here.
                 assert!(
-                    f.trials.len() + 4 <= plain.trials.len(),
+                    f.tried.len() + 4 <= plain.tried.len(),
                     "{real} {reported} {fixed}: {} trials against {}: {:?}",
-                    f.trials.len(),
-                    plain.trials.len(),
-                    f.trials
+                    f.tried.len(),
+                    plain.tried.len(),
+                    f.tried
                 );
-                assert!(f.trials.len() <= trial_bound(exact, start, 8));
+                assert!(f.tried.len() <= trial_bound(exact, start, 8));
             }
         }
     }
@@ -740,15 +792,15 @@ mod tests {
             move |b| need(b) + workspace(b),
         );
         let f = answer(8, M8, elastic);
-        assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.trials);
-        assert!(f.next_failed, "{:?}", f.trials);
+        assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.tried);
+        assert!(f.next_failed, "{:?}", f.tried);
         let plain = answer(8, M8, oracle(largest));
         assert!(
-            f.trials.len() <= plain.trials.len(),
+            f.tried.len() <= plain.tried.len(),
             "{} trials against doubling and bisecting's {}: {:?}",
-            f.trials.len(),
-            plain.trials.len(),
-            f.trials
+            f.tried.len(),
+            plain.tried.len(),
+            f.tried
         );
     }
 
@@ -767,12 +819,12 @@ mod tests {
             M8,
             reporting(limit, move |b| peak(b) <= limit as f64, peak),
         );
-        assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.trials);
+        assert_eq!(f.maximum, largest / 8 * 8, "{:?}", f.tried);
         assert!(f.next_failed);
         assert!(
-            f.trials.len() <= trial_bound(largest, 8, 8) + 2,
+            f.tried.len() <= trial_bound(largest, 8, 8) + 2,
             "{:?}",
-            f.trials
+            f.tried
         );
     }
 
@@ -791,6 +843,6 @@ mod tests {
         let found = find(8, M8, 1 << 20, program).unwrap().unwrap();
         assert_eq!(found.maximum, 2000);
         assert!(found.next_failed);
-        assert!(found.trials.len() <= 14, "{:?}", found.trials);
+        assert!(found.tried.len() <= 14, "{:?}", found.tried);
     }
 }

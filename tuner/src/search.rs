@@ -97,13 +97,6 @@ pub fn trial_bound(maximum: usize, start: usize, multiple: usize) -> usize {
 const OFF_THE_LINE: f64 = 0.15;
 const FLATTER: f64 = 0.5;
 
-/// A centre aimed by a line through two peaks or more that lies at most this share above the
-/// largest size seen to fit is likely the answer: on one GPU its trial runs as a confirmation.
-/// Aimed from further below, the line is a guess whose extra steps are lost when it fits and
-/// is not the answer; on several GPUs a round takes as long as its longest trial, so the extra
-/// steps cost once a round and every aimed round runs as confirmations.
-const CLOSE: f64 = 0.1;
-
 /// How much larger each size of the first round is than the one before, on several GPUs: far
 /// enough apart that their peaks give the line, close enough that the largest is still a size
 /// a program is run at.
@@ -198,7 +191,7 @@ impl Search {
             line: None,
         };
         // The index of the smallest size known not to fit (or above the cap), and whether the
-        // round is aimed at a centre likely to be the answer.
+        // round is aimed at the answer.
         let mut likely: Option<(usize, bool)> = None;
         let round: Vec<Aimed> = if self.tried.is_empty() {
             let mut sizes = vec![self.start];
@@ -219,11 +212,16 @@ impl Search {
             if self.lo == 0 || k_bad <= k_lo + 1 || self.lo >= size_at(g, k_cap) {
                 return Vec::new();
             }
+            // A line through two peaks aims at the answer. On several GPUs a round takes as
+            // long as its longest trial, so its confirmation's steps cost once a round, against
+            // a round of its own. On one GPU each trial's cost its own: the centre's trial
+            // confirms where it is the size right above the largest fit, the line near its end
+            // (a line from further below aims wide, and a centre that fits short of the answer
+            // would be confirmed in vain).
             let mut likely_centre = false;
             let aimed = match self.aim(k_lo, k_bad) {
                 Some((c, line)) => {
-                    let close = c > k_lo && size_at(g, c) as f64 <= (1.0 + CLOSE) * self.lo as f64;
-                    likely_centre = line.is_some() && (k > 1 || close);
+                    likely_centre = line.is_some() && (k > 1 || c == k_lo + 1);
                     self.around(c, line, k_lo, k_bad, k)
                 }
                 None => Vec::new(),
@@ -233,11 +231,15 @@ impl Search {
                 _ if !aimed.is_empty() => aimed,
                 None => {
                     // Grow: each size double the one below (a size far too large is slow to fail
-                    // where the loader must fill it first); the cap's size last.
+                    // where the loader must fill it first), or where the peaks stopped aiming
+                    // (they reached the limit before the batch did: the answer is near) sizes
+                    // spread evenly up to double the largest fit; the cap's size last.
                     let mut sizes = Vec::new();
-                    let mut b = self.lo;
-                    while sizes.len() < k {
-                        b = b.saturating_mul(2);
+                    for i in 1..=k {
+                        let b = match self.blind {
+                            true => self.lo.saturating_add(self.lo.saturating_mul(i) / k),
+                            false => self.lo.saturating_mul(1 << i.min(usize::BITS as usize - 1)),
+                        };
                         if b > self.cap {
                             sizes.push(size_at(g, k_cap));
                             break;
@@ -250,7 +252,7 @@ impl Search {
                     // Split the bracket into k + 1 parts.
                     let width = k_bad - k_lo;
                     let mut ks: Vec<usize> = (1..=k)
-                        .map(|i| k_lo + width * i / (k + 1))
+                        .map(|i| k_lo + (width * i).div_ceil(k + 1))
                         .filter(|&i| i > k_lo && i < k_bad)
                         .collect();
                     ks.dedup();
@@ -671,9 +673,10 @@ mod tests {
         for (b, fits) in [(512, false), (8, true), (128, true), (32, true)] {
             s.record(b, fits.into());
         }
-        // (128, 512) split in five parts, at multiples of 8.
+        // (128, 512) split in five parts at multiples of 8, each part's end rounded up.
         let round = s.next(4);
-        assert_eq!(round, vec![200, 280, 352, 432]);
+        assert_eq!(round, vec![208, 288, 360, 440]);
+        assert!(!s.confirming());
         for b in round {
             s.record(b, (b <= 300).into());
         }
@@ -682,7 +685,9 @@ mod tests {
             if round.is_empty() {
                 break;
             }
-            assert!(round.len() <= 4 && round.iter().all(|&b| b > 280 && b < 352));
+            assert!(round.len() <= 4 && round.iter().all(|&b| b > 288 && b < 360));
+            // Each round from here holds the largest size still open: its trials confirm.
+            assert!(s.confirming(), "{round:?}");
             for b in round {
                 s.record(b, (b <= 300).into());
             }
@@ -690,6 +695,32 @@ mod tests {
         let f = s.found().unwrap();
         assert_eq!((f.maximum, f.next_failed), (296, true));
         assert_eq!(f.rounds, 4, "{:?}", f.tried);
+        assert!(f.confirmed() && f.confirmations == [(296, true)]);
+    }
+
+    #[test]
+    fn growth_spreads_up_to_double_the_largest_fit_once_the_peaks_stop_aiming() {
+        // Peaks that reach the limit before the batch does (a larger batch that peaks lower):
+        // the answer is near, and a round of four spreads up to double the largest fit.
+        let mut s = Search::new(8, M8, 1 << 20).unwrap();
+        assert_eq!(s.next(4), vec![8, 32, 128, 512]);
+        for (b, peak) in [(8, 1e9), (32, 2e9), (128, 5.9e9), (512, 5.8e9)] {
+            let p = Probe {
+                fits: true,
+                peak_bytes: Some(peak as u64),
+                limit_bytes: Some(6_000_000_000),
+                model_bytes: None,
+            };
+            s.record(b, p);
+        }
+        assert_eq!(s.next(4), vec![640, 768, 896, 1024]);
+        // Without peaks nothing says where the limit is: each size double the one below.
+        let mut s = Search::new(8, M8, 1 << 20).unwrap();
+        for b in s.next(4) {
+            s.record(b, true.into());
+        }
+        assert_eq!(s.next(4), vec![1024, 2048, 4096, 8192]);
+        assert!(!s.confirming());
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //!    and runs only until the program's memory is steady (the optimizer's state exists and two
 //!    consecutive steps' peaks agree, [crate::trial::steady]) or until it runs out of memory,
 //!    which ends it at the message. The largest size seen to fit is the candidate.
-//! 2. **Confirmation**: the candidate trains `--confirm-steps` steps (20 by default) in a
-//!    process of its own, start to end. A step that needs more memory than the first ones
-//!    showed (an allocator that fragments, a workspace chosen late) shows here. When it fails,
-//!    the answer steps down, one size, then two, four..., until a size holds, and is then
-//!    pinned between the largest size that held and the smallest that failed.
+//! 2. **Confirmation**: an answer trains `--confirm-steps` steps (20 by default) in a process
+//!    of its own, start to end. A step that needs more memory than the first ones showed (an
+//!    allocator that fragments, a workspace chosen late) shows here. A round of the search
+//!    likely to hold the answer ([crate::search::Search::confirming]) runs its trials so: the
+//!    largest size that held there is confirmed, and a size that did not hold does not fit.
+//!    Otherwise the candidate runs so after the search; when it fails, the answer steps down,
+//!    one size, then two, four..., until a size holds, and is then pinned between the largest
+//!    size that held and the smallest that failed.
 //! 3. **Answer**: the largest size confirmed, with the next size seen to fail; the tiers of the
 //!    one rule under it ([crate::recommend]); the split with gradient accumulation for a target
 //!    effective batch. Printed; written into the config (`--write`) and the team file
@@ -553,12 +556,13 @@ pub fn render(r: &AutobatchReport) -> String {
         .collect();
     let as_confirmations = match ran.len() - r.search.len() {
         0 => String::new(),
-        n => format!(", {n} held in rounds run as confirmations"),
+        n => format!(", {n} held as confirmations"),
     };
     let _ = writeln!(
         o,
-        "search from {} ({sizes}), each trial until its memory is steady: {} trials{}{as_confirmations} in {:.1} s: {}",
+        "search from {} ({sizes}), each trial until its memory is steady, a round likely to hold the answer for the confirmation's {} steps: {} trials{}{as_confirmations} in {:.1} s: {}",
         r.start,
+        r.confirmations.last().map_or(0, |c| c.steps),
         ran.len(),
         match r.found.rounds {
             n if n < ran.len() => format!(" in {n} rounds side by side"),

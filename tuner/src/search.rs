@@ -6,7 +6,8 @@
 //!
 //! Without memory figures it grows geometrically from the start until the first failure (k
 //! sizes a round, each double the one below), then splits the sizes at the granularity between
-//! the last success and the first failure into k + 1 parts a round: bisection for one GPU. With
+//! the last success and the first failure into k + 1 parts a round, each part's end rounded up
+//! (a round reaches the largest size still open sooner): bisection for one GPU. With
 //! a maximum M, a start S and a granularity G, one GPU needs at most floor(log2(M/S)) + 2 trials
 //! to bracket M and ceil(log2(M/G)) to pin it, within the bound ceil(log2(M/S)) +
 //! ceil(log2(M/G)) + 2.
@@ -26,8 +27,20 @@
 //! the peaks climb to the limit long before the batch that runs out). A line that puts a size
 //! seen to fail more than 15% inside the limit says the limit is not the program's (a program
 //! that caps its own share of the GPU and reports the whole GPU's memory). From either, the
-//! search grows and splits as it would without peaks. The answer is exact either way: the
-//! largest size at the granularity that was seen to fit, with the next size seen to fail.
+//! search grows and splits as it would without peaks, save that a round of several grows by
+//! sizes spread evenly up to double the largest fit where the peaks stopped aiming (they reached
+//! the limit: the answer is near). The answer is exact either way: the largest size at the
+//! granularity that was seen to fit, with the next size seen to fail.
+//!
+//! A round likely to hold the answer runs as confirmations ([Search::confirming]: the
+//! confirmation's steps, to the end, each a fresh process), so that the answer needs no run of
+//! its own: a round that holds the largest size still open (fitting, it is the answer; a round
+//! that covers every open size settles the answer whatever the outcomes; on one GPU, the last
+//! size open), and a round aimed by a line through two peaks: on several GPUs every such round
+//! (a round takes as long as its longest trial, so the steps cost once, against a round of
+//! their own), on one GPU where the centre is the size right above the largest fit. A size
+//! that holds there is confirmed ([Found::confirmations]); one that does not, fits no more
+//! than one that runs out of memory.
 
 use serde::Serialize;
 

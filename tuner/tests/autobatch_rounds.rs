@@ -149,6 +149,16 @@ fn one_gpu_confirms_in_the_trial_of_the_last_open_size() {
     );
     // One trial a round, each size once.
     assert_eq!(every_trial(&r).len(), r.found.rounds);
+    let said = tuner::autobatch::render(&r);
+    let search = format!("{} trials, 1 held as confirmations", r.found.rounds);
+    assert!(said.contains(&search), "{said}");
+    assert!(said.contains("296 held for 20 steps"), "{said}");
+    assert!(!said.contains("\nconfirmation: "), "{said}");
+    let answer = format!(
+        "**maximum 296**: held for 20 steps, its trial in round {} of the search; 304 ran out of memory",
+        r.found.rounds
+    );
+    assert!(said.contains(&answer), "{said}");
     // The other sizes that fit ran until their memory was steady.
     for t in r.search.iter().filter(|t| t.fits() == Some(true)) {
         assert_eq!(t.steady_at, Some(3), "batch {}", t.params.batch_size);

@@ -247,17 +247,22 @@ impl Search {
                     // where the loader must fill it first), or where the peaks stopped aiming
                     // (they reached the limit before the batch did: the answer is near) sizes
                     // spread evenly up to double the largest fit; the cap's size last.
-                    let mut sizes = Vec::new();
+                    let mut sizes: Vec<usize> = Vec::new();
                     for i in 1..=k {
                         let b = match self.blind {
-                            true => self.lo.saturating_add(self.lo.saturating_mul(i) / k),
+                            true => {
+                                let b = self.lo.saturating_add(self.lo.saturating_mul(i) / k);
+                                size_at(g, index_below(g, b))
+                            }
                             false => self.lo.saturating_mul(1 << i.min(usize::BITS as usize - 1)),
                         };
                         if b > self.cap {
                             sizes.push(size_at(g, k_cap));
                             break;
                         }
-                        sizes.push(b);
+                        if b > sizes.last().copied().unwrap_or(self.lo) {
+                            sizes.push(b);
+                        }
                     }
                     sizes.into_iter().map(blind).collect()
                 }
@@ -715,18 +720,24 @@ mod tests {
     fn growth_spreads_up_to_double_the_largest_fit_once_the_peaks_stop_aiming() {
         // Peaks that reach the limit before the batch does (a larger batch that peaks lower):
         // the answer is near, and a round of four spreads up to double the largest fit.
-        let mut s = Search::new(8, M8, 1 << 20).unwrap();
-        assert_eq!(s.next(4), vec![8, 32, 128, 512]);
-        for (b, peak) in [(8, 1e9), (32, 2e9), (128, 5.9e9), (512, 5.8e9)] {
-            let p = Probe {
-                fits: true,
-                peak_bytes: Some(peak as u64),
-                limit_bytes: Some(6_000_000_000),
-                model_bytes: None,
-            };
-            s.record(b, p);
+        for (g, spread) in [
+            (M8, vec![640, 768, 896, 1024]),
+            (Granularity::Pow2, vec![1024]),
+        ] {
+            let mut s = Search::new(8, g, 1 << 20).unwrap();
+            assert_eq!(s.next(4), vec![8, 32, 128, 512]);
+            for (b, peak) in [(8, 1e9), (32, 2e9), (128, 5.9e9), (512, 5.8e9)] {
+                let p = Probe {
+                    fits: true,
+                    peak_bytes: Some(peak as u64),
+                    limit_bytes: Some(6_000_000_000),
+                    model_bytes: None,
+                };
+                s.record(b, p);
+            }
+            // At the granularity: powers of two have one size up to double.
+            assert_eq!(s.next(4), spread, "{g:?}");
         }
-        assert_eq!(s.next(4), vec![640, 768, 896, 1024]);
         // Without peaks nothing says where the limit is: each size double the one below.
         let mut s = Search::new(8, M8, 1 << 20).unwrap();
         for b in s.next(4) {

@@ -629,6 +629,11 @@ mod tests {
                             assert!(f.tried.iter().all(|&(b, ok)| ok == (b <= limit)));
                             if f.next_failed {
                                 assert!(f.tried.contains(&(f.maximum + m, false)));
+                                // The last size open is tried as a confirmation: holding, it is
+                                // the answer, with no run of its own, and the search's last.
+                                let last = *f.tried.last().unwrap();
+                                assert_eq!(f.confirmed(), last.1, "{limit} {start} {m}");
+                                assert_eq!(f.confirmations, [last][..usize::from(last.1)]);
                             }
                         }
                         Err(e) => assert!(start > limit || expected == 0, "{e}"),

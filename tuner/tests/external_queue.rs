@@ -216,7 +216,7 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
         let log = dir.str("log.jsonl");
         let run = Run::new(
             RunOptions {
-                program: program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.1")]),
+                program: program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.3")]),
                 devices: (0..gpus)
                     .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
                     .collect(),

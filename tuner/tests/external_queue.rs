@@ -7,7 +7,7 @@ mod fake;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fake::{log_entries, params, program, trial, trial_of, Scratch};
+use fake::{log_entries, params, program, run_options, trial, trial_of, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::program::Params;
@@ -214,23 +214,14 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
     for (gpus, ranks) in [(2, 1), (4, 2)] {
         let dir = Scratch::new("several");
         let log = dir.str("log.jsonl");
-        let run = Run::new(
-            RunOptions {
-                program: program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.1")]),
-                devices: (0..gpus)
-                    .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
-                    .collect(),
-                time_limit_s: 60.0,
-                stall_limit_s: 60.0,
-                trials_dir: Some(dir.path("trials")),
-                json: None,
-                progress: false,
-                fork: false,
-                ranks,
-            },
-            "autobatch",
-        )
-        .unwrap();
+        let vars = [("FAKE_LOG", log.as_str()), ("FAKE_STEP_S", "0.1")];
+        let options = RunOptions {
+            json: None,
+            fork: false,
+            ranks,
+            ..run_options(&dir, &vars, gpus)
+        };
+        let run = Run::new(options, "autobatch").unwrap();
         let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
         let jobs = [params(8), params(16)];
         let done = run.several(&jobs, 5, Stop::AtExit, &mut results).unwrap();

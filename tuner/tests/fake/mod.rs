@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tuner::gpu::Device;
 use tuner::launch::Launcher;
 use tuner::program::{Params, Precision, Program};
+use tuner::run::RunOptions;
 use tuner::trial::{Limits, Runner, TrialResult};
 
 pub fn script() -> String {
@@ -96,6 +97,29 @@ pub fn group_trial(
         env: &[],
     }
     .trial(params, index, group, folder)
+}
+
+/// `gpus` stand-in GPUs, `GPU 0` on `0` and so on.
+pub fn stand_ins(gpus: usize) -> Vec<Device> {
+    (0..gpus)
+        .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
+        .collect()
+}
+
+/// A run of the fake with `vars` on `gpus` stand-in GPUs, trials of one process each forked
+/// from a Python parent, their files in `dir`, a minute's time and stall limits, no progress.
+pub fn run_options(dir: &Scratch, vars: &[(&str, &str)], gpus: usize) -> RunOptions {
+    RunOptions {
+        program: program(vars),
+        devices: stand_ins(gpus),
+        time_limit_s: 60.0,
+        stall_limit_s: 60.0,
+        trials_dir: Some(dir.path("trials")),
+        json: Some(dir.path("autobatch.json")),
+        progress: false,
+        fork: true,
+        ranks: 1,
+    }
 }
 
 /// A fresh folder, removed when dropped.

@@ -602,25 +602,30 @@ impl Runner<'_> {
             r.reason = why;
             r
         };
-        let folder = match std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize()) {
-            Ok(f) => f,
-            Err(e) => {
-                return failed(
-                    result,
-                    format!("cannot create the trial's folder {}: {e}", folder.display()),
-                )
-            }
+        let setup = || -> Result<(PathBuf, u16), String> {
+            let made = std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize());
+            let folder = made.map_err(|e| {
+                format!("cannot create the trial's folder {}: {e}", folder.display())
+            })?;
+            let port = match group.len() {
+                1 => 0,
+                _ => free_port().map_err(|e| format!("no free port for the ranks: {e}"))?,
+            };
+            Ok((folder, port))
         };
-        let port = match group.len() {
-            1 => 0,
-            _ => match free_port() {
-                Ok(p) => p,
-                Err(e) => return failed(result, format!("no free port for the ranks: {e}")),
-            },
+        let (folder, port) = match setup() {
+            Ok(s) => s,
+            Err(why) => return failed(result, why),
         };
         let stop = self.limits.stop;
         let start = Instant::now();
-        let mut ranks: Vec<Rank> = Vec::with_capacity(group.len());
+        let mut g = Group {
+            ranks: Vec::with_capacity(group.len()),
+            ended_by: None,
+            deadline: start + self.limits.time_limit,
+            stall_limit: self.limits.stall_limit,
+            silence: None,
+        };
         for (r, d) in group.iter().enumerate() {
             // One rank's files keep the names of a trial of one process.
             let name = |stem: &str, ext: &str| match group.len() {
@@ -648,14 +653,7 @@ impl Runner<'_> {
             let running = match self.launcher.start(&spawn) {
                 Ok(r) => r,
                 Err(e) => {
-                    let mut started = Group {
-                        ranks,
-                        ended_by: None,
-                        deadline: start,
-                        stall_limit: self.limits.stall_limit,
-                        silence: None,
-                    };
-                    started.end();
+                    g.end();
                     return failed(
                         result,
                         format!("could not start '{}': {e}", Program::display(&argv[..1])),
@@ -677,7 +675,7 @@ impl Runner<'_> {
                 oom_seen: false,
                 steady_at: None,
             };
-            ranks.push(Rank {
+            g.ranks.push(Rank {
                 report,
                 stdout,
                 stderr,
@@ -687,13 +685,7 @@ impl Runner<'_> {
                 sampler,
             });
         }
-        let group_state = std::cell::RefCell::new(Group {
-            ranks,
-            ended_by: None,
-            deadline: start + self.limits.time_limit,
-            stall_limit: self.limits.stall_limit,
-            silence: None,
-        });
+        let group_state = std::cell::RefCell::new(g);
         let leader = group_state.borrow().ranks[0].running.pgid();
         let finished = watch(
             leader,

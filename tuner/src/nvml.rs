@@ -26,26 +26,16 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Bytes in use on the whole device.
     fn device_used(&self) -> Option<u64>;
     /// The device's memory (bytes).
-    fn device_total(&self) -> Option<u64> {
-        None
-    }
+    fn device_total(&self) -> Option<u64>;
     /// The device's name.
-    fn device_name(&self) -> Option<String> {
-        None
-    }
+    fn device_name(&self) -> Option<String>;
     /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
     /// product) in which a kernel ran.
-    fn utilization(&self) -> Option<u32> {
-        None
-    }
+    fn utilization(&self) -> Option<u32>;
     /// The device's CUDA compute capability (major, minor).
-    fn compute_capability(&self) -> Option<(u32, u32)> {
-        None
-    }
+    fn compute_capability(&self) -> Option<(u32, u32)>;
     /// The driver's version and the CUDA version it supports ("580.159.04", "13.0").
-    fn driver(&self) -> Option<(String, String)> {
-        None
-    }
+    fn driver(&self) -> Option<(String, String)>;
 }
 
 /// NVML's view of one GPU, as the trials read it.
@@ -409,6 +399,21 @@ mod tests {
             Some(vec![(pid, Some(used))])
         }
         fn device_used(&self) -> Option<u64> {
+            None
+        }
+        fn device_total(&self) -> Option<u64> {
+            None
+        }
+        fn device_name(&self) -> Option<String> {
+            None
+        }
+        fn utilization(&self) -> Option<u32> {
+            None
+        }
+        fn compute_capability(&self) -> Option<(u32, u32)> {
+            None
+        }
+        fn driver(&self) -> Option<(String, String)> {
             None
         }
     }

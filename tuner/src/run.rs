@@ -939,6 +939,15 @@ mod tests {
         fn device_used(&self) -> Option<u64> {
             None
         }
+        fn device_total(&self) -> Option<u64> {
+            None
+        }
+        fn utilization(&self) -> Option<u32> {
+            None
+        }
+        fn compute_capability(&self) -> Option<(u32, u32)> {
+            None
+        }
         fn device_name(&self) -> Option<String> {
             Some("NVIDIA H100 80GB HBM3".into())
         }

@@ -36,15 +36,13 @@ fn main() -> ExitCode {
         }
         Command::Memory(a) => {
             let mut settings = settings(&a.run)?;
-            match (&a.batch_sizes, settings.batch_size) {
-                    (Some(list), _) => settings.batch_sizes = list.0.clone(),
-                    (None, Some(b)) => settings.batch_sizes = vec![b],
-                    (None, None) => {
-                        return Err(usage(
-                            "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
-                        ))
-                    }
-                }
+            settings.batch_sizes = match (&a.batch_sizes, settings.batch_size) {
+                (Some(list), _) => list.0.clone(),
+                (None, Some(b)) => vec![b],
+                (None, None) => return Err(usage(
+                    "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
+                )),
+            };
             tuner::memory::workers(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "memory")?;
             let report =
@@ -242,11 +240,7 @@ fn current_folder() -> anyhow::Result<PathBuf> {
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is
 /// refused before anything runs (2), no GPU is 3, as for every binary of the workspace.
 fn code(answered: bool) -> ExitCode {
-    if answered {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(u8::from(!answered))
 }
 
 /// The settings of the config file and the flags, checked.
@@ -376,6 +370,6 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
     let mut run = run_on(&run_args, &settings, "profile", wrapped, devices)?;
     run.env = tuner::profile::environment(&chosen.0, &base);
     let report = tuner::profile::profile(&run, &params, answer, chosen, &base)?;
-    tuner::profile::print(&a.run.json, &report)?;
+    emit(&a.run.json, &report, &tuner::profile::render(&report))?;
     Ok(ExitCode::SUCCESS)
 }

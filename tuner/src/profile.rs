@@ -27,7 +27,7 @@ use crate::classify::Status;
 use crate::config::Choice;
 use crate::program::{Params, Precision, Program};
 use crate::run::ResultsFile;
-use crate::run::{emit, DeviceSummary, Run};
+use crate::run::{DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::TeamEntry;
 
@@ -342,11 +342,6 @@ pub fn render(r: &ProfileReport) -> String {
         }
     }
     o
-}
-
-/// Print (and write with `--json`) the report.
-pub fn print(json: &Option<PathBuf>, r: &ProfileReport) -> Result<()> {
-    emit(json, r, &render(r))
 }
 
 #[cfg(test)]

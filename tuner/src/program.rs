@@ -309,37 +309,23 @@ pub struct Placeholder {
 
 impl Placeholder {
     pub const ALL: [Placeholder; 6] = [
-        Placeholder {
-            name: "batch_size",
-            env: "PERF_LESSONS_BATCH_SIZE",
-            value: |p| p.batch_size.to_string(),
-        },
-        Placeholder {
-            name: "workers",
-            env: "PERF_LESSONS_WORKERS",
-            value: |p| p.workers.to_string(),
-        },
-        Placeholder {
-            name: "amp",
-            env: "PERF_LESSONS_AMP",
-            value: |p| p.amp.as_str().to_string(),
-        },
-        Placeholder {
-            name: "accumulation",
-            env: "PERF_LESSONS_ACCUMULATION",
-            value: |p| p.accumulation.to_string(),
-        },
-        Placeholder {
-            name: "steps",
-            env: "PERF_LESSONS_STEPS",
-            value: |p| p.steps.to_string(),
-        },
-        Placeholder {
-            name: "warmup",
-            env: "PERF_LESSONS_WARMUP_STEPS",
-            value: |p| p.warmup_steps.to_string(),
-        },
+        Placeholder::new("batch_size", "PERF_LESSONS_BATCH_SIZE", |p| {
+            p.batch_size.to_string()
+        }),
+        Placeholder::new("workers", "PERF_LESSONS_WORKERS", |p| p.workers.to_string()),
+        Placeholder::new("amp", "PERF_LESSONS_AMP", |p| p.amp.as_str().to_string()),
+        Placeholder::new("accumulation", "PERF_LESSONS_ACCUMULATION", |p| {
+            p.accumulation.to_string()
+        }),
+        Placeholder::new("steps", "PERF_LESSONS_STEPS", |p| p.steps.to_string()),
+        Placeholder::new("warmup", "PERF_LESSONS_WARMUP_STEPS", |p| {
+            p.warmup_steps.to_string()
+        }),
     ];
+
+    const fn new(name: &'static str, env: &'static str, value: fn(&Params) -> String) -> Self {
+        Placeholder { name, env, value }
+    }
 
     fn token(self) -> String {
         format!("{{{}}}", self.name)

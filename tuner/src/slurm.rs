@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use common::exit::{no_gpu, usage};
 use common::files::{read_versioned, write_json_file};
+use common::process::Exit;
 use common::report::Provenance;
 
 use crate::analysis::PickRule;
@@ -369,14 +370,6 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     })
 }
 
-/// What the report says of a trial with no result yet.
-fn unfinished(index: usize, params: &Params, why: String) -> TrialResult {
-    TrialResult {
-        status: Status::Unfinished,
-        ..TrialResult::skipped(index, params.clone(), why)
-    }
-}
-
 /// The trials of the plan as a local sweep would have them: each one's result where it has
 /// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
 /// memory (the local rule, applied in the local order, so the report is the one a local sweep
@@ -396,7 +389,10 @@ pub fn trials_of(
                     Some(state) => format!("no result; Slurm state {state}"),
                     None => "no result yet".into(),
                 };
-                unfinished(i, p, why)
+                TrialResult {
+                    status: Status::Unfinished,
+                    ..TrialResult::skipped(i, p.clone(), why)
+                }
             }
         };
         trials.push(r);
@@ -634,7 +630,10 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        return Err(refused(format!("{} ({said})", exit_text(out.status))));
+        return Err(refused(format!(
+            "{} ({said})",
+            Exit::of(out.status).describe()
+        )));
     }
     let job = Job {
         job_id: id,
@@ -663,13 +662,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     }
     wait(&job, dir, plan);
     Ok(true)
-}
-
-fn exit_text(status: std::process::ExitStatus) -> String {
-    match status.code() {
-        Some(c) => format!("exit status {c}"),
-        None => "killed by a signal".into(),
-    }
 }
 
 /// Seconds between looks at the queue (PERF_LESSONS_SLURM_POLL_S, default 10).

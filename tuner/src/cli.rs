@@ -326,19 +326,12 @@ pub struct AutobatchArgs {
 impl AutobatchArgs {
     /// The key paths of the answer: --key and --accumulation-key, else the tuner config's own.
     pub fn keys(&self) -> Keys {
-        match &self.key {
-            Some(k) => Keys {
-                batch_size: k.clone(),
-                accumulation: self.accumulation_key.clone(),
-                new_keys: self.new_key,
-            },
-            None => Keys {
-                accumulation: self
-                    .accumulation_key
-                    .clone()
-                    .or(Keys::tuner_config().accumulation),
-                ..Keys::tuner_config()
-            },
+        let config = Keys::tuner_config();
+        Keys {
+            accumulation: (self.accumulation_key.clone())
+                .or(config.accumulation.filter(|_| self.key.is_none())),
+            batch_size: self.key.clone().unwrap_or(config.batch_size),
+            new_keys: self.key.is_none() || self.new_key,
         }
     }
 

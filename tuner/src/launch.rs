@@ -298,17 +298,13 @@ impl ForkServer {
 
     /// Fork one trial; its pid (its process group's id: it leads the group).
     fn fork(&self, s: &Spawn) -> std::io::Result<u32> {
-        let mut env: HashMap<String, String> = std::env::vars_os()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    v.to_string_lossy().into_owned(),
-                )
-            })
+        // The tuner's environment with the trial's on top.
+        let text = |v: &std::ffi::OsStr| v.to_string_lossy().into_owned();
+        let ours = s.env.iter().map(|(k, v)| (k.clone(), text(v)));
+        let env: HashMap<String, String> = (std::env::vars_os())
+            .map(|(k, v)| (text(&k), text(&v)))
+            .chain(ours)
             .collect();
-        for (k, v) in &s.env {
-            env.insert(k.to_string(), v.to_string_lossy().into_owned());
-        }
         let cwd: PathBuf = std::env::current_dir()?;
         let request = serde_json::json!({
             "argv": self.program.child_argv(s.argv),

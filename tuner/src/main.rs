@@ -56,7 +56,8 @@ fn main() -> ExitCode {
             if let Some(dir) = &a.slurm.dir {
                 return slurm_autobatch(&a, dir);
             }
-            let (report, text) = autobatch_here(&a)?;
+            let (settings, options) = autobatch_checked(&a)?;
+            let (report, text) = autobatch_here(&a.run, settings, &options)?;
             emit(&a.run.json, &report, &text)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -125,11 +126,15 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
     Ok((settings, options))
 }
 
-/// The batch finder's answer here: its report and the text it prints.
-fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)> {
-    let (settings, options) = autobatch_checked(a)?;
-    let run = start(&a.run, &settings, "autobatch")?;
-    let report = autobatch::autobatch(&run, settings, &options)?;
+/// The batch finder's answer here, with `settings` and `options`: its report and the text it
+/// prints.
+fn autobatch_here(
+    a: &RunArgs,
+    settings: Settings,
+    options: &Options,
+) -> anyhow::Result<(AutobatchReport, String)> {
+    let run = start(a, &settings, "autobatch")?;
+    let report = autobatch::autobatch(&run, settings, options)?;
     let text = autobatch::render(&report);
     Ok((report, text))
 }
@@ -182,9 +187,7 @@ fn autobatch_task(
         quiet: true,
         ..RunArgs::default()
     };
-    let run = start(&run_args, &plan.settings, "autobatch")?;
-    let report = autobatch::autobatch(&run, plan.settings.clone(), &options)?;
-    let text = autobatch::render(&report);
+    let (report, text) = autobatch_here(&run_args, plan.settings.clone(), &options)?;
     tuner::slurm::write_answer(dir, &report, &text)?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)

@@ -692,37 +692,6 @@ fn in_queue(job: &Job) -> Option<Vec<String>> {
         .then(Vec::new)
 }
 
-/// Where a job is: how many of its tasks wait, run and are done, and how many results are in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Where {
-    pending: usize,
-    running: usize,
-    done: usize,
-    results: usize,
-}
-
-impl Where {
-    fn line(&self, job: &Job, plan: &Plan) -> String {
-        let Where {
-            pending,
-            running,
-            done,
-            results,
-        } = self;
-        match plan.autobatch {
-            Some(_) if *results > 0 => format!("job {}: the answer is in", job.job_id),
-            Some(_) if *pending > 0 => format!("job {}: pending", job.job_id),
-            Some(_) if *running > 0 => format!("job {}: running", job.job_id),
-            Some(_) => format!("job {}: done", job.job_id),
-            None => format!(
-                "job {}: {pending} pending, {running} running, {done} done; {results}/{} trials have results",
-                job.job_id,
-                plan.trials.len()
-            ),
-        }
-    }
-}
-
 /// Wait until squeue no longer lists the job, with its progress on stderr: redrawn in place on
 /// a terminal, a line per change otherwise.
 fn wait(job: &Job, dir: &Path, plan: &Plan) {
@@ -738,7 +707,7 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
         bar.enable_steady_tick(Duration::from_millis(250));
         bar
     });
-    let mut shown: Option<Where> = None;
+    let mut shown: Option<String> = None;
     let mut failures = 0;
     loop {
         let Some(queued) = in_queue(job) else {
@@ -756,22 +725,28 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
         };
         failures = 0;
         let pending = queued.iter().filter(|s| *s == "PENDING").count();
-        let now = Where {
-            pending,
-            running: queued.len() - pending,
-            done: tasks.saturating_sub(queued.len()),
-            results: match plan.autobatch {
-                Some(_) => usize::from(dir.join(ANSWER_TEXT).exists()),
-                None => read_results(dir, plan.trials.len()).len(),
-            },
+        let running = queued.len() - pending;
+        let done = tasks.saturating_sub(queued.len());
+        let id = &job.job_id;
+        // Where the job is: how many of its tasks wait, run and are done, and how many results
+        // are in.
+        let line = match plan.autobatch {
+            Some(_) if dir.join(ANSWER_TEXT).exists() => format!("job {id}: the answer is in"),
+            Some(_) if pending > 0 => format!("job {id}: pending"),
+            Some(_) if running > 0 => format!("job {id}: running"),
+            Some(_) => format!("job {id}: done"),
+            None => format!(
+                "job {id}: {pending} pending, {running} running, {done} done; {}/{} trials have results",
+                read_results(dir, plan.trials.len()).len(),
+                plan.trials.len()
+            ),
         };
-        if shown.as_ref() != Some(&now) {
-            let line = now.line(job, plan);
+        if shown.as_ref() != Some(&line) {
             match &bar {
-                Some(bar) => bar.set_message(line),
+                Some(bar) => bar.set_message(line.clone()),
                 None => eprintln!("{line}"),
             }
-            shown = Some(now);
+            shown = Some(line);
         }
         if queued.is_empty() {
             break;

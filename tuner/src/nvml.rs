@@ -145,13 +145,6 @@ impl Watch {
         self.device_peak = self.device_peak.max(device_used);
     }
 
-    /// The peak so far in the reading's terms: per-process where accounted, else the device's
-    /// rise over `before`.
-    pub fn peak_so_far(&self, before: Option<u64>) -> Option<u64> {
-        self.group_peak
-            .or_else(|| Some(self.device_peak?.saturating_sub(before?)).filter(|&p| p > 0))
-    }
-
     /// The reading: per-process where NVML accounted the trial's processes, else the device's
     /// rise over `before`.
     pub fn reading(&self, before: Option<u64>) -> MemoryReading {
@@ -263,7 +256,9 @@ impl Sampler {
     /// The peak so far and the number of samples taken.
     pub fn so_far(&self) -> (Option<u64>, usize) {
         let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        (w.peak_so_far(self.before), w.samples)
+        // In the reading's terms: per-process where accounted, else the device's rise.
+        let rise = || Some(w.device_peak?.saturating_sub(self.before?)).filter(|&p| p > 0);
+        (w.group_peak.or_else(rise), w.samples)
     }
 
     /// Stop and read: the memory reading and the utilization samples. Call right after the

@@ -40,11 +40,6 @@ impl Params {
         self.warmup_steps + self.steps
     }
 
-    /// Samples one optimizer step consumes.
-    pub fn samples_per_step(&self) -> usize {
-        self.batch_size * self.accumulation.max(1)
-    }
-
     /// `batch 256, workers 4, amp bf16 (on), accumulation 2`: for progress lines and messages.
     pub fn describe(&self) -> String {
         let mut s = format!(

@@ -112,11 +112,6 @@ pub fn result_path(dir: &Path, index: usize) -> PathBuf {
     dir.join("results").join(format!("{index:03}.json"))
 }
 
-/// `trials/007`.
-pub fn trial_folder(dir: &Path, index: usize) -> PathBuf {
-    dir.join("trials").join(format!("{index:03}"))
-}
-
 impl Plan {
     /// The plan of a sweep of `command` with `settings`, given in `cwd`.
     pub fn new(
@@ -289,7 +284,8 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
                 },
                 env: &[],
             };
-            runner.trial(params, index, &group, &trial_folder(dir, index))
+            let folder = dir.join("trials").join(format!("{index:03}"));
+            runner.trial(params, index, &group, &folder)
         }
     };
     let saved = TaskResult {

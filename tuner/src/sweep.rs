@@ -165,7 +165,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         let mut status: String = match (r.status, m.source) {
             (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
             (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
-            (s, _) => format!("{s:?}").to_uppercase(),
+            (s, _) => s.name(),
         };
         if let Some(why) = pick
             .filter(|_| ok)

@@ -246,11 +246,8 @@ impl TrialResult {
                     .as_ref()
                     .map_or("out of memory", |m| m.stack.as_str())
             ),
-            Status::Incomplete => format!("INCOMPLETE: {}", self.reason),
-            Status::Hang => format!("HANG: {}", self.reason),
-            Status::Failed => format!("FAILED: {}", self.reason),
-            Status::Skipped => format!("SKIPPED: {}", self.reason),
-            Status::Unfinished => format!("UNFINISHED: {}", self.reason),
+            // INCOMPLETE, HANG, FAILED, SKIPPED, UNFINISHED: why.
+            s => format!("{}: {}", s.name(), self.reason),
         }
     }
 }
@@ -419,13 +416,6 @@ pub fn trial_environment(
         env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
     }
     env
-}
-
-/// A port on this host no one listens on, for a group's rendezvous: the kernel's pick.
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// What every trial of a run shares.
@@ -609,7 +599,11 @@ impl Runner<'_> {
             })?;
             let port = match group.len() {
                 1 => 0,
-                _ => free_port().map_err(|e| format!("no free port for the ranks: {e}"))?,
+                // A port on this host no one listens on, for the rendezvous: the kernel's pick.
+                _ => (std::net::TcpListener::bind("127.0.0.1:0"))
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| format!("no free port for the ranks: {e}"))?
+                    .port(),
             };
             Ok((folder, port))
         };
@@ -733,8 +727,8 @@ impl Runner<'_> {
         result.steady_at = g.ranks.iter().map(|r| r.watcher.steady_at).max().flatten();
         result.step_peaks = lead.peaks.clone();
         // The whole process's wall time stands in only for a program that finished by itself.
-        let told_samples = (params.samples_per_step() * params.total_steps()) as u64;
-        let wall = (exit == Exit::Code(0)).then_some((told_samples, result.wall_s));
+        let told_samples = (params.batch_size * params.accumulation.max(1)) * params.total_steps();
+        let wall = (exit == Exit::Code(0)).then_some((told_samples as u64, result.wall_s));
         result.measured =
             Measured::from_report(&files[0], params.warmup_steps, wall, &lead.arrivals);
         let peaks = files

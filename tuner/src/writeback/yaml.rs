@@ -98,11 +98,6 @@ fn root(doc: &Document) -> Result<Option<Mapping>, String> {
     Ok(None)
 }
 
-/// The key's text, for a key that is a plain value.
-fn key_text(key: &YamlNode) -> Option<String> {
-    key.as_scalar().map(|s| s.as_string())
-}
-
 /// The value of `seg` in `node` as PyYAML reads it (a mapping's own key, else one its merge
 /// keys bring; an index into a list), and whether it is the mapping's own.
 fn child(
@@ -141,8 +136,9 @@ pub fn tree(text: &str) -> Result<Value, String> {
                     .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?;
                 let mut out = Map::new();
                 for (k, v) in merged.iter() {
-                    if let Some(k) = key_text(&k) {
-                        out.insert(k, plain(&v, registry, depth + 1)?);
+                    // A key that is a plain value, by its text.
+                    if let Some(k) = k.as_scalar() {
+                        out.insert(k.as_string(), plain(&v, registry, depth + 1)?);
                     }
                 }
                 Value::Object(out)

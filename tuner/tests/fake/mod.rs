@@ -153,6 +153,16 @@ impl Drop for Scratch {
     }
 }
 
+/// A results file read back: the results, and how many lines were not results (a line cut
+/// short when the machine went down).
+pub fn results_in(path: &Path) -> (Vec<TrialResult>, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines = text.lines().filter(|l| !l.trim().is_empty());
+    let read: Vec<serde_json::Result<TrialResult>> = lines.map(serde_json::from_str).collect();
+    let bad = read.iter().filter(|r| r.is_err()).count();
+    (read.into_iter().flatten().collect(), bad)
+}
+
 /// The JSON lines the fake appended to its FAKE_LOG.
 pub fn log_entries(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

@@ -240,7 +240,7 @@ pub struct Settings {
     pub ranks: usize,
 }
 
-fn one() -> usize {
+pub(crate) fn one() -> usize {
     1
 }
 
@@ -358,11 +358,11 @@ pub fn plan(s: &Settings) -> Vec<Params> {
                         batch_size,
                         workers,
                         amp,
-                        amp_from_on: false,
                         accumulation: s.accumulation_steps,
                         steps: s.steps,
                         warmup_steps: s.warmup_steps,
                         axes: axes.clone(),
+                        ..Params::default()
                     });
                 }
             }

@@ -346,13 +346,12 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
         workers,
         // The flags win over the team's entry, which wins over the config.
         amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
-        amp_from_on: false,
         accumulation: (answer.accumulation)
             .filter(|_| a.run.accumulation.is_none())
             .unwrap_or(settings.accumulation_steps),
         steps: settings.steps,
         warmup_steps: settings.warmup_steps,
-        axes: Default::default(),
+        ..Params::default()
     };
     let chosen = tuner::profile::choose(a.profiler, Places::from_env(&NSYS, a.nsys.clone()))
         .map_err(usage)?;

@@ -156,11 +156,9 @@ pub fn team_answer(
         accumulation: Some(entry.accumulation_steps),
         amp: match entry.precision.as_str() {
             "-" => None,
-            "fp32" | "off" => Some(Precision::Off),
-            "bf16" => Some(Precision::Bf16),
-            "fp16" => Some(Precision::Fp16),
+            "fp32" => Some(Precision::Off),
             // `amp`, as entries were written before the precisions had names: the GPU's best.
-            _ => Some(Precision::On),
+            p => Some(Precision::parse(p).unwrap_or(Precision::On)),
         },
         from: format!("{file}: {} on {}", entry.model, entry.gpu),
     })

@@ -207,27 +207,6 @@ impl Plan {
     }
 }
 
-/// The array task's trial: INDEX where given, else $SLURM_ARRAY_TASK_ID.
-fn task_index(index: Option<usize>, trials: usize) -> anyhow::Result<usize> {
-    let index = match index {
-        Some(i) => i,
-        None => {
-            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
-                usage("which trial? give INDEX, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID)")
-            })?;
-            id.trim()
-                .parse()
-                .map_err(|_| usage(format!("SLURM_ARRAY_TASK_ID '{id}' is not a trial number")))?
-        }
-    };
-    if index >= trials {
-        return Err(usage(format!(
-            "trial {index}: the plan has {trials} trials, numbered from 0"
-        )));
-    }
-    Ok(index)
-}
-
 /// The results written so far, by trial; a file cut short or from another tuner is left out
 /// (its trial shows as unfinished).
 pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
@@ -250,7 +229,24 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             dir.display()
         )));
     }
-    let index = task_index(index, plan.trials.len())?;
+    // INDEX where given, else $SLURM_ARRAY_TASK_ID.
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
+                usage("which trial? give INDEX, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID)")
+            })?;
+            id.trim()
+                .parse()
+                .map_err(|_| usage(format!("SLURM_ARRAY_TASK_ID '{id}' is not a trial number")))?
+        }
+    };
+    let trials = plan.trials.len();
+    if index >= trials {
+        return Err(usage(format!(
+            "trial {index}: the plan has {trials} trials, numbered from 0"
+        )));
+    }
     let params = &plan.trials[index];
     let program = Program::new(plan.command.clone()).map_err(usage)?;
     let mut group = visible_devices(None).map_err(no_gpu)?;

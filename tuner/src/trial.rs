@@ -135,7 +135,7 @@ pub struct TrialResult {
     pub cpus: Option<Vec<usize>>,
     /// Processes of the group, one per GPU (1: a program on one GPU). Its figures are rank
     /// 0's, per GPU; its memory the rank's that held the most.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::config::one", skip_serializing_if = "is_one")]
     pub ranks: usize,
     /// Its settings, `on` resolved to the precision its GPU has.
     pub params: Params,
@@ -163,10 +163,6 @@ pub struct TrialResult {
     /// Where its report, stdout and stderr are kept.
     #[serde(serialize_with = "common::files::serialize_recorded")]
     pub folder: Option<PathBuf>,
-}
-
-fn one() -> usize {
-    1
 }
 
 fn is_one(n: &usize) -> bool {

@@ -90,14 +90,9 @@ impl PickRule {
 
     /// The message for a metric no trial reported, naming those that were.
     pub fn unreported(&self, trials: &[TrialResult]) -> Option<String> {
-        let mut seen: Vec<&str> = Vec::new();
-        for name in trials.iter().flat_map(|t| t.measured.metrics.names()) {
-            if name == self.metric {
-                return None;
-            }
-            if !seen.contains(&name) {
-                seen.push(name);
-            }
+        let seen = names_in(trials, |t| t.measured.metrics.names().collect());
+        if seen.contains(&self.metric.as_str()) {
+            return None;
         }
         let reported = if seen.is_empty() {
             "no trial reported any metric (a \"metrics\" object on its step or end lines)".into()
@@ -109,6 +104,20 @@ impl PickRule {
             self.metric, self.metric
         ))
     }
+}
+
+/// Names in the order the trials first have them.
+pub fn names_in<'a>(
+    trials: &'a [TrialResult],
+    of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
+) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for name in trials.iter().flat_map(of) {
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// A metric's value as tables show it: four significant figures, `NaN` for one that was not a

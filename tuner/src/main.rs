@@ -102,9 +102,10 @@ fn main() -> ExitCode {
     })
 }
 
-/// The batch finder's flags as its options.
-fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
-    Ok(Options {
+/// The batch finder's settings and options (its flags), checked before anything runs.
+fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
+    let settings = settings(&a.run)?;
+    let options = Options {
         start: a.start,
         granularity: a.sizes.granularity(),
         margin: a.sizes.margin,
@@ -114,13 +115,7 @@ fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
         keys: a.keys(),
         team: a.team.clone(),
         model_name: a.model_name.clone(),
-    })
-}
-
-/// The batch finder's settings and options, checked before anything runs.
-fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
-    let settings = settings(&a.run)?;
-    let options = options(a)?;
+    };
     autobatch::check(&options, &settings).map_err(usage)?;
     autobatch::choices(&settings).map_err(usage)?;
     Ok((settings, options))

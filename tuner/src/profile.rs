@@ -56,15 +56,10 @@ pub fn choose(choice: Choice, places: Places) -> std::result::Result<(Profiler, 
             "PyTorch's profiler records the measured steps (--profiler torch)".into(),
         ));
     }
-    let folders = places.folders.clone();
-    let near = Places {
-        folders: if choice == Choice::Nsys {
-            folders.clone()
-        } else {
-            Vec::new()
-        },
-        ..places
-    };
+    let mut near = places.clone();
+    if choice != Choice::Nsys {
+        near.folders.clear();
+    }
     match discover::find(&NSYS, &near) {
         Ok(path) => {
             let line = format!(
@@ -74,8 +69,7 @@ pub fn choose(choice: Choice, places: Places) -> std::result::Result<(Profiler, 
             Ok((Profiler::Nsys(path), line))
         }
         Err(profiling::Error::ToolNotFound { .. }) if choice == Choice::Auto => {
-            let found = folders
-                .iter()
+            let found = (places.folders.iter())
                 .find_map(|f| discover::newest_first(f).into_iter().next())
                 .map_or(String::new(), |p| {
                     format!(" (there is one at {0}: --nsys {0} uses it)", p.display())

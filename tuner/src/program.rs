@@ -321,10 +321,6 @@ impl Placeholder {
     const fn new(name: &'static str, env: &'static str, value: fn(&Params) -> String) -> Self {
         Placeholder { name, env, value }
     }
-
-    fn token(self) -> String {
-        format!("{{{}}}", self.name)
-    }
 }
 
 /// The user's command: a program and its arguments, placeholders not yet replaced.
@@ -421,18 +417,13 @@ impl Program {
     }
 }
 
+/// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
 fn substitute(arg: &str, p: &Params) -> String {
-    let mut out = arg.to_string();
-    for ph in Placeholder::ALL {
-        let token = ph.token();
-        if out.contains(&token) {
-            out = out.replace(&token, &(ph.value)(p));
-        }
-    }
-    for (name, value) in p.axes.iter() {
-        out = out.replace(&format!("{{{name}}}"), value);
-    }
-    out
+    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), (ph.value)(p)));
+    let axes = p.axes.iter().map(|(n, v)| (n.to_string(), v.clone()));
+    (ours.into_iter().chain(axes)).fold(arg.to_string(), |out, (name, value)| {
+        out.replace(&format!("{{{name}}}"), &value)
+    })
 }
 
 /// The executable `name` on the PATH, where there is one.

@@ -13,7 +13,7 @@ use common::stats::Summary;
 use common::table::{cell, Table};
 use common::{Error, Result};
 
-use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
+use crate::analysis::{self, metric_text, names_in, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
 use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
@@ -109,20 +109,6 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
         draw(&ran.command, name, &ran.trials, stem).map_err(Error::invalid)?;
     }
     Ok(report)
-}
-
-/// Names in the order the trials first have them.
-fn names_in<'a>(
-    trials: &'a [TrialResult],
-    of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
-) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for name in trials.iter().flat_map(of) {
-        if !out.contains(&name) {
-            out.push(name);
-        }
-    }
-    out
 }
 
 /// One row per trial (columns no trial has are left out); figures only of a trial that ended OK.

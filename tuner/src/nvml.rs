@@ -84,7 +84,6 @@ pub struct MemoryReading {
     /// The device's memory in use just before the trial started.
     pub device_before_bytes: Option<u64>,
     /// The device's memory.
-    #[serde(default)]
     pub device_total_bytes: Option<u64>,
     pub samples: usize,
     /// Why the per-process figure was not used, where it was not.

@@ -409,12 +409,17 @@ impl Program {
                 {
                     a.clone()
                 } else {
-                    format!("'{}'", a.replace('\'', r"'\''"))
+                    quoted(a)
                 }
             })
             .collect::<Vec<_>>()
             .join(" ")
     }
+}
+
+/// `s` in single quotes for a POSIX shell (a single quote inside becomes '\'').
+pub fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// `arg` with each `{name}` of a placeholder or an axis replaced by its value.

@@ -39,7 +39,7 @@ use crate::classify::Status;
 use crate::config::Settings;
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
-use crate::program::{on_path, Params, Program};
+use crate::program::{on_path, quoted, Params, Program};
 use crate::run::{default_margin, DeviceSummary, Ran};
 use crate::trial::{larger_batch_after_oom, Limits, Runner, TrialResult};
 
@@ -517,10 +517,6 @@ pub struct Submit {
     pub sbatch: Vec<String>,
     pub no_wait: bool,
     pub no_submit: bool,
-}
-
-fn quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The job's script: for a sweep, an array of one task per trial, each `tuner task DIR` on a

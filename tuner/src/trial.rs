@@ -329,18 +329,15 @@ impl Watcher {
     /// Look again; true once the trial can stop.
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
         let now = self.start.elapsed().as_secs_f64();
+        let read = |w: &Watcher| w.report.offset + w.outputs.iter().map(|t| t.offset).sum::<u64>();
+        let before = read(self);
         for out in &mut self.outputs {
-            let read = out.offset;
             if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
                 self.oom_seen = true;
             }
-            if out.offset > read {
-                self.last_written = now;
-            }
         }
-        let read = self.report.offset;
         let lines = self.report.new_lines();
-        if self.report.offset > read {
+        if read(self) > before {
             self.last_written = now;
         }
         for line in lines {

@@ -64,11 +64,12 @@ def resnet(torch):
 
 
 def vit(torch):
+    import train_loop
     import train_vit
 
     net = train_vit.model("vit_base_patch16_224").cuda().train()
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
-    return net, optimizer, True, lambda n, o: train_vit.model_bytes(torch, n, o)
+    return net, optimizer, True, lambda n, o: train_loop.model_bytes(torch, n, o)
 
 
 def step(torch, net, optimizer, batch, amp, with_optimizer):

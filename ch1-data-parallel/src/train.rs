@@ -397,6 +397,7 @@ impl<'g> DataParallel<'g> {
                 min_samples: runs,
                 max_samples: runs,
                 min_time_s: 0.0,
+                host_link_min_time_s: 0.0,
                 max_time_s: 600.0,
                 max_noise: 1.0,
                 max_median_error: None,

@@ -27,6 +27,10 @@ pub struct CommonArgs {
     /// Least measured GPU time per variant before the noise test may stop it.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub min_time: Option<f64>,
+    /// Least measured GPU time for a variant whose timed work crosses the host link (host-device
+    /// copies), where it is longer than --min-time.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub min_time_host_link: Option<f64>,
     /// Most wall time per variant, whatever the noise.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub max_time: Option<f64>,
@@ -80,6 +84,9 @@ impl CommonArgs {
     pub fn overlay(&self, mut rule: StopRule) -> StopRule {
         if let Some(t) = self.min_time {
             rule.min_time_s = t;
+        }
+        if let Some(t) = self.min_time_host_link {
+            rule.host_link_min_time_s = t;
         }
         if let Some(t) = self.max_time {
             rule.max_time_s = t;

@@ -5,9 +5,10 @@
 //! maps it: the driver at the first context, NVRTC and its builtins at the first compile,
 //! cuBLAS (and cuBLASLt, most of the bytes) at the first handle. A program that starts several
 //! such processes in turn, like the compare, knows which libraries they will load and can have
-//! the kernel read them while the first process works: [read_ahead] does that on a thread of
-//! its own, at idle I/O priority, with `posix_fadvise(WILLNEED)` (the kernel reads; nothing is
-//! copied into this process). On a machine whose page cache holds them it costs a few lookups.
+//! have them read while the first process works: [read_ahead] reads each file through once on a
+//! thread of its own, at idle I/O priority (a plain read, not `posix_fadvise(WILLNEED)`, which a
+//! file system may take as a hint and drop: a read leaves the pages in the cache for certain).
+//! On a machine whose page cache holds them it costs a pass over memory.
 
 use std::path::{Path, PathBuf};
 
@@ -192,8 +193,8 @@ pub struct ReadAhead {
     pub seconds: f64,
 }
 
-/// Ask the kernel to read the files `find` names into the page cache, in order, on a thread of
-/// its own at idle I/O priority and the lowest CPU priority, so that a process started
+/// Read the files `find` names through, in order, so that they are in the page cache, on a
+/// thread of its own at idle I/O priority and the lowest CPU priority, so that a process started
 /// meanwhile that reads them at normal priority comes first. `find` runs on that thread too
 /// (the search reads folders and the loader cache). Returns at once; the thread's answer says
 /// what was asked for (a file that cannot be opened is skipped: the process that loads it will
@@ -206,7 +207,7 @@ pub fn read_ahead(
         lower_this_threads_priority();
         let mut done = ReadAhead::default();
         for path in &find() {
-            if let Some(bytes) = advise_will_need(path) {
+            if let Some(bytes) = read_through(path) {
                 let name = path.file_name().unwrap_or(path.as_os_str());
                 done.files.push(name.to_string_lossy().into_owned());
                 done.bytes += bytes;
@@ -217,14 +218,21 @@ pub fn read_ahead(
     })
 }
 
-/// `posix_fadvise(WILLNEED)` over the whole file: its size, or None where it cannot be opened.
-fn advise_will_need(path: &Path) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(path).ok()?;
-    let bytes = file.metadata().ok()?.len();
-    // SAFETY: a valid open descriptor; offset 0 and length 0 mean the whole file.
-    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-    (rc == 0).then_some(bytes)
+/// Read the whole file, a chunk at a time into one buffer: its size, or None where it cannot be
+/// opened or read.
+fn read_through(path: &Path) -> Option<u64> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut chunk = vec![0u8; 4 << 20];
+    let mut bytes = 0u64;
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Some(bytes),
+            Ok(n) => bytes += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Idle I/O class and nice 19 for the calling thread only (Linux keeps both per thread).

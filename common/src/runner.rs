@@ -592,7 +592,11 @@ pub fn run_lesson(
             } else {
                 1
             };
-            let cfg = lesson.bench_config(index, options.bench);
+            let bench = BenchConfig {
+                stop: options.bench.stop.for_traffic(spec.traffic),
+                ..options.bench
+            };
+            let cfg = lesson.bench_config(index, bench);
             let measure_start = Instant::now();
             let timed = meter.measure(&cfg, &mut || {
                 (0..repeats).try_for_each(|_| lesson.run(gpu, index))

@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::counters::Traffic;
 use crate::stats::{median_rel_error, rel_stddev};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -19,6 +20,11 @@ pub struct StopRule {
     pub max_samples: usize,
     /// Seconds of summed sample time before the noise test may stop the run.
     pub min_time_s: f64,
+    /// Seconds of summed sample time that a variant whose timed work crosses the host link
+    /// needs at least (the larger of this and `min_time_s` holds for it): a host shares its
+    /// link with its neighbours, and a stretch of slow copies can fill a short run.
+    #[serde(default)]
+    pub host_link_min_time_s: f64,
     /// Seconds of wall time after which the run stops whatever the noise.
     pub max_time_s: f64,
     /// Relative standard deviation (a fraction, 0.01 = 1%) that counts as converged.
@@ -59,6 +65,7 @@ impl Default for StopRule {
             min_samples: 20,
             max_samples: 100_000,
             min_time_s: 0.25,
+            host_link_min_time_s: 0.0,
             max_time_s: 5.0,
             max_noise: 0.01,
             max_median_error: None,
@@ -73,6 +80,7 @@ impl StopRule {
             min_samples: 10,
             max_samples: 10_000,
             min_time_s: 0.05,
+            host_link_min_time_s: 0.0,
             max_time_s: 1.0,
             max_noise: 0.03,
             max_median_error: None,
@@ -86,9 +94,21 @@ impl StopRule {
             min_samples: 5,
             max_samples: 1000,
             min_time_s: 0.02,
+            host_link_min_time_s: 0.0,
             max_time_s: 0.5,
             max_noise: 0.03,
             max_median_error: None,
+        }
+    }
+
+    /// The rule for a variant whose timed work is `traffic`.
+    pub fn for_traffic(self, traffic: Traffic) -> StopRule {
+        match traffic {
+            Traffic::HostDevice => StopRule {
+                min_time_s: self.min_time_s.max(self.host_link_min_time_s),
+                ..self
+            },
+            Traffic::DeviceMemory => self,
         }
     }
 
@@ -107,6 +127,12 @@ impl StopRule {
             return Err(format!(
                 "min time must be a non-negative number of seconds, got {}",
                 self.min_time_s
+            ));
+        }
+        if !(self.host_link_min_time_s >= 0.0 && self.host_link_min_time_s.is_finite()) {
+            return Err(format!(
+                "min time over the host link must be a non-negative number of seconds, got {}",
+                self.host_link_min_time_s
             ));
         }
         if !(self.max_time_s > 0.0 && self.max_time_s.is_finite()) {
@@ -169,6 +195,7 @@ mod tests {
             min_samples: 5,
             max_samples: 50,
             min_time_s: 0.01,
+            host_link_min_time_s: 0.0,
             max_time_s: 1.0,
             max_noise: 0.02,
             max_median_error: None,
@@ -258,6 +285,35 @@ mod tests {
             ..rule()
         };
         assert_eq!(r.check(&samples, 0.0), Some(StopReason::Converged));
+    }
+
+    #[test]
+    fn a_variant_over_the_host_link_keeps_its_longer_minimum() {
+        let r = StopRule {
+            min_time_s: 0.1,
+            host_link_min_time_s: 0.5,
+            ..rule()
+        };
+        assert_eq!(r.for_traffic(Traffic::DeviceMemory).min_time_s, 0.1);
+        assert_eq!(r.for_traffic(Traffic::HostDevice).min_time_s, 0.5);
+        // Never below the rule's own minimum.
+        let longer = StopRule {
+            min_time_s: 1.0,
+            ..r
+        };
+        assert_eq!(longer.for_traffic(Traffic::HostDevice).min_time_s, 1.0);
+        // 20 samples of 10 ms, quiet: enough for device memory, not over the host link.
+        let quiet = [0.01; 20];
+        assert_eq!(
+            r.for_traffic(Traffic::DeviceMemory).check(&quiet, 0.2),
+            Some(StopReason::Converged)
+        );
+        assert_eq!(r.for_traffic(Traffic::HostDevice).check(&quiet, 0.2), None);
+        let bad = StopRule {
+            host_link_min_time_s: -1.0,
+            ..rule()
+        };
+        assert!(bad.validate().unwrap_err().contains("host link"));
     }
 
     #[test]

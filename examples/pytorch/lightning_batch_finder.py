@@ -34,28 +34,41 @@ from train_resnet import (  # noqa: E402
 DATASET_LENGTH = 10_000_000
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def finder_parser(description, workers=4, amp="off"):
+    """The flags every script of Lightning's finder here takes: the precision, the loader's
+    workers, the search's own (first batch, steps per trial, trials, largest batch), the share
+    of the GPU and where the JSON goes."""
+    p = argparse.ArgumentParser(description=description)
     add_amp(p)
-    p.add_argument("--workers", type=non_negative, default=4, help="data-loader worker processes")
-    p.add_argument("--pin-memory", choices=["on", "off"], default="on")
+    p.set_defaults(amp=amp)
+    p.add_argument("--workers", type=non_negative, default=workers,
+                   help="data-loader worker processes")
     p.add_argument("--init-val", type=positive, default=2, help="the first batch tried")
     p.add_argument("--steps-per-trial", type=positive, default=3)
     p.add_argument("--max-trials", type=positive, default=25)
     p.add_argument("--max-val", type=positive, default=1 << 20,
                    help="the largest batch tried, where the installed Lightning takes one")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=non_negative, default=0)
     add_memory_limit(p)
     p.add_argument("--json", metavar="FILE", help="also write the result here")
+    return p
+
+
+def parse_args(argv=None):
+    p = finder_parser(__doc__.split("\n\n")[0])
+    p.add_argument("--pin-memory", choices=["on", "off"], default="on")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--seed", type=non_negative, default=0)
     return p.parse_args(argv)
 
 
-def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, started):
+def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, started,
+                     loss_of=None):
     """Lightning's binsearch over a module made of `make_model()`, `make_optimizer(parameters)`
     and `make_loader(batch_size)`, from `args.init_val`, `args.steps_per_trial` steps a trial:
     the answer, each trial and the wall times (from `started`, the script's start, and of the
-    search alone) as a dict. `args.amp` and `args.max_val` as this script takes them."""
+    search alone) as a dict. The loss of a batch is `loss_of(model, batch)`, by default the
+    cross-entropy of the model's output on a batch's inputs against its labels. `args.amp` and
+    `args.max_val` as this script takes them."""
     import torch
 
     try:
@@ -65,6 +78,13 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
         import pytorch_lightning as pl
         from pytorch_lightning.tuner import Tuner
 
+    if loss_of is None:
+        cross_entropy = torch.nn.CrossEntropyLoss()
+
+        def loss_of(model, batch):
+            inputs, labels = batch
+            return cross_entropy(model(inputs), labels)
+
     class Module(pl.LightningModule):
         """The training step as a LightningModule; records each of the finder's trials."""
 
@@ -72,7 +92,6 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
             super().__init__()
             self.batch_size = batch_size
             self.model = make_model()
-            self.loss = torch.nn.CrossEntropyLoss()
             self.trials = []
 
         def on_train_start(self):
@@ -80,8 +99,7 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
             self.trials.append({"batch_size": self.batch_size, "steps": 0, "start": now, "end": now})
 
         def training_step(self, batch, batch_idx):
-            inputs, labels = batch
-            return self.loss(self.model(inputs), labels)
+            return loss_of(self.model, batch)
 
         def on_train_batch_end(self, outputs, batch, batch_idx):
             self.trials[-1]["steps"] += 1

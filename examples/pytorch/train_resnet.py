@@ -136,6 +136,9 @@ def parse_args(argv=None):
                    help="optimizer steps run before measuring (cuDNN autotuning, allocator)")
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--seed", type=non_negative, default=0)
+    p.add_argument("--deterministic", action="store_true",
+                   help="cuDNN's deterministic algorithms, not the fastest it times: the same "
+                        "losses on every run, as a grid picked by the loss needs")
     add_memory_limit(p)
     return p.parse_args(argv)
 
@@ -202,7 +205,10 @@ def main(argv=None):
     free, total = limit_memory(torch, args.memory_limit, "train_resnet.py")
     report.device(name=torch.cuda.get_device_name(), total_bytes=total, free_bytes=free)
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.benchmark = True
+    # cuDNN times its algorithms and keeps the fastest, which may sum in another order from one
+    # run to the next; --deterministic asks for the same algorithm and order every time.
+    torch.backends.cudnn.benchmark = not args.deterministic
+    torch.backends.cudnn.deterministic = args.deterministic
     model = resnet18().to(device)
     optimizer = sgd(model.parameters(), args.lr)
     loss_fn = torch.nn.CrossEntropyLoss()

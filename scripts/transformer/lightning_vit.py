@@ -11,7 +11,6 @@ import time
 
 STARTED = time.perf_counter()
 
-import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -19,21 +18,12 @@ from train_vit import images, limit_memory, loader, model  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples", "pytorch"))
-from lightning_batch_finder import lightning_finder, write_result  # noqa: E402
-from train_resnet import PRECISIONS  # noqa: E402
+from lightning_batch_finder import finder_parser, lightning_finder, write_result  # noqa: E402
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--amp", choices=PRECISIONS, default="on")
-    p.add_argument("--workers", type=int, default=2)
+    p = finder_parser(__doc__.split("\n\n")[0], workers=2, amp="on")
     p.add_argument("--model", default="vit_base_patch16_224")
-    p.add_argument("--init-val", type=int, default=2)
-    p.add_argument("--steps-per-trial", type=int, default=3)
-    p.add_argument("--max-trials", type=int, default=25)
-    p.add_argument("--max-val", type=int, default=1 << 20)
-    p.add_argument("--memory-limit", type=float, metavar="GIB")
-    p.add_argument("--json", metavar="FILE")
     args = p.parse_args()
     import torch
 

@@ -5,11 +5,14 @@
 //!    and runs only until the program's memory is steady (the optimizer's state exists and two
 //!    consecutive steps' peaks agree, [crate::trial::steady]) or until it runs out of memory,
 //!    which ends it at the message. The largest size seen to fit is the candidate.
-//! 2. **Confirmation**: the candidate trains `--confirm-steps` steps (20 by default) in a
-//!    process of its own, start to end. A step that needs more memory than the first ones
-//!    showed (an allocator that fragments, a workspace chosen late) shows here. When it fails,
-//!    the answer steps down, one size, then two, four..., until a size holds, and is then
-//!    pinned between the largest size that held and the smallest that failed.
+//! 2. **Confirmation**: an answer trains `--confirm-steps` steps (20 by default) in a process
+//!    of its own, start to end. A step that needs more memory than the first ones showed (an
+//!    allocator that fragments, a workspace chosen late) shows here. A round of the search
+//!    likely to hold the answer ([crate::search::Search::confirming]) runs its trials so: the
+//!    largest size that held there is confirmed, and a size that did not hold does not fit.
+//!    Otherwise the candidate runs so after the search; when it fails, the answer steps down,
+//!    one size, then two, four..., until a size holds, and is then pinned between the largest
+//!    size that held and the smallest that failed.
 //! 3. **Answer**: the largest size confirmed, with the next size seen to fail; the tiers of the
 //!    one rule under it ([crate::recommend]); the split with gradient accumulation for a target
 //!    effective batch. Printed; written into the config (`--write`) and the team file
@@ -173,12 +176,15 @@ fn stopped(r: &TrialResult) -> Error {
     Error::invalid(why)
 }
 
-/// One confirmation run.
+/// One confirmation run: a fresh process of the confirmation's steps, run to the end.
 #[derive(Debug, Clone, Serialize)]
 pub struct Confirmation {
     pub batch_size: usize,
     pub steps: usize,
     pub held: bool,
+    /// The search's round it held in, where a round ran as confirmations
+    /// ([Search::confirming]); None for a run after the search.
+    pub round: Option<usize>,
     pub trial: TrialResult,
 }
 
@@ -201,7 +207,11 @@ pub struct AutobatchReport {
     pub granularity: Granularity,
     /// The search: every trial as (batch, fitted), its largest fit.
     pub found: Found,
+    /// The search's trials (as `found.trials`), those of its rounds run as confirmations that
+    /// did not hold among them.
     pub search: Vec<TrialResult>,
+    /// The confirmations: the sizes that held in the search's rounds run as confirmations,
+    /// then every run after the search, in order, the one that held the answer last.
     pub confirmations: Vec<Confirmation>,
     /// The answer: the largest size that held for the confirmation's steps.
     pub maximum: usize,
@@ -240,9 +250,17 @@ fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
     }
 }
 
-/// What a search trial tells the search.
-fn probe(r: &TrialResult) -> Result<Probe> {
-    let fits = r.fits().ok_or_else(|| stopped(r))?;
+/// Whether a confirmation's size held: it fit, and reported every step it was told to run.
+fn holds(r: &TrialResult) -> Result<bool> {
+    Ok(r.fits().ok_or_else(|| stopped(r))? && r.reached_steps)
+}
+
+/// What a search trial tells the search; a trial run as a confirmation fits where it held.
+fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
+    let fits = match confirmation {
+        true => holds(r)?,
+        false => r.fits().ok_or_else(|| stopped(r))?,
+    };
     let (peak, limit) = r.memory_terms();
     Ok(Probe {
         fits,
@@ -289,6 +307,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let mut results = ResultsFile::create(&run.results_path)?;
     run.announce("autobatch", None);
     let mut trials: Vec<TrialResult> = Vec::new();
+    let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();
     let width = if one_model {
         (run.devices.len() / run.ranks).max(1)
@@ -296,39 +315,62 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         1
     };
     let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
+    let mut rounds = 0;
     loop {
         let round = search.next(width);
         if round.is_empty() {
             break;
         }
+        rounds += 1;
+        // A round likely to hold the answer runs as confirmations: its largest size that
+        // held needs no run of its own.
+        let confirming = search.confirming();
+        let (steps, stop) = match confirming {
+            true => (o.confirm_steps, Stop::AfterSteps),
+            false => (SEARCH_STEPS, Stop::WhenSteady),
+        };
         let jobs: Vec<Params> = round
             .iter()
-            .map(|&b| params(b, SEARCH_STEPS, SEARCH_WARMUP))
+            .map(|&b| params(b, steps, SEARCH_WARMUP))
             .collect();
-        let first = trials.len();
-        let done = match jobs.as_slice() {
-            [one] => vec![run.one(group, one, first, Stop::WhenSteady, &mut results)],
-            several => run.several(several, first, Stop::WhenSteady, &mut results)?,
+        let first = trials.len() + confirmations.len();
+        let mut done = match jobs.as_slice() {
+            [one] => vec![run.one(group, one, first, stop, &mut results)],
+            several => run.several(several, first, stop, &mut results)?,
         };
+        // In the round's order, whichever ended first: the search goes the same way each time.
+        done.sort_by_key(|r| r.index);
         for r in done {
-            let answer = probe(&r);
+            let answer = probe(&r, confirming);
             let batch = r.params.batch_size;
-            trials.push(r);
+            match confirming && answer.as_ref().is_ok_and(|p| p.fits) {
+                true => confirmations.push(Confirmation {
+                    batch_size: batch,
+                    steps,
+                    held: true,
+                    round: Some(rounds),
+                    trial: r,
+                }),
+                false => trials.push(r),
+            }
             search.record(batch, answer?);
         }
     }
     let found = search.found().map_err(Error::invalid)?;
     let search_wall_s = run.elapsed_s() - search_started;
 
-    // Confirm the candidate; step down until a size holds.
-    let mut failed: Vec<usize> = found.trials.iter().filter(|t| !t.1).map(|t| t.0).collect();
-    let mut confirmations: Vec<Confirmation> = Vec::new();
-    let mut held: Option<usize> = None;
-    let mut candidate = index_below(o.granularity, found.maximum);
+    // Confirm the candidate, unless a round of the search did; step down until a size holds.
+    let g = o.granularity;
+    let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
+    let mut held: Option<usize> = (found.confirmations.iter())
+        .filter(|&&(b, ok)| ok && size_at(g, index_below(g, b)) == b)
+        .map(|&(b, _)| index_below(g, b))
+        .max();
+    let mut candidate = (!found.confirmed()).then(|| index_below(g, found.maximum));
     let mut step = 1;
-    let floor = first_index(o.granularity);
-    loop {
-        let batch = size_at(o.granularity, candidate);
+    let floor = first_index(g);
+    while let Some(at) = candidate {
+        let batch = size_at(g, at);
         let r = run.one(
             group,
             &params(batch, o.confirm_steps, 0),
@@ -336,30 +378,28 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             Stop::AfterSteps,
             &mut results,
         );
-        let fits = match r.fits() {
-            Some(f) => f && r.reached_steps,
-            None => return Err(stopped(&r)),
-        };
+        let fits = holds(&r)?;
         confirmations.push(Confirmation {
             batch_size: batch,
             steps: o.confirm_steps,
             held: fits,
+            round: None,
             trial: r,
         });
         if fits {
-            held = Some(candidate);
+            held = Some(at);
         } else {
             failed.push(batch);
         }
         let smallest_failed = failed
             .iter()
-            .filter(|&&b| held.is_none_or(|h| b > size_at(o.granularity, h)))
-            .map(|&b| index_below(o.granularity, b).max(floor))
+            .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
+            .map(|&b| index_below(g, b).max(floor))
             .min();
         candidate = match (held, smallest_failed) {
-            (Some(h), Some(f)) if f > h + 1 => h + (f - h) / 2,
-            (Some(_), _) => break,
-            (None, _) if candidate <= floor => {
+            (Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
+            (Some(_), _) => None,
+            (None, _) if at <= floor => {
                 return Err(Error::invalid(format!(
                     "no batch held for {} steps: even {batch} {} in its confirmation run",
                     o.confirm_steps,
@@ -369,15 +409,20 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
                 )))
             }
             (None, _) => {
-                let next = candidate.saturating_sub(step).max(floor);
+                let next = at.saturating_sub(step).max(floor);
                 step *= 2;
-                next
+                Some(next)
             }
         };
     }
-    let held = held.expect("the loop ends with a size that held");
-    let maximum = size_at(o.granularity, held);
+    let held = held.expect("a size held: in a round of the search or after it");
+    let maximum = size_at(g, held);
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
+    // The confirmation that held the answer last, the others in the order they ran.
+    if let Some(i) = (confirmations.iter()).rposition(|c| c.held && c.batch_size == maximum) {
+        let answer = confirmations.remove(i);
+        confirmations.push(answer);
+    }
     let confirm_wall_s = run.elapsed_s() - search_started - search_wall_s;
 
     let all: Vec<&TrialResult> = trials
@@ -483,32 +528,50 @@ pub fn render(r: &AutobatchReport) -> String {
         Granularity::Multiple(m) => format!("multiples of {m}"),
         Granularity::Pow2 => "powers of two".into(),
     };
-    let tried: Vec<String> = r
-        .search
+    // The search's trials in the order they ran, with the sizes that held in its rounds run
+    // as confirmations.
+    let mut ran: Vec<(&TrialResult, Option<bool>)> = (r.search.iter().zip(&r.found.trials))
+        .map(|(t, &(_, fits))| (t, Some(fits)))
+        .chain(
+            (r.confirmations.iter())
+                .filter(|c| c.round.is_some())
+                .map(|c| (&c.trial, None)),
+        )
+        .collect();
+    ran.sort_by_key(|(t, _)| t.index);
+    let tried: Vec<String> = ran
         .iter()
-        .map(|t| {
-            let how = match (t.fits(), t.steady_at) {
+        .map(|&(t, fits)| {
+            // None: a size that held in a round run as confirmations.
+            let how = match (fits, t.steady_at) {
+                (None, _) => format!("held for {} steps", t.params.steps),
                 (Some(true), Some(at)) => format!("fits, steady at step {at}"),
                 (Some(true), None) => "fits".into(),
                 _ if t.status == Status::Hang => t.misfit().into(),
+                _ if t.fits() == Some(true) => t.verdict(),
                 _ => "out of memory".into(),
             };
             format!("{} {how} ({:.1} s)", t.params.batch_size, t.wall_s)
         })
         .collect();
+    let as_confirmations = match ran.len() - r.search.len() {
+        0 => String::new(),
+        n => format!(", {n} held as confirmations"),
+    };
     let _ = writeln!(
         o,
-        "search from {} ({sizes}), each trial until its memory is steady: {} trials{} in {:.1} s: {}",
+        "search from {} ({sizes}), each trial until its memory is steady, a round likely to hold the answer for the confirmation's {} steps: {} trials{}{as_confirmations} in {:.1} s: {}",
         r.start,
-        r.search.len(),
+        r.confirmations.last().map_or(0, |c| c.steps),
+        ran.len(),
         match r.found.rounds {
-            n if n < r.search.len() => format!(" in {n} rounds side by side"),
+            n if n < ran.len() => format!(" in {n} rounds side by side"),
             _ => String::new(),
         },
         r.search_wall_s,
         tried.join(", ")
     );
-    for c in &r.confirmations {
+    for c in r.confirmations.iter().filter(|c| c.round.is_none()) {
         let own = match c.trial.ranks {
             1 => "a process of its own".to_string(),
             n => format!("a group of its own ({n} processes, batch per GPU)"),
@@ -526,11 +589,16 @@ pub fn render(r: &AutobatchReport) -> String {
             c.trial.wall_s
         );
     }
+    let answer = r.confirmations.last();
     let _ = writeln!(
         o,
-        "\n**maximum {}**: held for {} steps; {}",
+        "\n**maximum {}**: held for {} steps{}; {}",
         r.maximum,
-        r.confirmations.last().map_or(0, |c| c.steps),
+        answer.map_or(0, |c| c.steps),
+        match answer.and_then(|c| c.round) {
+            Some(n) => format!(", its trial in round {n} of the search"),
+            None => String::new(),
+        },
         match r.next_failing {
             Some(n) => format!("{n} {}", misfit_at(r, n)),
             None => "no larger size was seen to fail (the search reached its cap)".into(),

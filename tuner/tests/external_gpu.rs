@@ -269,7 +269,7 @@ fn the_finder_s_answer_on_the_resnet_example_holds() {
         r["confirmations"].as_array().unwrap().len(),
         r["confirm_wall_s"].as_f64().unwrap(),
         r["total_wall_s"].as_f64().unwrap(),
-        plain.trials.len(),
+        plain.tried.len(),
         r["launch"]
     );
     assert!(

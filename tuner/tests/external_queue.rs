@@ -208,7 +208,7 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
     for (gpus, ranks) in [(2, 1), (4, 2)] {
         let dir = Scratch::new("several");
         let log = dir.str("log.jsonl");
-        let vars = [("FAKE_LOG", log.as_str()), ("FAKE_STEP_S", "0.1")];
+        let vars = [("FAKE_LOG", log.as_str()), ("FAKE_STEP_S", "0.3")];
         let options = RunOptions {
             json: None,
             fork: false,

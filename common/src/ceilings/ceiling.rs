@@ -78,6 +78,7 @@ pub fn ceiling_bench() -> BenchConfig {
             min_samples: 20,
             max_samples: 2000,
             min_time_s: 0.1,
+            host_link_min_time_s: 0.0,
             max_time_s: 2.0,
             max_noise: 0.005,
             max_median_error: None,

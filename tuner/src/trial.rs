@@ -308,7 +308,8 @@ impl Tail {
 /// What is watched while a trial runs.
 struct Watcher {
     report: Tail,
-    outputs: [Tail; 2],
+    stderr: Tail,
+    stdout: Tail,
     start: Instant,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
@@ -329,9 +330,9 @@ impl Watcher {
     /// Look again; true once the trial can stop.
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
         let now = self.start.elapsed().as_secs_f64();
-        let read = |w: &Watcher| w.report.offset + w.outputs.iter().map(|t| t.offset).sum::<u64>();
+        let read = |w: &Watcher| w.report.offset + w.stderr.offset + w.stdout.offset;
         let before = read(self);
-        for out in &mut self.outputs {
+        for out in [&mut self.stderr, &mut self.stdout] {
             if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
                 self.oom_seen = true;
             }
@@ -422,9 +423,6 @@ pub struct Runner<'a> {
 
 /// One process of a trial's group, as it is watched.
 struct Rank {
-    report: PathBuf,
-    stdout: PathBuf,
-    stderr: PathBuf,
     running: Running,
     exit: Option<Exit>,
     watcher: Watcher,
@@ -651,7 +649,8 @@ impl Runner<'_> {
                 .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start));
             let watcher = Watcher {
                 report: Tail::new(&report),
-                outputs: [Tail::new(&stderr), Tail::new(&stdout)],
+                stderr: Tail::new(&stderr),
+                stdout: Tail::new(&stdout),
                 start,
                 arrivals: Vec::new(),
                 last_written: 0.0,
@@ -663,9 +662,6 @@ impl Runner<'_> {
                 steady_at: None,
             };
             g.ranks.push(Rank {
-                report,
-                stdout,
-                stderr,
                 running,
                 exit: None,
                 watcher,
@@ -713,7 +709,7 @@ impl Runner<'_> {
         let files: Vec<ReportFile> = g
             .ranks
             .iter()
-            .map(|r| ReportFile::read(&r.report))
+            .map(|r| ReportFile::read(&r.watcher.report.path))
             .collect();
         result.reached_steps = files.iter().all(|f| f.steps.len() >= params.total_steps());
         let lead = &g.ranks[0].watcher;
@@ -742,8 +738,8 @@ impl Runner<'_> {
                 };
                 classify(
                     own,
-                    &read_tail(&rank.stderr, 256 * 1024),
-                    &read_tail(&rank.stdout, 64 * 1024),
+                    &read_tail(&rank.watcher.stderr.path, 256 * 1024),
+                    &read_tail(&rank.watcher.stdout.path, 64 * 1024),
                     (file.steps.len(), params.total_steps()),
                 )
             })
@@ -775,7 +771,7 @@ impl Runner<'_> {
             n => format!("rank {speaker} of {n}: {reason}"),
         };
         if result.status != Status::Ok {
-            result.stderr_tail = tail_lines(&g.ranks[speaker].stderr, TAIL_LINES);
+            result.stderr_tail = tail_lines(&g.ranks[speaker].watcher.stderr.path, TAIL_LINES);
         }
         result
     }

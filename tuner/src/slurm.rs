@@ -588,9 +588,9 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     plan.write(dir)?;
     let path = dir.join(SCRIPT);
     std::fs::write(&path, text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
-    let what = match plan.autobatch {
-        Some(_) => "the batch finder".to_string(),
-        None => format!("{} trials", plan.trials.len()),
+    let (what, kind) = match plan.autobatch {
+        Some(_) => ("the batch finder".to_string(), "job"),
+        None => (format!("{} trials", plan.trials.len()), "array job"),
     };
     let Some(sbatch) = sbatch else {
         println!(
@@ -631,10 +631,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
         submitted_at: now(),
     };
     write_json_file(&dir.join(JOB), &job, "the job's record")?;
-    let kind = match plan.autobatch {
-        Some(_) => "job",
-        None => "array job",
-    };
     eprintln!(
         "submitted Slurm {kind} {}: {what} from {}",
         job.job_id,

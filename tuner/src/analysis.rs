@@ -90,14 +90,9 @@ impl PickRule {
 
     /// The message for a metric no trial reported, naming those that were.
     pub fn unreported(&self, trials: &[TrialResult]) -> Option<String> {
-        let mut seen: Vec<&str> = Vec::new();
-        for name in trials.iter().flat_map(|t| t.measured.metrics.names()) {
-            if name == self.metric {
-                return None;
-            }
-            if !seen.contains(&name) {
-                seen.push(name);
-            }
+        let seen = names_in(trials, |t| t.measured.metrics.names().collect());
+        if seen.contains(&self.metric.as_str()) {
+            return None;
         }
         let reported = if seen.is_empty() {
             "no trial reported any metric (a \"metrics\" object on its step or end lines)".into()
@@ -109,6 +104,20 @@ impl PickRule {
             self.metric, self.metric
         ))
     }
+}
+
+/// Names in the order the trials first have them.
+pub fn names_in<'a>(
+    trials: &'a [TrialResult],
+    of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
+) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for name in trials.iter().flat_map(of) {
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// A metric's value as tables show it: four significant figures, `NaN` for one that was not a
@@ -229,6 +238,19 @@ pub struct Best {
     pub picked_by: Option<PickRule>,
 }
 
+impl Pick {
+    /// Trial `t`, chosen at `samples_per_s` (by `metric`, where one chose it) for `why`.
+    fn of(t: &TrialResult, samples_per_s: f64, metric: Option<f64>, why: String) -> Pick {
+        Pick {
+            key: t.key(),
+            samples_per_s,
+            peak_bytes: t.memory_terms().0.unwrap_or(0),
+            metric,
+            why,
+        }
+    }
+}
+
 /// Throughput within this fraction of the best counts as as good.
 pub const WITHIN: f64 = 0.05;
 
@@ -239,18 +261,9 @@ fn pick_max(
 ) -> Option<Pick> {
     trials
         .iter()
-        .filter_map(|t| {
-            t.pickable()
-                .map(|(tp, mem)| (t.key(), tp, mem, score(tp, mem)))
-        })
-        .max_by(|a, b| a.3.total_cmp(&b.3).then(b.0.cmp(&a.0)))
-        .map(|(key, samples_per_s, peak_bytes, s)| Pick {
-            key,
-            samples_per_s,
-            peak_bytes,
-            metric: None,
-            why: why(s),
-        })
+        .filter_map(|t| t.pickable().map(|(tp, mem)| (t, tp, score(tp, mem))))
+        .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.key().cmp(&a.0.key())))
+        .map(|(t, samples_per_s, s)| Pick::of(t, samples_per_s, None, why(s)))
 }
 
 /// Whether a trial's peak leaves the margin free; a trial whose limit is not known counts (and
@@ -284,18 +297,13 @@ pub fn best(trials: &[TrialResult], margin: f64) -> Best {
                 .then(a.key().cmp(&b.key()))
         })
         .map(|(t, tp)| {
-            let memory = memory_note(t, margin);
-            Pick {
-                key: t.key(),
-                samples_per_s: tp,
-                peak_bytes: t.memory_terms().0.unwrap_or(0),
-                metric: None,
-                why: format!(
-                    "{tp:.0} samples/s ({:.0}% of the fastest within the margin; {memory}), smallest batch within {:.0}%",
-                    100.0 * tp / top,
-                    100.0 * WITHIN
-                ),
-            }
+            let why = format!(
+                "{tp:.0} samples/s ({:.0}% of the fastest within the margin; {}), smallest batch within {:.0}%",
+                100.0 * tp / top,
+                memory_note(t, margin),
+                100.0 * WITHIN
+            );
+            Pick::of(t, tp, None, why)
         });
     Best {
         highest_throughput,
@@ -339,19 +347,16 @@ pub fn best_by(trials: &[TrialResult], margin: f64, rule: Option<&PickRule>) -> 
                 .then(throughput(b).total_cmp(&throughput(a)))
                 .then(a.key().cmp(&b.key()))
         })
-        .map(|(t, v)| Pick {
-            key: t.key(),
-            samples_per_s: throughput(t),
-            peak_bytes: t.memory_terms().0.unwrap_or(0),
-            metric: Some(v),
-            why: format!(
+        .map(|(t, v)| {
+            let why = format!(
                 "{} {}, the {} of the {count} trial(s) that ended OK, reported it and leave the margin free ({}); {:.0} samples/s",
                 rule.metric,
                 metric_text(Some(v)),
                 rule.describe(),
                 memory_note(t, margin),
                 throughput(t),
-            ),
+            );
+            Pick::of(t, throughput(t), Some(v), why)
         });
     b.picked_by = Some(rule.clone());
     b

@@ -32,6 +32,13 @@ pub enum Status {
     Unfinished,
 }
 
+impl Status {
+    /// `OK`, `OOM`, `HANG`: as results files and reports write it.
+    pub fn name(self) -> String {
+        format!("{self:?}").to_uppercase()
+    }
+}
+
 /// The stacks' own wordings, most specific first: (stack, needles). A line means the device ran
 /// out of memory when every needle of a row is on it (compared without case); the first row
 /// that matches names the stack.

@@ -120,22 +120,20 @@ pub struct RunArgs {
 impl RunArgs {
     /// The flags as settings, over the config file's.
     pub fn overrides(&self) -> Result<Overrides, String> {
-        let file = match &self.config {
+        let mut o = match &self.config {
             Some(p) => config::load(p)?,
             None => Overrides::default(),
         };
-        Ok(file.merge(Overrides {
-            workers: self.workers.clone().map(|l| l.0),
-            amp: self.amp.clone().map(|a| a.0),
-            accumulation_steps: self.accumulation,
-            steps: self.steps,
-            warmup_steps: self.warmup,
-            devices: self.devices.clone(),
-            time_limit: self.time_limit,
-            stall_limit: self.stall_limit,
-            ranks: self.ranks,
-            ..Overrides::default()
-        }))
+        o.workers = self.workers.clone().map(|l| l.0).or(o.workers);
+        o.amp = self.amp.clone().map(|a| a.0).or(o.amp);
+        o.accumulation_steps = self.accumulation.or(o.accumulation_steps);
+        o.steps = self.steps.or(o.steps);
+        o.warmup_steps = self.warmup.or(o.warmup_steps);
+        o.devices = self.devices.clone().or(o.devices);
+        o.time_limit = self.time_limit.or(o.time_limit);
+        o.stall_limit = self.stall_limit.or(o.stall_limit);
+        o.ranks = self.ranks.or(o.ranks);
+        Ok(o)
     }
 }
 
@@ -326,19 +324,12 @@ pub struct AutobatchArgs {
 impl AutobatchArgs {
     /// The key paths of the answer: --key and --accumulation-key, else the tuner config's own.
     pub fn keys(&self) -> Keys {
-        match &self.key {
-            Some(k) => Keys {
-                batch_size: k.clone(),
-                accumulation: self.accumulation_key.clone(),
-                new_keys: self.new_key,
-            },
-            None => Keys {
-                accumulation: self
-                    .accumulation_key
-                    .clone()
-                    .or(Keys::tuner_config().accumulation),
-                ..Keys::tuner_config()
-            },
+        let config = Keys::tuner_config();
+        Keys {
+            accumulation: (self.accumulation_key.clone())
+                .or(config.accumulation.filter(|_| self.key.is_none())),
+            batch_size: self.key.clone().unwrap_or(config.batch_size),
+            new_keys: self.key.is_none() || self.new_key,
         }
     }
 
@@ -506,6 +497,31 @@ mod tests {
             .unwrap_err();
         assert!(e.contains(".toml, .yaml, .yml or .json"), "{e}");
         assert!(parse("tuner autobatch --key a..b -- x").is_err());
+        // A flag wins over the config file; what the flags leave out, the file says.
+        let dir = std::env::temp_dir().join(format!("tuner-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("run.toml");
+        let text = "[training]\nbatch_sizes = [8, 16]\nsteps = 10\n[tuner]\nstall_limit = 120\n";
+        std::fs::write(&file, text).unwrap();
+        let line = format!("tuner sweep --config {} --steps 3 -- x", file.display());
+        let Command::Sweep(a) = parse(&line).unwrap().command else {
+            panic!()
+        };
+        let s = a.run.overrides().unwrap().resolve().unwrap();
+        assert_eq!(
+            (s.batch_sizes, s.steps, s.stall_limit_s),
+            (vec![8, 16], 3, 120.0)
+        );
+        let line = format!(
+            "tuner sweep --config {} --stall-limit 2.5 -- x",
+            file.display()
+        );
+        let Command::Sweep(a) = parse(&line).unwrap().command else {
+            panic!()
+        };
+        let s = a.run.overrides().unwrap().resolve().unwrap();
+        assert_eq!((s.steps, s.stall_limit_s), (10, 2.5));
+        let _ = std::fs::remove_dir_all(dir);
         assert!(parse("tuner memory --pow2 --multiple-of 4 -- x").is_err());
     }
 }

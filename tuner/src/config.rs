@@ -135,24 +135,6 @@ pub struct Overrides {
 }
 
 impl Overrides {
-    /// `high` wins wherever it says something.
-    pub fn merge(self, high: Overrides) -> Overrides {
-        Overrides {
-            workers: high.workers.or(self.workers),
-            batch_sizes: high.batch_sizes.or(self.batch_sizes),
-            batch_size: high.batch_size.or(self.batch_size),
-            accumulation_steps: high.accumulation_steps.or(self.accumulation_steps),
-            amp: high.amp.or(self.amp),
-            steps: high.steps.or(self.steps),
-            warmup_steps: high.warmup_steps.or(self.warmup_steps),
-            adam_like: high.adam_like.or(self.adam_like),
-            devices: high.devices.or(self.devices),
-            time_limit: high.time_limit.or(self.time_limit),
-            stall_limit: high.stall_limit.or(self.stall_limit),
-            ranks: high.ranks.or(self.ranks),
-        }
-    }
-
     pub fn resolve(self) -> Result<Settings, String> {
         let steps = self.steps.unwrap_or(30);
         if steps == 0 {
@@ -240,7 +222,7 @@ pub struct Settings {
     pub ranks: usize,
 }
 
-fn one() -> usize {
+pub(crate) fn one() -> usize {
     1
 }
 
@@ -358,11 +340,11 @@ pub fn plan(s: &Settings) -> Vec<Params> {
                         batch_size,
                         workers,
                         amp,
-                        amp_from_on: false,
                         accumulation: s.accumulation_steps,
                         steps: s.steps,
                         warmup_steps: s.warmup_steps,
                         axes: axes.clone(),
+                        ..Params::default()
                     });
                 }
             }
@@ -437,11 +419,6 @@ mod tests {
         assert_eq!(s.stall_limit_s, 60.0);
         let file = parse("[tuner]\nstall_limit = 120\n").unwrap();
         assert_eq!(file.clone().resolve().unwrap().stall_limit_s, 120.0);
-        let flags = Overrides {
-            stall_limit: Some(2.5),
-            ..Overrides::default()
-        };
-        assert_eq!(file.merge(flags).resolve().unwrap().stall_limit_s, 2.5);
         for bad in [0.0, -1.0, f64::NAN] {
             let e = Overrides {
                 stall_limit: Some(bad),
@@ -456,17 +433,6 @@ mod tests {
         saved.as_object_mut().unwrap().remove("stall_limit_s");
         let read: Settings = serde_json::from_value(saved).unwrap();
         assert_eq!(read.stall_limit_s, 60.0);
-    }
-
-    #[test]
-    fn flags_win_over_the_file() {
-        let file = parse("[training]\nbatch_sizes = [8, 16]\nsteps = 10\n").unwrap();
-        let flags = Overrides {
-            steps: Some(3),
-            ..Overrides::default()
-        };
-        let s = file.merge(flags).resolve().unwrap();
-        assert_eq!((s.batch_sizes, s.steps), (vec![8, 16], 3));
     }
 
     #[test]

@@ -50,14 +50,6 @@ impl Device {
     pub fn name(&self) -> Option<String> {
         self.probe.as_ref().and_then(|p| p.device_name())
     }
-
-    /// The same device, of compute capability `major.minor`.
-    pub fn with_capability(self, major: u32, minor: u32) -> Device {
-        Device {
-            capability: Some((major, minor)),
-            ..self
-        }
-    }
 }
 
 /// Give each device a disjoint share of the CPU cores the tuner may use (`allowed`, its own

@@ -32,15 +32,6 @@ pub struct Spawn<'a> {
     pub stderr: &'a Path,
 }
 
-/// The CPU set of `cores`, refused where one is past what the kernel's set can hold.
-fn cpu_set(cores: &[usize]) -> std::io::Result<nix::sched::CpuSet> {
-    let mut set = nix::sched::CpuSet::new();
-    for &c in cores {
-        set.set(c).map_err(std::io::Error::from)?;
-    }
-    Ok(set)
-}
-
 /// A started trial process.
 pub enum Running {
     Spawned(Child),
@@ -86,7 +77,11 @@ impl Launcher {
                 if let Some(cores) = s.cpus {
                     // Set in the child before exec, so every process the program starts (its
                     // data-loader workers) inherits it.
-                    let set = cpu_set(cores)?;
+                    let mut set = nix::sched::CpuSet::new();
+                    for &c in cores {
+                        // Refused where a core is past what the kernel's set can hold.
+                        set.set(c).map_err(std::io::Error::from)?;
+                    }
                     // SAFETY: sched_setaffinity is one system call, async-signal-safe, and
                     // touches nothing of the parent's; the set was built before the fork.
                     unsafe {
@@ -298,17 +293,13 @@ impl ForkServer {
 
     /// Fork one trial; its pid (its process group's id: it leads the group).
     fn fork(&self, s: &Spawn) -> std::io::Result<u32> {
-        let mut env: HashMap<String, String> = std::env::vars_os()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    v.to_string_lossy().into_owned(),
-                )
-            })
+        // The tuner's environment with the trial's on top.
+        let text = |v: &std::ffi::OsStr| v.to_string_lossy().into_owned();
+        let ours = s.env.iter().map(|(k, v)| (k.clone(), text(v)));
+        let env: HashMap<String, String> = (std::env::vars_os())
+            .map(|(k, v)| (text(&k), text(&v)))
+            .chain(ours)
             .collect();
-        for (k, v) in &s.env {
-            env.insert(k.to_string(), v.to_string_lossy().into_owned());
-        }
         let cwd: PathBuf = std::env::current_dir()?;
         let request = serde_json::json!({
             "argv": self.program.child_argv(s.argv),

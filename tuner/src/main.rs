@@ -36,15 +36,13 @@ fn main() -> ExitCode {
         }
         Command::Memory(a) => {
             let mut settings = settings(&a.run)?;
-            match (&a.batch_sizes, settings.batch_size) {
-                    (Some(list), _) => settings.batch_sizes = list.0.clone(),
-                    (None, Some(b)) => settings.batch_sizes = vec![b],
-                    (None, None) => {
-                        return Err(usage(
-                            "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
-                        ))
-                    }
-                }
+            settings.batch_sizes = match (&a.batch_sizes, settings.batch_size) {
+                (Some(list), _) => list.0.clone(),
+                (None, Some(b)) => vec![b],
+                (None, None) => return Err(usage(
+                    "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
+                )),
+            };
             tuner::memory::workers(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "memory")?;
             let report =
@@ -58,7 +56,8 @@ fn main() -> ExitCode {
             if let Some(dir) = &a.slurm.dir {
                 return slurm_autobatch(&a, dir);
             }
-            let (report, text) = autobatch_here(&a)?;
+            let (settings, options) = autobatch_checked(&a)?;
+            let (report, text) = autobatch_here(&a.run, settings, &options)?;
             emit(&a.run.json, &report, &text)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -103,9 +102,10 @@ fn main() -> ExitCode {
     })
 }
 
-/// The batch finder's flags as its options.
-fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
-    Ok(Options {
+/// The batch finder's settings and options (its flags), checked before anything runs.
+fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
+    let settings = settings(&a.run)?;
+    let options = Options {
         start: a.start,
         granularity: a.sizes.granularity(),
         margin: a.sizes.margin,
@@ -115,23 +115,21 @@ fn options(a: &AutobatchArgs) -> anyhow::Result<Options> {
         keys: a.keys(),
         team: a.team.clone(),
         model_name: a.model_name.clone(),
-    })
-}
-
-/// The batch finder's settings and options, checked before anything runs.
-fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
-    let settings = settings(&a.run)?;
-    let options = options(a)?;
+    };
     autobatch::check(&options, &settings).map_err(usage)?;
     autobatch::choices(&settings).map_err(usage)?;
     Ok((settings, options))
 }
 
-/// The batch finder's answer here: its report and the text it prints.
-fn autobatch_here(a: &AutobatchArgs) -> anyhow::Result<(AutobatchReport, String)> {
-    let (settings, options) = autobatch_checked(a)?;
-    let run = start(&a.run, &settings, "autobatch")?;
-    let report = autobatch::autobatch(&run, settings, &options)?;
+/// The batch finder's answer here, with `settings` and `options`: its report and the text it
+/// prints.
+fn autobatch_here(
+    a: &RunArgs,
+    settings: Settings,
+    options: &Options,
+) -> anyhow::Result<(AutobatchReport, String)> {
+    let run = start(a, &settings, "autobatch")?;
+    let report = autobatch::autobatch(&run, settings, options)?;
     let text = autobatch::render(&report);
     Ok((report, text))
 }
@@ -184,9 +182,7 @@ fn autobatch_task(
         quiet: true,
         ..RunArgs::default()
     };
-    let run = start(&run_args, &plan.settings, "autobatch")?;
-    let report = autobatch::autobatch(&run, plan.settings.clone(), &options)?;
-    let text = autobatch::render(&report);
+    let (report, text) = autobatch_here(&run_args, plan.settings.clone(), &options)?;
     tuner::slurm::write_answer(dir, &report, &text)?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)
@@ -242,11 +238,7 @@ fn current_folder() -> anyhow::Result<PathBuf> {
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is
 /// refused before anything runs (2), no GPU is 3, as for every binary of the workspace.
 fn code(answered: bool) -> ExitCode {
-    if answered {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(u8::from(!answered))
 }
 
 /// The settings of the config file and the flags, checked.
@@ -349,13 +341,12 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
         workers,
         // The flags win over the team's entry, which wins over the config.
         amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
-        amp_from_on: false,
         accumulation: (answer.accumulation)
             .filter(|_| a.run.accumulation.is_none())
             .unwrap_or(settings.accumulation_steps),
         steps: settings.steps,
         warmup_steps: settings.warmup_steps,
-        axes: Default::default(),
+        ..Params::default()
     };
     let chosen = tuner::profile::choose(a.profiler, Places::from_env(&NSYS, a.nsys.clone()))
         .map_err(usage)?;
@@ -376,6 +367,6 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
     let mut run = run_on(&run_args, &settings, "profile", wrapped, devices)?;
     run.env = tuner::profile::environment(&chosen.0, &base);
     let report = tuner::profile::profile(&run, &params, answer, chosen, &base)?;
-    tuner::profile::print(&a.run.json, &report)?;
+    emit(&a.run.json, &report, &tuner::profile::render(&report))?;
     Ok(ExitCode::SUCCESS)
 }

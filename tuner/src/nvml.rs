@@ -26,26 +26,16 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Bytes in use on the whole device.
     fn device_used(&self) -> Option<u64>;
     /// The device's memory (bytes).
-    fn device_total(&self) -> Option<u64> {
-        None
-    }
+    fn device_total(&self) -> Option<u64>;
     /// The device's name.
-    fn device_name(&self) -> Option<String> {
-        None
-    }
+    fn device_name(&self) -> Option<String>;
     /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
     /// product) in which a kernel ran.
-    fn utilization(&self) -> Option<u32> {
-        None
-    }
+    fn utilization(&self) -> Option<u32>;
     /// The device's CUDA compute capability (major, minor).
-    fn compute_capability(&self) -> Option<(u32, u32)> {
-        None
-    }
+    fn compute_capability(&self) -> Option<(u32, u32)>;
     /// The driver's version and the CUDA version it supports ("580.159.04", "13.0").
-    fn driver(&self) -> Option<(String, String)> {
-        None
-    }
+    fn driver(&self) -> Option<(String, String)>;
 }
 
 /// NVML's view of one GPU, as the trials read it.
@@ -94,7 +84,6 @@ pub struct MemoryReading {
     /// The device's memory in use just before the trial started.
     pub device_before_bytes: Option<u64>,
     /// The device's memory.
-    #[serde(default)]
     pub device_total_bytes: Option<u64>,
     pub samples: usize,
     /// Why the per-process figure was not used, where it was not.
@@ -153,13 +142,6 @@ impl Watch {
         }
         // None is below every reading.
         self.device_peak = self.device_peak.max(device_used);
-    }
-
-    /// The peak so far in the reading's terms: per-process where accounted, else the device's
-    /// rise over `before`.
-    pub fn peak_so_far(&self, before: Option<u64>) -> Option<u64> {
-        self.group_peak
-            .or_else(|| Some(self.device_peak?.saturating_sub(before?)).filter(|&p| p > 0))
     }
 
     /// The reading: per-process where NVML accounted the trial's processes, else the device's
@@ -273,7 +255,9 @@ impl Sampler {
     /// The peak so far and the number of samples taken.
     pub fn so_far(&self) -> (Option<u64>, usize) {
         let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-        (w.peak_so_far(self.before), w.samples)
+        // In the reading's terms: per-process where accounted, else the device's rise.
+        let rise = || Some(w.device_peak?.saturating_sub(self.before?)).filter(|&p| p > 0);
+        (w.group_peak.or_else(rise), w.samples)
     }
 
     /// Stop and read: the memory reading and the utilization samples. Call right after the
@@ -409,6 +393,21 @@ mod tests {
             Some(vec![(pid, Some(used))])
         }
         fn device_used(&self) -> Option<u64> {
+            None
+        }
+        fn device_total(&self) -> Option<u64> {
+            None
+        }
+        fn device_name(&self) -> Option<String> {
+            None
+        }
+        fn utilization(&self) -> Option<u32> {
+            None
+        }
+        fn compute_capability(&self) -> Option<(u32, u32)> {
+            None
+        }
+        fn driver(&self) -> Option<(String, String)> {
             None
         }
     }

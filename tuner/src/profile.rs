@@ -27,7 +27,7 @@ use crate::classify::Status;
 use crate::config::Choice;
 use crate::program::{Params, Precision, Program};
 use crate::run::ResultsFile;
-use crate::run::{emit, DeviceSummary, Run};
+use crate::run::{DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::TeamEntry;
 
@@ -56,15 +56,10 @@ pub fn choose(choice: Choice, places: Places) -> std::result::Result<(Profiler, 
             "PyTorch's profiler records the measured steps (--profiler torch)".into(),
         ));
     }
-    let folders = places.folders.clone();
-    let near = Places {
-        folders: if choice == Choice::Nsys {
-            folders.clone()
-        } else {
-            Vec::new()
-        },
-        ..places
-    };
+    let mut near = places.clone();
+    if choice != Choice::Nsys {
+        near.folders.clear();
+    }
     match discover::find(&NSYS, &near) {
         Ok(path) => {
             let line = format!(
@@ -74,8 +69,7 @@ pub fn choose(choice: Choice, places: Places) -> std::result::Result<(Profiler, 
             Ok((Profiler::Nsys(path), line))
         }
         Err(profiling::Error::ToolNotFound { .. }) if choice == Choice::Auto => {
-            let found = folders
-                .iter()
+            let found = (places.folders.iter())
                 .find_map(|f| discover::newest_first(f).into_iter().next())
                 .map_or(String::new(), |p| {
                     format!(" (there is one at {0}: --nsys {0} uses it)", p.display())
@@ -156,11 +150,9 @@ pub fn team_answer(
         accumulation: Some(entry.accumulation_steps),
         amp: match entry.precision.as_str() {
             "-" => None,
-            "fp32" | "off" => Some(Precision::Off),
-            "bf16" => Some(Precision::Bf16),
-            "fp16" => Some(Precision::Fp16),
+            "fp32" => Some(Precision::Off),
             // `amp`, as entries were written before the precisions had names: the GPU's best.
-            _ => Some(Precision::On),
+            p => Some(Precision::parse(p).unwrap_or(Precision::On)),
         },
         from: format!("{file}: {} on {}", entry.model, entry.gpu),
     })
@@ -342,11 +334,6 @@ pub fn render(r: &ProfileReport) -> String {
         }
     }
     o
-}
-
-/// Print (and write with `--json`) the report.
-pub fn print(json: &Option<PathBuf>, r: &ProfileReport) -> Result<()> {
-    emit(json, r, &render(r))
 }
 
 #[cfg(test)]

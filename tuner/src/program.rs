@@ -40,11 +40,6 @@ impl Params {
         self.warmup_steps + self.steps
     }
 
-    /// Samples one optimizer step consumes.
-    pub fn samples_per_step(&self) -> usize {
-        self.batch_size * self.accumulation.max(1)
-    }
-
     /// `batch 256, workers 4, amp bf16 (on), accumulation 2`: for progress lines and messages.
     pub fn describe(&self) -> String {
         let mut s = format!(
@@ -309,40 +304,22 @@ pub struct Placeholder {
 
 impl Placeholder {
     pub const ALL: [Placeholder; 6] = [
-        Placeholder {
-            name: "batch_size",
-            env: "PERF_LESSONS_BATCH_SIZE",
-            value: |p| p.batch_size.to_string(),
-        },
-        Placeholder {
-            name: "workers",
-            env: "PERF_LESSONS_WORKERS",
-            value: |p| p.workers.to_string(),
-        },
-        Placeholder {
-            name: "amp",
-            env: "PERF_LESSONS_AMP",
-            value: |p| p.amp.as_str().to_string(),
-        },
-        Placeholder {
-            name: "accumulation",
-            env: "PERF_LESSONS_ACCUMULATION",
-            value: |p| p.accumulation.to_string(),
-        },
-        Placeholder {
-            name: "steps",
-            env: "PERF_LESSONS_STEPS",
-            value: |p| p.steps.to_string(),
-        },
-        Placeholder {
-            name: "warmup",
-            env: "PERF_LESSONS_WARMUP_STEPS",
-            value: |p| p.warmup_steps.to_string(),
-        },
+        Placeholder::new("batch_size", "PERF_LESSONS_BATCH_SIZE", |p| {
+            p.batch_size.to_string()
+        }),
+        Placeholder::new("workers", "PERF_LESSONS_WORKERS", |p| p.workers.to_string()),
+        Placeholder::new("amp", "PERF_LESSONS_AMP", |p| p.amp.as_str().to_string()),
+        Placeholder::new("accumulation", "PERF_LESSONS_ACCUMULATION", |p| {
+            p.accumulation.to_string()
+        }),
+        Placeholder::new("steps", "PERF_LESSONS_STEPS", |p| p.steps.to_string()),
+        Placeholder::new("warmup", "PERF_LESSONS_WARMUP_STEPS", |p| {
+            p.warmup_steps.to_string()
+        }),
     ];
 
-    fn token(self) -> String {
-        format!("{{{}}}", self.name)
+    const fn new(name: &'static str, env: &'static str, value: fn(&Params) -> String) -> Self {
+        Placeholder { name, env, value }
     }
 }
 
@@ -432,7 +409,7 @@ impl Program {
                 {
                     a.clone()
                 } else {
-                    format!("'{}'", a.replace('\'', r"'\''"))
+                    quoted(a)
                 }
             })
             .collect::<Vec<_>>()
@@ -440,18 +417,18 @@ impl Program {
     }
 }
 
+/// `s` in single quotes for a POSIX shell (a single quote inside becomes '\'').
+pub fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
 fn substitute(arg: &str, p: &Params) -> String {
-    let mut out = arg.to_string();
-    for ph in Placeholder::ALL {
-        let token = ph.token();
-        if out.contains(&token) {
-            out = out.replace(&token, &(ph.value)(p));
-        }
-    }
-    for (name, value) in p.axes.iter() {
-        out = out.replace(&format!("{{{name}}}"), value);
-    }
-    out
+    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), (ph.value)(p)));
+    let axes = p.axes.iter().map(|(n, v)| (n.to_string(), v.clone()));
+    (ours.into_iter().chain(axes)).fold(arg.to_string(), |out, (name, value)| {
+        out.replace(&format!("{{{name}}}"), &value)
+    })
 }
 
 /// The executable `name` on the PATH, where there is one.

@@ -69,19 +69,15 @@ pub struct Measured {
     /// from the first measured step's line to the last step line seen while the program ran,
     /// each as the tuner first saw it in the report. Needs two measured lines that arrived
     /// over time.
-    #[serde(default)]
     pub clock_samples_per_s: Option<f64>,
     /// The program's step times against the tuner's clock over the same steps, - 1: a program
     /// whose steps do not add up to its loop (a step time that leaves out the data wait, say)
     /// shows here.
-    #[serde(default)]
     pub clock_difference: Option<f64>,
     /// The GPU as the program reported it.
-    #[serde(default)]
     pub device: Option<DeviceRecord>,
     /// The share of the measured steps the GPU was working, as the program measured it: the
     /// median of its steps' figures, else its end line's.
-    #[serde(default)]
     pub gpu_busy: Option<f64>,
     /// Where the model's memory goes, as the program counted it (its last model line).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -236,20 +236,16 @@ pub struct Accumulation {
     pub advice: String,
 }
 
-fn lr_rule(adam_like: bool) -> &'static str {
-    if adam_like {
-        "square-root rule for Adam-type optimizers: lr x sqrt(new / old)"
-    } else {
-        "linear rule for SGD: lr x (new / old)"
-    }
-}
-
-fn lr_scale(new: usize, old: usize, adam_like: bool) -> f64 {
+/// The learning-rate factor for an effective batch going from `old` to `new`, and the rule
+/// that gives it: the square root of the ratio for Adam-type optimizers, the ratio for SGD.
+fn lr_rule(new: usize, old: usize, adam_like: bool) -> (f64, &'static str) {
     let ratio = new as f64 / old as f64;
-    if adam_like {
-        ratio.sqrt()
-    } else {
-        ratio
+    match adam_like {
+        true => (
+            ratio.sqrt(),
+            "square-root rule for Adam-type optimizers: lr x sqrt(new / old)",
+        ),
+        false => (ratio, "linear rule for SGD: lr x (new / old)"),
     }
 }
 
@@ -268,23 +264,22 @@ pub fn accumulation(target: usize, limit: usize, adam_like: bool) -> Accumulatio
     let steps = exact.unwrap_or(fewest);
     let batch = target.div_ceil(steps);
     let effective = steps * batch;
-    let scale = lr_scale(effective, target, adam_like);
+    let (scale, rule) = lr_rule(effective, target, adam_like);
     let mut advice = if effective == target {
         format!(
             "{steps} step(s) of {batch} keep the effective batch at {target}: keep the learning rate"
         )
     } else {
         format!(
-            "{steps} step(s) of {batch} give an effective batch of {effective}, not {target}: scale the learning rate by {scale:.4} ({})",
-            lr_rule(adam_like)
+            "{steps} step(s) of {batch} give an effective batch of {effective}, not {target}: scale the learning rate by {scale:.4} ({rule})"
         )
     };
     if steps == 1 && limit > target {
         advice.push_str(&format!(
             "; batches up to {limit} fit: running {limit} per step makes the effective batch {:.1}x larger, then scale the learning rate by {:.3} ({})",
             limit as f64 / target as f64,
-            lr_scale(limit, target, adam_like),
-            lr_rule(adam_like)
+            lr_rule(limit, target, adam_like).0,
+            rule
         ));
     }
     Accumulation {

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use common::report::Provenance;
 use common::{Error, Result};
+use profiling::target::sanitize;
 
 use crate::classify::Status;
 use crate::config::Settings;
@@ -203,10 +204,9 @@ impl Run {
             )));
         }
         let folder_error = |e: std::io::Error| Error::File {
-            path: o.trials_dir.as_ref().map_or_else(
-                || std::env::temp_dir().display().to_string(),
-                |d| d.display().to_string(),
-            ),
+            path: (o.trials_dir.clone().unwrap_or_else(std::env::temp_dir))
+                .display()
+                .to_string(),
             message: format!("cannot create the trials' folder: {e}"),
         };
         let (folder, temporary) = match &o.trials_dir {
@@ -292,17 +292,7 @@ impl Run {
         );
         for (name, value) in p.axes.iter() {
             // A value is the user's text (a path, say): only what is safe in a file name.
-            let value: String = value
-                .chars()
-                .take(40)
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || ".-".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
+            let value = sanitize(&value.chars().take(40).collect::<String>());
             folder.push_str(&format!("-{name}-{value}"));
         }
         runner.trial(p, index, group, &self.folder.join(folder))
@@ -638,10 +628,6 @@ impl ResultsFile {
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Append one result and flush it to the file.
     pub fn write(&mut self, r: &TrialResult) -> Result<()> {
         // The line and its newline in one write.
@@ -653,16 +639,6 @@ impl ResultsFile {
             .write_all(line.as_bytes())
             .and_then(|_| self.file.flush())
             .map_err(|e| file_error(&self.path, e))
-    }
-
-    /// Read a results file back: the results, and how many lines were not results (a line cut
-    /// short when the machine went down).
-    pub fn read(path: &Path) -> Result<(Vec<TrialResult>, usize)> {
-        let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e))?;
-        let lines = text.lines().filter(|l| !l.trim().is_empty());
-        let read: Vec<serde_json::Result<TrialResult>> = lines.map(serde_json::from_str).collect();
-        let bad = read.iter().filter(|r| r.is_err()).count();
-        Ok((read.into_iter().flatten().collect(), bad))
     }
 }
 
@@ -886,8 +862,12 @@ mod queue_tests {
             lines[0]
         );
         assert!(lines[7].ends_with("0 running, 0 left"), "{}", lines[7]);
-        let (back, bad) = ResultsFile::read(file.path()).unwrap();
-        assert_eq!((back.len(), bad), (8, 0));
+        let text = std::fs::read_to_string(dir.join("results.jsonl")).unwrap();
+        let back: Vec<TrialResult> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(back.len(), 8);
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -937,6 +917,15 @@ mod tests {
             None
         }
         fn device_used(&self) -> Option<u64> {
+            None
+        }
+        fn device_total(&self) -> Option<u64> {
+            None
+        }
+        fn utilization(&self) -> Option<u32> {
+            None
+        }
+        fn compute_capability(&self) -> Option<(u32, u32)> {
             None
         }
         fn device_name(&self) -> Option<String> {

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use common::exit::{no_gpu, usage};
 use common::files::{read_versioned, write_json_file};
+use common::process::Exit;
 use common::report::Provenance;
 
 use crate::analysis::PickRule;
@@ -38,7 +39,7 @@ use crate::classify::Status;
 use crate::config::Settings;
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
-use crate::program::{on_path, Params, Program};
+use crate::program::{on_path, quoted, Params, Program};
 use crate::run::{default_margin, DeviceSummary, Ran};
 use crate::trial::{larger_batch_after_oom, Limits, Runner, TrialResult};
 
@@ -109,11 +110,6 @@ fn absolute(p: &Path) -> PathBuf {
 /// `results/007.json`.
 pub fn result_path(dir: &Path, index: usize) -> PathBuf {
     dir.join("results").join(format!("{index:03}.json"))
-}
-
-/// `trials/007`.
-pub fn trial_folder(dir: &Path, index: usize) -> PathBuf {
-    dir.join("trials").join(format!("{index:03}"))
 }
 
 impl Plan {
@@ -211,27 +207,6 @@ impl Plan {
     }
 }
 
-/// The array task's trial: INDEX where given, else $SLURM_ARRAY_TASK_ID.
-fn task_index(index: Option<usize>, trials: usize) -> anyhow::Result<usize> {
-    let index = match index {
-        Some(i) => i,
-        None => {
-            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
-                usage("which trial? give INDEX, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID)")
-            })?;
-            id.trim()
-                .parse()
-                .map_err(|_| usage(format!("SLURM_ARRAY_TASK_ID '{id}' is not a trial number")))?
-        }
-    };
-    if index >= trials {
-        return Err(usage(format!(
-            "trial {index}: the plan has {trials} trials, numbered from 0"
-        )));
-    }
-    Ok(index)
-}
-
 /// The results written so far, by trial; a file cut short or from another tuner is left out
 /// (its trial shows as unfinished).
 pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
@@ -254,7 +229,24 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             dir.display()
         )));
     }
-    let index = task_index(index, plan.trials.len())?;
+    // INDEX where given, else $SLURM_ARRAY_TASK_ID.
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let id = std::env::var("SLURM_ARRAY_TASK_ID").map_err(|_| {
+                usage("which trial? give INDEX, or run inside a Slurm array task (SLURM_ARRAY_TASK_ID)")
+            })?;
+            id.trim()
+                .parse()
+                .map_err(|_| usage(format!("SLURM_ARRAY_TASK_ID '{id}' is not a trial number")))?
+        }
+    };
+    let trials = plan.trials.len();
+    if index >= trials {
+        return Err(usage(format!(
+            "trial {index}: the plan has {trials} trials, numbered from 0"
+        )));
+    }
     let params = &plan.trials[index];
     let program = Program::new(plan.command.clone()).map_err(usage)?;
     let mut group = visible_devices(None).map_err(no_gpu)?;
@@ -288,7 +280,8 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
                 },
                 env: &[],
             };
-            runner.trial(params, index, &group, &trial_folder(dir, index))
+            let folder = dir.join("trials").join(format!("{index:03}"));
+            runner.trial(params, index, &group, &folder)
         }
     };
     let saved = TaskResult {
@@ -369,14 +362,6 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     })
 }
 
-/// What the report says of a trial with no result yet.
-fn unfinished(index: usize, params: &Params, why: String) -> TrialResult {
-    TrialResult {
-        status: Status::Unfinished,
-        ..TrialResult::skipped(index, params.clone(), why)
-    }
-}
-
 /// The trials of the plan as a local sweep would have them: each one's result where it has
 /// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
 /// memory (the local rule, applied in the local order, so the report is the one a local sweep
@@ -396,7 +381,10 @@ pub fn trials_of(
                     Some(state) => format!("no result; Slurm state {state}"),
                     None => "no result yet".into(),
                 };
-                unfinished(i, p, why)
+                TrialResult {
+                    status: Status::Unfinished,
+                    ..TrialResult::skipped(i, p.clone(), why)
+                }
             }
         };
         trials.push(r);
@@ -531,10 +519,6 @@ pub struct Submit {
     pub no_submit: bool,
 }
 
-fn quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// The job's script: for a sweep, an array of one task per trial, each `tuner task DIR` on a
 /// GPU of its own; for a batch finder, one job on one GPU.
 pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Result<String> {
@@ -604,9 +588,9 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     plan.write(dir)?;
     let path = dir.join(SCRIPT);
     std::fs::write(&path, text).map_err(|e| usage(format!("{}: {e}", path.display())))?;
-    let what = match plan.autobatch {
-        Some(_) => "the batch finder".to_string(),
-        None => format!("{} trials", plan.trials.len()),
+    let (what, kind) = match plan.autobatch {
+        Some(_) => ("the batch finder".to_string(), "job"),
+        None => (format!("{} trials", plan.trials.len()), "array job"),
     };
     let Some(sbatch) = sbatch else {
         println!(
@@ -634,7 +618,10 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        return Err(refused(format!("{} ({said})", exit_text(out.status))));
+        return Err(refused(format!(
+            "{} ({said})",
+            Exit::of(out.status).describe()
+        )));
     }
     let job = Job {
         job_id: id,
@@ -644,10 +631,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
         submitted_at: now(),
     };
     write_json_file(&dir.join(JOB), &job, "the job's record")?;
-    let kind = match plan.autobatch {
-        Some(_) => "job",
-        None => "array job",
-    };
     eprintln!(
         "submitted Slurm {kind} {}: {what} from {}",
         job.job_id,
@@ -663,13 +646,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     }
     wait(&job, dir, plan);
     Ok(true)
-}
-
-fn exit_text(status: std::process::ExitStatus) -> String {
-    match status.code() {
-        Some(c) => format!("exit status {c}"),
-        None => "killed by a signal".into(),
-    }
 }
 
 /// Seconds between looks at the queue (PERF_LESSONS_SLURM_POLL_S, default 10).
@@ -700,37 +676,6 @@ fn in_queue(job: &Job) -> Option<Vec<String>> {
         .then(Vec::new)
 }
 
-/// Where a job is: how many of its tasks wait, run and are done, and how many results are in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Where {
-    pending: usize,
-    running: usize,
-    done: usize,
-    results: usize,
-}
-
-impl Where {
-    fn line(&self, job: &Job, plan: &Plan) -> String {
-        let Where {
-            pending,
-            running,
-            done,
-            results,
-        } = self;
-        match plan.autobatch {
-            Some(_) if *results > 0 => format!("job {}: the answer is in", job.job_id),
-            Some(_) if *pending > 0 => format!("job {}: pending", job.job_id),
-            Some(_) if *running > 0 => format!("job {}: running", job.job_id),
-            Some(_) => format!("job {}: done", job.job_id),
-            None => format!(
-                "job {}: {pending} pending, {running} running, {done} done; {results}/{} trials have results",
-                job.job_id,
-                plan.trials.len()
-            ),
-        }
-    }
-}
-
 /// Wait until squeue no longer lists the job, with its progress on stderr: redrawn in place on
 /// a terminal, a line per change otherwise.
 fn wait(job: &Job, dir: &Path, plan: &Plan) {
@@ -746,7 +691,7 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
         bar.enable_steady_tick(Duration::from_millis(250));
         bar
     });
-    let mut shown: Option<Where> = None;
+    let mut shown: Option<String> = None;
     let mut failures = 0;
     loop {
         let Some(queued) = in_queue(job) else {
@@ -764,22 +709,28 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
         };
         failures = 0;
         let pending = queued.iter().filter(|s| *s == "PENDING").count();
-        let now = Where {
-            pending,
-            running: queued.len() - pending,
-            done: tasks.saturating_sub(queued.len()),
-            results: match plan.autobatch {
-                Some(_) => usize::from(dir.join(ANSWER_TEXT).exists()),
-                None => read_results(dir, plan.trials.len()).len(),
-            },
+        let running = queued.len() - pending;
+        let done = tasks.saturating_sub(queued.len());
+        let id = &job.job_id;
+        // Where the job is: how many of its tasks wait, run and are done, and how many results
+        // are in.
+        let line = match plan.autobatch {
+            Some(_) if dir.join(ANSWER_TEXT).exists() => format!("job {id}: the answer is in"),
+            Some(_) if pending > 0 => format!("job {id}: pending"),
+            Some(_) if running > 0 => format!("job {id}: running"),
+            Some(_) => format!("job {id}: done"),
+            None => format!(
+                "job {id}: {pending} pending, {running} running, {done} done; {}/{} trials have results",
+                read_results(dir, plan.trials.len()).len(),
+                plan.trials.len()
+            ),
         };
-        if shown.as_ref() != Some(&now) {
-            let line = now.line(job, plan);
+        if shown.as_ref() != Some(&line) {
             match &bar {
-                Some(bar) => bar.set_message(line),
+                Some(bar) => bar.set_message(line.clone()),
                 None => eprintln!("{line}"),
             }
-            shown = Some(now);
+            shown = Some(line);
         }
         if queued.is_empty() {
             break;

@@ -13,7 +13,7 @@ use common::stats::Summary;
 use common::table::{cell, Table};
 use common::{Error, Result};
 
-use crate::analysis::{self, metric_text, Best, Diagnosis, Pick, PickRule};
+use crate::analysis::{self, metric_text, names_in, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
 use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
@@ -111,20 +111,6 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
     Ok(report)
 }
 
-/// Names in the order the trials first have them.
-fn names_in<'a>(
-    trials: &'a [TrialResult],
-    of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
-) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for name in trials.iter().flat_map(of) {
-        if !out.contains(&name) {
-            out.push(name);
-        }
-    }
-    out
-}
-
 /// One row per trial (columns no trial has are left out); figures only of a trial that ended OK.
 /// A column per axis of the user's and per metric the program reported; with `pick` (the rule
 /// and the margin), an OK trial the rule cannot pick says why in its status.
@@ -165,7 +151,7 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         let mut status: String = match (r.status, m.source) {
             (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
             (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
-            (s, _) => format!("{s:?}").to_uppercase(),
+            (s, _) => s.name(),
         };
         if let Some(why) = pick
             .filter(|_| ok)

@@ -135,7 +135,7 @@ pub struct TrialResult {
     pub cpus: Option<Vec<usize>>,
     /// Processes of the group, one per GPU (1: a program on one GPU). Its figures are rank
     /// 0's, per GPU; its memory the rank's that held the most.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
+    #[serde(default = "crate::config::one", skip_serializing_if = "is_one")]
     pub ranks: usize,
     /// Its settings, `on` resolved to the precision its GPU has.
     pub params: Params,
@@ -163,10 +163,6 @@ pub struct TrialResult {
     /// Where its report, stdout and stderr are kept.
     #[serde(serialize_with = "common::files::serialize_recorded")]
     pub folder: Option<PathBuf>,
-}
-
-fn one() -> usize {
-    1
 }
 
 fn is_one(n: &usize) -> bool {
@@ -246,11 +242,8 @@ impl TrialResult {
                     .as_ref()
                     .map_or("out of memory", |m| m.stack.as_str())
             ),
-            Status::Incomplete => format!("INCOMPLETE: {}", self.reason),
-            Status::Hang => format!("HANG: {}", self.reason),
-            Status::Failed => format!("FAILED: {}", self.reason),
-            Status::Skipped => format!("SKIPPED: {}", self.reason),
-            Status::Unfinished => format!("UNFINISHED: {}", self.reason),
+            // INCOMPLETE, HANG, FAILED, SKIPPED, UNFINISHED: why.
+            s => format!("{}: {}", s.name(), self.reason),
         }
     }
 }
@@ -315,7 +308,8 @@ impl Tail {
 /// What is watched while a trial runs.
 struct Watcher {
     report: Tail,
-    outputs: [Tail; 2],
+    stderr: Tail,
+    stdout: Tail,
     start: Instant,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
@@ -336,18 +330,15 @@ impl Watcher {
     /// Look again; true once the trial can stop.
     fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
         let now = self.start.elapsed().as_secs_f64();
-        for out in &mut self.outputs {
-            let read = out.offset;
+        let read = |w: &Watcher| w.report.offset + w.stderr.offset + w.stdout.offset;
+        let before = read(self);
+        for out in [&mut self.stderr, &mut self.stdout] {
             if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
                 self.oom_seen = true;
             }
-            if out.offset > read {
-                self.last_written = now;
-            }
         }
-        let read = self.report.offset;
         let lines = self.report.new_lines();
-        if self.report.offset > read {
+        if read(self) > before {
             self.last_written = now;
         }
         for line in lines {
@@ -421,13 +412,6 @@ pub fn trial_environment(
     env
 }
 
-/// A port on this host no one listens on, for a group's rendezvous: the kernel's pick.
-fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 /// What every trial of a run shares.
 pub struct Runner<'a> {
     pub program: &'a Program,
@@ -439,9 +423,6 @@ pub struct Runner<'a> {
 
 /// One process of a trial's group, as it is watched.
 struct Rank {
-    report: PathBuf,
-    stdout: PathBuf,
-    stderr: PathBuf,
     running: Running,
     exit: Option<Exit>,
     watcher: Watcher,
@@ -602,25 +583,34 @@ impl Runner<'_> {
             r.reason = why;
             r
         };
-        let folder = match std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize()) {
-            Ok(f) => f,
-            Err(e) => {
-                return failed(
-                    result,
-                    format!("cannot create the trial's folder {}: {e}", folder.display()),
-                )
-            }
+        let setup = || -> Result<(PathBuf, u16), String> {
+            let made = std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize());
+            let folder = made.map_err(|e| {
+                format!("cannot create the trial's folder {}: {e}", folder.display())
+            })?;
+            let port = match group.len() {
+                1 => 0,
+                // A port on this host no one listens on, for the rendezvous: the kernel's pick.
+                _ => (std::net::TcpListener::bind("127.0.0.1:0"))
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| format!("no free port for the ranks: {e}"))?
+                    .port(),
+            };
+            Ok((folder, port))
         };
-        let port = match group.len() {
-            1 => 0,
-            _ => match free_port() {
-                Ok(p) => p,
-                Err(e) => return failed(result, format!("no free port for the ranks: {e}")),
-            },
+        let (folder, port) = match setup() {
+            Ok(s) => s,
+            Err(why) => return failed(result, why),
         };
         let stop = self.limits.stop;
         let start = Instant::now();
-        let mut ranks: Vec<Rank> = Vec::with_capacity(group.len());
+        let mut g = Group {
+            ranks: Vec::with_capacity(group.len()),
+            ended_by: None,
+            deadline: start + self.limits.time_limit,
+            stall_limit: self.limits.stall_limit,
+            silence: None,
+        };
         for (r, d) in group.iter().enumerate() {
             // One rank's files keep the names of a trial of one process.
             let name = |stem: &str, ext: &str| match group.len() {
@@ -648,14 +638,7 @@ impl Runner<'_> {
             let running = match self.launcher.start(&spawn) {
                 Ok(r) => r,
                 Err(e) => {
-                    let mut started = Group {
-                        ranks,
-                        ended_by: None,
-                        deadline: start,
-                        stall_limit: self.limits.stall_limit,
-                        silence: None,
-                    };
-                    started.end();
+                    g.end();
                     return failed(
                         result,
                         format!("could not start '{}': {e}", Program::display(&argv[..1])),
@@ -666,7 +649,8 @@ impl Runner<'_> {
                 .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start));
             let watcher = Watcher {
                 report: Tail::new(&report),
-                outputs: [Tail::new(&stderr), Tail::new(&stdout)],
+                stderr: Tail::new(&stderr),
+                stdout: Tail::new(&stdout),
                 start,
                 arrivals: Vec::new(),
                 last_written: 0.0,
@@ -677,23 +661,14 @@ impl Runner<'_> {
                 oom_seen: false,
                 steady_at: None,
             };
-            ranks.push(Rank {
-                report,
-                stdout,
-                stderr,
+            g.ranks.push(Rank {
                 running,
                 exit: None,
                 watcher,
                 sampler,
             });
         }
-        let group_state = std::cell::RefCell::new(Group {
-            ranks,
-            ended_by: None,
-            deadline: start + self.limits.time_limit,
-            stall_limit: self.limits.stall_limit,
-            silence: None,
-        });
+        let group_state = std::cell::RefCell::new(g);
         let leader = group_state.borrow().ranks[0].running.pgid();
         let finished = watch(
             leader,
@@ -734,15 +709,15 @@ impl Runner<'_> {
         let files: Vec<ReportFile> = g
             .ranks
             .iter()
-            .map(|r| ReportFile::read(&r.report))
+            .map(|r| ReportFile::read(&r.watcher.report.path))
             .collect();
         result.reached_steps = files.iter().all(|f| f.steps.len() >= params.total_steps());
         let lead = &g.ranks[0].watcher;
         result.steady_at = g.ranks.iter().map(|r| r.watcher.steady_at).max().flatten();
         result.step_peaks = lead.peaks.clone();
         // The whole process's wall time stands in only for a program that finished by itself.
-        let told_samples = (params.samples_per_step() * params.total_steps()) as u64;
-        let wall = (exit == Exit::Code(0)).then_some((told_samples, result.wall_s));
+        let told_samples = (params.batch_size * params.accumulation.max(1)) * params.total_steps();
+        let wall = (exit == Exit::Code(0)).then_some((told_samples as u64, result.wall_s));
         result.measured =
             Measured::from_report(&files[0], params.warmup_steps, wall, &lead.arrivals);
         let peaks = files
@@ -763,8 +738,8 @@ impl Runner<'_> {
                 };
                 classify(
                     own,
-                    &read_tail(&rank.stderr, 256 * 1024),
-                    &read_tail(&rank.stdout, 64 * 1024),
+                    &read_tail(&rank.watcher.stderr.path, 256 * 1024),
+                    &read_tail(&rank.watcher.stdout.path, 64 * 1024),
                     (file.steps.len(), params.total_steps()),
                 )
             })
@@ -796,7 +771,7 @@ impl Runner<'_> {
             n => format!("rank {speaker} of {n}: {reason}"),
         };
         if result.status != Status::Ok {
-            result.stderr_tail = tail_lines(&g.ranks[speaker].stderr, TAIL_LINES);
+            result.stderr_tail = tail_lines(&g.ranks[speaker].watcher.stderr.path, TAIL_LINES);
         }
         result
     }

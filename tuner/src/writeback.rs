@@ -116,7 +116,7 @@ impl Format {
             let tree = self.tree(text)?;
             if let Some(e) = edits
                 .iter()
-                .find(|e| e.absent == Absent::Refuse && !e.key.is_in(&tree))
+                .find(|e| e.absent == Absent::Refuse && e.key.get(&tree).is_none())
             {
                 return Err(not_there(e.key, &tree));
             }

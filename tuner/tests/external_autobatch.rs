@@ -5,13 +5,11 @@
 
 mod fake;
 
-use fake::{argv, Scratch};
+use fake::{run_options, Scratch};
 use tuner::autobatch::{autobatch, render, AutobatchReport, Options};
 use tuner::classify::Status;
 use tuner::config::Overrides;
-use tuner::gpu::Device;
 use tuner::granularity::Granularity;
-use tuner::program::Program;
 use tuner::run::{Run, RunOptions};
 
 fn options(granularity: Granularity) -> Options {
@@ -46,22 +44,13 @@ fn find_on(
     (time_limit_s, stall_limit_s): (f64, f64),
     ranks: usize,
 ) -> common::Result<AutobatchReport> {
-    let run = Run::new(
-        RunOptions {
-            program: Program::new(argv(vars)).unwrap(),
-            devices: (0..ranks)
-                .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
-                .collect(),
-            time_limit_s,
-            stall_limit_s,
-            trials_dir: Some(dir.path("trials")),
-            json: Some(dir.path("autobatch.json")),
-            progress: false,
-            fork: true,
-            ranks,
-        },
-        "autobatch",
-    )?;
+    let options = RunOptions {
+        time_limit_s,
+        stall_limit_s,
+        ranks,
+        ..run_options(dir, vars, ranks)
+    };
+    let run = Run::new(options, "autobatch")?;
     let settings = Overrides {
         workers: Some(vec![0]),
         ..Overrides::default()

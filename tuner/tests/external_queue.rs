@@ -7,7 +7,7 @@ mod fake;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fake::{log_entries, params, program, trial, trial_of, Scratch};
+use fake::{log_entries, params, program, results_in, run_options, trial, trial_of, Scratch};
 use tuner::classify::Status;
 use tuner::gpu::Device;
 use tuner::program::Params;
@@ -53,7 +53,7 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
         .collect();
     let limits = Limits::new(Duration::from_secs(60));
     let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
-    let results_path = results.path().to_path_buf();
+    let results_path = dir.path("results.jsonl");
     let mut seen = Vec::new();
     let done = run_queue(
         &jobs,
@@ -63,7 +63,7 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
         &mut results,
         |pr: &Progress| {
             // Written as it comes: the file already holds every finished trial.
-            let (written, bad) = ResultsFile::read(&results_path).unwrap();
+            let (written, bad) = results_in(&results_path);
             assert_eq!((written.len(), bad), (pr.done, 0));
             assert_eq!(pr.done + pr.running + pr.left, pr.total);
             seen.push(pr.line());
@@ -119,7 +119,7 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
         "no two trials ran at the same time: {by_device:?}"
     );
 
-    let (back, bad) = ResultsFile::read(&dir.path("results.jsonl")).unwrap();
+    let (back, bad) = results_in(&dir.path("results.jsonl"));
     assert_eq!(bad, 0);
     let mut indices: Vec<usize> = back.iter().map(|r| r.index).collect();
     indices.sort_unstable();
@@ -196,13 +196,7 @@ fn a_sweep_skips_larger_batches_of_a_setting_that_ran_out_of_memory() {
         [Status::Ok, Status::Ok, Status::Oom, Status::Skipped]
     );
     assert!(done[3].reason.contains("batch 32"), "{}", done[3].reason);
-    assert_eq!(
-        ResultsFile::read(&dir.path("results.jsonl"))
-            .unwrap()
-            .0
-            .len(),
-        4
-    );
+    assert_eq!(results_in(&dir.path("results.jsonl")).0.len(), 4);
 }
 
 /// What a search that asks about several sizes at a time runs them with: `Run::several`, one
@@ -214,23 +208,14 @@ fn several_trials_at_once_take_one_group_of_gpus_each() {
     for (gpus, ranks) in [(2, 1), (4, 2)] {
         let dir = Scratch::new("several");
         let log = dir.str("log.jsonl");
-        let run = Run::new(
-            RunOptions {
-                program: program(&[("FAKE_LOG", &log), ("FAKE_STEP_S", "0.3")]),
-                devices: (0..gpus)
-                    .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
-                    .collect(),
-                time_limit_s: 60.0,
-                stall_limit_s: 60.0,
-                trials_dir: Some(dir.path("trials")),
-                json: None,
-                progress: false,
-                fork: false,
-                ranks,
-            },
-            "autobatch",
-        )
-        .unwrap();
+        let vars = [("FAKE_LOG", log.as_str()), ("FAKE_STEP_S", "0.3")];
+        let options = RunOptions {
+            json: None,
+            fork: false,
+            ranks,
+            ..run_options(&dir, &vars, gpus)
+        };
+        let run = Run::new(options, "autobatch").unwrap();
         let mut results = ResultsFile::create(&dir.path("results.jsonl")).unwrap();
         let jobs = [params(8), params(16)];
         let done = run.several(&jobs, 5, Stop::AtExit, &mut results).unwrap();

@@ -117,10 +117,10 @@ fn on_reaches_the_program_as_the_precision_its_gpu_has() {
         (Precision::Off, Some((9, 0)), "off", false),
     ];
     for (i, &(asked, capability, expected, from_on)) in cases.iter().enumerate() {
-        let mut device = Device::stand_in("GPU 0", "0");
-        if let Some((major, minor)) = capability {
-            device = device.with_capability(major, minor);
-        }
+        let device = Device {
+            capability,
+            ..Device::stand_in("GPU 0", "0")
+        };
         let p = Params {
             amp: asked,
             ..params(8)

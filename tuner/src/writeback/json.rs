@@ -6,13 +6,9 @@ use serde_json::{Map, Value};
 
 use super::keys::{Edit, Edited};
 
-fn parse(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
-}
-
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
-    parse(text)
+    serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -91,7 +87,7 @@ fn indentation(text: &str) -> Option<String> {
 }
 
 pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
-    let mut root = parse(text)?;
+    let mut root = tree(text)?;
     let mut written = Vec::new();
     for e in edits {
         if set(&mut root, e)? {

@@ -39,22 +39,14 @@ impl KeyPath {
         self.0[..n].join(".")
     }
 
-    /// Whether the file holds this key path, as the framework reads it (`tree`: the file as
+    /// What the file holds at this key path, as the framework reads it (`tree`: the file as
     /// plain values, merge keys resolved; a number in the path indexes a list).
-    pub fn is_in(&self, tree: &Value) -> bool {
-        let mut node = tree;
-        for seg in &self.0 {
-            let next = match node {
-                Value::Object(o) => o.get(seg),
-                Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
-                _ => None,
-            };
-            match next {
-                Some(n) => node = n,
-                None => return false,
-            }
-        }
-        true
+    pub fn get<'a>(&self, tree: &'a Value) -> Option<&'a Value> {
+        self.0.iter().try_fold(tree, |node, seg| match node {
+            Value::Object(o) => o.get(seg),
+            Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
+            _ => None,
+        })
     }
 }
 
@@ -175,18 +167,19 @@ mod tests {
             "data": {"loader": {"batch_size": 64, "workers": 8}, "root": "/data"},
             "trainer": {"callbacks": [{"patience": 3}, {}], "devices": []},
         });
-        assert!(KeyPath::parse("data.loader.batch_size")
-            .unwrap()
-            .is_in(&tree));
-        assert!(KeyPath::parse("trainer.callbacks.0.patience")
-            .unwrap()
-            .is_in(&tree));
-        assert!(KeyPath::parse("trainer.callbacks.1").unwrap().is_in(&tree));
-        assert!(!KeyPath::parse("trainer.callbacks.2").unwrap().is_in(&tree));
-        assert!(!KeyPath::parse("trainer.callbacks.x").unwrap().is_in(&tree));
-        assert!(!KeyPath::parse("data.loader.batch_size.x")
-            .unwrap()
-            .is_in(&tree));
+        let has = |k: &str| KeyPath::parse(k).unwrap().get(&tree).is_some();
+        assert!(has("data.loader.batch_size"));
+        assert!(has("trainer.callbacks.0.patience"));
+        assert!(has("trainer.callbacks.1"));
+        assert!(!has("trainer.callbacks.2"));
+        assert!(!has("trainer.callbacks.x"));
+        assert!(!has("data.loader.batch_size.x"));
+        assert_eq!(
+            KeyPath::parse("trainer.callbacks.0.patience")
+                .unwrap()
+                .get(&tree),
+            Some(&serde_json::json!(3))
+        );
         assert_eq!(
             key_paths(&tree),
             [

@@ -41,15 +41,6 @@ pub fn set_keeping_comments(table: &mut dyn TableLike, key: &str, v: i64) {
     }
 }
 
-/// What `item` is, for a message about a key path that cannot go through it.
-fn kind(item: &Item) -> &'static str {
-    match item {
-        Item::ArrayOfTables(_) => "a list of tables",
-        Item::Value(toml_edit::Value::Array(_)) => "a list",
-        _ => "a scalar",
-    }
-}
-
 /// Where a key path is on its way: a table (or inline table), an array, an array of tables.
 enum Node<'a> {
     Table(&'a mut dyn TableLike),
@@ -58,29 +49,21 @@ enum Node<'a> {
 }
 
 impl<'a> Node<'a> {
-    fn of_item(item: &'a mut Item) -> Option<Node<'a>> {
+    /// The node `item` is, or what it is instead (a scalar), for the message.
+    fn of_item(item: &'a mut Item) -> Result<Node<'a>, &'static str> {
         match item {
-            Item::ArrayOfTables(t) => Some(Node::Tables(t)),
-            Item::Value(toml_edit::Value::Array(a)) => Some(Node::Array(a)),
-            other => other.as_table_like_mut().map(Node::Table),
+            Item::ArrayOfTables(t) => Ok(Node::Tables(t)),
+            Item::Value(value) => Node::of_value(value),
+            other => other.as_table_like_mut().map(Node::Table).ok_or("a scalar"),
         }
     }
 
-    fn of_value(value: &'a mut toml_edit::Value) -> Option<Node<'a>> {
+    fn of_value(value: &'a mut toml_edit::Value) -> Result<Node<'a>, &'static str> {
         match value {
-            toml_edit::Value::Array(a) => Some(Node::Array(a)),
-            toml_edit::Value::InlineTable(t) => Some(Node::Table(t)),
-            _ => None,
+            toml_edit::Value::Array(a) => Ok(Node::Array(a)),
+            toml_edit::Value::InlineTable(t) => Ok(Node::Table(t)),
+            _ => Err("a scalar"),
         }
-    }
-}
-
-/// What a value is, for a message about a key path that cannot go through it.
-fn value_kind(value: &toml_edit::Value) -> &'static str {
-    match value {
-        toml_edit::Value::Array(_) => "a list",
-        toml_edit::Value::InlineTable(_) => "a table",
-        _ => "a scalar",
     }
 }
 
@@ -99,6 +82,8 @@ fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
     };
     for (i, seg) in parents.iter().enumerate() {
         let here = e.key.prefix(i + 1);
+        let through =
+            |what| format!("'{here}' is {what}; a key path goes through tables and lists only");
         let index = seg.parse::<usize>().ok();
         node = match node {
             Node::Table(table) => {
@@ -111,11 +96,8 @@ fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
                     t.set_implicit(i + 1 < parents.len());
                     table.insert(seg, Item::Table(t));
                 }
-                let item = table.get_mut(seg).expect("present or just added");
-                let what = kind(item);
-                Node::of_item(item).ok_or_else(|| {
-                    format!("'{here}' is {what}; a key path goes through tables and lists only")
-                })?
+                Node::of_item(table.get_mut(seg).expect("present or just added"))
+                    .map_err(through)?
             }
             Node::Tables(tables) => {
                 let len = tables.len();
@@ -128,14 +110,7 @@ fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
             Node::Array(array) => {
                 let len = array.len();
                 match index.and_then(|k| array.get_mut(k)) {
-                    Some(value) => {
-                        let what = value_kind(value);
-                        Node::of_value(value).ok_or_else(|| {
-                            format!(
-                                "'{here}' is {what}; a key path goes through tables and lists only"
-                            )
-                        })?
-                    }
+                    Some(value) => Node::of_value(value).map_err(through)?,
                     None if e.only_if_present() => return Ok(false),
                     None => return Err(out_of_range(i, len)),
                 }
@@ -173,12 +148,13 @@ fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
                 };
             };
             let old = array.get_mut(k).expect("in range");
-            if let toml_edit::Value::Array(_) | toml_edit::Value::InlineTable(_) = old {
-                return Err(format!(
-                    "'{}' holds {}, not a number",
-                    e.key,
-                    value_kind(old)
-                ));
+            let held = match old {
+                toml_edit::Value::Array(_) => Some("a list"),
+                toml_edit::Value::InlineTable(_) => Some("a table"),
+                _ => None,
+            };
+            if let Some(held) = held {
+                return Err(format!("'{}' holds {held}, not a number", e.key));
             }
             let decor = old.decor().clone();
             *old = toml_edit::Value::from(v);

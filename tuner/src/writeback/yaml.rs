@@ -98,11 +98,6 @@ fn root(doc: &Document) -> Result<Option<Mapping>, String> {
     Ok(None)
 }
 
-/// The key's text, for a key that is a plain value.
-fn key_text(key: &YamlNode) -> Option<String> {
-    key.as_scalar().map(|s| s.as_string())
-}
-
 /// The value of `seg` in `node` as PyYAML reads it (a mapping's own key, else one its merge
 /// keys bring; an index into a list), and whether it is the mapping's own.
 fn child(
@@ -141,8 +136,9 @@ pub fn tree(text: &str) -> Result<Value, String> {
                     .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?;
                 let mut out = Map::new();
                 for (k, v) in merged.iter() {
-                    if let Some(k) = key_text(&k) {
-                        out.insert(k, plain(&v, registry, depth + 1)?);
+                    // A key that is a plain value, by its text.
+                    if let Some(k) = k.as_scalar() {
+                        out.insert(k.as_string(), plain(&v, registry, depth + 1)?);
                     }
                 }
                 Value::Object(out)
@@ -241,20 +237,6 @@ fn set(doc: &Document, key: &KeyPath, value: usize, only_if_present: bool) -> Re
     Ok(false)
 }
 
-/// The whole number `key` holds in `text`, as PyYAML reads it, where it holds one.
-fn read(text: &str, key: &KeyPath) -> Result<Option<i64>, String> {
-    let (_, doc) = parse(text)?;
-    let registry = AnchorRegistry::from_document(&doc);
-    let mut node = doc.as_mapping().map(YamlNode::Mapping);
-    for seg in key.segments() {
-        node = match node {
-            Some(n) => child(&n, seg, &registry)?.map(|(c, _)| c),
-            None => None,
-        };
-    }
-    Ok(node.and_then(|n| n.to_i64()))
-}
-
 pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     let mut text = text.to_string();
     let mut written = Vec::new();
@@ -264,10 +246,10 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
             continue;
         }
         let edited = file.to_string();
-        let back = read(&edited, e.key).map_err(|err| {
+        let back = tree(&edited).map_err(|err| {
             format!("the edited file would not read back ({err}); left as it was")
         })?;
-        if back != i64::try_from(e.value).ok() {
+        if e.key.get(&back) != Some(&Value::String(e.value.to_string())) {
             return Err(format!(
                 "'{}' would not read back as {} after the edit; left as it was",
                 e.key, e.value
@@ -285,6 +267,11 @@ mod tests {
 
     fn key(s: &str) -> KeyPath {
         KeyPath::parse(s).unwrap()
+    }
+
+    /// The whole number `key` holds in `text`, as PyYAML reads it, where it holds one.
+    fn read(text: &str, key: &KeyPath) -> Result<Option<i64>, String> {
+        Ok(key.get(&tree(text)?).and_then(|v| v.as_str()?.parse().ok()))
     }
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
@@ -535,7 +522,7 @@ eval:
         let t = tree(merged).unwrap();
         assert_eq!(t["train"]["batch_size"], "32");
         assert_eq!(t["eval"]["optim"]["lr"], "0.1");
-        assert!(key("train.batch_size").is_in(&t));
+        assert!(key("train.batch_size").get(&t).is_some());
         let out = set(merged, &[("train.batch_size", 96)]).unwrap();
         assert_eq!(
             out,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tuner::gpu::Device;
 use tuner::launch::Launcher;
 use tuner::program::{Params, Precision, Program};
+use tuner::run::RunOptions;
 use tuner::trial::{Limits, Runner, TrialResult};
 
 pub fn script() -> String {
@@ -98,6 +99,29 @@ pub fn group_trial(
     .trial(params, index, group, folder)
 }
 
+/// `gpus` stand-in GPUs, `GPU 0` on `0` and so on.
+pub fn stand_ins(gpus: usize) -> Vec<Device> {
+    (0..gpus)
+        .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
+        .collect()
+}
+
+/// A run of the fake with `vars` on `gpus` stand-in GPUs, trials of one process each forked
+/// from a Python parent, their files in `dir`, a minute's time and stall limits, no progress.
+pub fn run_options(dir: &Scratch, vars: &[(&str, &str)], gpus: usize) -> RunOptions {
+    RunOptions {
+        program: program(vars),
+        devices: stand_ins(gpus),
+        time_limit_s: 60.0,
+        stall_limit_s: 60.0,
+        trials_dir: Some(dir.path("trials")),
+        json: Some(dir.path("autobatch.json")),
+        progress: false,
+        fork: true,
+        ranks: 1,
+    }
+}
+
 /// A fresh folder, removed when dropped.
 pub struct Scratch(pub PathBuf);
 
@@ -127,6 +151,16 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A results file read back: the results, and how many lines were not results (a line cut
+/// short when the machine went down).
+pub fn results_in(path: &Path) -> (Vec<TrialResult>, usize) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines = text.lines().filter(|l| !l.trim().is_empty());
+    let read: Vec<serde_json::Result<TrialResult>> = lines.map(serde_json::from_str).collect();
+    let bad = read.iter().filter(|r| r.is_err()).count();
+    (read.into_iter().flatten().collect(), bad)
 }
 
 /// The JSON lines the fake appended to its FAKE_LOG.

@@ -13,10 +13,14 @@
 //! ceil(log2(M/G)) + 2.
 //!
 //! A trial that reports its peak memory and the memory it could have ([Probe]) lets the search
-//! aim instead. One peak gives a line through it and the model's own memory (parameters,
-//! gradients, optimizer state: a part of the fixed memory, so the line aims low), or without
-//! that, a line proportional to the batch (lower still). Two peaks or more give the straight
-//! line through the two largest ([Line]). The line's largest batch within the limit is the
+//! aim instead. One peak gives, on one GPU, a line proportional to the batch, which aims low
+//! (every byte of the peak counted as growing with it); for a round of several, a line through
+//! it and the model's own memory (parameters, gradients, optimizer state), which aims closer
+//! where all of that is held beside the activations and above the answer where it is not (a
+//! program that frees its gradients between steps holds them only in backward). On one GPU a
+//! high aim costs a trial that runs out of memory and gives no second peak; a round of several
+//! also tries sizes below its centre. Two peaks or more give the straight line through the two
+//! largest ([Line]). The line's largest batch within the limit is the
 //! centre; a round tries the centre and the size above it (right when the line is; one GPU the
 //! size above first where a line of two points puts the centre more than a size above the
 //! largest fit, so that, failing, it leaves the centre the largest size open), then sizes
@@ -234,7 +238,7 @@ impl Search {
             // (a line from further below aims wide, and a centre that fits short of the answer
             // would be confirmed in vain).
             let mut likely_centre = false;
-            let aimed = match self.aim(k_lo, k_bad) {
+            let aimed = match self.aim(k_lo, k_bad, k) {
                 Some((c, line)) => {
                     likely_centre = line.is_some() && (k > 1 || c == k_lo + 1);
                     self.around(c, line, k_lo, k_bad, k)
@@ -349,8 +353,8 @@ impl Search {
         } else {
             self.hi = Some(self.hi.map_or(batch, |h| h.min(batch)));
             match aimed {
-                // A line through one peak aims low (it counts all of that peak, or all but the
-                // model, as growing with the batch): a size it put within the limit that fails
+                // A line through one peak aims low on one GPU (it counts all of that peak as
+                // growing with the batch): a size it put within the limit that fails
                 // says the limit is not the program's, or its memory not a line.
                 Some(a) if a.side == Side::Under && a.line.is_none() => self.blind = true,
                 Some(a) if a.side == Side::Under => self.under_misses += 1,
@@ -359,11 +363,11 @@ impl Search {
         }
     }
 
-    /// The line the peaks give: through the two largest, or through the one there is and the
-    /// model's own memory, or proportional to it.
-    fn line(&self) -> Option<Line> {
+    /// The line the peaks give for a round of `k` sizes: through the two largest, or through
+    /// the one there is and the model's own memory (a round of several), or proportional to it.
+    fn line(&self, k: usize) -> Option<Line> {
         match (self.points.as_slice(), self.model) {
-            (&[(b, peak)], Some(model)) if model < peak => Some(Line {
+            (&[(b, peak)], Some(model)) if k > 1 && model < peak => Some(Line {
                 fixed_bytes: model as f64,
                 bytes_per_sample: (peak - model) as f64 / b as f64,
             }),
@@ -373,11 +377,11 @@ impl Search {
 
     /// The centre (the index of the largest size the line puts within the limit, inside the
     /// bracket) and the line where it has two points or more; None where the search is blind.
-    fn aim(&mut self, k_lo: usize, k_bad: usize) -> Option<(usize, Option<Line>)> {
+    fn aim(&mut self, k_lo: usize, k_bad: usize, k: usize) -> Option<(usize, Option<Line>)> {
         if self.blind {
             return None;
         }
-        let line = self.line()?;
+        let line = self.line(k)?;
         let b = line.batch_within(self.limit? as f64);
         if b == 0 {
             return None;

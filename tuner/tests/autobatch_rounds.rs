@@ -8,33 +8,15 @@ mod fake;
 
 use std::collections::BTreeSet;
 
-use fake::{argv, Scratch};
+use fake::Scratch;
 use tuner::autobatch::{autobatch, AutobatchReport, Confirmation, Options};
 use tuner::config::Overrides;
-use tuner::gpu::Device;
 use tuner::granularity::Granularity;
-use tuner::program::Program;
-use tuner::run::{Run, RunOptions};
+use tuner::run::Run;
 use tuner::trial::TrialResult;
 
 fn find(dir: &Scratch, gpus: usize, vars: &[(&str, &str)]) -> AutobatchReport {
-    let run = Run::new(
-        RunOptions {
-            program: Program::new(argv(vars)).unwrap(),
-            devices: (0..gpus)
-                .map(|i| Device::stand_in(&format!("GPU {i}"), &i.to_string()))
-                .collect(),
-            time_limit_s: 60.0,
-            stall_limit_s: 60.0,
-            trials_dir: Some(dir.path("trials")),
-            json: Some(dir.path("autobatch.json")),
-            progress: false,
-            fork: true,
-            ranks: 1,
-        },
-        "autobatch",
-    )
-    .unwrap();
+    let run = Run::new(fake::run_options(dir, vars, gpus), "autobatch").unwrap();
     let settings = Overrides {
         workers: Some(vec![0]),
         ..Overrides::default()

@@ -791,9 +791,9 @@ fn reported_memory_cuts_the_finder_s_trials() {
     let (plain, _) = autobatch("plain", &[], &[("FAKE_OOM_ABOVE", "1960")]);
     assert_eq!(confirmed(&guided), (1960, 1968));
     assert_eq!(confirmed(&plain), (1960, 1968));
-    // Start, the line through its peak and the model's own memory (all of the fixed part
-    // here), the size above it: 3 trials where doubling and bisecting take 16.
-    assert_eq!(trial_count(&guided), 3, "{}", guided["found"]["trials"]);
+    // Start, a jump proportional to its peak (below the answer), the line through the two
+    // peaks and the size above it: 4 trials where doubling and bisecting take 16.
+    assert_eq!(trial_count(&guided), 4, "{}", guided["found"]["trials"]);
     assert_eq!(trial_count(&plain), 16, "{}", plain["found"]["trials"]);
     assert!(
         o.stdout

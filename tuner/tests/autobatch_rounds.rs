@@ -9,7 +9,7 @@ mod fake;
 use std::collections::BTreeSet;
 
 use fake::Scratch;
-use tuner::autobatch::{autobatch, AutobatchReport, Confirmation, Options};
+use tuner::autobatch::{autobatch, AutobatchReport, Confirmation};
 use tuner::config::Overrides;
 use tuner::granularity::Granularity;
 use tuner::run::Run;
@@ -23,18 +23,12 @@ fn find(dir: &Scratch, gpus: usize, vars: &[(&str, &str)]) -> AutobatchReport {
     }
     .resolve()
     .unwrap();
-    let o = Options {
-        start: 8,
-        granularity: Granularity::Multiple(8),
-        margin: None,
-        confirm_steps: 20,
-        effective_batch: None,
-        write: None,
-        keys: tuner::writeback::Keys::tuner_config(),
-        team: None,
-        model_name: None,
-    };
-    autobatch(&run, settings, &o).unwrap()
+    autobatch(
+        &run,
+        settings,
+        &fake::finder_options(Granularity::Multiple(8)),
+    )
+    .unwrap()
 }
 
 /// Every trial, the search's and the confirmations', in the order they ran.

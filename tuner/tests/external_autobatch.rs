@@ -5,26 +5,12 @@
 
 mod fake;
 
-use fake::{run_options, Scratch};
+use fake::{finder_options, run_options, Scratch};
 use tuner::autobatch::{autobatch, render, AutobatchReport, Options};
 use tuner::classify::Status;
 use tuner::config::Overrides;
 use tuner::granularity::Granularity;
 use tuner::run::{Run, RunOptions};
-
-fn options(granularity: Granularity) -> Options {
-    Options {
-        start: 8,
-        granularity,
-        margin: None,
-        confirm_steps: 20,
-        effective_batch: None,
-        write: None,
-        keys: tuner::writeback::Keys::tuner_config(),
-        team: None,
-        model_name: None,
-    }
-}
 
 fn find(
     dir: &Scratch,
@@ -66,7 +52,14 @@ fn a_data_parallel_answer_is_the_batch_every_rank_holds_confirmed_by_the_group()
     // Rank 0 holds 100 a GPU, rank 1 only 72: the group's answer is 72, per GPU.
     let vars = [("FAKE_OOM_ABOVE", "100,72")];
     let limits = (60.0, 60.0);
-    let r = find_on(&dir, &vars, &options(Granularity::Multiple(8)), limits, 2).unwrap();
+    let r = find_on(
+        &dir,
+        &vars,
+        &finder_options(Granularity::Multiple(8)),
+        limits,
+        2,
+    )
+    .unwrap();
     assert_eq!((r.maximum, r.next_failing), (72, Some(80)));
     for t in r
         .search
@@ -91,7 +84,7 @@ fn the_answer_is_the_fake_s_limit_at_the_granularity_confirmed() {
         let r = find(
             &dir,
             &[("FAKE_OOM_ABOVE", "100")],
-            &options(granularity),
+            &finder_options(granularity),
             60.0,
         )
         .unwrap();
@@ -130,7 +123,7 @@ fn a_step_that_needs_more_memory_late_makes_the_answer_step_down() {
     // at the third) sees 96 fit, the 20-step confirmation does not.
     let dir = Scratch::new("late");
     let vars = [("FAKE_OOM_ABOVE", "100"), ("FAKE_LATE_OOM", "80,5")];
-    let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 60.0).unwrap();
+    let r = find(&dir, &vars, &finder_options(Granularity::Multiple(8)), 60.0).unwrap();
     assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
     assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
     let tried: Vec<(usize, bool)> = r
@@ -158,7 +151,7 @@ fn a_group_that_hangs_in_its_confirmation_is_a_size_that_does_not_fit() {
     let r = find_on(
         &dir,
         &vars,
-        &options(Granularity::Multiple(8)),
+        &finder_options(Granularity::Multiple(8)),
         (60.0, 1.0),
         2,
     )
@@ -198,7 +191,7 @@ fn a_program_that_ignores_its_steps_is_stopped_when_steady() {
     let dir = Scratch::new("ignores");
     let vars = [("FAKE_OOM_ABOVE", "50"), ("FAKE_MODE", "hang_after_steps")];
     // Were its trials waited for, each would run into the time limit.
-    let r = find(&dir, &vars, &options(Granularity::Multiple(8)), 30.0).unwrap();
+    let r = find(&dir, &vars, &finder_options(Granularity::Multiple(8)), 30.0).unwrap();
     assert_eq!(r.maximum, 48);
     let confirmation = &r.confirmations[0].trial;
     assert!(
@@ -217,7 +210,7 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
     let e = find(
         &dir,
         &[("FAKE_MODE", "fail")],
-        &options(Granularity::Multiple(8)),
+        &finder_options(Granularity::Multiple(8)),
         60.0,
     )
     .unwrap_err();
@@ -237,7 +230,7 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
     let e = find(
         &dir,
         &[("FAKE_MODE", "hang"), ("FAKE_PID_FILE", &pids)],
-        &options(Granularity::Multiple(8)),
+        &finder_options(Granularity::Multiple(8)),
         2.0,
     )
     .unwrap_err();
@@ -251,7 +244,7 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
     let e = find(
         &dir,
         &[("FAKE_MODE", "short")],
-        &options(Granularity::Multiple(8)),
+        &finder_options(Granularity::Multiple(8)),
         60.0,
     )
     .unwrap_err();

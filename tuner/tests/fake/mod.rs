@@ -8,7 +8,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tuner::autobatch::Options;
 use tuner::gpu::Device;
+use tuner::granularity::Granularity;
 use tuner::launch::Launcher;
 use tuner::program::{Params, Precision, Program};
 use tuner::run::RunOptions;
@@ -119,6 +121,21 @@ pub fn run_options(dir: &Scratch, vars: &[(&str, &str)], gpus: usize) -> RunOpti
         progress: false,
         fork: true,
         ranks: 1,
+    }
+}
+
+/// The finder's options: from 8 at `granularity`, a 20-step confirmation, nothing written.
+pub fn finder_options(granularity: Granularity) -> Options {
+    Options {
+        start: 8,
+        granularity,
+        margin: None,
+        confirm_steps: 20,
+        effective_batch: None,
+        write: None,
+        keys: tuner::writeback::Keys::tuner_config(),
+        team: None,
+        model_name: None,
     }
 }
 

@@ -183,9 +183,8 @@ impl SearchPath {
     }
 }
 
-/// What [read_ahead] asked the kernel to read: the files' names (not their folders), their
-/// bytes in all, and how long finding them and asking took (the reads go on after it, in the
-/// kernel).
+/// What [read_ahead] read: the files' names (not their folders), their bytes in all, and how
+/// long finding and reading them took.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadAhead {
     pub files: Vec<String>,
@@ -197,7 +196,7 @@ pub struct ReadAhead {
 /// thread of its own at idle I/O priority and the lowest CPU priority, so that a process started
 /// meanwhile that reads them at normal priority comes first. `find` runs on that thread too
 /// (the search reads folders and the loader cache). Returns at once; the thread's answer says
-/// what was asked for (a file that cannot be opened is skipped: the process that loads it will
+/// what was read (a file that cannot be opened is skipped: the process that loads it will
 /// say).
 pub fn read_ahead(
     find: impl FnOnce() -> Vec<PathBuf> + Send + 'static,

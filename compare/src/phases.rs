@@ -227,7 +227,7 @@ pub fn read_ahead_line(r: &common::libraries::ReadAhead) -> String {
         return "read ahead: no CUDA library found where the loader looks\n".to_string();
     }
     format!(
-        "read ahead: {} CUDA library files, {} ({}), asked for in {:.2} s beside the first child\n",
+        "read ahead: {} CUDA library files, {} ({}), read in {:.2} s beside the first child\n",
         r.files.len(),
         plotting::format::human_bytes(r.bytes),
         r.files.join(", "),
@@ -337,7 +337,7 @@ mod tests {
             seconds: 0.25,
         };
         let line = read_ahead_line(&r);
-        assert!(line.starts_with("read ahead: 2 CUDA library files, 1.5 GiB (libnvrtc.so.13.0.88, libcublasLt.so.13.0.2), asked for in 0.25 s"), "{line}");
+        assert!(line.starts_with("read ahead: 2 CUDA library files, 1.5 GiB (libnvrtc.so.13.0.88, libcublasLt.so.13.0.2), read in 0.25 s"), "{line}");
         let none = read_ahead_line(&common::libraries::ReadAhead::default());
         assert!(none.contains("no CUDA library found"), "{none}");
     }

@@ -8,12 +8,11 @@ mod fake;
 
 use std::collections::BTreeSet;
 
-use fake::Scratch;
+use fake::{every_trial, Scratch};
 use tuner::autobatch::{autobatch, AutobatchReport, Confirmation};
 use tuner::config::Overrides;
 use tuner::granularity::Granularity;
 use tuner::run::Run;
-use tuner::trial::TrialResult;
 
 fn find(dir: &Scratch, gpus: usize, vars: &[(&str, &str)]) -> AutobatchReport {
     let run = Run::new(fake::run_options(dir, vars, gpus), "autobatch").unwrap();
@@ -29,15 +28,6 @@ fn find(dir: &Scratch, gpus: usize, vars: &[(&str, &str)]) -> AutobatchReport {
         &fake::finder_options(Granularity::Multiple(8)),
     )
     .unwrap()
-}
-
-/// Every trial, the search's and the confirmations', in the order they ran.
-fn every_trial(r: &AutobatchReport) -> Vec<&TrialResult> {
-    let mut all: Vec<&TrialResult> = (r.search.iter())
-        .chain(r.confirmations.iter().map(|c| &c.trial))
-        .collect();
-    all.sort_by_key(|t| t.index);
-    all
 }
 
 /// The answer's confirmation: the last, of the answer, held for every step.

@@ -5,7 +5,7 @@
 
 mod fake;
 
-use fake::{finder_options, run_options, Scratch};
+use fake::{confirmed, every_trial, finder_options, run_options, Scratch};
 use tuner::autobatch::{autobatch, render, AutobatchReport, Options};
 use tuner::classify::Status;
 use tuner::config::Overrides;
@@ -61,11 +61,7 @@ fn a_data_parallel_answer_is_the_batch_every_rank_holds_confirmed_by_the_group()
     )
     .unwrap();
     assert_eq!((r.maximum, r.next_failing), (72, Some(80)));
-    for t in r
-        .search
-        .iter()
-        .chain(r.confirmations.iter().map(|c| &c.trial))
-    {
+    for t in every_trial(&r) {
         assert_eq!((t.ranks, t.cuda_visible.as_str()), (2, "0,1"));
     }
     let last = r.confirmations.last().unwrap();
@@ -126,11 +122,7 @@ fn a_step_that_needs_more_memory_late_makes_the_answer_step_down() {
     let r = find(&dir, &vars, &finder_options(Granularity::Multiple(8)), 60.0).unwrap();
     assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
     assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
-    let tried: Vec<(usize, bool)> = r
-        .confirmations
-        .iter()
-        .map(|c| (c.batch_size, c.held))
-        .collect();
+    let tried = confirmed(&r);
     // Down one size, then two; then pinned between the size that held and the one that failed.
     assert_eq!(tried, [(96, false), (88, false), (72, true), (80, true)]);
     assert!(
@@ -159,11 +151,7 @@ fn a_group_that_hangs_in_its_confirmation_is_a_size_that_does_not_fit() {
     let took = started.elapsed().as_secs_f64();
     assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
     assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
-    let tried: Vec<(usize, bool)> = r
-        .confirmations
-        .iter()
-        .map(|c| (c.batch_size, c.held))
-        .collect();
+    let tried = confirmed(&r);
     assert_eq!(tried, [(96, false), (88, false), (72, true), (80, true)]);
     for c in r.confirmations.iter().filter(|c| !c.held) {
         assert_eq!(c.trial.status, Status::Hang, "{:?}", c.trial);

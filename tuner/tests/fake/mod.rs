@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tuner::autobatch::Options;
+use tuner::autobatch::{AutobatchReport, Options};
 use tuner::gpu::Device;
 use tuner::granularity::Granularity;
 use tuner::launch::Launcher;
@@ -137,6 +137,23 @@ pub fn finder_options(granularity: Granularity) -> Options {
         team: None,
         model_name: None,
     }
+}
+
+/// Every trial of a finder's report, the search's and the confirmations', in the order they ran.
+pub fn every_trial(r: &AutobatchReport) -> Vec<&TrialResult> {
+    let mut all: Vec<&TrialResult> = (r.search.iter())
+        .chain(r.confirmations.iter().map(|c| &c.trial))
+        .collect();
+    all.sort_by_key(|t| t.index);
+    all
+}
+
+/// A finder's confirmations as (batch size, whether it held), in order.
+pub fn confirmed(r: &AutobatchReport) -> Vec<(usize, bool)> {
+    r.confirmations
+        .iter()
+        .map(|c| (c.batch_size, c.held))
+        .collect()
 }
 
 /// A fresh folder, removed when dropped.

@@ -23,7 +23,7 @@ use crate::host::{Host, Pacing};
 use crate::lessons::{self, Child};
 use crate::outcome::{CompareReport, PairRow, RunStatus, VariantRun, COMPARE_SCHEMA_VERSION};
 use crate::page;
-use crate::phases::{self, CeilingsTime, ChildTime};
+use crate::phases::{CeilingsTime, ChildTime};
 use crate::rule::Rule;
 
 /// The stopping rule of the compare's variants unless flags say otherwise (`--quick` takes the
@@ -442,17 +442,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     print!("{}", report.markdown());
     if args.phases {
-        print!(
-            "\n{}",
-            phases::markdown(
-                &report.children,
-                report.ceilings_time.as_ref(),
-                report.wall_s
-            )
-        );
-        if let Some(r) = &report.read_ahead {
-            print!("{}", phases::read_ahead_line(r));
-        }
+        print!("\n{}", report.phases_markdown());
     }
     if let Some(path) = &args.common.json {
         common::files::write_json_file(path, &report, "the comparison")?;

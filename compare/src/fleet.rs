@@ -449,28 +449,45 @@ impl Started {
         Ok(Started { gpu, stem, child })
     }
 
-    /// Wait for it, print its output under `title`, and read its report (or why there is none).
-    fn finish(
-        mut self,
-        title: &str,
-    ) -> anyhow::Result<(Option<i32>, Result<CompareReport, String>)> {
+    /// Wait for it and read its report (or why there is none), keeping what it printed.
+    fn finish(mut self) -> anyhow::Result<Finished> {
         let status = self.child.wait()?;
-        let g = self.gpu;
         let read =
             |ext: &str| std::fs::read_to_string(self.stem.with_extension(ext)).unwrap_or_default();
         let (out, err) = (read("out"), read("err"));
-        println!("\n# {title}\n\n{}", out.trim_end());
-        for line in err.lines().filter(|l| !l.trim().is_empty()) {
-            eprintln!("GPU {g}: {line}");
-        }
         let report = CompareReport::read(&self.stem.with_extension("json")).map_err(|e| {
             err.lines()
                 .rev()
                 .find(|l| !l.trim().is_empty())
                 .map_or(e, str::to_string)
         });
-        Ok((status.code(), report))
+        // Its gate's own lines are left to the fleet, which says them again from the figures
+        // it keeps (those of a pair run again alone replace the ones taken at once).
+        let gate: Vec<String> = report
+            .as_ref()
+            .map(|r| r.problems().iter().map(|p| format!("error: {p}")).collect())
+            .unwrap_or_default();
+        let notes = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !gate.iter().any(|g| g == l))
+            .map(str::to_string)
+            .collect();
+        Ok(Finished {
+            exit: status.code(),
+            out,
+            notes,
+            report,
+        })
     }
+}
+
+/// One GPU's compare, ended: its exit code, what it printed and its report.
+struct Finished {
+    exit: Option<i32>,
+    out: String,
+    /// Its stderr, less its gate's verdicts.
+    notes: Vec<String>,
+    report: Result<CompareReport, String>,
 }
 
 /// Run every GPU's compare at once, then the pairs whose device-paced variants cross the host
@@ -495,38 +512,64 @@ pub fn run(plan: &Plan, json: Option<&Path>, scratch: &Path) -> anyhow::Result<E
         running.push(Started::start(&plan.program, &args, g, stem(g, ""))?);
     }
     let mut members = Vec::new();
+    let mut printed = Vec::new();
     for s in running {
         let g = s.gpu;
-        let (exit, report) = s.finish(&format!("GPU {g}"))?;
-        let (report, error) = match report {
+        let done = s.finish()?;
+        let (report, error) = match done.report {
             Ok(r) => (Some(r), None),
             Err(e) => (None, Some(e)),
         };
         members.push(Member {
             ordinal: g,
-            exit,
+            exit: done.exit,
             report,
             error,
             alone_error: None,
         });
+        printed.push((done.out, done.notes));
     }
     let at_once_s = started.elapsed().as_secs_f64();
     let alone = host_link_pairs(&members);
     if !alone.is_empty() {
         println!(
-            "\nagain one GPU at a time, their copies crossing the host link alone: {}",
+            "again one GPU at a time, their copies crossing the host link alone: {}",
             alone.join(", ")
         );
     }
     // A GPU whose run gave no report has nothing to replace (and its error is said already).
-    let with_report = members.iter_mut().filter(|m| m.report.is_some());
-    for m in with_report.filter(|_| !alone.is_empty()) {
+    let with_report = members.iter_mut().zip(&mut printed);
+    for (m, (_, notes)) in with_report.filter(|(m, _)| m.report.is_some() && !alone.is_empty()) {
         let g = m.ordinal;
         let args = alone_args(&plan.argv, g, plan.plant_on, &alone);
-        let s = Started::start(&plan.program, &args, g, stem(g, "-alone"))?;
-        let (_, report) = s.finish(&format!("GPU {g}, alone"))?;
-        m.take_alone(&alone, report.as_ref().ok());
-        m.alone_error = report.err();
+        let done = Started::start(&plan.program, &args, g, stem(g, "-alone"))?.finish()?;
+        notes.extend(done.notes);
+        m.take_alone(&alone, done.report.as_ref().ok());
+        m.alone_error = done.report.err();
+    }
+    // Each GPU's table as its gate judged it, the pairs run alone in it from their runs alone.
+    for (m, (out, notes)) in members.iter().zip(&printed) {
+        let g = m.ordinal;
+        match &m.report {
+            Some(r) => print!("\n# GPU {g}\n\n{}", r.markdown()),
+            None => println!("\n# GPU {g}\n\n{}", out.trim_end()),
+        }
+        if let Some(r) = m
+            .report
+            .as_ref()
+            .filter(|_| plan.argv.iter().any(|a| a == "--phases"))
+        {
+            print!("\n{}", r.phases_markdown());
+        }
+        if m.report.is_some() && !alone.is_empty() {
+            println!(
+                "taken with this GPU alone, after the others: {} (their copies cross the host link)",
+                alone.join(", ")
+            );
+        }
+        for line in notes {
+            eprintln!("GPU {g}: {line}");
+        }
     }
     let fleet = check(&members, plan.bar, &alone);
     let time = FleetTime {

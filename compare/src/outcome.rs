@@ -454,6 +454,16 @@ impl CompareReport {
         out
     }
 
+    /// Its phases table and, when it read the libraries ahead, that line (`--phases`).
+    pub fn phases_markdown(&self) -> String {
+        let mut out =
+            crate::phases::markdown(&self.children, self.ceilings_time.as_ref(), self.wall_s);
+        if let Some(r) = &self.read_ahead {
+            out.push_str(&crate::phases::read_ahead_line(r));
+        }
+        out
+    }
+
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         if let Some(d) = &self.device {

@@ -13,6 +13,9 @@
 //!    Otherwise the candidate runs so after the search; when it fails, the answer steps down,
 //!    one size, then two, four..., until a size holds, and is then pinned between the largest
 //!    size that held and the smallest that failed.
+//!    `--confirm-runs N` asks for N such runs, one after another, before a size counts as held
+//!    (2 by default for a group of ranks, which at the edge of its memory may hold once and
+//!    hang the next time); any that fails counts the size as not fitting.
 //! 3. **Answer**: the largest size confirmed, with the next size seen to fail; the tiers of the
 //!    one rule under it ([crate::recommend]); the split with gradient accumulation for a target
 //!    effective batch. Printed; written into the config (`--write`) and the team file
@@ -52,6 +55,9 @@ pub struct Options {
     pub granularity: Granularity,
     pub margin: Option<f64>,
     pub confirm_steps: usize,
+    /// Fresh runs the answer must hold in, one after the other (a failed one counts the size
+    /// as not fitting).
+    pub confirm_runs: usize,
     pub effective_batch: Option<usize>,
     /// Write the answer into this config.
     pub write: Option<Target>,
@@ -70,6 +76,8 @@ struct Saved {
     granularity: Granularity,
     margin: Option<f64>,
     confirm_steps: usize,
+    #[serde(default = "one_run")]
+    confirm_runs: usize,
     effective_batch: Option<usize>,
     write: Option<PathBuf>,
     batch_key: String,
@@ -80,6 +88,10 @@ struct Saved {
     model_name: Option<String>,
 }
 
+fn one_run() -> usize {
+    1
+}
+
 impl Options {
     pub fn to_json(&self) -> serde_json::Value {
         let saved = Saved {
@@ -87,6 +99,7 @@ impl Options {
             granularity: self.granularity,
             margin: self.margin,
             confirm_steps: self.confirm_steps,
+            confirm_runs: self.confirm_runs,
             effective_batch: self.effective_batch,
             write: self.write.as_ref().map(|t| t.path.clone()),
             batch_key: self.keys.batch_size.to_string(),
@@ -114,6 +127,7 @@ impl Options {
             granularity: s.granularity,
             margin: s.margin,
             confirm_steps: s.confirm_steps,
+            confirm_runs: s.confirm_runs,
             effective_batch: s.effective_batch,
             write: s.write.map(|p| Target::new(p, keys.clone())).transpose()?,
             keys,
@@ -141,6 +155,9 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
     }
     if o.confirm_steps == 0 {
         return Err("--confirm-steps must be at least 1".into());
+    }
+    if o.confirm_runs == 0 {
+        return Err("--confirm-runs must be at least 1".into());
     }
     if let Some(target) = &o.write {
         writeback::check_writable(target)?;
@@ -359,14 +376,37 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let found = search.found().map_err(Error::invalid)?;
     let search_wall_s = run.elapsed_s() - search_started;
 
-    // Confirm the candidate, unless a round of the search did; step down until a size holds.
+    // Confirm the candidate, unless a round of the search did, as many times as asked; step
+    // down until a size holds that often.
     let g = o.granularity;
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
-    let mut held: Option<usize> = (found.confirmations.iter())
-        .filter(|&&(b, ok)| ok && size_at(g, index_below(g, b)) == b)
-        .map(|&(b, _)| index_below(g, b))
-        .max();
-    let mut candidate = (!found.confirmed()).then(|| index_below(g, found.maximum));
+    // How often each size (its index) held, counting the search's rounds run as confirmations.
+    let mut runs_held: Vec<(usize, usize)> = Vec::new();
+    let count_hold =
+        |runs: &mut Vec<(usize, usize)>, at: usize| match runs.iter_mut().find(|h| h.0 == at) {
+            Some(h) => h.1 += 1,
+            None => runs.push((at, 1)),
+        };
+    for &(b, ok) in &found.confirmations {
+        if ok && size_at(g, index_below(g, b)) == b {
+            count_hold(&mut runs_held, index_below(g, b));
+        }
+    }
+    let need = o.confirm_runs;
+    // The largest size that held as often as asked and never failed; the largest above it that
+    // held, not yet often enough.
+    let standing = |runs: &[(usize, usize)], failed: &[usize], enough: bool| {
+        (runs.iter())
+            .filter(|&&(at, n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
+            .map(|&(at, _)| at)
+            .max()
+    };
+    let mut held = standing(&runs_held, &failed, true);
+    let again = |held: Option<usize>, runs: &[(usize, usize)], failed: &[usize]| {
+        standing(runs, failed, false).filter(|&p| held.is_none_or(|h| p > h))
+    };
+    let mut candidate = again(held, &runs_held, &failed)
+        .or((!found.confirmed()).then(|| index_below(g, found.maximum)));
     let mut step = 1;
     let floor = first_index(g);
     while let Some(at) = candidate {
@@ -386,23 +426,28 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             round: None,
             trial: r,
         });
-        if fits {
-            held = Some(at);
-        } else {
-            failed.push(batch);
+        match fits {
+            true => count_hold(&mut runs_held, at),
+            false => failed.push(batch),
         }
+        held = standing(&runs_held, &failed, true);
         let smallest_failed = failed
             .iter()
             .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
             .map(|&b| index_below(g, b).max(floor))
             .min();
         candidate = match (held, smallest_failed) {
+            _ if again(held, &runs_held, &failed).is_some() => again(held, &runs_held, &failed),
             (Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
             (Some(_), _) => None,
             (None, _) if at <= floor => {
                 return Err(Error::invalid(format!(
-                    "no batch held for {} steps: even {batch} {} in its confirmation run",
+                    "no batch held for {} steps{}: even {batch} {} in its confirmation run",
                     o.confirm_steps,
+                    match need {
+                        1 => String::new(),
+                        n => format!(" in {n} runs"),
+                    },
                     confirmations
                         .last()
                         .map_or("ran out of memory", |c| c.trial.misfit())
@@ -590,11 +635,18 @@ pub fn render(r: &AutobatchReport) -> String {
         );
     }
     let answer = r.confirmations.last();
+    let runs = (r.confirmations.iter())
+        .filter(|c| c.held && c.batch_size == r.maximum)
+        .count();
     let _ = writeln!(
         o,
-        "\n**maximum {}**: held for {} steps{}; {}",
+        "\n**maximum {}**: held for {} steps{}{}; {}",
         r.maximum,
         answer.map_or(0, |c| c.steps),
+        match runs {
+            0 | 1 => String::new(),
+            n => format!(" in each of {n} runs"),
+        },
         match answer.and_then(|c| c.round) {
             Some(n) => format!(", its trial in round {n} of the search"),
             None => String::new(),

@@ -285,6 +285,10 @@ pub struct AutobatchArgs {
     /// Optimizer steps the answer must hold in a run of its own before it is given.
     #[arg(long, value_name = "N", default_value_t = CONFIRM_STEPS, value_parser = parse_positive)]
     pub confirm_steps: usize,
+    /// Fresh runs, one after another, the answer must hold in (default: 1; 2 with --ranks
+    /// above 1, where a group at the edge of its memory may hold once and hang the next time).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub confirm_runs: Option<usize>,
     /// Effective batch to keep with gradient accumulation (default: the config's batch_size x
     /// accumulation_steps).
     #[arg(long, value_name = "N", value_parser = parse_positive)]

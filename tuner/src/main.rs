@@ -110,6 +110,10 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
         granularity: a.sizes.granularity(),
         margin: a.sizes.margin,
         confirm_steps: a.confirm_steps,
+        confirm_runs: a.confirm_runs.unwrap_or(match settings.ranks {
+            1 => 1,
+            _ => 2,
+        }),
         effective_batch: a.effective_batch,
         write: a.write_target().map_err(usage)?,
         keys: a.keys(),

@@ -42,6 +42,9 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
                      (a loop that empties its allocator's cache before measuring)
   FAKE_LATE_OOM=B,S  batches above B run out of memory at step S (a loop whose steady step
                      needs more memory than its first steps show)
+  FAKE_FLAKY_ABOVE=B,DIR   batches above B hold in their first run of 10 steps or more (a
+                     confirmation) and run out of memory in every later one (on rank 0 of a
+                     group): a size at the edge that holds once and not again; DIR keeps count
   FAKE_PEAK_GROWS=K  the reported peak grows over the first K steps, then stays
   FAKE_STEP_S=S      seconds per step (default 0.01)
   FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
@@ -266,6 +269,11 @@ def main():
         too_big = True
     if mode == "oom":
         too_big = True
+    flaky = os.environ.get("FAKE_FLAKY_ABOVE")
+    if flaky and rank == 0 and args.steps >= 10 and args.batch_size > int(flaky.split(",")[0]):
+        ran = Path(flaky.split(",", 1)[1]) / ("batch-%d" % args.batch_size)
+        too_big = too_big or ran.exists()
+        ran.touch()
     if too_big:
         print("Traceback (most recent call last):", file=sys.stderr)
         print('  File "train.py", line 120, in <module>', file=sys.stderr)

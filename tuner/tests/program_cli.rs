@@ -1474,6 +1474,48 @@ fn axes_and_picks_that_are_not_right_are_refused() {
 }
 
 #[test]
+fn a_data_parallel_answer_is_confirmed_twice_unless_asked_otherwise() {
+    let (_s, work, tmp) = places("ranks-confirm");
+    let held_at_maximum = |r: &Value| {
+        (r["confirmations"].as_array().unwrap().iter())
+            .filter(|c| c["held"] == true && c["batch_size"] == r["maximum"])
+            .count()
+    };
+    let vars = [("FAKE_OOM_ABOVE", "100")];
+    for (runs, expected) in [(None, 2), (Some("1"), 1), (Some("3"), 3)] {
+        let mut args = vec![
+            "autobatch",
+            "--ranks",
+            "2",
+            "--workers",
+            "0",
+            "--json",
+            "ab.json",
+        ];
+        args.extend(runs.iter().flat_map(|n| ["--confirm-runs", n]));
+        let o = tuner(&args, &vars, "0,1", &work, &tmp);
+        assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+        let r = json(&work.join("ab.json"));
+        assert_eq!(r["maximum"], 96, "{runs:?}");
+        assert_eq!(held_at_maximum(&r), expected, "{runs:?}");
+        let said = match expected {
+            1 => "**maximum 96**: held for 20 steps;".to_string(),
+            n => format!("**maximum 96**: held for 20 steps in each of {n} runs"),
+        };
+        assert!(o.stdout.contains(&said), "{}", o.stdout);
+    }
+    let o = tuner(
+        &["autobatch", "--confirm-runs", "0"],
+        &vars,
+        "0",
+        &work,
+        &tmp,
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--confirm-runs"), "{}", o.stderr);
+}
+
+#[test]
 fn a_sweep_of_a_data_parallel_program_runs_each_trial_on_a_group() {
     let (s, work, tmp) = places("ranks");
     let log = s.str("log.jsonl");

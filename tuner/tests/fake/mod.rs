@@ -131,6 +131,7 @@ pub fn finder_options(granularity: Granularity) -> Options {
         granularity,
         margin: None,
         confirm_steps: 20,
+        confirm_runs: 1,
         effective_batch: None,
         write: None,
         keys: tuner::writeback::Keys::tuner_config(),

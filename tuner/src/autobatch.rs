@@ -230,6 +230,8 @@ pub struct AutobatchReport {
     /// The confirmations: the sizes that held in the search's rounds run as confirmations,
     /// then every run after the search, in order, the one that held the answer last.
     pub confirmations: Vec<Confirmation>,
+    /// Fresh runs the answer had to hold in (`--confirm-runs`).
+    pub confirm_runs: usize,
     /// The answer: the largest size that held for the confirmation's steps.
     pub maximum: usize,
     /// The smallest size above it seen to fail (in the search or a confirmation).
@@ -524,6 +526,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         workers,
         start: o.start,
         granularity: o.granularity,
+        confirm_runs: o.confirm_runs,
         found,
         search: trials,
         confirmations,

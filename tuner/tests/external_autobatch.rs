@@ -174,24 +174,32 @@ fn a_group_that_hangs_in_its_confirmation_is_a_size_that_does_not_fit() {
     );
 }
 
-#[test]
-fn an_answer_confirmed_twice_steps_down_from_a_size_that_holds_once() {
-    // Batches above 80 hold in their first 20-step run and run out of memory in every later
-    // one, on rank 0 of the group: a size at the edge that holds once and not again.
-    let dir = Scratch::new("confirm-runs");
+/// The finder over a group of 2 whose batches above 80 hold in their first 20-step run and run
+/// out of memory in every later one, on rank 0: a size at the edge that holds once and not
+/// again. The answer must hold in `runs` runs.
+fn find_flaky(name: &str, runs: usize) -> AutobatchReport {
+    let dir = Scratch::new(name);
     std::fs::create_dir_all(dir.path("flaky")).unwrap();
     let flaky = format!("80,{}", dir.str("flaky"));
     let vars = [
         ("FAKE_OOM_ABOVE", "100"),
         ("FAKE_FLAKY_ABOVE", flaky.as_str()),
     ];
-    let twice = Options {
-        confirm_runs: 2,
+    let o = Options {
+        confirm_runs: runs,
         ..finder_options(Granularity::Multiple(8))
     };
-    let r = find_on(&dir, &vars, &twice, (60.0, 60.0), 2).unwrap();
+    find_on(&dir, &vars, &o, (60.0, 60.0), 2).unwrap()
+}
+
+#[test]
+fn an_answer_confirmed_twice_steps_down_from_a_size_that_holds_once() {
+    let r = find_flaky("confirm-runs", 2);
     assert_eq!(r.found.maximum, 96, "the search alone would answer 96");
-    assert_eq!((r.maximum, r.next_failing), (80, Some(88)));
+    assert_eq!(
+        (r.maximum, r.next_failing, r.confirm_runs),
+        (80, Some(88), 2)
+    );
     // 96 held once and then ran out of memory, and so did 88, one size below; two sizes
     // further down, 72 held twice, and 80, between it and 88, held twice: the answer.
     assert_eq!(
@@ -213,21 +221,7 @@ fn an_answer_confirmed_twice_steps_down_from_a_size_that_holds_once() {
         "{text}"
     );
     // Asked for one run, the same program's answer is the size that held once.
-    let dir = Scratch::new("confirm-once");
-    std::fs::create_dir_all(dir.path("flaky")).unwrap();
-    let flaky = format!("80,{}", dir.str("flaky"));
-    let vars = [
-        ("FAKE_OOM_ABOVE", "100"),
-        ("FAKE_FLAKY_ABOVE", flaky.as_str()),
-    ];
-    let r = find_on(
-        &dir,
-        &vars,
-        &finder_options(Granularity::Multiple(8)),
-        (60.0, 60.0),
-        2,
-    )
-    .unwrap();
+    let r = find_flaky("confirm-once", 1);
     assert_eq!((r.maximum, confirmed(&r)), (96, vec![(96, true)]));
 }
 

@@ -273,6 +273,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 ordinals,
                 bar: args.fleet_bar,
                 plant_on: args.plant_on,
+                phases: args.phases,
             },
             args.common.json.as_deref(),
             &scratch,

@@ -419,6 +419,8 @@ pub struct Plan {
     pub bar: f64,
     /// The GPU a planted slowdown goes to (None: every GPU that runs the variant).
     pub plant_on: Option<usize>,
+    /// Print each GPU's phases table after its table (`--phases`).
+    pub phases: bool,
 }
 
 /// One GPU's compare, started: `program args --device g --json DIR/gpu-g[-tag].json`, its
@@ -554,11 +556,7 @@ pub fn run(plan: &Plan, json: Option<&Path>, scratch: &Path) -> anyhow::Result<E
             Some(r) => print!("\n# GPU {g}\n\n{}", r.markdown()),
             None => println!("\n# GPU {g}\n\n{}", out.trim_end()),
         }
-        if let Some(r) = m
-            .report
-            .as_ref()
-            .filter(|_| plan.argv.iter().any(|a| a == "--phases"))
-        {
+        if let Some(r) = m.report.as_ref().filter(|_| plan.phases) {
             print!("\n{}", r.phases_markdown());
         }
         if m.report.is_some() && !alone.is_empty() {

@@ -568,9 +568,20 @@ fn the_fleet_flags_a_gpu_off_its_peers() {
     put_report(&d, "baseline", 1.0, true);
     put_report(&d, "fused", 0.2, true);
     let json = d.join("fleet.json");
-    let (code, out, err) = compare(&d, &["--devices", "0,1", "--json", json.to_str().unwrap()]);
+    let (code, out, err) = compare(
+        &d,
+        &[
+            "--devices",
+            "0,1",
+            "--phases",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("# GPU 0") && out.contains("# GPU 1"), "{out}");
+    // Each GPU's phases table, after its table.
+    assert_eq!(out.matches("### where the time went").count(), 2, "{out}");
     assert!(out.contains("## The fleet"), "{out}");
     assert!(out.contains("| ch1-intensity/fused | device |"), "{out}");
     let written: serde_json::Value =

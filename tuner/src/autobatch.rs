@@ -438,11 +438,11 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
             .map(|&b| index_below(g, b).max(floor))
             .min();
-        candidate = match (held, smallest_failed) {
-            _ if again(held, &runs_held, &failed).is_some() => again(held, &runs_held, &failed),
-            (Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
-            (Some(_), _) => None,
-            (None, _) if at <= floor => {
+        candidate = match (again(held, &runs_held, &failed), held, smallest_failed) {
+            (Some(p), _, _) => Some(p),
+            (None, Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
+            (None, Some(_), _) => None,
+            (None, None, _) if at <= floor => {
                 return Err(Error::invalid(format!(
                     "no batch held for {} steps{}: even {batch} {} in its confirmation run",
                     o.confirm_steps,
@@ -455,7 +455,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
                         .map_or("ran out of memory", |c| c.trial.misfit())
                 )))
             }
-            (None, _) => {
+            (None, None, _) => {
                 let next = at.saturating_sub(step).max(floor);
                 step *= 2;
                 Some(next)

@@ -81,9 +81,9 @@ pub struct Args {
     #[arg(long, value_name = "all|LIST", value_parser = str::parse::<DeviceList>, conflicts_with_all = ["update_expectations", "html", "list", "gpu_slug"])]
     pub devices: Option<DeviceList>,
     /// With --devices: flag a GPU whose device-paced median is more than this many percent off
-    /// the median of its model's GPUs.
-    #[arg(long, default_value = "3", value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
-    pub fleet_bar: f64,
+    /// the median of its model's GPUs (default: --threshold, the smallest change that counts).
+    #[arg(long, value_name = "PERCENT", value_parser = common::cli::parse_percent, requires = "devices")]
+    pub fleet_bar: Option<f64>,
     /// Test only: with --devices and --plant-slowdown, plant the slowdown on this GPU alone.
     #[arg(long, hide = true, value_name = "GPU", requires_all = ["devices", "plant_slowdown"])]
     pub plant_on: Option<usize>,
@@ -271,7 +271,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 program: std::env::current_exe()?,
                 argv,
                 ordinals,
-                bar: args.fleet_bar,
+                bar: args.fleet_bar.unwrap_or(args.threshold),
                 plant_on: args.plant_on,
                 phases: args.phases,
             },

@@ -609,6 +609,16 @@ fn the_fleet_flags_a_gpu_off_its_peers() {
         err.contains("error: GPU 0: ch1-intensity/fused is 4.8% faster"),
         "{err}"
     );
+    // The bar is the smallest change that counts unless given: 5% lets 4.8% pass, 3% does not.
+    let (code, out, err) = compare(&d, &["--devices", "0,1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("more than 5.0% off its peers' median"),
+        "{out}"
+    );
+    let (code, out, err) = compare(&d, &["--devices", "0,1", "--threshold", "3"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("ch1-intensity/fused is 4.8% slower"), "{err}");
 }
 
 /// One report of the double-buffering pair (its bytes copied over the host link), handed back

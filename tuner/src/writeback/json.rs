@@ -4,78 +4,49 @@
 
 use serde_json::{Map, Value};
 
-use super::keys::{Edit, Edited};
+use super::keys::{set, Edit, Edited, Kind, Node};
 
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn kind(v: &Value) -> &'static str {
+fn kind(v: &Value) -> Kind {
     match v {
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-        _ => "a scalar",
+        Value::Array(a) => Kind::List(a.len()),
+        Value::Object(_) => Kind::Map,
+        _ => Kind::Scalar,
     }
 }
 
-/// Set one key in `root`; false when it is missing and only to be set where present. A number
-/// in the key path indexes a list.
-fn set(root: &mut Value, e: &Edit) -> Result<bool, String> {
-    if !root.is_object() {
-        return Err("the file's top level is not an object".into());
+impl Node for &mut Value {
+    const MAP: &'static str = "an object";
+    const THROUGH: &'static str = "is a scalar; a key path goes through objects and lists only";
+
+    fn kind(&self) -> Kind {
+        kind(self)
     }
-    let segments = e.key.segments();
-    let mut node = root;
-    for (i, seg) in segments.iter().enumerate() {
-        let here = e.key.prefix(i + 1);
-        let last = i + 1 == segments.len();
-        let what = kind(node);
-        let child = match node {
-            Value::Object(object) => {
-                if !object.contains_key(seg) {
-                    if e.only_if_present() {
-                        return Ok(false);
-                    }
-                    let new = if last {
-                        Value::Null
-                    } else {
-                        Value::Object(Map::new())
-                    };
-                    object.insert(seg.clone(), new);
-                }
-                object.get_mut(seg).expect("present or just added")
-            }
-            Value::Array(list) => {
-                let len = list.len();
-                match seg.parse::<usize>().ok().and_then(|k| list.get_mut(k)) {
-                    Some(item) => item,
-                    None if e.only_if_present() => return Ok(false),
-                    None => {
-                        return Err(format!(
-                            "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",
-                            e.key.prefix(i)
-                        ))
-                    }
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "'{}' is {what}; a key path goes through objects and lists only",
-                    e.key.prefix(i)
-                ))
-            }
-        };
-        if last {
-            if let v @ (Value::Array(_) | Value::Object(_)) = child {
-                return Err(format!("'{here}' holds {}, not a number", kind(v)));
-            }
-            *child = Value::from(e.value);
-            return Ok(true);
+
+    fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
+        Ok(match &**self {
+            Value::Object(o) => o.get(seg),
+            Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
+            _ => None,
         }
-        node = child;
+        .map(kind))
     }
-    Ok(false)
+
+    fn descend(self, seg: &str, _: &str, _: bool) -> Result<Self, String> {
+        Ok(match self {
+            Value::Object(o) => o.entry(seg).or_insert_with(|| Value::Object(Map::new())),
+            v => &mut v[seg.parse::<usize>().expect("looked up by its number")],
+        })
+    }
+
+    fn set(self, seg: &str, value: usize) -> Result<(), String> {
+        *self.descend(seg, "", false)? = Value::from(value);
+        Ok(())
+    }
 }
 
 /// The indentation of the file's first indented line; None for a file on one line.
@@ -88,6 +59,9 @@ fn indentation(text: &str) -> Option<String> {
 
 pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     let mut root = tree(text)?;
+    if !root.is_object() {
+        return Err("the file's top level is not an object".into());
+    }
     let mut written = Vec::new();
     for e in edits {
         if set(&mut root, e)? {

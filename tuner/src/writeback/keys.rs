@@ -151,6 +151,69 @@ impl Edit<'_> {
     }
 }
 
+/// What a key path meets in a file: a mapping (a table, an object), a list of `len` items, or
+/// a value it cannot go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Map,
+    List(usize),
+    Scalar,
+}
+
+/// A mapping or a list of a file being edited, as its format's editor holds it: what the walk
+/// of a key path ([set]) asks of each format.
+pub trait Node: Sized {
+    /// What a mapping is called in this format: "a table".
+    const MAP: &'static str;
+    /// Why a key path cannot go on through a scalar, after its path.
+    const THROUGH: &'static str;
+    /// What this node is.
+    fn kind(&self) -> Kind;
+    /// What `seg` holds here (`here`: the key path to it): a key of a mapping, a number of a
+    /// list; None where it is not there. Err for what the format cannot set without guessing.
+    fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String>;
+    /// The mapping or list at `seg`, an empty mapping added where there is none (`implicit`:
+    /// one that holds only mappings).
+    fn descend(self, seg: &str, here: &str, implicit: bool) -> Result<Self, String>;
+    /// Set `seg` (a mapping's key, added where missing, or a list's item) to `value`.
+    fn set(self, seg: &str, value: usize) -> Result<(), String>;
+}
+
+/// The number of a list's item in a key path, looked up before.
+pub fn index(seg: &str) -> usize {
+    seg.parse().expect("looked up by its number")
+}
+
+/// Set one key path from the file's top mapping `node`; false where it is missing and only to
+/// be set where present. A path through a scalar, to a collection or past a list's end is
+/// refused; a missing key is added, with the mappings on its way.
+pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
+    let segments = e.key.segments();
+    for (i, seg) in segments.iter().enumerate() {
+        let here = e.key.prefix(i + 1);
+        let last = i + 1 == segments.len();
+        let holds = |what| Err(format!("'{here}' holds {what}, not a number"));
+        match (node.kind(), node.look(seg, &here, last)?) {
+            (_, None) if e.only_if_present() => return Ok(false),
+            (Kind::List(len), None) => {
+                return Err(format!(
+                    "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",
+                    e.key.prefix(i)
+                ))
+            }
+            (_, Some(Kind::Map)) if last => return holds(N::MAP),
+            (_, Some(Kind::List(_))) if last => return holds("a list"),
+            (_, Some(Kind::Scalar)) if !last => return Err(format!("'{here}' {}", N::THROUGH)),
+            _ if last => {
+                node.set(seg, e.value)?;
+                return Ok(true);
+            }
+            _ => node = node.descend(seg, &here, i + 2 < segments.len())?,
+        }
+    }
+    Ok(false)
+}
+
 /// A file's new text and what was set in it, in order.
 pub struct Edited {
     pub text: String,

@@ -6,7 +6,7 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, TableLike};
 
 #[cfg(test)]
 use super::keys::KeyPath;
-use super::keys::{Edit, Edited};
+use super::keys::{index, set, Edit, Edited, Kind, Node};
 
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
@@ -42,133 +42,100 @@ pub fn set_keeping_comments(table: &mut dyn TableLike, key: &str, v: i64) {
 }
 
 /// Where a key path is on its way: a table (or inline table), an array, an array of tables.
-enum Node<'a> {
+enum Step<'a> {
     Table(&'a mut dyn TableLike),
     Array(&'a mut Array),
     Tables(&'a mut ArrayOfTables),
 }
 
-impl<'a> Node<'a> {
-    /// The node `item` is, or what it is instead (a scalar), for the message.
-    fn of_item(item: &'a mut Item) -> Result<Node<'a>, &'static str> {
-        match item {
-            Item::ArrayOfTables(t) => Ok(Node::Tables(t)),
-            Item::Value(value) => Node::of_value(value),
-            other => other.as_table_like_mut().map(Node::Table).ok_or("a scalar"),
-        }
+fn item_kind(item: &Item) -> Kind {
+    match item {
+        Item::ArrayOfTables(t) => Kind::List(t.len()),
+        Item::Value(v) => value_kind(v),
+        other if other.is_table_like() => Kind::Map,
+        _ => Kind::Scalar,
     }
+}
 
-    fn of_value(value: &'a mut toml_edit::Value) -> Result<Node<'a>, &'static str> {
+fn value_kind(value: &toml_edit::Value) -> Kind {
+    match value {
+        toml_edit::Value::Array(a) => Kind::List(a.len()),
+        toml_edit::Value::InlineTable(_) => Kind::Map,
+        _ => Kind::Scalar,
+    }
+}
+
+impl<'a> Step<'a> {
+    fn of_value(value: &'a mut toml_edit::Value) -> Step<'a> {
         match value {
-            toml_edit::Value::Array(a) => Ok(Node::Array(a)),
-            toml_edit::Value::InlineTable(t) => Ok(Node::Table(t)),
-            _ => Err("a scalar"),
+            toml_edit::Value::Array(a) => Step::Array(a),
+            t => Step::Table(t.as_inline_table_mut().expect("looked up as a table")),
         }
     }
 }
 
-/// Set one key in `doc`; false when it is missing and only to be set where present.
-fn set(doc: &mut DocumentMut, e: &Edit) -> Result<bool, String> {
-    let segments = e.key.segments();
-    let (last, parents) = segments.split_last().expect("a key path has a name");
-    let v = i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
-    let mut node = Node::Table(doc.as_table_mut());
-    let out_of_range = |i: usize, len: usize| {
-        format!(
-            "'{}' is not in the file: '{}' is a list of {len}, indexed from 0",
-            e.key.prefix(i + 1),
-            e.key.prefix(i)
-        )
-    };
-    for (i, seg) in parents.iter().enumerate() {
-        let here = e.key.prefix(i + 1);
-        let through =
-            |what| format!("'{here}' is {what}; a key path goes through tables and lists only");
+impl Node for Step<'_> {
+    const MAP: &'static str = "a table";
+    const THROUGH: &'static str = "is a scalar; a key path goes through tables and lists only";
+
+    fn kind(&self) -> Kind {
+        match self {
+            Step::Table(_) => Kind::Map,
+            Step::Array(a) => Kind::List(a.len()),
+            Step::Tables(t) => Kind::List(t.len()),
+        }
+    }
+
+    fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
         let index = seg.parse::<usize>().ok();
-        node = match node {
-            Node::Table(table) => {
+        Ok(match self {
+            Step::Table(table) => table.get(seg).map(item_kind),
+            Step::Array(a) => index.and_then(|i| a.get(i)).map(value_kind),
+            Step::Tables(t) => index.and_then(|i| t.get(i)).map(|_| Kind::Map),
+        })
+    }
+
+    fn descend(self, seg: &str, _: &str, implicit: bool) -> Result<Self, String> {
+        Ok(match self {
+            Step::Table(table) => {
                 if !table.contains_key(seg) {
-                    if e.only_if_present() {
-                        return Ok(false);
-                    }
                     let mut t = Table::new();
                     // A table that holds only tables shows through them, as `[a.b]` shows `a`.
-                    t.set_implicit(i + 1 < parents.len());
+                    t.set_implicit(implicit);
                     table.insert(seg, Item::Table(t));
                 }
-                Node::of_item(table.get_mut(seg).expect("present or just added"))
-                    .map_err(through)?
-            }
-            Node::Tables(tables) => {
-                let len = tables.len();
-                match index.and_then(|k| tables.get_mut(k)) {
-                    Some(t) => Node::Table(t),
-                    None if e.only_if_present() => return Ok(false),
-                    None => return Err(out_of_range(i, len)),
+                match table.get_mut(seg).expect("present or just added") {
+                    Item::ArrayOfTables(t) => Step::Tables(t),
+                    Item::Value(value) => Step::of_value(value),
+                    other => Step::Table(other.as_table_like_mut().expect("looked up as a table")),
                 }
             }
-            Node::Array(array) => {
-                let len = array.len();
-                match index.and_then(|k| array.get_mut(k)) {
-                    Some(value) => Node::of_value(value).map_err(through)?,
-                    None if e.only_if_present() => return Ok(false),
-                    None => return Err(out_of_range(i, len)),
-                }
-            }
-        };
+            Step::Array(a) => Step::of_value(a.get_mut(index(seg)).expect("looked up")),
+            Step::Tables(t) => Step::Table(t.get_mut(index(seg)).expect("looked up")),
+        })
     }
-    let index = last.parse::<usize>().ok();
-    let i = parents.len();
-    match node {
-        Node::Table(table) => {
-            match table.get(last) {
-                None if e.only_if_present() => return Ok(false),
-                Some(item) if item.is_table_like() => {
-                    return Err(format!("'{}' holds a table, not a number", e.key))
-                }
-                Some(item) if item.is_array() || item.is_array_of_tables() => {
-                    return Err(format!("'{}' holds a list, not a number", e.key))
-                }
-                _ => {}
+
+    fn set(self, seg: &str, value: usize) -> Result<(), String> {
+        match self {
+            Step::Table(table) => set_keeping_comments(table, seg, value as i64),
+            Step::Array(a) => {
+                let old = a.get_mut(index(seg)).expect("looked up");
+                let decor = old.decor().clone();
+                *old = toml_edit::Value::from(value as i64);
+                *old.decor_mut() = decor;
             }
-            set_keeping_comments(table, last, v);
+            Step::Tables(_) => unreachable!("an array of tables holds tables"),
         }
-        Node::Tables(tables) => {
-            return Err(match index.filter(|&k| k < tables.len()) {
-                Some(_) => format!("'{}' holds a table, not a number", e.key),
-                None => out_of_range(i, tables.len()),
-            })
-        }
-        Node::Array(array) => {
-            let len = array.len();
-            let Some(k) = index.filter(|&k| k < len) else {
-                return match e.only_if_present() {
-                    true => Ok(false),
-                    false => Err(out_of_range(i, len)),
-                };
-            };
-            let old = array.get_mut(k).expect("in range");
-            let held = match old {
-                toml_edit::Value::Array(_) => Some("a list"),
-                toml_edit::Value::InlineTable(_) => Some("a table"),
-                _ => None,
-            };
-            if let Some(held) = held {
-                return Err(format!("'{}' holds {held}, not a number", e.key));
-            }
-            let decor = old.decor().clone();
-            *old = toml_edit::Value::from(v);
-            *old.decor_mut() = decor;
-        }
+        Ok(())
     }
-    Ok(true)
 }
 
 pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     let mut doc = parse(text)?;
     let mut written = Vec::new();
     for e in edits {
-        if set(&mut doc, e)? {
+        i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
+        if set(Step::Table(doc.as_table_mut()), e)? {
             written.push((e.key.to_string(), e.value));
         }
     }
@@ -265,6 +232,20 @@ name = "early-stop"
         assert_eq!(out, "loaders = [{ name = \"train\", batch = 16 }]\n");
         let e = set("sizes = [[1]]\n", &[("sizes.0", 8)]).unwrap_err();
         assert!(e.contains("holds a list"), "{e}");
+    }
+
+    #[test]
+    fn a_key_only_if_present_is_left_out_past_a_list_s_end() {
+        for k in ["callbacks.1", "callbacks.name", "callbacks.1.patience"] {
+            let k = KeyPath::parse(k).unwrap();
+            let edits = [Edit {
+                key: &k,
+                value: 4,
+                absent: super::super::keys::Absent::Skip,
+            }];
+            let e = edit(RUN, &edits).unwrap();
+            assert_eq!((e.text.as_str(), e.written.len()), (RUN, 0), "{k}");
+        }
     }
 
     #[test]

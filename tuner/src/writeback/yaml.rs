@@ -19,7 +19,7 @@ use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt};
 use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
-use super::keys::{Edit, Edited, KeyPath};
+use super::keys::{index, set, Edit, Edited, Kind, Node};
 
 /// `message` at byte `at` of `text`, as `line N: message` on one line: the parser's first
 /// sentence says what is wrong; its hints after it name the character found, a line break too.
@@ -67,25 +67,9 @@ fn is_empty(node: &YamlNode) -> bool {
         .is_some_and(|s| !s.is_quoted() && !s.is_block() && s.as_string().is_empty())
 }
 
-/// Why the key path cannot go through or end at `node`, if it cannot.
-fn refusal(node: &YamlNode, here: &str, last: bool) -> Option<String> {
-    let why = match node {
-        YamlNode::Sequence(_) if last => "holds a list, not a number",
-        YamlNode::TaggedNode(_) => "is tagged (!); write it as a plain value",
-        YamlNode::Alias(_) if !last => {
-            "is an alias (*) of a mapping written elsewhere; set the key where it is anchored"
-        }
-        YamlNode::Mapping(_) if last => "holds a mapping, not a number",
-        YamlNode::Scalar(_) if !last && !is_empty(node) => {
-            "is a scalar, not a mapping; the key path cannot go through it"
-        }
-        _ => return None,
-    };
-    Some(format!("'{here}' {why}"))
-}
-
-/// The mapping the document's root holds; None where the document is empty.
-fn root(doc: &Document) -> Result<Option<Mapping>, String> {
+/// The mapping the document's root holds, its first key added where the document is empty;
+/// None where it is empty and `e` only sets a key that is there.
+fn root(doc: &Document, e: &Edit) -> Result<Option<Mapping>, String> {
     if let Some(m) = doc.as_mapping() {
         return Ok(Some(m));
     }
@@ -95,7 +79,19 @@ fn root(doc: &Document) -> Result<Option<Mapping>, String> {
     if doc.as_scalar().is_some() || doc.as_tagged().is_some() {
         return Err("the file's top level is a single value, not a mapping of keys".into());
     }
-    Ok(None)
+    if e.only_if_present() {
+        return Ok(None);
+    }
+    // An empty document: its first key starts the root mapping, and the walk sets the rest.
+    let segments = e.key.segments();
+    if segments.len() == 1 {
+        doc.set(&segments[0], e.value);
+    } else {
+        doc.set(&segments[0], Mapping::new_pending_block());
+    }
+    doc.as_mapping()
+        .map(Some)
+        .ok_or_else(|| "the empty document could not take a key; left as it was".into())
 }
 
 /// The value of `seg` in `node` as PyYAML reads it (a mapping's own key, else one its merge
@@ -160,81 +156,82 @@ pub fn tree(text: &str) -> Result<Value, String> {
     }
 }
 
-/// Set `key` to `value` in `doc`; false where the key is missing and `only_if_present`.
-fn set(doc: &Document, key: &KeyPath, value: usize, only_if_present: bool) -> Result<bool, String> {
-    let segments = key.segments();
-    let map = match root(doc)? {
-        Some(m) => m,
-        None if only_if_present => return Ok(false),
-        None => {
-            // An empty document: its first key starts the root mapping, and the walk below
-            // sets the rest.
-            let first = segments[0].as_str();
-            if segments.len() == 1 {
-                doc.set(first, value);
-            } else {
-                doc.set(first, Mapping::new_pending_block());
-            }
-            doc.as_mapping()
-                .ok_or("the empty document could not take a key; left as it was")?
+/// A mapping or list of the document, and the anchors its merge keys name.
+struct Step<'r> {
+    node: YamlNode,
+    registry: &'r AnchorRegistry,
+}
+
+impl Node for Step<'_> {
+    const MAP: &'static str = "a mapping";
+    const THROUGH: &'static str = "is a scalar, not a mapping; the key path cannot go through it";
+
+    fn kind(&self) -> Kind {
+        match &self.node {
+            YamlNode::Mapping(_) => Kind::Map,
+            YamlNode::Sequence(list) => Kind::List(list.len()),
+            _ => Kind::Scalar,
         }
-    };
-    let registry = AnchorRegistry::from_document(doc);
-    let mut node = YamlNode::Mapping(map);
-    for (i, seg) in segments.iter().enumerate() {
-        let here = key.prefix(i + 1);
-        let last = i + 1 == segments.len();
-        let found = child(&node, seg, &registry)?;
-        if let Some(why) = found.as_ref().and_then(|(n, _)| refusal(n, &here, last)) {
-            return Err(why);
-        }
-        let next = match (&node, found) {
-            (YamlNode::Sequence(list), Some(_)) if last => {
-                let i: usize = seg.parse().expect("found by its index");
-                list.set(i, value);
-                return Ok(true);
-            }
-            (YamlNode::Sequence(_), Some((item, _))) => item,
-            (YamlNode::Sequence(list), None) => {
-                if only_if_present {
-                    return Ok(false);
-                }
-                return Err(format!(
-                    "'{here}' is not in the file: '{}' is a list of {}, indexed from 0",
-                    key.prefix(i),
-                    list.len()
-                ));
-            }
-            (YamlNode::Mapping(map), found) if last => {
-                if found.is_none() && only_if_present {
-                    return Ok(false);
-                }
-                // A merged key gets one of the mapping's own, which wins over the merge.
-                map.set(seg.as_str(), value);
-                return Ok(true);
-            }
-            (YamlNode::Mapping(_), Some((_, false))) => {
-                return Err(format!(
-                    "'{here}' comes through a merge key (<<) from a mapping anchored elsewhere; a key of its own here would hide the rest of it: set the key where it is anchored"
-                ))
-            }
-            (YamlNode::Mapping(_), Some((n @ (YamlNode::Mapping(_) | YamlNode::Sequence(_)), _))) => {
-                n
-            }
-            (YamlNode::Mapping(map), _) => {
-                if only_if_present {
-                    return Ok(false);
-                }
-                map.set(seg.as_str(), Mapping::new_pending_block());
-                YamlNode::Mapping(map.get_mapping(seg.as_str()).ok_or_else(|| {
-                    format!("'{here}' could not be made a mapping; left as it was")
-                })?)
-            }
-            _ => return Err(format!("'{}' cannot hold keys", key.prefix(i))),
-        };
-        node = next;
     }
-    Ok(false)
+
+    /// Beside what every format refuses: a tagged value, a path through an alias or through a
+    /// merged mapping. A key written `key:` with nothing else is there to be filled.
+    fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String> {
+        let Some((node, own)) = child(&self.node, seg, self.registry)? else {
+            return Ok(None);
+        };
+        let empty = !last && is_empty(&node);
+        let kind = match &node {
+            YamlNode::Mapping(_) => Kind::Map,
+            YamlNode::Sequence(list) => Kind::List(list.len()),
+            YamlNode::TaggedNode(_) => {
+                return Err(format!("'{here}' is tagged (!); write it as a plain value"))
+            }
+            YamlNode::Alias(_) if !last => return Err(format!(
+                "'{here}' is an alias (*) of a mapping written elsewhere; set the key where it is anchored"
+            )),
+            _ => Kind::Scalar,
+        };
+        if !own && !last && (kind != Kind::Scalar || empty) {
+            return Err(format!(
+                "'{here}' comes through a merge key (<<) from a mapping anchored elsewhere; a key of its own here would hide the rest of it: set the key where it is anchored"
+            ));
+        }
+        match (&self.node, empty) {
+            (YamlNode::Mapping(_), true) => Ok(None),
+            (_, true) => Err(format!("'{here}' cannot hold keys")),
+            _ => Ok(Some(kind)),
+        }
+    }
+
+    fn descend(self, seg: &str, here: &str, _: bool) -> Result<Self, String> {
+        let node = match &self.node {
+            YamlNode::Mapping(map) => match map.get(seg) {
+                Some(n @ (YamlNode::Mapping(_) | YamlNode::Sequence(_))) => n,
+                _ => {
+                    map.set(seg, Mapping::new_pending_block());
+                    YamlNode::Mapping(map.get_mapping(seg).ok_or_else(|| {
+                        format!("'{here}' could not be made a mapping; left as it was")
+                    })?)
+                }
+            },
+            YamlNode::Sequence(list) => list.get(index(seg)).expect("looked up"),
+            _ => unreachable!("a key path goes through mappings and lists"),
+        };
+        Ok(Step { node, ..self })
+    }
+
+    fn set(self, seg: &str, value: usize) -> Result<(), String> {
+        match &self.node {
+            // A merged key gets one of the mapping's own, which wins over the merge.
+            YamlNode::Mapping(map) => map.set(seg, value),
+            YamlNode::Sequence(list) => {
+                list.set(index(seg), value);
+            }
+            _ => unreachable!("a key path is set in a mapping or a list"),
+        }
+        Ok(())
+    }
 }
 
 pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
@@ -242,7 +239,15 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     let mut written = Vec::new();
     for e in edits {
         let (file, doc) = parse(&text)?;
-        if !set(&doc, e.key, e.value, e.only_if_present())? {
+        let Some(map) = root(&doc, e)? else {
+            continue;
+        };
+        let registry = AnchorRegistry::from_document(&doc);
+        let top = Step {
+            node: YamlNode::Mapping(map),
+            registry: &registry,
+        };
+        if !set(top, e)? {
             continue;
         }
         let edited = file.to_string();
@@ -262,7 +267,7 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::keys::Absent;
+    use super::super::keys::{Absent, KeyPath};
     use super::*;
 
     fn key(s: &str) -> KeyPath {

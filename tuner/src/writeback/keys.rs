@@ -167,8 +167,6 @@ pub trait Node: Sized {
     const MAP: &'static str;
     /// Why a key path cannot go on through a scalar, after its path.
     const THROUGH: &'static str;
-    /// What this node is.
-    fn kind(&self) -> Kind;
     /// What `seg` holds here (`here`: the key path to it): a key of a mapping, a number of a
     /// list; None where it is not there. Err for what the format cannot set without guessing.
     fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String>;
@@ -176,7 +174,7 @@ pub trait Node: Sized {
     /// one that holds only mappings).
     fn descend(self, seg: &str, here: &str, implicit: bool) -> Result<Self, String>;
     /// Set `seg` (a mapping's key, added where missing, or a list's item) to `value`.
-    fn set(self, seg: &str, value: usize) -> Result<(), String>;
+    fn set(self, seg: &str, value: usize);
 }
 
 /// The number of a list's item in a key path, looked up before.
@@ -189,11 +187,13 @@ pub fn index(seg: &str) -> usize {
 /// refused; a missing key is added, with the mappings on its way.
 pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
     let segments = e.key.segments();
+    let mut at = Kind::Map;
     for (i, seg) in segments.iter().enumerate() {
         let here = e.key.prefix(i + 1);
         let last = i + 1 == segments.len();
+        let found = node.look(seg, &here, last)?;
         let holds = |what| Err(format!("'{here}' holds {what}, not a number"));
-        match (node.kind(), node.look(seg, &here, last)?) {
+        match (at, found) {
             (_, None) if e.only_if_present() => return Ok(false),
             (Kind::List(len), None) => {
                 return Err(format!(
@@ -205,11 +205,13 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
             (_, Some(Kind::List(_))) if last => return holds("a list"),
             (_, Some(Kind::Scalar)) if !last => return Err(format!("'{here}' {}", N::THROUGH)),
             _ if last => {
-                node.set(seg, e.value)?;
+                node.set(seg, e.value);
                 return Ok(true);
             }
-            _ => node = node.descend(seg, &here, i + 2 < segments.len())?,
+            _ => {}
         }
+        node = node.descend(seg, &here, i + 2 < segments.len())?;
+        at = found.unwrap_or(Kind::Map);
     }
     Ok(false)
 }

@@ -30,15 +30,18 @@ pub fn tree(text: &str) -> Result<serde_json::Value, String> {
 /// Set `key = v`; an existing key keeps its comments (the one above it and the one after it).
 pub fn set_keeping_comments(table: &mut dyn TableLike, key: &str, v: i64) {
     match table.get_mut(key).and_then(|i| i.as_value_mut()) {
-        Some(old) => {
-            let decor = old.decor().clone();
-            *old = toml_edit::Value::from(v);
-            *old.decor_mut() = decor;
-        }
+        Some(old) => replace(old, v),
         None => {
             table.insert(key, toml_edit::value(v));
         }
     }
+}
+
+/// `old` replaced by `v`, with its comments.
+fn replace(old: &mut toml_edit::Value, v: i64) {
+    let decor = old.decor().clone();
+    *old = toml_edit::Value::from(v);
+    *old.decor_mut() = decor;
 }
 
 /// Where a key path is on its way: a table (or inline table), an array, an array of tables.
@@ -78,14 +81,6 @@ impl Node for Step<'_> {
     const MAP: &'static str = "a table";
     const THROUGH: &'static str = "is a scalar; a key path goes through tables and lists only";
 
-    fn kind(&self) -> Kind {
-        match self {
-            Step::Table(_) => Kind::Map,
-            Step::Array(a) => Kind::List(a.len()),
-            Step::Tables(t) => Kind::List(t.len()),
-        }
-    }
-
     fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
         let index = seg.parse::<usize>().ok();
         Ok(match self {
@@ -115,18 +110,12 @@ impl Node for Step<'_> {
         })
     }
 
-    fn set(self, seg: &str, value: usize) -> Result<(), String> {
+    fn set(self, seg: &str, value: usize) {
         match self {
             Step::Table(table) => set_keeping_comments(table, seg, value as i64),
-            Step::Array(a) => {
-                let old = a.get_mut(index(seg)).expect("looked up");
-                let decor = old.decor().clone();
-                *old = toml_edit::Value::from(value as i64);
-                *old.decor_mut() = decor;
-            }
+            Step::Array(a) => replace(a.get_mut(index(seg)).expect("looked up"), value as i64),
             Step::Tables(_) => unreachable!("an array of tables holds tables"),
         }
-        Ok(())
     }
 }
 

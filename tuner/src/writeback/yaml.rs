@@ -166,14 +166,6 @@ impl Node for Step<'_> {
     const MAP: &'static str = "a mapping";
     const THROUGH: &'static str = "is a scalar, not a mapping; the key path cannot go through it";
 
-    fn kind(&self) -> Kind {
-        match &self.node {
-            YamlNode::Mapping(_) => Kind::Map,
-            YamlNode::Sequence(list) => Kind::List(list.len()),
-            _ => Kind::Scalar,
-        }
-    }
-
     /// Beside what every format refuses: a tagged value, a path through an alias or through a
     /// merged mapping. A key written `key:` with nothing else is there to be filled.
     fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String> {
@@ -221,7 +213,7 @@ impl Node for Step<'_> {
         Ok(Step { node, ..self })
     }
 
-    fn set(self, seg: &str, value: usize) -> Result<(), String> {
+    fn set(self, seg: &str, value: usize) {
         match &self.node {
             // A merged key gets one of the mapping's own, which wins over the merge.
             YamlNode::Mapping(map) => map.set(seg, value),
@@ -230,7 +222,6 @@ impl Node for Step<'_> {
             }
             _ => unreachable!("a key path is set in a mapping or a list"),
         }
-        Ok(())
     }
 }
 

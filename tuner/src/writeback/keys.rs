@@ -53,49 +53,24 @@ impl KeyPath {
 /// Every key path in `tree` that ends at a value (a scalar, an empty list or mapping), in the
 /// file's order.
 pub fn key_paths(tree: &Value) -> Vec<String> {
-    fn walk(node: &Value, here: &mut Vec<String>, out: &mut Vec<String>) {
-        let children: Vec<(String, &Value)> = match node {
-            Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v)).collect(),
-            Value::Array(a) => a
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (i.to_string(), v))
-                .collect(),
-            _ => Vec::new(),
-        };
-        if children.is_empty() {
-            if !here.is_empty() {
-                out.push(here.join("."));
-            }
-            return;
-        }
-        for (k, v) in children {
-            here.push(k);
-            walk(v, here, out);
-            here.pop();
-        }
-    }
+    let children: Vec<(String, &Value)> = match tree {
+        Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), v))
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut out = Vec::new();
-    walk(tree, &mut Vec::new(), &mut out);
-    out
-}
-
-/// Edits of one character (insert, delete, replace) from `a` to `b`.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != cb));
-            diagonal = above;
+    for (k, v) in children {
+        let below = key_paths(v);
+        out.extend(below.iter().map(|p| format!("{k}.{p}")));
+        if below.is_empty() {
+            out.push(k);
         }
     }
-    row[b.len()]
+    out
 }
 
 /// The refusal of a key path that is not in the file: it names the (at most three) nearest
@@ -104,12 +79,12 @@ pub fn not_there(key: &KeyPath, tree: &Value) -> String {
     let wanted = key.to_string();
     let mut paths = key_paths(tree);
     // A stable sort: of equally near ones, the first in the file first.
-    paths.sort_by_key(|p| distance(&wanted, p));
-    let nearest: Vec<String> = paths.iter().take(3).cloned().collect();
-    let there = if nearest.is_empty() {
+    paths.sort_by_key(|p| strsim::levenshtein(&wanted, p));
+    paths.truncate(3);
+    let there = if paths.is_empty() {
         "the file has no keys".to_string()
     } else {
-        format!("the nearest there: {}", nearest.join(", "))
+        format!("the nearest there: {}", paths.join(", "))
     };
     format!("'{wanted}' is not in the file ({there}); --new-key adds it as a new key")
 }
@@ -263,7 +238,8 @@ mod tests {
         );
         let e = not_there(&KeyPath::parse("a").unwrap(), &serde_json::json!({}));
         assert!(e.contains("(the file has no keys)"), "{e}");
-        assert_eq!(distance("kitten", "sitting"), 3);
-        assert_eq!(distance("", "ab"), 2);
+        // The nearest by edits of one character (insert, delete, replace).
+        assert_eq!(strsim::levenshtein("kitten", "sitting"), 3);
+        assert_eq!(strsim::levenshtein("", "ab"), 2);
     }
 }

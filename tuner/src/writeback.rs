@@ -51,26 +51,20 @@ impl Keys {
     /// The edits that write `batch` and `accumulation`: accumulation steps go in where the
     /// answer uses them or the file already has the key.
     fn edits(&self, batch: usize, accumulation: usize) -> Vec<Edit<'_>> {
-        let absent = if self.new_keys {
-            Absent::Add
-        } else {
-            Absent::Refuse
+        let absent = match self.new_keys {
+            true => Absent::Add,
+            false => Absent::Refuse,
         };
-        let mut edits = vec![Edit {
-            key: &self.batch_size,
-            value: batch,
-            absent,
-        }];
+        let edit = |key, value, absent| Edit { key, value, absent };
+        let mut edits = vec![edit(&self.batch_size, batch, absent)];
         if let Some(key) = &self.accumulation {
-            edits.push(Edit {
-                key,
-                value: accumulation,
-                absent: if accumulation == 1 {
-                    Absent::Skip
-                } else {
-                    absent
-                },
-            });
+            // Where the answer does not accumulate, only where the file has the key.
+            let absent = if accumulation == 1 {
+                Absent::Skip
+            } else {
+                absent
+            };
+            edits.push(edit(key, accumulation, absent));
         }
         edits
     }

@@ -15,7 +15,7 @@
 //! back the value written.
 
 use serde_json::{Map, Value};
-use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt};
+use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt, MergedMapping};
 use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
@@ -83,40 +83,16 @@ fn root(doc: &Document, e: &Edit) -> Result<Option<Mapping>, String> {
         return Ok(None);
     }
     // An empty document: its first key starts the root mapping, and the walk sets the rest.
-    let segments = e.key.segments();
-    if segments.len() == 1 {
-        doc.set(&segments[0], e.value);
-    } else {
-        doc.set(&segments[0], Mapping::new_pending_block());
-    }
+    doc.set(&e.key.segments()[0], Mapping::new_pending_block());
     doc.as_mapping()
         .map(Some)
         .ok_or_else(|| "the empty document could not take a key; left as it was".into())
 }
 
-/// The value of `seg` in `node` as PyYAML reads it (a mapping's own key, else one its merge
-/// keys bring; an index into a list), and whether it is the mapping's own.
-fn child(
-    node: &YamlNode,
-    seg: &str,
-    registry: &AnchorRegistry,
-) -> Result<Option<(YamlNode, bool)>, String> {
-    Ok(match node {
-        YamlNode::Mapping(map) => match map.get(seg) {
-            Some(own) => Some((own, true)),
-            None => map
-                .merged(registry)
-                .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?
-                .get(seg)
-                .map(|merged| (merged, false)),
-        },
-        YamlNode::Sequence(list) => seg
-            .parse::<usize>()
-            .ok()
-            .and_then(|i| list.get(i))
-            .map(|item| (item, true)),
-        _ => None,
-    })
+/// `map` with the keys its merge keys (<<) bring, as PyYAML reads it.
+fn merged<'r>(map: &Mapping, registry: &'r AnchorRegistry) -> Result<MergedMapping<'r>, String> {
+    map.merged(registry)
+        .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))
 }
 
 /// The file as plain values, merge keys resolved.
@@ -127,11 +103,8 @@ pub fn tree(text: &str) -> Result<Value, String> {
         }
         Ok(match node {
             YamlNode::Mapping(map) => {
-                let merged = map
-                    .merged(registry)
-                    .map_err(|e| format!("a merge key (<<) cannot be read: {e}"))?;
                 let mut out = Map::new();
-                for (k, v) in merged.iter() {
+                for (k, v) in merged(map, registry)?.iter() {
                     // A key that is a plain value, by its text.
                     if let Some(k) = k.as_scalar() {
                         out.insert(k.as_string(), plain(&v, registry, depth + 1)?);
@@ -169,7 +142,20 @@ impl Node for Step<'_> {
     /// Beside what every format refuses: a tagged value, a path through an alias or through a
     /// merged mapping. A key written `key:` with nothing else is there to be filled.
     fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String> {
-        let Some((node, own)) = child(&self.node, seg, self.registry)? else {
+        // A mapping's own key, else one its merge keys bring; an item of a list.
+        let found = match &self.node {
+            YamlNode::Mapping(map) => match map.get(seg) {
+                Some(own) => Some((own, true)),
+                None => merged(map, self.registry)?.get(seg).map(|m| (m, false)),
+            },
+            YamlNode::Sequence(list) => seg
+                .parse()
+                .ok()
+                .and_then(|i| list.get(i))
+                .map(|n| (n, true)),
+            _ => None,
+        };
+        let Some((node, own)) = found else {
             return Ok(None);
         };
         let empty = !last && is_empty(&node);

@@ -6,8 +6,9 @@
 //! different GPUs, tuning different models, share one file; `tuner team FILE` reads it back.
 //!
 //! Each format has its own editor ([toml] through toml_edit, [json] through serde_json with the
-//! file's key order, [yaml] through yaml-edit); each sets whole numbers at key paths and refuses,
-//! in one line, a path it cannot set without guessing. A key path is read as the team's framework
+//! file's key order, [yaml] through yaml-edit), and one walk of a key path serves the three
+//! ([keys::set]): it sets whole numbers at key paths and refuses, in one line, a path it cannot
+//! set without guessing; each editor says what a key holds, adds a mapping, sets a number. A key path is read as the team's framework
 //! reads the file (OmegaConf and Hydra over PyYAML, tomllib, json): a number indexes a list
 //! (`trainer.callbacks.0.patience`), and a key found through a YAML merge key (`<<: *defaults`)
 //! is there, and written into the mapping that merges, whose own keys win over merged ones. A key

@@ -1,6 +1,6 @@
-//! Key paths (`training.batch_size`, `trainer.callbacks.0.patience`) and the edits each file
-//! format makes at them; a key path that is not in the file, refused with the nearest ones that
-//! are.
+//! Key paths (`training.batch_size`, `trainer.callbacks.0.patience`), the edits at them and the
+//! one walk that makes them in any file format; a key path that is not in the file, refused with
+//! the nearest ones that are.
 
 use std::fmt;
 

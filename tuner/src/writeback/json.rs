@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::keys::{set, Edit, Edited, Kind, Node};
+use super::keys::{index, set, Edit, Edited, Kind, Node};
 
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
@@ -35,7 +35,7 @@ impl Node for &mut Value {
     fn descend(self, seg: &str, _: &str, _: bool) -> Result<Self, String> {
         Ok(match self {
             Value::Object(o) => o.entry(seg).or_insert_with(|| Value::Object(Map::new())),
-            v => &mut v[seg.parse::<usize>().expect("looked up by its number")],
+            v => &mut v[index(seg)],
         })
     }
 

@@ -119,13 +119,6 @@ pub struct Edit<'a> {
     pub absent: Absent,
 }
 
-impl Edit<'_> {
-    /// Set only where the key is already there.
-    pub fn only_if_present(&self) -> bool {
-        self.absent == Absent::Skip
-    }
-}
-
 /// What a key path meets in a file: a mapping (a table, an object), a list of `len` items, or
 /// a value it cannot go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,7 +162,7 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
         let found = node.look(seg, &here, last)?;
         let holds = |what| Err(format!("'{here}' holds {what}, not a number"));
         match (at, found) {
-            (_, None) if e.only_if_present() => return Ok(false),
+            (_, None) if e.absent == Absent::Skip => return Ok(false),
             (Kind::List(len), None) => {
                 return Err(format!(
                     "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",

@@ -19,7 +19,7 @@ use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt, MergedMappi
 use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
-use super::keys::{index, set, Edit, Edited, Kind, Node};
+use super::keys::{index, set, Absent, Edit, Edited, Kind, Node};
 
 /// `message` at byte `at` of `text`, as `line N: message` on one line: the parser's first
 /// sentence says what is wrong; its hints after it name the character found, a line break too.
@@ -79,7 +79,7 @@ fn root(doc: &Document, e: &Edit) -> Result<Option<Mapping>, String> {
     if doc.as_scalar().is_some() || doc.as_tagged().is_some() {
         return Err("the file's top level is a single value, not a mapping of keys".into());
     }
-    if e.only_if_present() {
+    if e.absent == Absent::Skip {
         return Ok(None);
     }
     // An empty document: its first key starts the root mapping, and the walk sets the rest.
@@ -244,7 +244,7 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
 }
 #[cfg(test)]
 mod tests {
-    use super::super::keys::{Absent, KeyPath};
+    use super::super::keys::KeyPath;
     use super::*;
 
     fn key(s: &str) -> KeyPath {

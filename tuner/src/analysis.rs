@@ -165,6 +165,13 @@ impl TrialResult {
         self.memory_terms().0.filter(|_| self.status == Status::Ok)
     }
 
+    /// Its peak over its memory limit, where both are known (in the terms of
+    /// [TrialResult::memory_terms]).
+    pub fn limit_share(&self) -> Option<f64> {
+        let (peak, limit) = self.memory_terms();
+        Some(peak? as f64 / limit? as f64)
+    }
+
     /// How busy the GPU was: the program's own figure, else NVML's utilization.
     pub fn busy(&self) -> Option<(f64, &'static str)> {
         let measured = (self
@@ -531,12 +538,9 @@ fn healthy(t: &TrialResult) -> String {
         Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
         None => "the data phase was not reported".into(),
     };
-    let memory = match t.memory_terms() {
-        (Some(p), Some(l)) => format!(
-            "the peak is {:.0}% of the memory limit",
-            100.0 * p as f64 / l as f64
-        ),
-        _ => "the memory limit is not known".into(),
+    let memory = match t.limit_share() {
+        Some(s) => format!("the peak is {:.0}% of the memory limit", 100.0 * s),
+        None => "the memory limit is not known".into(),
     };
     format!("{busy}, {data}, {memory}")
 }

@@ -27,15 +27,12 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for t in trials {
         let label = t.key().line_label();
-        let idx = match out.iter().position(|(l, _)| *l == label) {
-            Some(i) => i,
-            None => {
-                out.push((label, Vec::new()));
-                out.len() - 1
-            }
-        };
+        let i = (out.iter().position(|(l, _)| *l == label)).unwrap_or_else(|| {
+            out.push((label, Vec::new()));
+            out.len() - 1
+        });
         if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.measured.samples_per_s, t.ok_peak()) {
-            out[idx]
+            out[i]
                 .1
                 .push((t.params.batch_size as f64, tp, m as f64 / 1e9));
         }

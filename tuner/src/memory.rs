@@ -289,26 +289,22 @@ pub fn render(r: &MemoryReport) -> String {
     }
     for p in &r.precisions {
         let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
-        let bound = match p.first_failing {
-            Some(f) => format!("{f} ran out of memory"),
-            None => {
+        let bound = p.first_failing.map_or_else(
+            || {
                 "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
                     .into()
-            }
-        };
+            },
+            |f| format!("{f} ran out of memory"),
+        );
         let _ = writeln!(
             o,
             "  largest listed batch that fits {} ({bound}); {}",
             p.largest_fitting,
             recommend::describe(&p.tiers, r.ran.margin)
         );
-        if let Some(fixed) = fixed_part(p) {
-            let _ = writeln!(o, "{fixed}");
-        }
+        o.extend(fixed_part(p).map(|fixed| fixed + "\n"));
     }
-    if let Some(a) = &r.amp_advice {
-        let _ = writeln!(o, "{a}");
-    }
+    o.extend(r.amp_advice.as_ref().map(|a| format!("{a}\n")));
     if let (Some(c), Some(s)) = (r.configured_batch, r.batch_status) {
         let _ = writeln!(o, "configured batch {c}: {s:?}");
     }

@@ -96,9 +96,8 @@ impl Figure for SweepFigure<'_> {
         let panels = plotting::titled_panels(root, self.title, 2)?;
         let lines = &self.lines;
         let all = || lines.iter().flat_map(|(_, p)| p.iter());
-        let batches: Vec<f64> = all().map(|p| p.0).collect();
-        let bmax = batches.iter().cloned().fold(1.0, f64::max);
-        let bmin = batches.iter().cloned().fold(bmax, f64::min);
+        let bmax = all().map(|p| p.0).fold(1.0, f64::max);
+        let bmin = all().map(|p| p.0).fold(bmax, f64::min);
         let x_range = (bmin * 0.7, bmax * 1.5);
         // Left: throughput, log-log (it spans decades).
         let (y0, y1) = decades(all().map(|p| p.1), 1.0).unwrap_or((1.0, 10.0));

@@ -115,17 +115,11 @@ pub struct MemoryFit {
 
 impl MemoryFit {
     pub fn of(trials: &[&TrialResult]) -> MemoryFit {
-        let mut points = Vec::new();
-        let mut limit: Option<u64> = None;
-        for r in trials {
-            let (peak, l) = r.memory_terms();
-            if let Some(l) = l {
-                limit = Some(limit.map_or(l, |old| old.min(l)));
-            }
-            if let (Some(true), Some(p)) = (r.fits(), peak) {
-                points.push((r.params.batch_size, p));
-            }
-        }
+        let limit = trials.iter().filter_map(|r| r.memory_terms().1).min();
+        let points: Vec<(usize, u64)> = (trials.iter())
+            .filter(|r| r.fits() == Some(true))
+            .filter_map(|r| Some((r.params.batch_size, r.memory_terms().0?)))
+            .collect();
         MemoryFit {
             line: match limit {
                 Some(l) => Line::holding(&points, l),

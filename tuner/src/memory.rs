@@ -264,15 +264,12 @@ fn fixed_part(p: &PrecisionMemory) -> Option<String> {
 pub fn render(r: &MemoryReport) -> String {
     let mut o = r.ran.header("memory");
     for d in &r.ran.devices {
+        let name = d.name.as_deref().unwrap_or("name not known (no NVML)");
+        let memory = d.total_bytes.map_or_else(|| "memory not known".into(), gb);
+        let (label, visible) = (&d.label, &d.cuda_visible);
         let _ = writeln!(
             o,
-            "- {} (CUDA_VISIBLE_DEVICES={}): {}, {}",
-            d.label,
-            d.cuda_visible,
-            d.name.as_deref().unwrap_or("name not known (no NVML)"),
-            d.total_bytes
-                .map(gb)
-                .unwrap_or_else(|| "memory not known".into())
+            "- {label} (CUDA_VISIBLE_DEVICES={visible}): {name}, {memory}"
         );
     }
     o.push('\n');

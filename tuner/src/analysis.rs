@@ -29,11 +29,10 @@ pub struct TrialKey {
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        let mut label = format!("workers {}, {}", self.workers, self.amp.label());
-        for (name, value) in self.axes.iter() {
-            label.push_str(&format!(", {name} {value}"));
-        }
-        label
+        let axes: String = (self.axes.iter())
+            .map(|(name, value)| format!(", {name} {value}"))
+            .collect();
+        format!("workers {}, {}{axes}", self.workers, self.amp.label())
     }
 }
 

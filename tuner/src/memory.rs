@@ -81,9 +81,7 @@ impl MemoryParts {
                 let bytes_per_sample = previous.zip(line_peak).and_then(|((b0, p0), p1)| {
                     (batch > b0).then(|| (p1 as f64 - p0 as f64) / (batch - b0) as f64)
                 });
-                if let Some(p) = line_peak {
-                    previous = Some((batch, p));
-                }
+                previous = line_peak.map(|p| (batch, p)).or(previous);
                 MemoryParts {
                     batch_size: batch,
                     peak_bytes: peak,

@@ -127,6 +127,8 @@ impl Table {
 /// that a table of rows is its list of columns, with nothing written out row by row.
 pub struct Columns<'a, R> {
     columns: Vec<(Column, CellOf<'a, R>)>,
+    /// The columns left out of a table where no row has a cell in them.
+    optional: Vec<String>,
 }
 
 /// How a column shows a row.
@@ -136,6 +138,7 @@ impl<'a, R> Columns<'a, R> {
     pub fn new() -> Self {
         Columns {
             columns: Vec::new(),
+            optional: Vec::new(),
         }
     }
 
@@ -149,14 +152,30 @@ impl<'a, R> Columns<'a, R> {
         self.column(name.into(), Align::Right, cell)
     }
 
+    /// [Columns::left], for a column left out where no row has a cell in it.
+    pub fn left_if_any(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional(name.into(), Align::Left, cell)
+    }
+
+    /// [Columns::right], for a column left out where no row has a cell in it.
+    pub fn right_if_any(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional(name.into(), Align::Right, cell)
+    }
+
+    fn optional(mut self, name: String, align: Align, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional.push(name.clone());
+        self.column(name, align, cell)
+    }
+
     fn column(mut self, name: String, align: Align, cell: impl Fn(&R) -> String + 'a) -> Self {
         self.columns.push((Column { name, align }, Box::new(cell)));
         self
     }
 
-    /// The table of `rows`: a row each, a cell per column.
+    /// The table of `rows`: a row each, a cell per column, less the optional columns no row
+    /// has a cell in.
     pub fn table<T: std::borrow::Borrow<R>>(&self, rows: impl IntoIterator<Item = T>) -> Table {
-        Table {
+        let mut table = Table {
             columns: self.columns.iter().map(|(c, _)| c.clone()).collect(),
             rows: (rows.into_iter())
                 .map(|r| {
@@ -166,7 +185,10 @@ impl<'a, R> Columns<'a, R> {
                         .collect()
                 })
                 .collect(),
-        }
+        };
+        let optional: Vec<&str> = self.optional.iter().map(String::as_str).collect();
+        table.drop_empty(&optional);
+        table
     }
 }
 
@@ -301,6 +323,19 @@ mod tests {
         assert_eq!(columns.table(rows.iter()), by_hand, "rows borrowed");
         let header = Table::new().left("name").right("x").right("2x");
         assert_eq!(columns.table(Vec::<(&str, f64)>::new()), header, "no rows");
+        // An optional column is left out where every cell is empty, and kept where one is not.
+        let maybe = |r: &(&str, f64)| cell(Some(r.1).filter(|&x| x > 5.0), |x| x.to_string());
+        let columns = columns
+            .right_if_any("big", maybe)
+            .left_if_any("none", |_| EMPTY.into());
+        let mut kept = Table::new()
+            .left("name")
+            .right("x")
+            .right("2x")
+            .right("big");
+        kept.row(vec!["a".into(), "1.5".into(), "3.0".into(), EMPTY.into()]);
+        kept.row(vec!["bb".into(), "10.0".into(), "20.0".into(), "10".into()]);
+        assert_eq!(columns.table(rows), kept, "'none' left out, 'big' kept");
     }
 
     /// What a GitHub-flavoured markdown reader needs of a table: every line between outer bars

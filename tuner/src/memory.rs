@@ -174,7 +174,7 @@ pub fn memory(
 }
 
 fn memory_table(trials: &[TrialResult]) -> Table {
-    let mut t = Columns::<TrialResult>::new()
+    Columns::<TrialResult>::new()
         .right("batch", |r| r.params.batch_size.to_string())
         .left("AMP", |r| r.params.amp_text())
         .left("fits", |r| match r.fits() {
@@ -199,10 +199,8 @@ fn memory_table(trials: &[TrialResult]) -> Table {
         })
         .right("wall s", |r| format!("{:.1}", r.wall_s))
         .left("GPU", |r| r.device.clone())
-        .left("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list))
-        .table(trials);
-    t.drop_empty(&["CPU cores"]);
-    t
+        .left_if_any("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list))
+        .table(trials)
 }
 
 const NOT_REPORTED: &str = "not reported";

@@ -144,37 +144,27 @@ pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Ta
         let value = move |r: &TrialResult| r.measured.metrics.get(name).copied();
         c = c.right(*name, if_ok(value, metric_text));
     }
-    let mut t = c
-        .right("vs program %", signed(|m| m.program_difference))
-        .right("vs clock %", signed(|m| m.clock_difference))
-        .right("GPU busy %", if_ok(|r| r.measured.gpu_busy, percent))
+    c = c
+        .right_if_any("vs program %", signed(|m| m.program_difference))
+        .right_if_any("vs clock %", signed(|m| m.clock_difference))
+        .right_if_any("GPU busy %", if_ok(|r| r.measured.gpu_busy, percent))
         .right("NVML util %", if_ok(|r| r.nvml_util_pct, fixed(0)))
         .right("memory GB", |r| cell(r.ok_peak(), gb))
-        .right(
+        .right_if_any(
             "framework GB",
             if_ok(|r| r.measured.framework_peak_bytes, gb),
         )
-        .right("bad lines", |r| {
+        .right_if_any("bad lines", |r| {
             cell(Some(r.report.bad_lines).filter(|&n| n > 0), |n| {
                 n.to_string()
             })
         })
         .left("status", |r| status(r, pick))
-        .left("GPU", |r| {
+        .left_if_any("GPU", |r| {
             cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone())
         })
-        .left("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list))
-        .table(trials);
-    t.drop_empty(&[
-        "vs program %",
-        "vs clock %",
-        "GPU busy %",
-        "framework GB",
-        "bad lines",
-        "GPU",
-        "CPU cores",
-    ]);
-    t
+        .left_if_any("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list));
+    c.table(trials)
 }
 
 /// A column's cell of a figure shown only for a trial that ended OK.

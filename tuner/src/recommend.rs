@@ -63,19 +63,18 @@ fn largest_within(maximum: usize, granularity: Granularity, margin: f64, fit: &M
 
 /// `maximum 1960, recommended 1856, safe 1760 (...)`: the tiers and the rule in one line.
 pub fn describe(t: &Tiers, margin: f64) -> String {
-    let mut s = format!(
-        "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%)",
+    let note = t
+        .note
+        .as_ref()
+        .map_or(String::new(), |note| format!("; {note}"));
+    format!(
+        "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%){note}",
         t.maximum,
         t.recommended,
         t.safe,
         100.0 * margin,
         100.0 * safe_margin(margin)
-    );
-    if let Some(note) = &t.note {
-        s.push_str("; ");
-        s.push_str(note);
-    }
-    s
+    )
 }
 
 /// How a configured batch sits against the tiers.

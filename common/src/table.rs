@@ -123,6 +123,81 @@ impl Table {
     }
 }
 
+/// A table's columns as data: each one's name, alignment and the cell a row shows in it, so
+/// that a table of rows is its list of columns, with nothing written out row by row.
+pub struct Columns<'a, R> {
+    columns: Vec<(Column, CellOf<'a, R>)>,
+    /// The columns left out of a table where no row has a cell in them.
+    optional: Vec<String>,
+}
+
+/// How a column shows a row.
+type CellOf<'a, R> = Box<dyn Fn(&R) -> String + 'a>;
+
+impl<'a, R> Columns<'a, R> {
+    pub fn new() -> Self {
+        Columns {
+            columns: Vec::new(),
+            optional: Vec::new(),
+        }
+    }
+
+    /// Add a left-aligned column whose cell of a row is `cell(row)`.
+    pub fn left(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.column(name.into(), Align::Left, cell)
+    }
+
+    /// Add a right-aligned column whose cell of a row is `cell(row)`.
+    pub fn right(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.column(name.into(), Align::Right, cell)
+    }
+
+    /// [Columns::left], for a column left out where no row has a cell in it.
+    pub fn left_if_any(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional(name.into(), Align::Left, cell)
+    }
+
+    /// [Columns::right], for a column left out where no row has a cell in it.
+    pub fn right_if_any(self, name: impl Into<String>, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional(name.into(), Align::Right, cell)
+    }
+
+    fn optional(mut self, name: String, align: Align, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.optional.push(name.clone());
+        self.column(name, align, cell)
+    }
+
+    fn column(mut self, name: String, align: Align, cell: impl Fn(&R) -> String + 'a) -> Self {
+        self.columns.push((Column { name, align }, Box::new(cell)));
+        self
+    }
+
+    /// The table of `rows`: a row each, a cell per column, less the optional columns no row
+    /// has a cell in.
+    pub fn table<T: std::borrow::Borrow<R>>(&self, rows: impl IntoIterator<Item = T>) -> Table {
+        let mut table = Table {
+            columns: self.columns.iter().map(|(c, _)| c.clone()).collect(),
+            rows: (rows.into_iter())
+                .map(|r| {
+                    self.columns
+                        .iter()
+                        .map(|(_, cell)| cell(r.borrow()))
+                        .collect()
+                })
+                .collect(),
+        };
+        let optional: Vec<&str> = self.optional.iter().map(String::as_str).collect();
+        table.drop_empty(&optional);
+        table
+    }
+}
+
+impl<R> Default for Columns<'_, R> {
+    fn default() -> Self {
+        Columns::new()
+    }
+}
+
 /// A cell as markdown keeps it on one line of its table: a `|` escaped, line breaks as spaces.
 fn markdown_cell(text: &str) -> String {
     text.replace('|', "\\|").replace(['\r', '\n'], " ")
@@ -228,6 +303,39 @@ mod tests {
             unpadded(&t.markdown()),
             "| size \\ count | 8 | 1024 |\n|---|---:|---:|\n| 16 | 10.0x | - |\n| 2048 | 1.5x | 0.98x |\n"
         );
+    }
+
+    #[test]
+    fn columns_as_data_make_the_same_table_as_rows_by_hand() {
+        let rows = [("a", 1.5), ("bb", 10.0)];
+        let by_hand = {
+            let mut t = Table::new().left("name").right("x").right("2x");
+            for (n, x) in rows {
+                t.row(vec![n.into(), format!("{x:.1}"), format!("{:.1}", 2.0 * x)]);
+            }
+            t
+        };
+        let columns = Columns::<(&str, f64)>::new()
+            .left("name", |r| r.0.to_string())
+            .right("x", |r| format!("{:.1}", r.1))
+            .right("2x", |r| format!("{:.1}", 2.0 * r.1));
+        assert_eq!(columns.table(rows), by_hand);
+        assert_eq!(columns.table(rows.iter()), by_hand, "rows borrowed");
+        let header = Table::new().left("name").right("x").right("2x");
+        assert_eq!(columns.table(Vec::<(&str, f64)>::new()), header, "no rows");
+        // An optional column is left out where every cell is empty, and kept where one is not.
+        let maybe = |r: &(&str, f64)| cell(Some(r.1).filter(|&x| x > 5.0), |x| x.to_string());
+        let columns = columns
+            .right_if_any("big", maybe)
+            .left_if_any("none", |_| EMPTY.into());
+        let mut kept = Table::new()
+            .left("name")
+            .right("x")
+            .right("2x")
+            .right("big");
+        kept.row(vec!["a".into(), "1.5".into(), "3.0".into(), EMPTY.into()]);
+        kept.row(vec!["bb".into(), "10.0".into(), "20.0".into(), "10".into()]);
+        assert_eq!(columns.table(rows), kept, "'none' left out, 'big' kept");
     }
 
     /// What a GitHub-flavoured markdown reader needs of a table: every line between outer bars

@@ -29,11 +29,10 @@ pub struct TrialKey {
 impl TrialKey {
     /// The configuration without the batch: one line of the plot.
     pub fn line_label(&self) -> String {
-        let mut label = format!("workers {}, {}", self.workers, self.amp.label());
-        for (name, value) in self.axes.iter() {
-            label.push_str(&format!(", {name} {value}"));
-        }
-        label
+        let axes: String = (self.axes.iter())
+            .map(|(name, value)| format!(", {name} {value}"))
+            .collect();
+        format!("workers {}, {}{axes}", self.workers, self.amp.label())
     }
 }
 
@@ -165,6 +164,13 @@ impl TrialResult {
         self.memory_terms().0.filter(|_| self.status == Status::Ok)
     }
 
+    /// Its peak over its memory limit, where both are known (in the terms of
+    /// [TrialResult::memory_terms]).
+    pub fn limit_share(&self) -> Option<f64> {
+        let (peak, limit) = self.memory_terms();
+        Some(peak? as f64 / limit? as f64)
+    }
+
     /// How busy the GPU was: the program's own figure, else NVML's utilization.
     pub fn busy(&self) -> Option<(f64, &'static str)> {
         let measured = (self
@@ -197,16 +203,9 @@ impl TrialResult {
     /// Samples/s and peak memory of a trial that can make a pick: it ended OK and its samples/s
     /// came from step lines (not from the process's wall time, which counts its start-up).
     fn pickable(&self) -> Option<(f64, u64)> {
-        match (
-            self.measured.source,
-            self.measured.samples_per_s,
-            self.ok_peak(),
-        ) {
-            (ThroughputSource::Protocol, Some(t), Some(m)) if t.is_finite() && t > 0.0 => {
-                Some((t, m))
-            }
-            _ => None,
-        }
+        let t = (self.measured.samples_per_s).filter(|t| t.is_finite() && *t > 0.0)?;
+        let from_steps = self.measured.source == ThroughputSource::Protocol;
+        from_steps.then_some((t, self.ok_peak()?))
     }
 }
 
@@ -415,6 +414,12 @@ pub struct Diagnosis {
     pub message: String,
 }
 
+impl Diagnosis {
+    fn of(finding: Finding, message: String) -> Diagnosis {
+        Diagnosis { finding, message }
+    }
+}
+
 /// Data phase share over which a configuration is data-bound.
 pub const DATA_BOUND: f64 = 0.30;
 /// Busy share (the program's, else NVML's utilization) under which the GPU is under-filled.
@@ -428,41 +433,27 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         .filter(|t| t.status != Status::Skipped)
         .collect();
     if !ran.is_empty() && ran.iter().all(|t| t.status == Status::Oom) {
-        out.push(Diagnosis {
-            finding: Finding::AllOutOfMemory,
-            message: "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model".into(),
-        });
-        return out;
+        let message = "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model";
+        return vec![Diagnosis::of(Finding::AllOutOfMemory, message.into())];
     }
-    let chosen = best
-        .recommended
-        .as_ref()
-        .or(best.highest_throughput.as_ref());
-    let Some(pick) = chosen else {
-        return out;
-    };
-    let Some(t) = trials.iter().find(|t| t.key() == pick.key) else {
+    let chosen = (best.recommended.as_ref()).or(best.highest_throughput.as_ref());
+    let Some((pick, t)) = chosen.and_then(|p| Some((p, trials.iter().find(|t| t.key() == p.key)?)))
+    else {
         return out;
     };
     let at = format!("at batch {} ({})", pick.key.batch, pick.key.line_label());
     if let Some(which) = data_bound(t) {
-        out.push(Diagnosis {
-            finding: Finding::DataBound,
-            message: format!(
-                "data-bound {at}: {which} (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
-                100.0 * DATA_BOUND,
-            ),
-        });
+        out.push(Diagnosis::of(Finding::DataBound, format!(
+            "data-bound {at}: {which} (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
+            100.0 * DATA_BOUND,
+        )));
     }
     if let Some((b, how)) = t.busy().filter(|&(b, _)| b < UNDER_FILLED) {
-        out.push(Diagnosis {
-            finding: Finding::UnderFilled,
-            message: format!(
-                "under-filled GPU {at}: busy {:.0}% of the step ({how}; under {:.0}%); a larger batch gives it more work per launch",
-                100.0 * b,
-                100.0 * UNDER_FILLED
-            ),
-        });
+        out.push(Diagnosis::of(Finding::UnderFilled, format!(
+            "under-filled GPU {at}: busy {:.0}% of the step ({how}; under {:.0}%); a larger batch gives it more work per launch",
+            100.0 * b,
+            100.0 * UNDER_FILLED
+        )));
     }
     let near = trials
         .iter()
@@ -480,21 +471,18 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         let amp = amp_advice(trials).unwrap_or_else(|| {
             "mixed precision's memory was not measured against fp32 at one batch (sweep with --amp off,on to see whether it helps)".into()
         });
-        out.push(Diagnosis {
-            finding: Finding::MemoryBound,
-            message: format!(
-                "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {amp}",
-                x.params.batch_size,
-                if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
-                100.0 * best.margin,
-            ),
-        });
+        out.push(Diagnosis::of(Finding::MemoryBound, format!(
+            "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {amp}",
+            x.params.batch_size,
+            if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
+            100.0 * best.margin,
+        )));
     }
     if out.is_empty() {
-        out.push(Diagnosis {
-            finding: Finding::Healthy,
-            message: format!("{at}: {}", healthy(t)),
-        });
+        out.push(Diagnosis::of(
+            Finding::Healthy,
+            format!("{at}: {}", healthy(t)),
+        ));
     }
     out
 }
@@ -531,12 +519,9 @@ fn healthy(t: &TrialResult) -> String {
         Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
         None => "the data phase was not reported".into(),
     };
-    let memory = match t.memory_terms() {
-        (Some(p), Some(l)) => format!(
-            "the peak is {:.0}% of the memory limit",
-            100.0 * p as f64 / l as f64
-        ),
-        _ => "the memory limit is not known".into(),
+    let memory = match t.limit_share() {
+        Some(s) => format!("the peak is {:.0}% of the memory limit", 100.0 * s),
+        None => "the memory limit is not known".into(),
     };
     format!("{busy}, {data}, {memory}")
 }

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use common::table::{cell, Table};
+use common::table::{cell, Columns, Table};
 use common::Result;
 
 use crate::analysis::amp_advice;
@@ -81,9 +81,7 @@ impl MemoryParts {
                 let bytes_per_sample = previous.zip(line_peak).and_then(|((b0, p0), p1)| {
                     (batch > b0).then(|| (p1 as f64 - p0 as f64) / (batch - b0) as f64)
                 });
-                if let Some(p) = line_peak {
-                    previous = Some((batch, p));
-                }
+                previous = line_peak.map(|p| (batch, p)).or(previous);
                 MemoryParts {
                     batch_size: batch,
                     peak_bytes: peak,
@@ -176,47 +174,33 @@ pub fn memory(
 }
 
 fn memory_table(trials: &[TrialResult]) -> Table {
-    let mut t = Table::new()
-        .right("batch")
-        .left("AMP")
-        .left("fits")
-        .right("peak (NVML)")
-        .left("NVML reading")
-        .right("peak (program)")
-        .right("free at start (program)")
-        .right("share of the limit")
-        .right("wall s")
-        .left("GPU")
-        .left("CPU cores");
-    for r in trials {
-        let (peak, limit) = r.memory_terms();
-        let fits = match r.fits() {
+    Columns::<TrialResult>::new()
+        .right("batch", |r| r.params.batch_size.to_string())
+        .left("AMP", |r| r.params.amp_text())
+        .left("fits", |r| match r.fits() {
             Some(true) => "yes".to_string(),
             Some(false) => format!("no: {}", r.verdict()),
             None => r.verdict(),
-        };
-        t.row(vec![
-            r.params.batch_size.to_string(),
-            r.params.amp_text(),
-            fits,
-            cell(r.memory.peak_bytes, gb),
-            match r.memory.source {
-                MemorySource::NvmlProcess => "its processes".into(),
-                MemorySource::NvmlDeviceDelta => "the device's rise".into(),
-                MemorySource::None => "-".into(),
-            },
-            cell(r.measured.framework_peak_bytes, gb),
-            cell(r.measured.device.as_ref().and_then(|d| d.free_bytes), gb),
-            cell(peak.zip(limit), |(p, l)| {
-                format!("{:.1}%", 100.0 * p as f64 / l as f64)
-            }),
-            format!("{:.1}", r.wall_s),
-            r.device.clone(),
-            cell(r.cpus.as_deref(), cpu_list),
-        ]);
-    }
-    t.drop_empty(&["CPU cores"]);
-    t
+        })
+        .right("peak (NVML)", |r| cell(r.memory.peak_bytes, gb))
+        .left("NVML reading", |r| match r.memory.source {
+            MemorySource::NvmlProcess => "its processes".into(),
+            MemorySource::NvmlDeviceDelta => "the device's rise".into(),
+            MemorySource::None => "-".into(),
+        })
+        .right("peak (program)", |r| {
+            cell(r.measured.framework_peak_bytes, gb)
+        })
+        .right("free at start (program)", |r| {
+            cell(r.measured.device.as_ref().and_then(|d| d.free_bytes), gb)
+        })
+        .right("share of the limit", |r| {
+            cell(r.limit_share(), |s| format!("{:.1}%", 100.0 * s))
+        })
+        .right("wall s", |r| format!("{:.1}", r.wall_s))
+        .left("GPU", |r| r.device.clone())
+        .left_if_any("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list))
+        .table(trials)
 }
 
 const NOT_REPORTED: &str = "not reported";
@@ -228,39 +212,37 @@ fn gb3(b: u64) -> String {
 }
 
 fn parts_table(precisions: &[PrecisionMemory]) -> Table {
-    let mut t = Table::new()
-        .right("batch")
-        .left("AMP")
-        .right("parameters")
-        .right("gradients")
-        .right("optimizer state")
-        .right("activations + workspace")
-        .right("peak (program)")
-        .right("context + libraries")
-        .right("per sample");
-    for p in precisions {
-        for part in &p.parts {
-            let model = |f: fn(&ModelRecord) -> Option<u64>| match part.model.as_ref() {
-                None => NOT_REPORTED.to_string(),
-                Some(m) => f(m).map(gb3).unwrap_or_else(|| NOT_REPORTED.into()),
-            };
-            t.row(vec![
-                part.batch_size.to_string(),
-                p.amp.as_str().into(),
-                model(|m| m.parameter_bytes),
-                model(|m| m.gradient_bytes),
-                model(|m| m.optimizer_state_bytes),
-                match (part.model, part.activations_bytes) {
-                    (None, _) => NOT_REPORTED.into(),
-                    (Some(_), a) => cell(a, gb3),
-                },
-                cell(part.peak_bytes, gb3),
-                cell(part.cuda_context_bytes, gb3),
-                cell(part.bytes_per_sample, |b| format!("{:.2} MB", b / 1e6)),
-            ]);
+    // A figure of the model line: not reported without one.
+    let model = |f: fn(&ModelRecord) -> Option<u64>| {
+        move |(_, part): &(Precision, &MemoryParts)| match part.model.as_ref() {
+            None => NOT_REPORTED.to_string(),
+            Some(m) => f(m).map(gb3).unwrap_or_else(|| NOT_REPORTED.into()),
         }
-    }
-    t
+    };
+    Columns::<(Precision, &MemoryParts)>::new()
+        .right("batch", |(_, part)| part.batch_size.to_string())
+        .left("AMP", |(amp, _)| amp.as_str().into())
+        .right("parameters", model(|m| m.parameter_bytes))
+        .right("gradients", model(|m| m.gradient_bytes))
+        .right("optimizer state", model(|m| m.optimizer_state_bytes))
+        .right("activations + workspace", |(_, part)| {
+            match (part.model, part.activations_bytes) {
+                (None, _) => NOT_REPORTED.into(),
+                (Some(_), a) => cell(a, gb3),
+            }
+        })
+        .right("peak (program)", |(_, part)| cell(part.peak_bytes, gb3))
+        .right("context + libraries", |(_, part)| {
+            cell(part.cuda_context_bytes, gb3)
+        })
+        .right("per sample", |(_, part)| {
+            cell(part.bytes_per_sample, |b| format!("{:.2} MB", b / 1e6))
+        })
+        .table(
+            precisions
+                .iter()
+                .flat_map(|p| p.parts.iter().map(|part| (p.amp, part))),
+        )
 }
 
 /// The line's fixed part beside what the model line says is fixed, for one precision.
@@ -278,15 +260,12 @@ fn fixed_part(p: &PrecisionMemory) -> Option<String> {
 pub fn render(r: &MemoryReport) -> String {
     let mut o = r.ran.header("memory");
     for d in &r.ran.devices {
+        let name = d.name.as_deref().unwrap_or("name not known (no NVML)");
+        let memory = d.total_bytes.map_or_else(|| "memory not known".into(), gb);
+        let (label, visible) = (&d.label, &d.cuda_visible);
         let _ = writeln!(
             o,
-            "- {} (CUDA_VISIBLE_DEVICES={}): {}, {}",
-            d.label,
-            d.cuda_visible,
-            d.name.as_deref().unwrap_or("name not known (no NVML)"),
-            d.total_bytes
-                .map(gb)
-                .unwrap_or_else(|| "memory not known".into())
+            "- {label} (CUDA_VISIBLE_DEVICES={visible}): {name}, {memory}"
         );
     }
     o.push('\n');
@@ -303,26 +282,22 @@ pub fn render(r: &MemoryReport) -> String {
     }
     for p in &r.precisions {
         let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
-        let bound = match p.first_failing {
-            Some(f) => format!("{f} ran out of memory"),
-            None => {
+        let bound = p.first_failing.map_or_else(
+            || {
                 "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
                     .into()
-            }
-        };
+            },
+            |f| format!("{f} ran out of memory"),
+        );
         let _ = writeln!(
             o,
             "  largest listed batch that fits {} ({bound}); {}",
             p.largest_fitting,
             recommend::describe(&p.tiers, r.ran.margin)
         );
-        if let Some(fixed) = fixed_part(p) {
-            let _ = writeln!(o, "{fixed}");
-        }
+        o.extend(fixed_part(p).map(|fixed| fixed + "\n"));
     }
-    if let Some(a) = &r.amp_advice {
-        let _ = writeln!(o, "{a}");
-    }
+    o.extend(r.amp_advice.as_ref().map(|a| format!("{a}\n")));
     if let (Some(c), Some(s)) = (r.configured_batch, r.batch_status) {
         let _ = writeln!(o, "configured batch {c}: {s:?}");
     }

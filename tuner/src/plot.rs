@@ -27,15 +27,12 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
     let mut out: Vec<Line> = Vec::new();
     for t in trials {
         let label = t.key().line_label();
-        let idx = match out.iter().position(|(l, _)| *l == label) {
-            Some(i) => i,
-            None => {
-                out.push((label, Vec::new()));
-                out.len() - 1
-            }
-        };
+        let i = (out.iter().position(|(l, _)| *l == label)).unwrap_or_else(|| {
+            out.push((label, Vec::new()));
+            out.len() - 1
+        });
         if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.measured.samples_per_s, t.ok_peak()) {
-            out[idx]
+            out[i]
                 .1
                 .push((t.params.batch_size as f64, tp, m as f64 / 1e9));
         }
@@ -99,9 +96,8 @@ impl Figure for SweepFigure<'_> {
         let panels = plotting::titled_panels(root, self.title, 2)?;
         let lines = &self.lines;
         let all = || lines.iter().flat_map(|(_, p)| p.iter());
-        let batches: Vec<f64> = all().map(|p| p.0).collect();
-        let bmax = batches.iter().cloned().fold(1.0, f64::max);
-        let bmin = batches.iter().cloned().fold(bmax, f64::min);
+        let bmax = all().map(|p| p.0).fold(1.0, f64::max);
+        let bmin = all().map(|p| p.0).fold(bmax, f64::min);
         let x_range = (bmin * 0.7, bmax * 1.5);
         // Left: throughput, log-log (it spans decades).
         let (y0, y1) = decades(all().map(|p| p.1), 1.0).unwrap_or((1.0, 10.0));

@@ -305,33 +305,30 @@ fn failure(trial: &TrialResult, profiler: &Profiler, base: &Path, none: bool) ->
 pub fn render(r: &ProfileReport) -> String {
     let p = &r.trial.params;
     let mut o = format!(
-        "## tuner profile: `{}`\n\n",
-        Program::display(&r.trial.command)
-    );
-    o.push_str(&format!(
-        "{} ({}), on {}: steps {} to {} measured\n",
+        "## tuner profile: `{}`\n\n\
+         {} ({}), on {}: steps {} to {} measured\n\
+         trial: {} in {:.1} s (under the profiler: not a figure to tune by)\n\
+         profiler: {}\n",
+        Program::display(&r.trial.command),
         p.describe(),
         r.answer.from,
         r.trial.device,
         p.warmup_steps + 1,
-        p.total_steps()
-    ));
-    o.push_str(&format!(
-        "trial: {} in {:.1} s (under the profiler: not a figure to tune by)\n",
+        p.total_steps(),
         r.trial.verdict(),
-        r.trial.wall_s
-    ));
-    o.push_str(&format!("profiler: {}\n", r.choice));
+        r.trial.wall_s,
+        r.choice
+    );
     for f in &r.files {
         let f = f.display();
-        match r.profiler {
-            Profiler::Nsys(_) => o.push_str(&format!(
+        o.push_str(&match r.profiler {
+            Profiler::Nsys(_) => format!(
                 "report: {f}\nopen it in Nsight Systems (`nsys-ui {f}`), or summarize it here: `nsys stats {f}`\n"
-            )),
-            Profiler::Torch => o.push_str(&format!(
+            ),
+            Profiler::Torch => format!(
                 "trace: {f}\nopen it at https://ui.perfetto.dev (Open trace file), or in chrome://tracing\n"
-            )),
-        }
+            ),
+        });
     }
     o
 }

@@ -26,15 +26,6 @@ use crate::trial::TrialResult;
 
 pub use crate::margin::{leaves_margin, margin_for, safe_margin};
 
-/// How the peak of a batch that was not run is known.
-#[derive(Debug, Clone, Copy)]
-pub enum PeakModel {
-    /// Measured peaks on a [Line], against the memory limit.
-    Line { line: Line, limit: u64 },
-    /// Nothing measured: peaks proportional to the batch, the maximum at the limit.
-    Proportional,
-}
-
 /// Maximum, recommended and safe batch sizes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tiers {
@@ -46,15 +37,11 @@ pub struct Tiers {
 }
 
 /// The largest size at or below `maximum` whose peak leaves `margin` free (0 when none does).
-fn largest_within(
-    maximum: usize,
-    granularity: Granularity,
-    margin: f64,
-    model: &PeakModel,
-) -> usize {
-    let within = |b: usize| match model {
-        PeakModel::Line { line, limit } => line.peak(b) <= (1.0 - margin) * *limit as f64,
-        PeakModel::Proportional => b as f64 <= (1.0 - margin) * maximum as f64,
+fn largest_within(maximum: usize, granularity: Granularity, margin: f64, fit: &MemoryFit) -> usize {
+    let within = |b: usize| match (fit.line, fit.limit_bytes) {
+        (Some(line), Some(limit)) => line.peak(b) <= (1.0 - margin) * limit as f64,
+        // Nothing measured: peaks proportional to the batch, the maximum at the limit.
+        _ => b as f64 <= (1.0 - margin) * maximum as f64,
     };
     let first = first_index(granularity);
     let mut hi = index_below(granularity, maximum);
@@ -74,58 +61,20 @@ fn largest_within(
     size_at(granularity, lo)
 }
 
-/// The rule's tiers under a `maximum` that was seen to fit.
-pub fn tiers(maximum: usize, granularity: Granularity, margin: f64, model: PeakModel) -> Tiers {
-    let recommended = largest_within(maximum, granularity, margin, &model);
-    let mut safe = largest_within(maximum, granularity, safe_margin(margin), &model);
-    let smallest = size_at(granularity, first_index(granularity));
-    let mut note = None;
-    if safe == 0 && recommended > 0 {
-        // No size leaves twice the margin free: the smallest is as safe as it gets.
-        safe = smallest;
-    }
-    if recommended == 0 {
-        note = Some(format!(
-            "no batch at this granularity leaves {:.0}% of the memory free",
-            100.0 * margin
-        ));
-    } else if safe >= recommended {
-        if recommended > smallest {
-            safe = size_at(granularity, index_below(granularity, recommended) - 1);
-            note = Some(format!(
-                "safe is one size below recommended: twice the margin ({:.0}%) gives the same size at this granularity",
-                100.0 * safe_margin(margin)
-            ));
-        } else {
-            safe = recommended;
-            note = Some(format!(
-                "recommended and safe coincide: {recommended} is the smallest size at this granularity"
-            ));
-        }
-    }
-    Tiers {
-        maximum,
-        recommended,
-        safe,
-        note,
-    }
-}
-
 /// `maximum 1960, recommended 1856, safe 1760 (...)`: the tiers and the rule in one line.
 pub fn describe(t: &Tiers, margin: f64) -> String {
-    let mut s = format!(
-        "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%)",
+    let note = t
+        .note
+        .as_ref()
+        .map_or(String::new(), |note| format!("; {note}"));
+    format!(
+        "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%){note}",
         t.maximum,
         t.recommended,
         t.safe,
         100.0 * margin,
         100.0 * safe_margin(margin)
-    );
-    if let Some(note) = &t.note {
-        s.push_str("; ");
-        s.push_str(note);
-    }
-    s
+    )
 }
 
 /// How a configured batch sits against the tiers.
@@ -165,17 +114,11 @@ pub struct MemoryFit {
 
 impl MemoryFit {
     pub fn of(trials: &[&TrialResult]) -> MemoryFit {
-        let mut points = Vec::new();
-        let mut limit: Option<u64> = None;
-        for r in trials {
-            let (peak, l) = r.memory_terms();
-            if let Some(l) = l {
-                limit = Some(limit.map_or(l, |old| old.min(l)));
-            }
-            if let (Some(true), Some(p)) = (r.fits(), peak) {
-                points.push((r.params.batch_size, p));
-            }
-        }
+        let limit = trials.iter().filter_map(|r| r.memory_terms().1).min();
+        let points: Vec<(usize, u64)> = (trials.iter())
+            .filter(|r| r.fits() == Some(true))
+            .filter_map(|r| Some((r.params.batch_size, r.memory_terms().0?)))
+            .collect();
         MemoryFit {
             line: match limit {
                 Some(l) => Line::holding(&points, l),
@@ -187,14 +130,42 @@ impl MemoryFit {
         }
     }
 
-    /// The rule's tiers under `maximum`: by the memory line against the limit, else
-    /// proportional to the batch.
+    /// The rule's tiers under a `maximum` that was seen to fit: by the memory line against the
+    /// limit, else proportional to the batch.
     pub fn tiers(&self, maximum: usize, granularity: Granularity, margin: f64) -> Tiers {
-        let model = match (self.line, self.limit_bytes) {
-            (Some(line), Some(limit)) => PeakModel::Line { line, limit },
-            _ => PeakModel::Proportional,
-        };
-        tiers(maximum, granularity, margin, model)
+        let recommended = largest_within(maximum, granularity, margin, self);
+        let mut safe = largest_within(maximum, granularity, safe_margin(margin), self);
+        let smallest = size_at(granularity, first_index(granularity));
+        let mut note = None;
+        if safe == 0 && recommended > 0 {
+            // No size leaves twice the margin free: the smallest is as safe as it gets.
+            safe = smallest;
+        }
+        if recommended == 0 {
+            note = Some(format!(
+                "no batch at this granularity leaves {:.0}% of the memory free",
+                100.0 * margin
+            ));
+        } else if safe >= recommended {
+            if recommended > smallest {
+                safe = size_at(granularity, index_below(granularity, recommended) - 1);
+                note = Some(format!(
+                    "safe is one size below recommended: twice the margin ({:.0}%) gives the same size at this granularity",
+                    100.0 * safe_margin(margin)
+                ));
+            } else {
+                safe = recommended;
+                note = Some(format!(
+                    "recommended and safe coincide: {recommended} is the smallest size at this granularity"
+                ));
+            }
+        }
+        Tiers {
+            maximum,
+            recommended,
+            safe,
+            note,
+        }
     }
 
     /// The line in words.
@@ -297,6 +268,12 @@ mod tests {
     use super::*;
 
     const M8: Granularity = Granularity::Multiple(8);
+    /// No memory figure: peaks proportional to the batch.
+    const PROPORTIONAL: MemoryFit = MemoryFit {
+        line: None,
+        limit_bytes: None,
+        peaks: 0,
+    };
 
     #[test]
     fn margins_by_memory_class() {
@@ -315,19 +292,20 @@ mod tests {
             fixed_bytes: 1e9,
             bytes_per_sample: 1e7,
         };
-        let model = PeakModel::Line {
-            line,
-            limit: 80_000_000_000,
+        let fit = MemoryFit {
+            line: Some(line),
+            limit_bytes: Some(80_000_000_000),
+            peaks: 2,
         };
-        let t = tiers(7900, M8, 0.05, model);
+        let t = fit.tiers(7900, M8, 0.05);
         assert_eq!((t.maximum, t.recommended, t.safe), (7900, 7496, 7096));
         assert!(t.note.is_none());
         // Never above what was seen to fit.
-        let t = tiers(4000, M8, 0.05, model);
+        let t = fit.tiers(4000, M8, 0.05);
         assert_eq!((t.recommended, t.safe), (4000, 3992));
         assert!(t.note.unwrap().contains("one size below"));
         // Nothing known: proportional, the maximum at the limit.
-        let t = tiers(10_000, M8, 0.1, PeakModel::Proportional);
+        let t = PROPORTIONAL.tiers(10_000, M8, 0.1);
         assert_eq!((t.recommended, t.safe), (9000, 8000));
     }
 
@@ -359,7 +337,7 @@ mod tests {
     #[test]
     fn powers_of_two_step_safe_down_instead_of_coinciding() {
         // 5% and 10% of 8192 both round down to 4096 as powers of two.
-        let t = tiers(8192, Granularity::Pow2, 0.05, PeakModel::Proportional);
+        let t = PROPORTIONAL.tiers(8192, Granularity::Pow2, 0.05);
         assert_eq!((t.recommended, t.safe), (4096, 2048));
         assert!(t
             .note
@@ -368,7 +346,7 @@ mod tests {
             .contains("twice the margin (10%)"));
         for margin in [0.01, 0.05, 0.1, 0.2, 0.25, 0.4] {
             for max in [2usize, 3, 100, 4096, 5000, 1 << 20] {
-                let t = tiers(max, Granularity::Pow2, margin, PeakModel::Proportional);
+                let t = PROPORTIONAL.tiers(max, Granularity::Pow2, margin);
                 assert!(t.recommended <= max && t.safe <= t.recommended);
                 if t.recommended > 1 {
                     assert!(t.safe < t.recommended, "{max} {margin}: {t:?}");
@@ -376,17 +354,17 @@ mod tests {
             }
         }
         // The smallest size: they coincide, and the note says why.
-        let t = tiers(8, M8, 0.05, PeakModel::Proportional);
+        let t = PROPORTIONAL.tiers(8, M8, 0.05);
         assert_eq!((t.recommended, t.safe), (0, 0));
         assert!(t.note.unwrap().contains("no batch"));
-        let t = tiers(2, Granularity::Pow2, 0.3, PeakModel::Proportional);
+        let t = PROPORTIONAL.tiers(2, Granularity::Pow2, 0.3);
         assert_eq!((t.recommended, t.safe), (1, 1));
         assert!(t.note.unwrap().contains("smallest size"));
     }
 
     #[test]
     fn batch_status() {
-        let t = tiers(10_000, M8, 0.1, PeakModel::Proportional);
+        let t = PROPORTIONAL.tiers(10_000, M8, 0.1);
         assert_eq!(status(12_000, &t), BatchStatus::TooBig);
         assert_eq!(status(9_500, &t), BatchStatus::Tight);
         assert_eq!(status(4_096, &t), BatchStatus::FitsWell);

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use common::stats::Summary;
-use common::table::{cell, Table};
+use common::table::{cell, Columns, Table};
 use common::{Error, Result};
 
 use crate::analysis::{self, metric_text, names_in, Best, Diagnosis, Pick, PickRule};
@@ -18,7 +18,7 @@ use crate::classify::Status;
 use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
 
-use crate::protocol::ThroughputSource;
+use crate::protocol::{Measured, ThroughputSource};
 use crate::run::{Ran, Run};
 use crate::trial::TrialResult;
 
@@ -117,96 +117,77 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
 pub fn trial_table(trials: &[TrialResult], pick: Option<(&PickRule, f64)>) -> Table {
     let axes = names_in(trials, |r| r.params.axes.names().collect());
     let metrics = names_in(trials, |r| r.measured.metrics.names().collect());
-    let mut t = Table::new().right("batch").right("workers").left("AMP");
-    for name in &axes {
-        t = t.left(*name);
-    }
-    t = t
-        .right("data ms")
-        .right("fwd ms")
-        .right("bwd ms")
-        .right("opt ms")
-        .right("step ms")
-        .right("samples/s");
-    for name in &metrics {
-        t = t.right(*name);
-    }
-    t = t
-        .right("vs program %")
-        .right("vs clock %")
-        .right("GPU busy %")
-        .right("NVML util %")
-        .right("memory GB")
-        .right("framework GB")
-        .right("bad lines")
-        .left("status")
-        .left("GPU")
-        .left("CPU cores");
     let gb = |b: u64| plotting::format::gigabytes_number(b as f64, 3);
-    for r in trials {
-        let (m, ok) = (&r.measured, r.status == Status::Ok);
-        let ms =
-            |s: &Option<Summary>| cell(s.as_ref().filter(|_| ok), |s| format!("{:.3}", s.median));
-        let percent = |d: Option<f64>| cell(d, |d| format!("{:+.2}", 100.0 * d));
-        let mut status: String = match (r.status, m.source) {
-            (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
-            (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
-            (s, _) => s.name(),
-        };
-        if let Some(why) = pick
-            .filter(|_| ok)
-            .and_then(|(rule, margin)| r.not_picked_by(rule, margin))
-        {
-            status.push_str(&format!(": {why} (not picked)"));
-        }
-        let mut row = vec![
-            r.params.batch_size.to_string(),
-            r.params.workers.to_string(),
-            r.params.amp_text(),
-        ];
-        row.extend(
-            axes.iter()
-                .map(|a| cell(r.params.axes.get(a), String::clone)),
-        );
-        row.extend([
-            ms(&m.data_ms),
-            ms(&m.forward_ms),
-            ms(&m.backward_ms),
-            ms(&m.optimizer_ms),
-            ms(&m.step_ms),
-            cell(m.samples_per_s.filter(|_| ok), |v| format!("{v:.0}")),
-        ]);
-        row.extend(
-            metrics
-                .iter()
-                .map(|name| cell(m.metrics.get(name).filter(|_| ok), |v| metric_text(*v))),
-        );
-        row.extend([
-            percent(m.program_difference),
-            percent(m.clock_difference),
-            cell(m.gpu_busy.filter(|_| ok), |v| format!("{:.0}", 100.0 * v)),
-            cell(r.nvml_util_pct.filter(|_| ok), |v| format!("{v:.0}")),
-            cell(r.ok_peak(), gb),
-            cell(m.framework_peak_bytes.filter(|_| ok), gb),
+    let fixed = |decimals: usize| move |v: f64| format!("{v:.decimals$}");
+    let percent = |v: f64| format!("{:.0}", 100.0 * v);
+    let ms = |phase: fn(&Measured) -> &Option<Summary>| {
+        if_ok(move |r| Some(phase(&r.measured).as_ref()?.median), fixed(3))
+    };
+    let signed = |d: fn(&Measured) -> Option<f64>| {
+        move |r: &TrialResult| cell(d(&r.measured), |d| format!("{:+.2}", 100.0 * d))
+    };
+    let mut c = Columns::<TrialResult>::new()
+        .right("batch", |r| r.params.batch_size.to_string())
+        .right("workers", |r| r.params.workers.to_string())
+        .left("AMP", |r| r.params.amp_text());
+    for name in &axes {
+        c = c.left(*name, move |r| cell(r.params.axes.get(name), String::clone));
+    }
+    c = c
+        .right("data ms", ms(|m| &m.data_ms))
+        .right("fwd ms", ms(|m| &m.forward_ms))
+        .right("bwd ms", ms(|m| &m.backward_ms))
+        .right("opt ms", ms(|m| &m.optimizer_ms))
+        .right("step ms", ms(|m| &m.step_ms))
+        .right("samples/s", if_ok(|r| r.measured.samples_per_s, fixed(0)));
+    for name in &metrics {
+        let value = move |r: &TrialResult| r.measured.metrics.get(name).copied();
+        c = c.right(*name, if_ok(value, metric_text));
+    }
+    c = c
+        .right_if_any("vs program %", signed(|m| m.program_difference))
+        .right_if_any("vs clock %", signed(|m| m.clock_difference))
+        .right_if_any("GPU busy %", if_ok(|r| r.measured.gpu_busy, percent))
+        .right("NVML util %", if_ok(|r| r.nvml_util_pct, fixed(0)))
+        .right("memory GB", |r| cell(r.ok_peak(), gb))
+        .right_if_any(
+            "framework GB",
+            if_ok(|r| r.measured.framework_peak_bytes, gb),
+        )
+        .right_if_any("bad lines", |r| {
             cell(Some(r.report.bad_lines).filter(|&n| n > 0), |n| {
                 n.to_string()
-            }),
-            status,
-            cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone()),
-            cell(r.cpus.as_deref(), cpu_list),
-        ]);
-        t.row(row);
+            })
+        })
+        .left("status", |r| status(r, pick))
+        .left_if_any("GPU", |r| {
+            cell(Some(&r.device).filter(|d| !d.is_empty()), |d| d.clone())
+        })
+        .left_if_any("CPU cores", |r| cell(r.cpus.as_deref(), cpu_list));
+    c.table(trials)
+}
+
+/// A column's cell of a figure shown only for a trial that ended OK.
+fn if_ok<'a, T>(
+    figure: impl Fn(&TrialResult) -> Option<T> + 'a,
+    show: impl Fn(T) -> String + 'a,
+) -> impl Fn(&TrialResult) -> String + 'a {
+    move |r| cell(figure(r).filter(|_| r.status == Status::Ok), &show)
+}
+
+/// A trial's status, and why `pick` cannot pick it where it ended OK.
+fn status(r: &TrialResult, pick: Option<(&PickRule, f64)>) -> String {
+    let mut status: String = match (r.status, r.measured.source) {
+        (Status::Ok, ThroughputSource::WallClock) => "OK: no step lines: samples/s from the process's wall time, start-up included (never picked)".into(),
+        (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
+        (s, _) => s.name(),
+    };
+    if let Some(why) = (pick.filter(|_| r.status == Status::Ok))
+        .and_then(|(rule, margin)| r.not_picked_by(rule, margin))
+    {
+        status.push_str(&format!(": {why} (not picked)"));
     }
-    t.drop_empty(&[
-        "vs program %",
-        "vs clock %",
-        "GPU busy %",
-        "framework GB",
-        "bad lines",
-        "GPU",
-        "CPU cores",
-    ]);
-    t
+    status
 }
 
 pub fn render(r: &SweepReport) -> String {

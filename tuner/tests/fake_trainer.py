@@ -52,7 +52,7 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
   FAKE_STEP_MEASURED=1   the step's time as measured, from the end of the previous step, as
                      a real loop's (default: FAKE_STEP_S as given)
   FAKE_LOG=FILE      append one JSON line about this run (its settings, environment, CPU
-                     affinity, times)
+                     affinity, the threads a stand-in torch module was given, times)
   FAKE_MEMORY=FIXED,PER_SAMPLE,FREE   a GPU with FREE bytes free: the peak is FIXED +
                      PER_SAMPLE x batch, reported with every step beside a device line
                      (FAKE_GPU_NAME, default "Fake GPU"); past FREE it runs out of memory
@@ -205,6 +205,7 @@ def main():
         "pid": os.getpid(),
         "pgid": os.getpgid(0),
         "cpus": sorted(os.sched_getaffinity(0)),
+        "threads": getattr(sys.modules.get("torch"), "threads", None),
         "start": start,
     }
 

@@ -700,6 +700,67 @@ fn forked_trials_side_by_side_run_on_their_share_of_the_cores() {
     }
 }
 
+/// A forked trial runs as many PyTorch threads as a spawned one on its cores would: one per
+/// core of its share, or OMP_NUM_THREADS where the environment sets it. The program imports a
+/// stand-in torch module (beside it, so the server imports it too) that keeps the count it was
+/// given, starting from 64.
+#[test]
+fn forked_trials_run_as_many_threads_as_their_cores() {
+    let (s, work, tmp) = places("fork-threads");
+    let home = s.path("program");
+    std::fs::create_dir_all(&home).unwrap();
+    let torch = "threads = 64\n\n\ndef set_num_threads(n):\n    global threads\n    threads = n\n";
+    std::fs::write(home.join("torch.py"), torch).unwrap();
+    let wrapper = format!(
+        "import runpy\nimport sys\n\nimport torch  # noqa: F401\n\nsys.argv[0] = {fake:?}\nrunpy.run_path({fake:?}, run_name=\"__main__\")\n",
+        fake = script()
+    );
+    let program = home.join("train.py");
+    std::fs::write(&program, wrapper).unwrap();
+    let log = s.str("log.jsonl");
+    let sweep = |gpus: &str, vars: &[(&str, &str)]| {
+        let _ = std::fs::remove_file(&log);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        cmd.args([
+            "sweep",
+            "--batch-sizes",
+            "8,16",
+            "--steps",
+            "2",
+            "--workers",
+            "0",
+        ])
+        .args(["--json", "sweep.json", "--", "python3"])
+        .arg(&program)
+        .args(fake::PLACEHOLDER_FLAGS)
+        .env("FAKE_LOG", &log);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let o = run(cmd, gpus, &work, &tmp);
+        assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+        let launch = json(&work.join("sweep.json"))["launch"].clone();
+        assert!(launch.as_str().unwrap().contains("torch"), "{launch}");
+        log_entries(Path::new(&log))
+    };
+    // Side by side, each on its share of the cores.
+    let entries = sweep("0,1", &[]);
+    assert_eq!(entries.len(), 2);
+    for e in &entries {
+        let cores = e["cpus"].as_array().unwrap().len();
+        assert_eq!(e["threads"], cores, "{e}");
+    }
+    // Alone, on every core the tuner has.
+    let entries = sweep("0", &[]);
+    let cores = entries[0]["cpus"].as_array().unwrap().len();
+    assert_eq!(entries[0]["threads"], cores, "{entries:?}");
+    assert!(cores < 64);
+    // The environment's count wins.
+    for e in sweep("0,1", &[("OMP_NUM_THREADS", "3")]) {
+        assert_eq!(e["threads"], 3, "{e}");
+    }
+}
+
 /// `tuner autobatch --json ab.json ...` on the fake; the JSON report.
 fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
     let (_s, work, tmp) = places(name);

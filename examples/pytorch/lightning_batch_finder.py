@@ -134,17 +134,28 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
     search_started = time.perf_counter()
     answer = Tuner(trainer).scale_batch_size(module, **options)
     finished = time.perf_counter()
-    trials = [
-        {
-            "batch_size": t["batch_size"],
-            "steps": t["steps"],
-            "fits": t["steps"] >= args.steps_per_trial,
-            "seconds": round(t["end"] - t["start"], 4),
-        }
-        for t in module.trials
-    ]
+    trials = trial_rows(module.trials, args.steps_per_trial)
+    return finder_result("lightning Tuner.scale_batch_size(mode=binsearch)", answer, trials, args,
+                         torch, lightning_precision(torch, args.amp),
+                         (started, search_started, finished), options,
+                         lightning_version=pl.__version__)
+
+
+def trial_rows(recorded, steps_per_trial):
+    """Each trial an in-process finder ran, as the results keep it: its batch, the steps it
+    completed, whether it fit (every step a trial takes) and its seconds."""
+    return [{"batch_size": t["batch_size"], "steps": t["steps"],
+             "fits": t["steps"] >= steps_per_trial, "seconds": round(t["end"] - t["start"], 4)}
+            for t in recorded]
+
+
+def finder_result(finder, answer, trials, args, torch, precision, times, options, **versions):
+    """An in-process finder's result: its answer and trials (trial_rows), the wall time from the
+    script's start and of the search (`times`: the script's start, the search's, its end), its
+    options and settings, the GPU, and the versions of the framework (`versions`) and PyTorch."""
+    started, search_started, finished = times
     return {
-        "finder": "lightning Tuner.scale_batch_size(mode=binsearch)",
+        "finder": finder,
         "answer": answer,
         "trials": trials,
         "trial_count": len(trials),
@@ -152,10 +163,10 @@ def lightning_finder(args, make_model, make_optimizer, make_loader, benchmark, s
         "search_s": round(finished - search_started, 3),
         "options": options,
         "amp": args.amp,
-        "precision": lightning_precision(torch, args.amp),
+        "precision": precision,
         "workers": args.workers,
         "gpu": torch.cuda.get_device_name(),
-        "lightning_version": pl.__version__,
+        **versions,
         "torch_version": torch.__version__,
     }
 

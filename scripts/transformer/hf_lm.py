@@ -27,7 +27,7 @@ from train_loop import limit_memory, positive, precision_of  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "examples", "pytorch"))
-from lightning_batch_finder import write_result  # noqa: E402
+from lightning_batch_finder import finder_result, trial_rows, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -108,27 +108,13 @@ def main(argv=None):
     search_started = time.perf_counter()
     trainer.train()
     finished = time.perf_counter()
-    rows = [{"batch_size": t["batch_size"], "steps": t["steps"],
-             "fits": t["steps"] >= args.steps_per_trial,
-             "seconds": round(t["end"] - t["start"], 4)} for t in trials.trials]
+    rows = trial_rows(trials.trials, args.steps_per_trial)
     fitting = [r["batch_size"] for r in rows if r["fits"]]
-    result = {
-        "model": args.model,
-        "seq_len": args.seq_len,
-        "finder": "transformers Trainer(auto_find_batch_size=True)",
-        "answer": fitting[-1] if fitting else None,
-        "trials": rows,
-        "trial_count": len(rows),
-        "wall_s": round(finished - STARTED, 3),
-        "search_s": round(finished - search_started, 3),
-        "options": options,
-        "amp": args.amp,
-        "precision": precision,
-        "workers": args.workers,
-        "gpu": torch.cuda.get_device_name(),
-        "transformers_version": transformers.__version__,
-        "torch_version": torch.__version__,
-    }
+    result = finder_result("transformers Trainer(auto_find_batch_size=True)",
+                           fitting[-1] if fitting else None, rows, args, torch, precision,
+                           (STARTED, search_started, finished), options,
+                           transformers_version=transformers.__version__)
+    result.update(model=args.model, seq_len=args.seq_len)
     write_result(result, args.json)
     return 0
 

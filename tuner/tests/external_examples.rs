@@ -274,6 +274,50 @@ print(" ".join(module.parse_args(extra + ["--amp", p]).amp for p in ("off", "bf1
     assert!(help.contains("gradientscaler"), "{help}");
 }
 
+/// The in-process finders' result (Lightning's here, Hugging Face's beside the transformer
+/// scripts): each trial's row, fitting when it ran every step of a trial, and the record's
+/// times and settings, built without a GPU from a stand-in PyTorch.
+#[test]
+fn an_in_process_finder_s_result_keeps_each_trial_and_the_times() {
+    let code = r#"
+import json, types
+from lightning_batch_finder import finder_result, parse_args, trial_rows
+recorded = [{"batch_size": 2, "steps": 3, "start": 1.0, "end": 1.5},
+            {"batch_size": 4, "steps": 1, "start": 2.0, "end": 2.25}]
+rows = trial_rows(recorded, 3)
+torch = types.SimpleNamespace(__version__="2.0", cuda=types.SimpleNamespace(
+    get_device_name=lambda: "GPU X"))
+args = parse_args(["--amp", "bf16", "--workers", "2"])
+print(json.dumps(finder_result("a finder", 2, rows, args, torch, "bf16", (10.0, 12.0, 15.5),
+                               {"mode": "binsearch"}, lightning_version="9.9")))
+"#;
+    let out = python(&["-c", code]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = r["trials"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(r["trial_count"], 2);
+    assert_eq!(rows[0]["fits"], true);
+    assert_eq!(rows[1]["fits"], false);
+    assert_eq!(rows[0]["seconds"], 0.5);
+    assert_eq!(rows[1]["steps"], 1);
+    assert_eq!(r["answer"], 2);
+    assert_eq!(r["wall_s"], 5.5);
+    assert_eq!(r["search_s"], 3.5);
+    assert_eq!(
+        (&r["amp"], &r["precision"], &r["workers"]),
+        (&"bf16".into(), &"bf16".into(), &2.into())
+    );
+    assert_eq!(r["gpu"], "GPU X");
+    assert_eq!(r["lightning_version"], "9.9");
+    assert_eq!(r["torch_version"], "2.0");
+    assert_eq!(r["options"]["mode"], "binsearch");
+}
+
 #[test]
 fn lightning_s_finder_answers_bad_flags_without_lightning() {
     for (flag, value, says) in [

@@ -53,8 +53,8 @@ use serde::Serialize;
 use crate::granularity::{index_below, size_at, Granularity};
 use crate::line::Line;
 
-/// The search's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The search's answer; while it runs, its trials so far.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Found {
     /// Largest batch at the granularity that fits.
     pub maximum: usize,
@@ -140,16 +140,14 @@ struct Aimed {
 }
 
 /// The search's state between rounds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Search {
     start: usize,
     granularity: Granularity,
     /// A batch no GPU could hold: growth stops at the largest size under it.
     cap: usize,
-    trials: Vec<(usize, bool)>,
-    confirmations: Vec<(usize, bool)>,
-    tried: Vec<(usize, bool)>,
-    rounds: usize,
+    /// The trials and rounds so far (its maximum is set at the end).
+    found: Found,
     aimed: Vec<Aimed>,
     /// The round [Search::next] gave last runs as confirmations.
     confirming: bool,
@@ -180,21 +178,7 @@ impl Search {
             start,
             granularity,
             cap,
-            trials: Vec::new(),
-            confirmations: Vec::new(),
-            tried: Vec::new(),
-            rounds: 0,
-            aimed: Vec::new(),
-            confirming: false,
-            points: Vec::new(),
-            limit: None,
-            model: None,
-            lo: 0,
-            hi: None,
-            blind: false,
-            steps_for: None,
-            under_misses: 0,
-            over_misses: 0,
+            ..Search::default()
         })
     }
 
@@ -212,7 +196,7 @@ impl Search {
         // The index of the smallest size known not to fit (or above the cap), and whether the
         // round is aimed at the answer.
         let mut likely: Option<(usize, bool)> = None;
-        let round: Vec<Aimed> = if self.tried.is_empty() {
+        let round: Vec<Aimed> = if self.found.tried.is_empty() {
             let mut sizes = vec![self.start];
             let mut b = self.start;
             while sizes.len() < k {
@@ -286,10 +270,10 @@ impl Search {
         };
         let round: Vec<Aimed> = round
             .into_iter()
-            .filter(|a| !self.tried.iter().any(|t| t.0 == a.batch))
+            .filter(|a| !self.found.tried.iter().any(|t| t.0 == a.batch))
             .collect();
         if !round.is_empty() {
-            self.rounds += 1;
+            self.found.rounds += 1;
         }
         // A round runs as confirmations where a size that fits is likely the answer: it is
         // aimed so, or it holds the largest size still open (which, fitting, is the answer; a
@@ -314,10 +298,10 @@ impl Search {
     pub fn record(&mut self, batch: usize, p: Probe) {
         let aimed = self.aimed.iter().position(|a| a.batch == batch);
         let aimed = aimed.map(|i| self.aimed.swap_remove(i));
-        self.tried.push((batch, p.fits));
+        self.found.tried.push((batch, p.fits));
         match self.confirming && p.fits {
-            true => self.confirmations.push((batch, true)),
-            false => self.trials.push((batch, p.fits)),
+            true => self.found.confirmations.push((batch, true)),
+            false => self.found.trials.push((batch, p.fits)),
         }
         if let Some(l) = p.limit_bytes {
             self.limit = Some(self.limit.map_or(l, |old| old.min(l)));
@@ -481,7 +465,7 @@ impl Search {
 
     /// The answer.
     pub fn found(self) -> Result<Found, String> {
-        if self.lo == 0 && self.tried.contains(&(self.start, false)) {
+        if self.lo == 0 && self.found.tried.contains(&(self.start, false)) {
             return Err(format!(
                 "batch {} already runs out of memory: give a smaller --start",
                 self.start
@@ -507,11 +491,8 @@ impl Search {
         let next = size_at(self.granularity, k + 1);
         Ok(Found {
             maximum,
-            next_failed: self.tried.contains(&(next, false)),
-            trials: self.trials,
-            confirmations: self.confirmations,
-            tried: self.tried,
-            rounds: self.rounds,
+            next_failed: self.found.tried.contains(&(next, false)),
+            ..self.found
         })
     }
 }

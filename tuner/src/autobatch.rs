@@ -21,6 +21,7 @@
 //!    effective batch. Printed; written into the config (`--write`) and the team file
 //!    (`--team`) only when asked.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -34,7 +35,7 @@ use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
-use crate::run::{default_margin, kept_at, DeviceSummary, ResultsFile, Run};
+use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, ResultsFile, Run};
 use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
@@ -269,17 +270,15 @@ fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
     }
 }
 
-/// Whether a confirmation's size held: it fit, and reported every step it was told to run.
-fn holds(r: &TrialResult) -> Result<bool> {
-    Ok(r.fits().ok_or_else(|| stopped(r))? && r.reached_steps)
+/// Whether a trial's size fits; one run as a confirmation fits where it held: it fit, and
+/// reported every step it was told to run.
+fn fits(r: &TrialResult, confirmation: bool) -> Result<bool> {
+    Ok(r.fits().ok_or_else(|| stopped(r))? && (r.reached_steps || !confirmation))
 }
 
-/// What a search trial tells the search; a trial run as a confirmation fits where it held.
+/// What a search trial tells the search.
 fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
-    let fits = match confirmation {
-        true => holds(r)?,
-        false => r.fits().ok_or_else(|| stopped(r))?,
-    };
+    let fits = fits(r, confirmation)?;
     let (peak, limit) = r.memory_terms();
     Ok(Probe {
         fits,
@@ -313,15 +312,14 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
                 .join(", ")
         ));
     }
-    let params = |batch_size, steps, warmup_steps| Params {
+    let params = |batch_size, steps| Params {
         batch_size,
         workers,
         amp,
-        amp_from_on: false,
         accumulation: 1,
         steps,
-        warmup_steps,
-        axes: Default::default(),
+        warmup_steps: SEARCH_WARMUP,
+        ..Params::default()
     };
     let mut results = ResultsFile::create(&run.results_path)?;
     run.announce("autobatch", None);
@@ -348,10 +346,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             true => (o.confirm_steps, Stop::AfterSteps),
             false => (SEARCH_STEPS, Stop::WhenSteady),
         };
-        let jobs: Vec<Params> = round
-            .iter()
-            .map(|&b| params(b, steps, SEARCH_WARMUP))
-            .collect();
+        let jobs: Vec<Params> = round.iter().map(|&b| params(b, steps)).collect();
         let first = trials.len() + confirmations.len();
         let mut done = match jobs.as_slice() {
             [one] => vec![run.one(group, one, first, stop, &mut results)],
@@ -383,28 +378,23 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let g = o.granularity;
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
     // How often each size (its index) held, counting the search's rounds run as confirmations.
-    let mut runs_held: Vec<(usize, usize)> = Vec::new();
-    let count_hold =
-        |runs: &mut Vec<(usize, usize)>, at: usize| match runs.iter_mut().find(|h| h.0 == at) {
-            Some(h) => h.1 += 1,
-            None => runs.push((at, 1)),
-        };
+    let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
     for &(b, ok) in &found.confirmations {
         if ok && size_at(g, index_below(g, b)) == b {
-            count_hold(&mut runs_held, index_below(g, b));
+            *runs_held.entry(index_below(g, b)).or_default() += 1;
         }
     }
     let need = o.confirm_runs;
     // The largest size that held as often as asked and never failed; the largest above it that
     // held, not yet often enough.
-    let standing = |runs: &[(usize, usize)], failed: &[usize], enough: bool| {
+    let standing = |runs: &BTreeMap<usize, usize>, failed: &[usize], enough: bool| {
         (runs.iter())
-            .filter(|&&(at, n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-            .map(|&(at, _)| at)
+            .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
+            .map(|(&at, _)| at)
             .max()
     };
     let mut held = standing(&runs_held, &failed, true);
-    let again = |held: Option<usize>, runs: &[(usize, usize)], failed: &[usize]| {
+    let again = |held: Option<usize>, runs: &BTreeMap<usize, usize>, failed: &[usize]| {
         standing(runs, failed, false).filter(|&p| held.is_none_or(|h| p > h))
     };
     let mut candidate = again(held, &runs_held, &failed)
@@ -415,12 +405,12 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         let batch = size_at(g, at);
         let r = run.one(
             group,
-            &params(batch, o.confirm_steps, 0),
+            &params(batch, o.confirm_steps),
             trials.len() + confirmations.len(),
             Stop::AfterSteps,
             &mut results,
         );
-        let fits = holds(&r)?;
+        let fits = fits(&r, true)?;
         confirmations.push(Confirmation {
             batch_size: batch,
             steps: o.confirm_steps,
@@ -429,7 +419,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             trial: r,
         });
         match fits {
-            true => count_hold(&mut runs_held, at),
+            true => *runs_held.entry(at).or_default() += 1,
             false => failed.push(batch),
         }
         held = standing(&runs_held, &failed, true);
@@ -490,8 +480,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         Some(a) => (a.batch, a.steps),
         None => (tiers.recommended.max(1), 1),
     };
-    let gpu_name = run.gpu_name(device, &trials);
-    let precision = params(1, 1, 0).on_gpu(device.capability).amp;
+    let gpu_name = gpu_name(device.name().as_deref(), &trials);
+    let precision = params(1, 1).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
         gpu: gpu_name.clone(),
         model: o
@@ -518,7 +508,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         command: run.program.argv.clone(),
         device: DeviceSummary::of(device),
         gpu_name,
-        launch: run.launch(),
+        launch: run.launch.clone(),
         provenance: Provenance::now(),
         settings,
         amp,

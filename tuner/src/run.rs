@@ -177,7 +177,7 @@ pub struct Run {
     pub launcher: Launcher,
     /// How trials start, in words; why they are spawned rather than forked, where a fork
     /// server was tried and could not start.
-    launch: String,
+    pub launch: String,
     pub limits: Limits,
     pub progress: Progress,
     pub folder: PathBuf,
@@ -268,11 +268,6 @@ impl Run {
         })
     }
 
-    /// How trials start, in words.
-    pub fn launch(&self) -> String {
-        self.launch.clone()
-    }
-
     /// Trial `index` with `p` on `group`, its files in a folder of its own.
     fn trial(&self, p: &Params, index: usize, group: &[Device], stop: Stop) -> TrialResult {
         let runner = Runner {
@@ -311,7 +306,7 @@ impl Run {
             "{what}: trials of `{}` on {}; {}; results as they come: {}",
             Program::display(&self.program.argv),
             gpus.join(", "),
-            self.launch(),
+            self.launch,
             self.results_path.display()
         ));
     }
@@ -350,10 +345,7 @@ impl Run {
     /// otherwise. Returns that note and the trials' JSON lines where they are kept.
     pub fn finish(&self, trials: &[TrialResult]) -> (Option<String>, Option<PathBuf>) {
         self.progress.bar.finish_and_clear();
-        let clean = trials
-            .iter()
-            .all(|r| matches!(r.status, Status::Ok | Status::Oom | Status::Skipped));
-        let note = if self.temporary && clean {
+        let note = if self.temporary && !trials.iter().any(TrialResult::troubled) {
             let _ = std::fs::remove_dir_all(&self.folder);
             None
         } else {
@@ -371,11 +363,6 @@ impl Run {
 
     pub fn elapsed_s(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
-    }
-
-    /// The GPU's name: NVML's, else what the program reported.
-    pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        gpu_name(device.name().as_deref(), trials)
     }
 
     /// The groups of GPUs a queue of `jobs` trials runs on, `ranks` GPUs each (one trial per
@@ -407,16 +394,30 @@ impl Run {
         results: &mut ResultsFile,
     ) -> Result<Vec<TrialResult>> {
         let groups = self.groups(jobs.len());
+        self.queue(jobs, &groups, first, stop, |_, _| None, results)
+    }
+
+    /// Run `jobs` from one queue over `groups` (one trial per group at a time), their numbers
+    /// from `first`, each stopped as `stop` says unless `skip` finds it pointless (as
+    /// [run_queue] asks), and written to `results` as it ends.
+    fn queue(
+        &self,
+        jobs: &[Params],
+        groups: &[Vec<Device>],
+        first: usize,
+        stop: Stop,
+        skip: impl Fn(&Params, &[TrialResult]) -> Option<String> + Sync,
+        results: &mut ResultsFile,
+    ) -> Result<Vec<TrialResult>> {
         self.progress.ticking(|| {
             run_queue(
                 jobs,
-                &groups,
+                groups,
                 |i, p, g| {
                     let what = format!("{} {}", g[0].label, p.describe());
-                    self.progress
-                        .showing(what, || self.trial(p, first + i, g, stop))
+                    (self.progress).showing(what, || self.trial(p, first + i, g, stop))
                 },
-                |_, _| None,
+                skip,
                 results,
                 |pr| self.progress.line(&pr.line()),
             )
@@ -436,27 +437,15 @@ impl Run {
         let mut results = ResultsFile::create(&self.results_path)?;
         self.announce(what, Some(jobs.len()));
         let groups = self.groups(jobs.len());
-        let trials = self.progress.ticking(|| {
-            run_queue(
-                jobs,
-                &groups,
-                |i, p, g| {
-                    (self.progress).showing(format!("{} {}", g[0].label, p.describe()), || {
-                        self.trial(p, i, g, Stop::AtExit)
-                    })
-                },
-                larger_batch_after_oom,
-                &mut results,
-                |pr| self.progress.line(&pr.line()),
-            )
-        })?;
+        let skip = larger_batch_after_oom;
+        let trials = self.queue(jobs, &groups, 0, Stop::AtExit, skip, &mut results)?;
         let devices: Vec<DeviceSummary> = groups.iter().flatten().map(DeviceSummary::of).collect();
         let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
         let (kept, trials_file) = self.finish(&trials);
         Ok(Ran {
             command: self.program.argv.clone(),
             devices,
-            launch: self.launch(),
+            launch: self.launch.clone(),
             provenance: Provenance::now(),
             settings,
             trials,
@@ -551,12 +540,7 @@ impl Ran {
                 ))
             ));
         }
-        for t in self.trials.iter().filter(|t| {
-            matches!(
-                t.status,
-                Status::Hang | Status::Failed | Status::Incomplete | Status::Unfinished
-            )
-        }) {
+        for t in self.trials.iter().filter(|t| t.troubled()) {
             o.push_str(&format!(
                 "trial {} ({}): {}; stderr ended with: {}\n",
                 t.index,

@@ -206,6 +206,12 @@ impl TrialResult {
         }
     }
 
+    /// Whether its output is worth reading: it hung, failed, ended early or left no result
+    /// (OK, out of memory and skipped say all there is).
+    pub fn troubled(&self) -> bool {
+        !matches!(self.status, Status::Ok | Status::Oom | Status::Skipped)
+    }
+
     /// Why its batch does not fit, in a few words: `ran out of memory`, or `hung (counted as
     /// not fitting)`.
     pub fn misfit(&self) -> &'static str {
@@ -567,16 +573,18 @@ impl Runner<'_> {
         let device = &group[0];
         let params = &params.on_gpu(device.capability);
         let argv = self.program.argv_for(params);
-        let mut result = TrialResult::skipped(index, params.clone(), String::new());
         let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
-        result.device = labels.join(" + ");
-        result.cuda_visible = visible.join(",");
-        result.ranks = group.len();
-        result.cpus = device.cpus.clone();
-        result.command = argv.clone();
-        result.folder = Some(folder.to_path_buf());
-        result.memory = MemoryReading::unmeasured("no NVML reading for this device");
+        let mut result = TrialResult {
+            device: labels.join(" + "),
+            cuda_visible: visible.join(","),
+            ranks: group.len(),
+            cpus: device.cpus.clone(),
+            command: argv.clone(),
+            folder: Some(folder.to_path_buf()),
+            memory: MemoryReading::unmeasured("no NVML reading for this device"),
+            ..TrialResult::skipped(index, params.clone(), String::new())
+        };
         let failed = |mut r: TrialResult, why: String| {
             r.status = Status::Failed;
             r.stderr_tail = vec![why.clone()];

@@ -94,6 +94,12 @@ fn one_run() -> usize {
 }
 
 impl Options {
+    /// The effective batch the answer keeps: the one asked for, else the settings' batch times
+    /// their accumulation steps, where they give a batch.
+    fn effective_batch(&self, settings: &Settings) -> Option<usize> {
+        (self.effective_batch).or(settings.batch_size.map(|b| b * settings.accumulation_steps))
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         let saved = Saved {
             start: self.start,
@@ -162,10 +168,7 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
     }
     if let Some(target) = &o.write {
         writeback::check_writable(target)?;
-        let effective = o
-            .effective_batch
-            .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-        if let (Some(effective), None) = (effective, &target.keys.accumulation) {
+        if let (Some(effective), None) = (o.effective_batch(settings), &target.keys.accumulation) {
             return Err(format!(
                 "the answer keeps an effective batch of {effective} and may split it into accumulation steps: give --accumulation-key DOTTED.PATH, where {} keeps them",
                 target.path.display()
@@ -204,6 +207,19 @@ pub struct Confirmation {
     /// ([Search::confirming]); None for a run after the search.
     pub round: Option<usize>,
     pub trial: TrialResult,
+}
+
+impl Confirmation {
+    /// The confirmation `trial` ran as, in the search's round `round` where it ran in one.
+    fn of(trial: TrialResult, round: Option<usize>) -> Result<Confirmation> {
+        Ok(Confirmation {
+            batch_size: trial.params.batch_size,
+            steps: trial.params.steps,
+            held: fits(&trial, true)?,
+            round,
+            trial,
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -348,26 +364,18 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         };
         let jobs: Vec<Params> = round.iter().map(|&b| params(b, steps)).collect();
         let first = trials.len() + confirmations.len();
-        let mut done = match jobs.as_slice() {
+        // In the round's order, whichever ended first: the search goes the same way each time.
+        let done = match jobs.as_slice() {
             [one] => vec![run.one(group, one, first, stop, &mut results)],
             several => run.several(several, first, stop, &mut results)?,
         };
-        // In the round's order, whichever ended first: the search goes the same way each time.
-        done.sort_by_key(|r| r.index);
         for r in done {
-            let answer = probe(&r, confirming);
-            let batch = r.params.batch_size;
-            match confirming && answer.as_ref().is_ok_and(|p| p.fits) {
-                true => confirmations.push(Confirmation {
-                    batch_size: batch,
-                    steps,
-                    held: true,
-                    round: Some(rounds),
-                    trial: r,
-                }),
+            let answer = probe(&r, confirming)?;
+            search.record(r.params.batch_size, answer);
+            match confirming && answer.fits {
+                true => confirmations.push(Confirmation::of(r, Some(rounds))?),
                 false => trials.push(r),
             }
-            search.record(batch, answer?);
         }
     }
     let found = search.found().map_err(Error::invalid)?;
@@ -410,14 +418,9 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             Stop::AfterSteps,
             &mut results,
         );
-        let fits = fits(&r, true)?;
-        confirmations.push(Confirmation {
-            batch_size: batch,
-            steps: o.confirm_steps,
-            held: fits,
-            round: None,
-            trial: r,
-        });
+        let c = Confirmation::of(r, None)?;
+        let fits = c.held;
+        confirmations.push(c);
         match fits {
             true => *runs_held.entry(at).or_default() += 1,
             false => failed.push(batch),
@@ -471,11 +474,9 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         .margin
         .unwrap_or_else(|| default_margin(&[DeviceSummary::of(device)], &trials));
     let tiers = memory.tiers(maximum, o.granularity, margin);
-    let target = o
-        .effective_batch
-        .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-    let accumulation =
-        target.map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
+    let accumulation = o
+        .effective_batch(&settings)
+        .map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
     let (batch_size, accumulation_steps) = match &accumulation {
         Some(a) => (a.batch, a.steps),
         None => (tiers.recommended.max(1), 1),
@@ -501,8 +502,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     if let Some(team) = &o.team {
         writeback::write_team(team, &team_entry).map_err(Error::invalid)?;
     }
-    let every: Vec<TrialResult> = all.into_iter().cloned().collect();
-    let (kept, trials_file) = run.finish(&every);
+    let (kept, trials_file) = run.finish(all);
     Ok(AutobatchReport {
         schema: SCHEMA,
         command: run.program.argv.clone(),

@@ -343,9 +343,12 @@ impl Run {
 
     /// Remove the temporary folder when nothing in it is worth reading; say where it is
     /// otherwise. Returns that note and the trials' JSON lines where they are kept.
-    pub fn finish(&self, trials: &[TrialResult]) -> (Option<String>, Option<PathBuf>) {
+    pub fn finish<'a>(
+        &self,
+        trials: impl IntoIterator<Item = &'a TrialResult>,
+    ) -> (Option<String>, Option<PathBuf>) {
         self.progress.bar.finish_and_clear();
-        let note = if self.temporary && !trials.iter().any(TrialResult::troubled) {
+        let note = if self.temporary && !trials.into_iter().any(TrialResult::troubled) {
             let _ = std::fs::remove_dir_all(&self.folder);
             None
         } else {

@@ -50,7 +50,7 @@
 
 use serde::Serialize;
 
-use crate::granularity::{index_below, size_at, Granularity};
+use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::line::Line;
 
 /// The search's answer; while it runs, its trials so far.
@@ -303,12 +303,8 @@ impl Search {
             true => self.found.confirmations.push((batch, true)),
             false => self.found.trials.push((batch, p.fits)),
         }
-        if let Some(l) = p.limit_bytes {
-            self.limit = Some(self.limit.map_or(l, |old| old.min(l)));
-        }
-        if p.model_bytes.is_some() {
-            self.model = p.model_bytes;
-        }
+        self.limit = self.limit.into_iter().chain(p.limit_bytes).min();
+        self.model = p.model_bytes.or(self.model);
         if p.fits {
             self.lo = self.lo.max(batch);
             if aimed.is_some_and(|a| a.side == Side::Over) {
@@ -456,11 +452,7 @@ impl Search {
     /// The smallest index whose size is at least `hi` (it fails).
     fn bad_index(&self, hi: usize) -> usize {
         let k = index_below(self.granularity, hi);
-        if size_at(self.granularity, k) >= hi {
-            k
-        } else {
-            k + 1
-        }
+        k + usize::from(size_at(self.granularity, k) < hi)
     }
 
     /// The answer.
@@ -478,10 +470,7 @@ impl Search {
             size_at(self.granularity, k)
         };
         if maximum == 0 {
-            let m = match self.granularity {
-                Granularity::Multiple(m) => m,
-                Granularity::Pow2 => 1,
-            };
+            let m = size_at(self.granularity, first_index(self.granularity));
             return Err(format!(
                 "no multiple of {m} fits (batch {} fits, {} does not): use a smaller --multiple-of",
                 self.lo,

@@ -314,18 +314,14 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     // on the first group.
     let one_model = run.devices.iter().all(|d| d.name() == device.name());
     if run.devices.len() > group.len() && !one_model {
+        let on = match group.len() {
+            1 => "one GPU",
+            _ => "one group of GPUs",
+        };
+        let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         run.progress.line(&format!(
-            "autobatch searches on {}: {} (the answer is per GPU model)",
-            if group.len() == 1 {
-                "one GPU"
-            } else {
-                "one group of GPUs"
-            },
-            group
-                .iter()
-                .map(|d| d.label.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "autobatch searches on {on}: {} (the answer is per GPU model)",
+            labels.join(", ")
         ));
     }
     let params = |batch_size, steps| Params {
@@ -371,8 +367,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         };
         for r in done {
             let answer = probe(&r, confirming)?;
-            search.record(r.params.batch_size, answer);
-            match confirming && answer.fits {
+            match search.record(r.params.batch_size, answer) {
                 true => confirmations.push(Confirmation::of(r, Some(rounds))?),
                 false => trials.push(r),
             }
@@ -460,8 +455,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
     // The confirmation that held the answer last, the others in the order they ran.
     if let Some(i) = (confirmations.iter()).rposition(|c| c.held && c.batch_size == maximum) {
-        let answer = confirmations.remove(i);
-        confirmations.push(answer);
+        confirmations[i..].rotate_left(1);
     }
     let confirm_wall_s = run.elapsed_s() - search_started - search_wall_s;
 

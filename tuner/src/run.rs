@@ -70,7 +70,8 @@ pub struct DeviceSummary {
 
 impl DeviceSummary {
     pub fn of(d: &Device) -> DeviceSummary {
-        let driver = d.probe.as_ref().and_then(|p| p.driver());
+        let (driver_version, cuda_driver_version) =
+            d.probe.as_ref().and_then(|p| p.driver()).unzip();
         DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
@@ -79,8 +80,8 @@ impl DeviceSummary {
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
             cpus: d.cpus.clone(),
-            driver_version: driver.as_ref().map(|(d, _)| d.clone()),
-            cuda_driver_version: driver.map(|(_, c)| c),
+            driver_version,
+            cuda_driver_version,
         }
     }
 

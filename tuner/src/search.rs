@@ -221,13 +221,12 @@ impl Search {
             // confirms where it is the size right above the largest fit, the line near its end
             // (a line from further below aims wide, and a centre that fits short of the answer
             // would be confirmed in vain).
-            let mut likely_centre = false;
-            let aimed = match self.aim(k_lo, k_bad, k) {
-                Some((c, line)) => {
-                    likely_centre = line.is_some() && (k > 1 || c == k_lo + 1);
-                    self.around(c, line, k_lo, k_bad, k)
-                }
-                None => Vec::new(),
+            let (aimed, likely_centre) = match self.aim(k_lo, k_bad, k) {
+                Some((c, line)) => (
+                    self.around(c, line, k_lo, k_bad, k),
+                    line.is_some() && (k > 1 || c == k_lo + 1),
+                ),
+                None => (Vec::new(), false),
             };
             likely = Some((k_bad, likely_centre && !aimed.is_empty()));
             match self.hi {
@@ -294,12 +293,14 @@ impl Search {
         self.confirming
     }
 
-    /// What the trial of `batch` said.
-    pub fn record(&mut self, batch: usize, p: Probe) {
+    /// What the trial of `batch` said; returns whether it held as a confirmation (a size that
+    /// fit in a round run so).
+    pub fn record(&mut self, batch: usize, p: Probe) -> bool {
         let aimed = self.aimed.iter().position(|a| a.batch == batch);
         let aimed = aimed.map(|i| self.aimed.swap_remove(i));
         self.found.tried.push((batch, p.fits));
-        match self.confirming && p.fits {
+        let held = self.confirming && p.fits;
+        match held {
             true => self.found.confirmations.push((batch, true)),
             false => self.found.trials.push((batch, p.fits)),
         }
@@ -313,9 +314,7 @@ impl Search {
             if let Some(peak) = p.peak_bytes {
                 // A larger batch that needed less than a smaller one: the peaks are the room
                 // there was, not what the batch needs.
-                if self.points.iter().any(|&(b, q)| b < batch && q > peak) {
-                    self.blind = true;
-                }
+                self.blind |= self.points.iter().any(|&(b, q)| b < batch && q > peak);
                 self.points.push((batch, peak));
                 // The size lands off the line that aimed it, or the peaks flatten as they do
                 // against a limit that the workspace fills.
@@ -325,9 +324,7 @@ impl Search {
                     let aimed_peak = line.peak(batch);
                     let off = (peak as f64 - aimed_peak).abs() > OFF_THE_LINE * aimed_peak;
                     let flat = after.bytes_per_sample < FLATTER * line.bytes_per_sample;
-                    if off || flat {
-                        self.blind = true;
-                    }
+                    self.blind |= off || flat;
                 }
             }
         } else {
@@ -341,6 +338,7 @@ impl Search {
                 _ => {}
             }
         }
+        held
     }
 
     /// The line the peaks give for a round of `k` sizes: through the two largest, or through

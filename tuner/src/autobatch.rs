@@ -77,7 +77,7 @@ struct Saved {
     granularity: Granularity,
     margin: Option<f64>,
     confirm_steps: usize,
-    #[serde(default = "one_run")]
+    #[serde(default = "crate::config::one")]
     confirm_runs: usize,
     effective_batch: Option<usize>,
     write: Option<PathBuf>,
@@ -87,10 +87,6 @@ struct Saved {
     new_keys: bool,
     team: Option<PathBuf>,
     model_name: Option<String>,
-}
-
-fn one_run() -> usize {
-    1
 }
 
 impl Options {

@@ -134,14 +134,9 @@ impl Progress {
 
     /// Run `f` as the running trial `what`.
     fn showing<T>(&self, what: String, f: impl FnOnce() -> T) -> T {
-        let lock = || self.running.lock().unwrap_or_else(|p| p.into_inner());
-        lock().push((what.clone(), Instant::now()));
+        lock(&self.running).push((what.clone(), Instant::now()));
         let out = f();
-        let mut r = lock();
-        if let Some(i) = r.iter().position(|(w, _)| *w == what) {
-            r.remove(i);
-        }
-        drop(r);
+        lock(&self.running).retain(|(w, _)| *w != what);
         self.bar.inc(1);
         out
     }
@@ -152,10 +147,7 @@ impl Progress {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 while !done.load(Ordering::Relaxed) {
-                    let message: Vec<String> = self
-                        .running
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                    let message: Vec<String> = lock(&self.running)
                         .iter()
                         .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
                         .collect();
@@ -704,7 +696,8 @@ impl<P: FnMut(&Standing)> State<'_, P> {
 }
 
 fn lock<'a, T>(m: &'a Mutex<T>) -> MutexGuard<'a, T> {
-    // A panicking trial runner must not take the results of the others with it.
+    // A panicking trial runner must not take the results (or the progress shown) of the others
+    // with it.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

@@ -35,7 +35,7 @@ use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
-use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, ResultsFile, Run};
+use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, Run};
 use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
@@ -329,8 +329,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         warmup_steps: SEARCH_WARMUP,
         ..Params::default()
     };
-    let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("autobatch", None);
+    let mut results = run.begin("autobatch", None)?;
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();

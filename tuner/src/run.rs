@@ -286,7 +286,10 @@ impl Run {
         runner.trial(p, index, group, &self.folder.join(folder))
     }
 
-    pub fn announce(&self, what: &str, trials: Option<usize>) {
+    /// Start the command `what`'s trials (`trials` of them, where known): a fresh results file
+    /// for them, and a line that says what runs where and where the results go.
+    pub fn begin(&self, what: &str, trials: Option<usize>) -> Result<ResultsFile> {
+        let results = ResultsFile::create(&self.results_path)?;
         let gpus: Vec<String> = self
             .devices
             .iter()
@@ -302,6 +305,7 @@ impl Run {
             self.launch,
             self.results_path.display()
         ));
+        Ok(results)
     }
 
     /// One trial on `group`, written to `results` and shown as it ends.
@@ -430,8 +434,7 @@ impl Run {
         settings: Settings,
         margin: Option<f64>,
     ) -> Result<Ran> {
-        let mut results = ResultsFile::create(&self.results_path)?;
-        self.announce(what, Some(jobs.len()));
+        let mut results = self.begin(what, Some(jobs.len()))?;
         let groups = self.groups(jobs.len());
         let skip = larger_batch_after_oom;
         let trials = self.queue(jobs, &groups, 0, Stop::AtExit, skip, &mut results)?;

@@ -742,18 +742,18 @@ where
             scope.spawn(move || loop {
                 let (index, params) = {
                     let mut st = lock(state);
-                    let next = loop {
+                    loop {
                         let Some((i, p)) = st.pending.pop_front() else {
-                            break None;
+                            return;
                         };
                         match skip(&p, &st.done) {
                             Some(why) => st.record(TrialResult::skipped(i, p, why)),
-                            None => break Some((i, p)),
+                            None => {
+                                st.running += 1;
+                                break (i, p);
+                            }
                         }
-                    };
-                    let Some(job) = next else { return };
-                    st.running += 1;
-                    job
+                    }
                 };
                 let r = run(index, &params, device);
                 let mut st = lock(state);

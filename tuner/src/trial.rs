@@ -465,10 +465,12 @@ impl Group {
             self.kill();
             return Ok(Some(Exit::Stalled));
         }
-        for (r, rank) in self.ranks.iter_mut().enumerate() {
-            if rank.exit.is_some() {
-                continue;
-            }
+        let running = self
+            .ranks
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, r)| r.exit.is_none());
+        for (r, rank) in running {
             let Some(exit) = rank.running.exited()? else {
                 continue;
             };
@@ -499,16 +501,11 @@ impl Group {
     /// and ends the group when its exit is next looked for.
     fn enough(&mut self) -> bool {
         let mut all = true;
-        let mut oom = None;
-        for (r, rank) in self.ranks.iter_mut().enumerate() {
+        for rank in &mut self.ranks {
             all &= rank.watcher.look(self.start.elapsed().as_secs_f64());
-            if rank.watcher.oom_seen && oom.is_none() {
-                oom = Some(r);
-            }
         }
-        if oom.is_some() && self.ended_by.is_none() {
-            self.ended_by = oom;
-        }
+        let oom = self.ranks.iter().position(|r| r.watcher.oom_seen);
+        self.ended_by = self.ended_by.or(oom);
         let done = oom.is_some() || all;
         if done {
             self.kill();

@@ -324,17 +324,14 @@ impl Run {
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
         }
-        let (peak, limit) = r.memory_terms();
-        self.progress.line(&format!(
-            "{what}: {} ({:.1} s){}",
-            r.verdict(),
-            r.wall_s,
-            match (peak, limit) {
-                (Some(p), Some(l)) => format!(", peak {} of {}", gb(p), gb(l)),
-                (Some(p), None) => format!(", peak {}", gb(p)),
-                _ => String::new(),
-            }
-        ));
+        let peak = match r.memory_terms() {
+            (Some(p), Some(l)) => format!(", peak {} of {}", gb(p), gb(l)),
+            (Some(p), None) => format!(", peak {}", gb(p)),
+            _ => String::new(),
+        };
+        let verdict = r.verdict();
+        self.progress
+            .line(&format!("{what}: {verdict} ({:.1} s){peak}", r.wall_s));
         r
     }
 

@@ -21,6 +21,7 @@
 //!    effective batch. Printed; written into the config (`--write`) and the team file
 //!    (`--team`) only when asked.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -34,7 +35,7 @@ use crate::config::{Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
-use crate::run::{default_margin, kept_at, DeviceSummary, ResultsFile, Run};
+use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, Run};
 use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
@@ -76,7 +77,7 @@ struct Saved {
     granularity: Granularity,
     margin: Option<f64>,
     confirm_steps: usize,
-    #[serde(default = "one_run")]
+    #[serde(default = "crate::config::one")]
     confirm_runs: usize,
     effective_batch: Option<usize>,
     write: Option<PathBuf>,
@@ -88,11 +89,13 @@ struct Saved {
     model_name: Option<String>,
 }
 
-fn one_run() -> usize {
-    1
-}
-
 impl Options {
+    /// The effective batch the answer keeps: the one asked for, else the settings' batch times
+    /// their accumulation steps, where they give a batch.
+    fn effective_batch(&self, settings: &Settings) -> Option<usize> {
+        (self.effective_batch).or(settings.batch_size.map(|b| b * settings.accumulation_steps))
+    }
+
     pub fn to_json(&self) -> serde_json::Value {
         let saved = Saved {
             start: self.start,
@@ -161,10 +164,7 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
     }
     if let Some(target) = &o.write {
         writeback::check_writable(target)?;
-        let effective = o
-            .effective_batch
-            .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-        if let (Some(effective), None) = (effective, &target.keys.accumulation) {
+        if let (Some(effective), None) = (o.effective_batch(settings), &target.keys.accumulation) {
             return Err(format!(
                 "the answer keeps an effective batch of {effective} and may split it into accumulation steps: give --accumulation-key DOTTED.PATH, where {} keeps them",
                 target.path.display()
@@ -203,6 +203,19 @@ pub struct Confirmation {
     /// ([Search::confirming]); None for a run after the search.
     pub round: Option<usize>,
     pub trial: TrialResult,
+}
+
+impl Confirmation {
+    /// The confirmation `trial` ran as, in the search's round `round` where it ran in one.
+    fn of(trial: TrialResult, round: Option<usize>) -> Result<Confirmation> {
+        Ok(Confirmation {
+            batch_size: trial.params.batch_size,
+            steps: trial.params.steps,
+            held: fits(&trial, true)?,
+            round,
+            trial,
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -269,17 +282,15 @@ fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
     }
 }
 
-/// Whether a confirmation's size held: it fit, and reported every step it was told to run.
-fn holds(r: &TrialResult) -> Result<bool> {
-    Ok(r.fits().ok_or_else(|| stopped(r))? && r.reached_steps)
+/// Whether a trial's size fits; one run as a confirmation fits where it held: it fit, and
+/// reported every step it was told to run.
+fn fits(r: &TrialResult, confirmation: bool) -> Result<bool> {
+    Ok(r.fits().ok_or_else(|| stopped(r))? && (r.reached_steps || !confirmation))
 }
 
-/// What a search trial tells the search; a trial run as a confirmation fits where it held.
+/// What a search trial tells the search.
 fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
-    let fits = match confirmation {
-        true => holds(r)?,
-        false => r.fits().ok_or_else(|| stopped(r))?,
-    };
+    let fits = fits(r, confirmation)?;
     let (peak, limit) = r.memory_terms();
     Ok(Probe {
         fits,
@@ -299,32 +310,26 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     // on the first group.
     let one_model = run.devices.iter().all(|d| d.name() == device.name());
     if run.devices.len() > group.len() && !one_model {
+        let on = match group.len() {
+            1 => "one GPU",
+            _ => "one group of GPUs",
+        };
+        let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         run.progress.line(&format!(
-            "autobatch searches on {}: {} (the answer is per GPU model)",
-            if group.len() == 1 {
-                "one GPU"
-            } else {
-                "one group of GPUs"
-            },
-            group
-                .iter()
-                .map(|d| d.label.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            "autobatch searches on {on}: {} (the answer is per GPU model)",
+            labels.join(", ")
         ));
     }
-    let params = |batch_size, steps, warmup_steps| Params {
+    let params = |batch_size, steps| Params {
         batch_size,
         workers,
         amp,
-        amp_from_on: false,
         accumulation: 1,
         steps,
-        warmup_steps,
-        axes: Default::default(),
+        warmup_steps: SEARCH_WARMUP,
+        ..Params::default()
     };
-    let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("autobatch", None);
+    let mut results = run.begin("autobatch", None)?;
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();
@@ -348,31 +353,19 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             true => (o.confirm_steps, Stop::AfterSteps),
             false => (SEARCH_STEPS, Stop::WhenSteady),
         };
-        let jobs: Vec<Params> = round
-            .iter()
-            .map(|&b| params(b, steps, SEARCH_WARMUP))
-            .collect();
+        let jobs: Vec<Params> = round.iter().map(|&b| params(b, steps)).collect();
         let first = trials.len() + confirmations.len();
-        let mut done = match jobs.as_slice() {
+        // In the round's order, whichever ended first: the search goes the same way each time.
+        let done = match jobs.as_slice() {
             [one] => vec![run.one(group, one, first, stop, &mut results)],
             several => run.several(several, first, stop, &mut results)?,
         };
-        // In the round's order, whichever ended first: the search goes the same way each time.
-        done.sort_by_key(|r| r.index);
         for r in done {
-            let answer = probe(&r, confirming);
-            let batch = r.params.batch_size;
-            match confirming && answer.as_ref().is_ok_and(|p| p.fits) {
-                true => confirmations.push(Confirmation {
-                    batch_size: batch,
-                    steps,
-                    held: true,
-                    round: Some(rounds),
-                    trial: r,
-                }),
+            let answer = probe(&r, confirming)?;
+            match search.record(r.params.batch_size, answer) {
+                true => confirmations.push(Confirmation::of(r, Some(rounds))?),
                 false => trials.push(r),
             }
-            search.record(batch, answer?);
         }
     }
     let found = search.found().map_err(Error::invalid)?;
@@ -383,28 +376,23 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let g = o.granularity;
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
     // How often each size (its index) held, counting the search's rounds run as confirmations.
-    let mut runs_held: Vec<(usize, usize)> = Vec::new();
-    let count_hold =
-        |runs: &mut Vec<(usize, usize)>, at: usize| match runs.iter_mut().find(|h| h.0 == at) {
-            Some(h) => h.1 += 1,
-            None => runs.push((at, 1)),
-        };
+    let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
     for &(b, ok) in &found.confirmations {
         if ok && size_at(g, index_below(g, b)) == b {
-            count_hold(&mut runs_held, index_below(g, b));
+            *runs_held.entry(index_below(g, b)).or_default() += 1;
         }
     }
     let need = o.confirm_runs;
     // The largest size that held as often as asked and never failed; the largest above it that
     // held, not yet often enough.
-    let standing = |runs: &[(usize, usize)], failed: &[usize], enough: bool| {
+    let standing = |runs: &BTreeMap<usize, usize>, failed: &[usize], enough: bool| {
         (runs.iter())
-            .filter(|&&(at, n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-            .map(|&(at, _)| at)
+            .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
+            .map(|(&at, _)| at)
             .max()
     };
     let mut held = standing(&runs_held, &failed, true);
-    let again = |held: Option<usize>, runs: &[(usize, usize)], failed: &[usize]| {
+    let again = |held: Option<usize>, runs: &BTreeMap<usize, usize>, failed: &[usize]| {
         standing(runs, failed, false).filter(|&p| held.is_none_or(|h| p > h))
     };
     let mut candidate = again(held, &runs_held, &failed)
@@ -415,21 +403,16 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         let batch = size_at(g, at);
         let r = run.one(
             group,
-            &params(batch, o.confirm_steps, 0),
+            &params(batch, o.confirm_steps),
             trials.len() + confirmations.len(),
             Stop::AfterSteps,
             &mut results,
         );
-        let fits = holds(&r)?;
-        confirmations.push(Confirmation {
-            batch_size: batch,
-            steps: o.confirm_steps,
-            held: fits,
-            round: None,
-            trial: r,
-        });
+        let c = Confirmation::of(r, None)?;
+        let fits = c.held;
+        confirmations.push(c);
         match fits {
-            true => count_hold(&mut runs_held, at),
+            true => *runs_held.entry(at).or_default() += 1,
             false => failed.push(batch),
         }
         held = standing(&runs_held, &failed, true);
@@ -467,8 +450,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
     // The confirmation that held the answer last, the others in the order they ran.
     if let Some(i) = (confirmations.iter()).rposition(|c| c.held && c.batch_size == maximum) {
-        let answer = confirmations.remove(i);
-        confirmations.push(answer);
+        confirmations[i..].rotate_left(1);
     }
     let confirm_wall_s = run.elapsed_s() - search_started - search_wall_s;
 
@@ -481,17 +463,15 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         .margin
         .unwrap_or_else(|| default_margin(&[DeviceSummary::of(device)], &trials));
     let tiers = memory.tiers(maximum, o.granularity, margin);
-    let target = o
-        .effective_batch
-        .or(settings.batch_size.map(|b| b * settings.accumulation_steps));
-    let accumulation =
-        target.map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
+    let accumulation = o
+        .effective_batch(&settings)
+        .map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
     let (batch_size, accumulation_steps) = match &accumulation {
         Some(a) => (a.batch, a.steps),
         None => (tiers.recommended.max(1), 1),
     };
-    let gpu_name = run.gpu_name(device, &trials);
-    let precision = params(1, 1, 0).on_gpu(device.capability).amp;
+    let gpu_name = gpu_name(device.name().as_deref(), &trials);
+    let precision = params(1, 1).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
         gpu: gpu_name.clone(),
         model: o
@@ -511,14 +491,13 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     if let Some(team) = &o.team {
         writeback::write_team(team, &team_entry).map_err(Error::invalid)?;
     }
-    let every: Vec<TrialResult> = all.into_iter().cloned().collect();
-    let (kept, trials_file) = run.finish(&every);
+    let (kept, trials_file) = run.finish(all);
     Ok(AutobatchReport {
         schema: SCHEMA,
         command: run.program.argv.clone(),
         device: DeviceSummary::of(device),
         gpu_name,
-        launch: run.launch(),
+        launch: run.launch.clone(),
         provenance: Provenance::now(),
         settings,
         amp,

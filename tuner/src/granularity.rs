@@ -11,6 +11,13 @@ pub enum Granularity {
     Pow2,
 }
 
+impl Default for Granularity {
+    /// Multiples of 8.
+    fn default() -> Granularity {
+        Granularity::Multiple(8)
+    }
+}
+
 /// The sizes at a granularity, by index: `k x multiple`, or `2^k`.
 pub fn size_at(granularity: Granularity, k: usize) -> usize {
     match granularity {

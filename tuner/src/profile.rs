@@ -26,7 +26,6 @@ use profiling::target::{compact_utc, reports_with, sanitize};
 use crate::classify::Status;
 use crate::config::Choice;
 use crate::program::{Params, Precision, Program};
-use crate::run::ResultsFile;
 use crate::run::{DeviceSummary, Run};
 use crate::trial::{Stop, TrialResult};
 use crate::writeback::TeamEntry;
@@ -225,8 +224,7 @@ pub fn profile(
     (profiler, choice): (Profiler, String),
     base: &Path,
 ) -> Result<ProfileReport> {
-    let mut results = ResultsFile::create(&run.results_path)?;
-    run.announce("profile", Some(1));
+    let mut results = run.begin("profile", Some(1))?;
     run.progress.line(&format!("profile: {choice}"));
     let trial = run.one(&run.groups(1)[0], params, 0, Stop::AtExit, &mut results);
     let files = match &profiler {

@@ -70,7 +70,8 @@ pub struct DeviceSummary {
 
 impl DeviceSummary {
     pub fn of(d: &Device) -> DeviceSummary {
-        let driver = d.probe.as_ref().and_then(|p| p.driver());
+        let (driver_version, cuda_driver_version) =
+            d.probe.as_ref().and_then(|p| p.driver()).unzip();
         DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
@@ -79,8 +80,8 @@ impl DeviceSummary {
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
             cpus: d.cpus.clone(),
-            driver_version: driver.as_ref().map(|(d, _)| d.clone()),
-            cuda_driver_version: driver.map(|(_, c)| c),
+            driver_version,
+            cuda_driver_version,
         }
     }
 
@@ -133,14 +134,9 @@ impl Progress {
 
     /// Run `f` as the running trial `what`.
     fn showing<T>(&self, what: String, f: impl FnOnce() -> T) -> T {
-        let lock = || self.running.lock().unwrap_or_else(|p| p.into_inner());
-        lock().push((what.clone(), Instant::now()));
+        lock(&self.running).push((what.clone(), Instant::now()));
         let out = f();
-        let mut r = lock();
-        if let Some(i) = r.iter().position(|(w, _)| *w == what) {
-            r.remove(i);
-        }
-        drop(r);
+        lock(&self.running).retain(|(w, _)| *w != what);
         self.bar.inc(1);
         out
     }
@@ -151,10 +147,7 @@ impl Progress {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 while !done.load(Ordering::Relaxed) {
-                    let message: Vec<String> = self
-                        .running
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
+                    let message: Vec<String> = lock(&self.running)
                         .iter()
                         .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
                         .collect();
@@ -177,7 +170,7 @@ pub struct Run {
     pub launcher: Launcher,
     /// How trials start, in words; why they are spawned rather than forked, where a fork
     /// server was tried and could not start.
-    launch: String,
+    pub launch: String,
     pub limits: Limits,
     pub progress: Progress,
     pub folder: PathBuf,
@@ -268,11 +261,6 @@ impl Run {
         })
     }
 
-    /// How trials start, in words.
-    pub fn launch(&self) -> String {
-        self.launch.clone()
-    }
-
     /// Trial `index` with `p` on `group`, its files in a folder of its own.
     fn trial(&self, p: &Params, index: usize, group: &[Device], stop: Stop) -> TrialResult {
         let runner = Runner {
@@ -298,7 +286,10 @@ impl Run {
         runner.trial(p, index, group, &self.folder.join(folder))
     }
 
-    pub fn announce(&self, what: &str, trials: Option<usize>) {
+    /// Start the command `what`'s trials (`trials` of them, where known): a fresh results file
+    /// for them, and a line that says what runs where and where the results go.
+    pub fn begin(&self, what: &str, trials: Option<usize>) -> Result<ResultsFile> {
+        let results = ResultsFile::create(&self.results_path)?;
         let gpus: Vec<String> = self
             .devices
             .iter()
@@ -311,9 +302,10 @@ impl Run {
             "{what}: trials of `{}` on {}; {}; results as they come: {}",
             Program::display(&self.program.argv),
             gpus.join(", "),
-            self.launch(),
+            self.launch,
             self.results_path.display()
         ));
+        Ok(results)
     }
 
     /// One trial on `group`, written to `results` and shown as it ends.
@@ -332,28 +324,25 @@ impl Run {
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
         }
-        let (peak, limit) = r.memory_terms();
-        self.progress.line(&format!(
-            "{what}: {} ({:.1} s){}",
-            r.verdict(),
-            r.wall_s,
-            match (peak, limit) {
-                (Some(p), Some(l)) => format!(", peak {} of {}", gb(p), gb(l)),
-                (Some(p), None) => format!(", peak {}", gb(p)),
-                _ => String::new(),
-            }
-        ));
+        let peak = match r.memory_terms() {
+            (Some(p), Some(l)) => format!(", peak {} of {}", gb(p), gb(l)),
+            (Some(p), None) => format!(", peak {}", gb(p)),
+            _ => String::new(),
+        };
+        let verdict = r.verdict();
+        self.progress
+            .line(&format!("{what}: {verdict} ({:.1} s){peak}", r.wall_s));
         r
     }
 
     /// Remove the temporary folder when nothing in it is worth reading; say where it is
     /// otherwise. Returns that note and the trials' JSON lines where they are kept.
-    pub fn finish(&self, trials: &[TrialResult]) -> (Option<String>, Option<PathBuf>) {
+    pub fn finish<'a>(
+        &self,
+        trials: impl IntoIterator<Item = &'a TrialResult>,
+    ) -> (Option<String>, Option<PathBuf>) {
         self.progress.bar.finish_and_clear();
-        let clean = trials
-            .iter()
-            .all(|r| matches!(r.status, Status::Ok | Status::Oom | Status::Skipped));
-        let note = if self.temporary && clean {
+        let note = if self.temporary && !trials.into_iter().any(TrialResult::troubled) {
             let _ = std::fs::remove_dir_all(&self.folder);
             None
         } else {
@@ -371,11 +360,6 @@ impl Run {
 
     pub fn elapsed_s(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
-    }
-
-    /// The GPU's name: NVML's, else what the program reported.
-    pub fn gpu_name(&self, device: &Device, trials: &[TrialResult]) -> String {
-        gpu_name(device.name().as_deref(), trials)
     }
 
     /// The groups of GPUs a queue of `jobs` trials runs on, `ranks` GPUs each (one trial per
@@ -407,16 +391,30 @@ impl Run {
         results: &mut ResultsFile,
     ) -> Result<Vec<TrialResult>> {
         let groups = self.groups(jobs.len());
+        self.queue(jobs, &groups, first, stop, |_, _| None, results)
+    }
+
+    /// Run `jobs` from one queue over `groups` (one trial per group at a time), their numbers
+    /// from `first`, each stopped as `stop` says unless `skip` finds it pointless (as
+    /// [run_queue] asks), and written to `results` as it ends.
+    fn queue(
+        &self,
+        jobs: &[Params],
+        groups: &[Vec<Device>],
+        first: usize,
+        stop: Stop,
+        skip: impl Fn(&Params, &[TrialResult]) -> Option<String> + Sync,
+        results: &mut ResultsFile,
+    ) -> Result<Vec<TrialResult>> {
         self.progress.ticking(|| {
             run_queue(
                 jobs,
-                &groups,
+                groups,
                 |i, p, g| {
                     let what = format!("{} {}", g[0].label, p.describe());
-                    self.progress
-                        .showing(what, || self.trial(p, first + i, g, stop))
+                    (self.progress).showing(what, || self.trial(p, first + i, g, stop))
                 },
-                |_, _| None,
+                skip,
                 results,
                 |pr| self.progress.line(&pr.line()),
             )
@@ -433,30 +431,17 @@ impl Run {
         settings: Settings,
         margin: Option<f64>,
     ) -> Result<Ran> {
-        let mut results = ResultsFile::create(&self.results_path)?;
-        self.announce(what, Some(jobs.len()));
+        let mut results = self.begin(what, Some(jobs.len()))?;
         let groups = self.groups(jobs.len());
-        let trials = self.progress.ticking(|| {
-            run_queue(
-                jobs,
-                &groups,
-                |i, p, g| {
-                    (self.progress).showing(format!("{} {}", g[0].label, p.describe()), || {
-                        self.trial(p, i, g, Stop::AtExit)
-                    })
-                },
-                larger_batch_after_oom,
-                &mut results,
-                |pr| self.progress.line(&pr.line()),
-            )
-        })?;
+        let skip = larger_batch_after_oom;
+        let trials = self.queue(jobs, &groups, 0, Stop::AtExit, skip, &mut results)?;
         let devices: Vec<DeviceSummary> = groups.iter().flatten().map(DeviceSummary::of).collect();
         let margin = margin.unwrap_or_else(|| default_margin(&devices, &trials));
         let (kept, trials_file) = self.finish(&trials);
         Ok(Ran {
             command: self.program.argv.clone(),
             devices,
-            launch: self.launch(),
+            launch: self.launch.clone(),
             provenance: Provenance::now(),
             settings,
             trials,
@@ -551,12 +536,7 @@ impl Ran {
                 ))
             ));
         }
-        for t in self.trials.iter().filter(|t| {
-            matches!(
-                t.status,
-                Status::Hang | Status::Failed | Status::Incomplete | Status::Unfinished
-            )
-        }) {
+        for t in self.trials.iter().filter(|t| t.troubled()) {
             o.push_str(&format!(
                 "trial {} ({}): {}; stderr ended with: {}\n",
                 t.index,
@@ -716,7 +696,8 @@ impl<P: FnMut(&Standing)> State<'_, P> {
 }
 
 fn lock<'a, T>(m: &'a Mutex<T>) -> MutexGuard<'a, T> {
-    // A panicking trial runner must not take the results of the others with it.
+    // A panicking trial runner must not take the results (or the progress shown) of the others
+    // with it.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -758,18 +739,18 @@ where
             scope.spawn(move || loop {
                 let (index, params) = {
                     let mut st = lock(state);
-                    let next = loop {
+                    loop {
                         let Some((i, p)) = st.pending.pop_front() else {
-                            break None;
+                            return;
                         };
                         match skip(&p, &st.done) {
                             Some(why) => st.record(TrialResult::skipped(i, p, why)),
-                            None => break Some((i, p)),
+                            None => {
+                                st.running += 1;
+                                break (i, p);
+                            }
                         }
-                    };
-                    let Some(job) = next else { return };
-                    st.running += 1;
-                    job
+                    }
                 };
                 let r = run(index, &params, device);
                 let mut st = lock(state);

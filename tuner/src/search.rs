@@ -50,11 +50,11 @@
 
 use serde::Serialize;
 
-use crate::granularity::{index_below, size_at, Granularity};
+use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::line::Line;
 
-/// The search's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The search's answer; while it runs, its trials so far.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Found {
     /// Largest batch at the granularity that fits.
     pub maximum: usize,
@@ -140,16 +140,14 @@ struct Aimed {
 }
 
 /// The search's state between rounds.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Search {
     start: usize,
     granularity: Granularity,
     /// A batch no GPU could hold: growth stops at the largest size under it.
     cap: usize,
-    trials: Vec<(usize, bool)>,
-    confirmations: Vec<(usize, bool)>,
-    tried: Vec<(usize, bool)>,
-    rounds: usize,
+    /// The trials and rounds so far (its maximum is set at the end).
+    found: Found,
     aimed: Vec<Aimed>,
     /// The round [Search::next] gave last runs as confirmations.
     confirming: bool,
@@ -180,21 +178,7 @@ impl Search {
             start,
             granularity,
             cap,
-            trials: Vec::new(),
-            confirmations: Vec::new(),
-            tried: Vec::new(),
-            rounds: 0,
-            aimed: Vec::new(),
-            confirming: false,
-            points: Vec::new(),
-            limit: None,
-            model: None,
-            lo: 0,
-            hi: None,
-            blind: false,
-            steps_for: None,
-            under_misses: 0,
-            over_misses: 0,
+            ..Search::default()
         })
     }
 
@@ -212,7 +196,7 @@ impl Search {
         // The index of the smallest size known not to fit (or above the cap), and whether the
         // round is aimed at the answer.
         let mut likely: Option<(usize, bool)> = None;
-        let round: Vec<Aimed> = if self.tried.is_empty() {
+        let round: Vec<Aimed> = if self.found.tried.is_empty() {
             let mut sizes = vec![self.start];
             let mut b = self.start;
             while sizes.len() < k {
@@ -237,13 +221,12 @@ impl Search {
             // confirms where it is the size right above the largest fit, the line near its end
             // (a line from further below aims wide, and a centre that fits short of the answer
             // would be confirmed in vain).
-            let mut likely_centre = false;
-            let aimed = match self.aim(k_lo, k_bad, k) {
-                Some((c, line)) => {
-                    likely_centre = line.is_some() && (k > 1 || c == k_lo + 1);
-                    self.around(c, line, k_lo, k_bad, k)
-                }
-                None => Vec::new(),
+            let (aimed, likely_centre) = match self.aim(k_lo, k_bad, k) {
+                Some((c, line)) => (
+                    self.around(c, line, k_lo, k_bad, k),
+                    line.is_some() && (k > 1 || c == k_lo + 1),
+                ),
+                None => (Vec::new(), false),
             };
             likely = Some((k_bad, likely_centre && !aimed.is_empty()));
             match self.hi {
@@ -286,10 +269,10 @@ impl Search {
         };
         let round: Vec<Aimed> = round
             .into_iter()
-            .filter(|a| !self.tried.iter().any(|t| t.0 == a.batch))
+            .filter(|a| !self.found.tried.iter().any(|t| t.0 == a.batch))
             .collect();
         if !round.is_empty() {
-            self.rounds += 1;
+            self.found.rounds += 1;
         }
         // A round runs as confirmations where a size that fits is likely the answer: it is
         // aimed so, or it holds the largest size still open (which, fitting, is the answer; a
@@ -310,21 +293,19 @@ impl Search {
         self.confirming
     }
 
-    /// What the trial of `batch` said.
-    pub fn record(&mut self, batch: usize, p: Probe) {
+    /// What the trial of `batch` said; returns whether it held as a confirmation (a size that
+    /// fit in a round run so).
+    pub fn record(&mut self, batch: usize, p: Probe) -> bool {
         let aimed = self.aimed.iter().position(|a| a.batch == batch);
         let aimed = aimed.map(|i| self.aimed.swap_remove(i));
-        self.tried.push((batch, p.fits));
-        match self.confirming && p.fits {
-            true => self.confirmations.push((batch, true)),
-            false => self.trials.push((batch, p.fits)),
+        self.found.tried.push((batch, p.fits));
+        let held = self.confirming && p.fits;
+        match held {
+            true => self.found.confirmations.push((batch, true)),
+            false => self.found.trials.push((batch, p.fits)),
         }
-        if let Some(l) = p.limit_bytes {
-            self.limit = Some(self.limit.map_or(l, |old| old.min(l)));
-        }
-        if p.model_bytes.is_some() {
-            self.model = p.model_bytes;
-        }
+        self.limit = self.limit.into_iter().chain(p.limit_bytes).min();
+        self.model = p.model_bytes.or(self.model);
         if p.fits {
             self.lo = self.lo.max(batch);
             if aimed.is_some_and(|a| a.side == Side::Over) {
@@ -333,9 +314,7 @@ impl Search {
             if let Some(peak) = p.peak_bytes {
                 // A larger batch that needed less than a smaller one: the peaks are the room
                 // there was, not what the batch needs.
-                if self.points.iter().any(|&(b, q)| b < batch && q > peak) {
-                    self.blind = true;
-                }
+                self.blind |= self.points.iter().any(|&(b, q)| b < batch && q > peak);
                 self.points.push((batch, peak));
                 // The size lands off the line that aimed it, or the peaks flatten as they do
                 // against a limit that the workspace fills.
@@ -345,9 +324,7 @@ impl Search {
                     let aimed_peak = line.peak(batch);
                     let off = (peak as f64 - aimed_peak).abs() > OFF_THE_LINE * aimed_peak;
                     let flat = after.bytes_per_sample < FLATTER * line.bytes_per_sample;
-                    if off || flat {
-                        self.blind = true;
-                    }
+                    self.blind |= off || flat;
                 }
             }
         } else {
@@ -361,6 +338,7 @@ impl Search {
                 _ => {}
             }
         }
+        held
     }
 
     /// The line the peaks give for a round of `k` sizes: through the two largest, or through
@@ -472,16 +450,12 @@ impl Search {
     /// The smallest index whose size is at least `hi` (it fails).
     fn bad_index(&self, hi: usize) -> usize {
         let k = index_below(self.granularity, hi);
-        if size_at(self.granularity, k) >= hi {
-            k
-        } else {
-            k + 1
-        }
+        k + usize::from(size_at(self.granularity, k) < hi)
     }
 
     /// The answer.
     pub fn found(self) -> Result<Found, String> {
-        if self.lo == 0 && self.tried.contains(&(self.start, false)) {
+        if self.lo == 0 && self.found.tried.contains(&(self.start, false)) {
             return Err(format!(
                 "batch {} already runs out of memory: give a smaller --start",
                 self.start
@@ -494,10 +468,7 @@ impl Search {
             size_at(self.granularity, k)
         };
         if maximum == 0 {
-            let m = match self.granularity {
-                Granularity::Multiple(m) => m,
-                Granularity::Pow2 => 1,
-            };
+            let m = size_at(self.granularity, first_index(self.granularity));
             return Err(format!(
                 "no multiple of {m} fits (batch {} fits, {} does not): use a smaller --multiple-of",
                 self.lo,
@@ -507,11 +478,8 @@ impl Search {
         let next = size_at(self.granularity, k + 1);
         Ok(Found {
             maximum,
-            next_failed: self.tried.contains(&(next, false)),
-            trials: self.trials,
-            confirmations: self.confirmations,
-            tried: self.tried,
-            rounds: self.rounds,
+            next_failed: self.found.tried.contains(&(next, false)),
+            ..self.found
         })
     }
 }

@@ -29,9 +29,10 @@ use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
 use crate::protocol::{step_of, Measured, ReportFile, ReportHealth};
 
 /// When a trial is over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stop {
     /// When the program exits (a sweep's trials: every step is measured, and how it ends).
+    #[default]
     AtExit,
     /// Once it has reported every step it was told to run (a confirmation: whether memory held
     /// for those steps is all it asks; winding down would only cost time).
@@ -206,6 +207,12 @@ impl TrialResult {
         }
     }
 
+    /// Whether its output is worth reading: it hung, failed, ended early or left no result
+    /// (OK, out of memory and skipped say all there is).
+    pub fn troubled(&self) -> bool {
+        !matches!(self.status, Status::Ok | Status::Oom | Status::Skipped)
+    }
+
     /// Why its batch does not fit, in a few words: `ran out of memory`, or `hung (counted as
     /// not fitting)`.
     pub fn misfit(&self) -> &'static str {
@@ -267,6 +274,7 @@ pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String
 
 /// A growing text file read piece by piece: the complete lines that arrived since the last
 /// look.
+#[derive(Default)]
 struct Tail {
     path: PathBuf,
     offset: u64,
@@ -305,12 +313,15 @@ impl Tail {
     }
 }
 
-/// What is watched while a trial runs.
+/// What is watched while a rank runs: its files, the memory NVML sees it use, and whether it
+/// is where `stop` says after the steps it was `told` to run.
+#[derive(Default)]
 struct Watcher {
     report: Tail,
     stderr: Tail,
     stdout: Tail,
-    start: Instant,
+    sampler: Option<Sampler>,
+    stop: Stop,
     /// When each step line arrived (seconds from the start).
     arrivals: Vec<f64>,
     /// When any of its files last grew (seconds from the start): a line, or part of one (a
@@ -327,9 +338,8 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// Look again; true once the trial can stop.
-    fn look(&mut self, stop: Stop, sampler: Option<&Sampler>) -> bool {
-        let now = self.start.elapsed().as_secs_f64();
+    /// Look again, `now` seconds from the start; true once the trial can stop.
+    fn look(&mut self, now: f64) -> bool {
         let read = |w: &Watcher| w.report.offset + w.stderr.offset + w.stdout.offset;
         let before = read(self);
         for out in [&mut self.stderr, &mut self.stdout] {
@@ -346,7 +356,7 @@ impl Watcher {
             let gap = self.arrivals.last().map_or(0.0, |last| now - last);
             self.slowest_s = self.slowest_s.max(step.step_s).max(gap);
             self.arrivals.push(now);
-            let nvml = sampler.and_then(|s| {
+            let nvml = self.sampler.as_ref().and_then(|s| {
                 let (peak, samples) = s.so_far();
                 // A reading counts for this step only if a sample was taken since the last.
                 let fresh = samples > self.last_samples;
@@ -354,13 +364,13 @@ impl Watcher {
                 peak.filter(|_| fresh)
             });
             self.peaks.push(step.peak_memory_bytes.or(nvml));
-            if stop == Stop::WhenSteady && self.steady_at.is_none() && steady(&self.peaks) {
+            if self.stop == Stop::WhenSteady && self.steady_at.is_none() && steady(&self.peaks) {
                 self.steady_at = Some(self.peaks.len());
             }
         }
         let all = self.arrivals.len() >= self.told;
         self.oom_seen
-            || match stop {
+            || match self.stop {
                 Stop::AtExit => false,
                 Stop::AfterSteps => all,
                 Stop::WhenSteady => all || self.steady_at.is_some(),
@@ -426,7 +436,6 @@ struct Rank {
     running: Running,
     exit: Option<Exit>,
     watcher: Watcher,
-    sampler: Option<Sampler>,
 }
 
 /// The group's processes while it runs, the rank whose end ended the group, when its time is
@@ -434,6 +443,7 @@ struct Rank {
 struct Group {
     ranks: Vec<Rank>,
     ended_by: Option<usize>,
+    start: Instant,
     deadline: Instant,
     stall_limit: Duration,
     silence: Option<Silence>,
@@ -444,7 +454,7 @@ impl Group {
     /// 0), or one rank exited before the others could go on without it (an exit that is not 0,
     /// or 0 before it reported every step it was told to run: the others would wait for it in
     /// their next collective).
-    fn exited(&mut self, stop: Stop) -> std::io::Result<Option<Exit>> {
+    fn exited(&mut self) -> std::io::Result<Option<Exit>> {
         if Instant::now() >= self.deadline {
             // Past the time limit every rank goes, not only the one that leads the watch; their
             // deaths are the limit's doing, not an end of their own.
@@ -455,15 +465,17 @@ impl Group {
             self.kill();
             return Ok(Some(Exit::Stalled));
         }
-        for (r, rank) in self.ranks.iter_mut().enumerate() {
-            if rank.exit.is_some() {
-                continue;
-            }
+        let running = self
+            .ranks
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, r)| r.exit.is_none());
+        for (r, rank) in running {
             let Some(exit) = rank.running.exited()? else {
                 continue;
             };
             rank.exit = Some(exit);
-            rank.watcher.look(stop, rank.sampler.as_ref());
+            rank.watcher.look(self.start.elapsed().as_secs_f64());
             let early = exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
             if early && self.ended_by.is_none() {
                 self.ended_by = Some(r);
@@ -487,18 +499,13 @@ impl Group {
     /// Look at every rank; true once the group can stop: a rank ran out of memory, or every
     /// rank is where `stop` says (its group then killed whole). A rank gone silent is noted,
     /// and ends the group when its exit is next looked for.
-    fn enough(&mut self, stop: Stop) -> bool {
+    fn enough(&mut self) -> bool {
         let mut all = true;
-        let mut oom = None;
-        for (r, rank) in self.ranks.iter_mut().enumerate() {
-            all &= rank.watcher.look(stop, rank.sampler.as_ref());
-            if rank.watcher.oom_seen && oom.is_none() {
-                oom = Some(r);
-            }
+        for rank in &mut self.ranks {
+            all &= rank.watcher.look(self.start.elapsed().as_secs_f64());
         }
-        if oom.is_some() && self.ended_by.is_none() {
-            self.ended_by = oom;
-        }
+        let oom = self.ranks.iter().position(|r| r.watcher.oom_seen);
+        self.ended_by = self.ended_by.or(oom);
         let done = oom.is_some() || all;
         if done {
             self.kill();
@@ -522,7 +529,7 @@ impl Group {
             .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
             .map(|(rank, r)| Silence {
                 rank,
-                silent_s: r.watcher.start.elapsed().as_secs_f64() - r.watcher.last_written,
+                silent_s: self.start.elapsed().as_secs_f64() - r.watcher.last_written,
                 after_step: r.watcher.arrivals.len(),
                 slowest_s,
             })
@@ -567,16 +574,18 @@ impl Runner<'_> {
         let device = &group[0];
         let params = &params.on_gpu(device.capability);
         let argv = self.program.argv_for(params);
-        let mut result = TrialResult::skipped(index, params.clone(), String::new());
         let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
-        result.device = labels.join(" + ");
-        result.cuda_visible = visible.join(",");
-        result.ranks = group.len();
-        result.cpus = device.cpus.clone();
-        result.command = argv.clone();
-        result.folder = Some(folder.to_path_buf());
-        result.memory = MemoryReading::unmeasured("no NVML reading for this device");
+        let mut result = TrialResult {
+            device: labels.join(" + "),
+            cuda_visible: visible.join(","),
+            ranks: group.len(),
+            cpus: device.cpus.clone(),
+            command: argv.clone(),
+            folder: Some(folder.to_path_buf()),
+            memory: MemoryReading::unmeasured("no NVML reading for this device"),
+            ..TrialResult::skipped(index, params.clone(), String::new())
+        };
         let failed = |mut r: TrialResult, why: String| {
             r.status = Status::Failed;
             r.stderr_tail = vec![why.clone()];
@@ -602,11 +611,11 @@ impl Runner<'_> {
             Ok(s) => s,
             Err(why) => return failed(result, why),
         };
-        let stop = self.limits.stop;
         let start = Instant::now();
         let mut g = Group {
             ranks: Vec::with_capacity(group.len()),
             ended_by: None,
+            start,
             deadline: start + self.limits.time_limit,
             stall_limit: self.limits.stall_limit,
             silence: None,
@@ -645,27 +654,20 @@ impl Runner<'_> {
                     );
                 }
             };
-            let sampler = (d.probe.clone())
-                .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start));
             let watcher = Watcher {
                 report: Tail::new(&report),
                 stderr: Tail::new(&stderr),
                 stdout: Tail::new(&stdout),
-                start,
-                arrivals: Vec::new(),
-                last_written: 0.0,
-                slowest_s: 0.0,
-                peaks: Vec::new(),
-                last_samples: 0,
+                sampler: (d.probe.clone())
+                    .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start)),
+                stop: self.limits.stop,
                 told: params.total_steps(),
-                oom_seen: false,
-                steady_at: None,
+                ..Watcher::default()
             };
             g.ranks.push(Rank {
                 running,
                 exit: None,
                 watcher,
-                sampler,
             });
         }
         let group_state = std::cell::RefCell::new(g);
@@ -674,19 +676,19 @@ impl Runner<'_> {
             leader,
             start,
             self.limits.time_limit,
-            || group_state.borrow_mut().exited(stop),
-            || group_state.borrow_mut().enough(stop),
+            || group_state.borrow_mut().exited(),
+            || group_state.borrow_mut().enough(),
         );
         let mut g = group_state.into_inner();
         g.end();
         // The lines that came with the exits.
         for rank in &mut g.ranks {
-            rank.watcher.look(stop, rank.sampler.as_ref());
+            rank.watcher.look(start.elapsed().as_secs_f64());
         }
         result.wall_s = start.elapsed().as_secs_f64();
         let mut readings = Vec::new();
         for (r, rank) in g.ranks.iter_mut().enumerate() {
-            let Some(s) = rank.sampler.take() else {
+            let Some(s) = rank.watcher.sampler.take() else {
                 continue;
             };
             let (mut memory, utilization) = s.finish();
@@ -727,7 +729,7 @@ impl Runner<'_> {
             result.measured.framework_peak_bytes.max(peaks.max());
         result.report = files[0].health.clone();
         // Each rank's verdict: its own exit where it had one, else how the group ended.
-        let verdicts: Vec<_> = g
+        let mut verdicts: Vec<_> = g
             .ranks
             .iter()
             .zip(&files)
@@ -751,10 +753,7 @@ impl Runner<'_> {
             .or(silence.map(|s| s.rank))
             .or(g.ended_by.filter(|_| exit != Exit::TimedOut))
             .unwrap_or(0);
-        let verdict = verdicts
-            .into_iter()
-            .nth(speaker)
-            .expect("a verdict per rank");
+        let verdict = verdicts.swap_remove(speaker);
         result.status = verdict.status;
         result.oom = verdict.oom;
         let reason = match (exit, silence) {

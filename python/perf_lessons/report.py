@@ -121,6 +121,18 @@ def rank():
         return None
 
 
+def fork_here():
+    """Where a Python program's trials may start under the tuner: all above it is the same in
+    every trial and has not touched CUDA (imports, a model built on the CPU, a dataset read), so
+    the tuner runs it once and forks each trial from here, which then returns in the trial's own
+    process, with its own arguments and environment. Parse the arguments, make the Reporter and
+    move to the GPU below it. Anywhere else (a normal run, or trials spawned) it does nothing.
+    A program that does not import this module calls it with the same two lines."""
+    server = sys.modules.get("_perf_lessons_fork_server")
+    if server is not None:
+        server.serve()
+
+
 def setting(name, default):
     """The tuner's PERF_LESSONS_<name> for this trial, as the type of `default`; `default`
     where it is not set (a run outside the tuner). As a bool, AMP's bf16 and fp16 are on:

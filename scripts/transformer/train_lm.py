@@ -23,7 +23,7 @@ STARTED = time.perf_counter()
 import argparse  # noqa: E402
 import sys  # noqa: E402
 
-from train_loop import add_training_args, positive, setup, train  # noqa: E402
+from train_loop import add_training_args, fork_here, positive, setup, train  # noqa: E402
 
 SHAPES = {
     "llama-134m": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
@@ -47,9 +47,13 @@ def parse_args(argv=None):
 
 
 def model(name, seq_len):
-    """The decoder of shape `name`, randomly initialized in fp32 (autocast casts its matmuls),
-    with PyTorch's fused attention and no key/value cache (training has no use for one)."""
+    """The decoder of shape `name`, randomly initialized (seeded) in fp32 on the CPU (autocast
+    casts its matmuls), with PyTorch's fused attention and no key/value cache (training has no
+    use for one)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
 
     config = LlamaConfig(**SHAPES[name], max_position_embeddings=seq_len, use_cache=False,
                          attn_implementation="sdpa")
@@ -79,8 +83,10 @@ def loss_of(net, ids):
 
 def main(argv=None):
     args = parse_args(argv)
-    torch, report = setup("train_lm.py", args)
     net = model(args.model, args.seq_len)
+    fork_here()  # under the tuner, each trial starts here: the model above is built once
+    args = parse_args(argv)  # the trial's own
+    torch, report = setup("train_lm.py", args)
     vocab_size = SHAPES[args.model]["vocab_size"]
     return train(args, torch, report, net,
                  lambda length: tokens(length, args.seq_len, vocab_size), loss_of,

@@ -110,8 +110,17 @@ class HostEvent:
         pass
 
 
+def fork_here():
+    """perf_lessons.fork_here(), written out: under the tuner, whose fork server ran the program
+    up to here once, each trial is forked from this point (what was built above it, built once),
+    with its own arguments and environment; anywhere else nothing."""
+    server = sys.modules.get("_perf_lessons_fork_server")
+    if server is not None:
+        server.serve()
+
+
 def setup(program, args):
-    """Before the model is built: torch imported and seeded, the GPU's share set and the device
+    """After the model is built on the CPU: torch imported and seeded, the GPU's share set and the device
     line reported. Returns (torch, report)."""
     import torch
 

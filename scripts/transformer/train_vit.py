@@ -19,7 +19,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 
 # limit_memory and loader are lightning_vit.py's too
-from train_loop import add_training_args, limit_memory, loader, setup, train  # noqa: E402,F401
+from train_loop import add_training_args, fork_here, limit_memory, loader, setup, train  # noqa: E402,F401,E501
 
 
 def parse_args(argv=None):
@@ -46,16 +46,22 @@ def images(length, seed=0):
 
 
 def model(name):
+    """`name` from timm, randomly initialized (seeded) on the CPU."""
     import timm
+    import torch
 
+    torch.manual_seed(0)
     return timm.create_model(name, pretrained=False, num_classes=1000)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    net = model(args.model)
+    fork_here()  # under the tuner, each trial starts here: the model above is built once
+    args = parse_args(argv)  # the trial's own
     torch, report = setup("train_vit.py", args)
     loss_fn = torch.nn.CrossEntropyLoss()
-    return train(args, torch, report, model(args.model), images,
+    return train(args, torch, report, net, images,
                  lambda net, batch: loss_fn(net(batch[0]), batch[1]), args.model, STARTED)
 
 

@@ -7,13 +7,23 @@ on request. Each child is a process of its own: a new session and process group,
 context (created by the program after the fork), its own environment, files and arguments; it
 runs the script as `python3 SCRIPT ARGS` would, as `__main__`.
 
+A program whose script (or module run) calls `fork_here()` (perf_lessons.fork_here, or the
+same two lines by hand) is run further: at the first request the server runs it as that trial would, but with no
+PERF_LESSONS_ variables, up to its `fork_here()`, and forks every trial from there. The child
+returns from `fork_here()` as the trial's process, with its own arguments and environment, so
+what the program built above it (a model on the CPU, a dataset read) is built once. Where the
+program ends or fails before it gets there, the trials run it from the top, as above.
+
 Protocol on stdin/stdout, one JSON object per line:
-  server -> tuner: {"ready": true, "imported": [...], "failed": [...], "seconds": 9.8}
+  server -> tuner: {"ready": true, "imported": [...], "failed": [...], "seconds": 9.8,
+                    "fork_here": true|false}
                    or {"ready": false, "why": "..."} (then it exits)
   tuner -> server: {"argv": [...], "env": {...}, "cwd": "...", "cpus": [...] or null,
                     "stdout": "...", "stderr": "..."}
-  server -> tuner: {"started": PID} or {"error": "..."}
+  server -> tuner: {"preparing": true} (before running the program up to fork_here())
+                   {"started": PID} or {"error": "..."}
                    {"exited": PID, "code": N} or {"exited": PID, "signal": N}
+The program's own output while the server runs it goes to the server's stderr.
 """
 
 import ast
@@ -23,28 +33,37 @@ import select
 import signal
 import sys
 import time
+import types
+
+
+PROTOCOL = None  # the file the tuner reads (stdout when the server started)
+SERVER_MODULE = "_perf_lessons_fork_server"
 
 
 def say(obj):
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    PROTOCOL.write(json.dumps(obj) + "\n")
+    PROTOCOL.flush()
 
 
-def imported_names(path):
-    """Absolute module names imported anywhere in the file at `path` (inside functions too: a
-    program often imports its framework where it builds the model)."""
+def read_source(path):
+    """The module names the file at `path` imports anywhere (inside functions too: a program
+    often imports its framework where it builds the model), absolute ones only, and whether it
+    calls `fork_here()`."""
     try:
         with open(path, "rb") as f:
             tree = ast.parse(f.read(), filename=path)
     except (OSError, SyntaxError, ValueError):
-        return []
-    names = []
+        return [], False
+    names, forks = [], False
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
-    return names
+        elif isinstance(node, ast.Call):
+            f = node.func
+            forks |= getattr(f, "id", None) == "fork_here" or getattr(f, "attr", None) == "fork_here"
+    return names, forks
 
 
 def cuda_initialized():
@@ -68,12 +87,14 @@ def cuda_initialized():
 
 
 def preload(source, home):
-    """Import what `source` imports; follow the program's own modules (files under `home`)."""
+    """Import what `source` imports; follow the program's own modules (files under `home`).
+    Also whether `source` itself calls `fork_here()`."""
     imported, failed, seen = [], [], set()
     queue = [source]
+    forks = read_source(source)[1]
     while queue:
         path = queue.pop(0)
-        for name in imported_names(path):
+        for name in read_source(path)[0]:
             if name in seen or name == "__main__":
                 continue
             seen.add(name)
@@ -88,7 +109,7 @@ def preload(source, home):
             origin = getattr(sys.modules.get(name), "__file__", None) or ""
             if origin.endswith(".py") and os.path.abspath(origin).startswith(home + os.sep):
                 queue.append(origin)
-    return imported, failed
+    return imported, failed, forks
 
 
 def match_threads():
@@ -109,27 +130,39 @@ def match_threads():
         torch.set_num_threads(threads)
 
 
-def run_child(request, target):
-    """In the child: become the trial's process and run the program. Never returns."""
-    code = 1
+IN_CHILD = False
+
+
+def become(request):
+    """In a child: become the trial's process: its own session and process group, its share of
+    the cores, files, environment, folder and arguments."""
+    global IN_CHILD
+    IN_CHILD = True
+    os.setsid()
+    if request.get("cpus"):  # the trial's share of the cores; its loader workers inherit it
+        os.sched_setaffinity(0, request["cpus"])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    PROTOCOL.close()
+    REQUESTS.close()
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, to in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, to)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    match_threads()
+    os.chdir(request["cwd"])
+    sys.argv = list(request["argv"])
+
+
+def run_program(target):
+    """Run the program as `__main__`, as `python3 SCRIPT` or `python3 -m MODULE` would; its exit
+    status (an exception's traceback printed, 1)."""
     try:
-        os.setsid()
-        if request.get("cpus"):  # the trial's share of the cores; its loader workers inherit it
-            os.sched_setaffinity(0, request["cpus"])
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        for fd, to in ((null, 0), (out, 1), (err, 2)):
-            os.dup2(fd, to)
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        match_threads()
-        os.chdir(request["cwd"])
-        sys.argv = list(request["argv"])
         import runpy
 
         kind, name = target
@@ -137,35 +170,163 @@ def run_child(request, target):
             runpy.run_path(name, run_name="__main__")
         else:
             runpy.run_module(name, run_name="__main__", alter_sys=True)
-        code = 0
+        return 0
     except SystemExit as e:
         if e.code is None:
-            code = 0
-        elif isinstance(e.code, int):
-            code = e.code
-        else:
-            sys.stderr.write("%s\n" % e.code)
-            code = 1
+            return 0
+        if isinstance(e.code, int):
+            return e.code
+        sys.stderr.write("%s\n" % e.code)
+        return 1
     except BaseException:
         import traceback
 
         traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            import atexit
-            import threading
+        return 1
 
-            threading._shutdown()
-            atexit._run_exitfuncs()
+
+def exit_child(code):
+    """End a child as the interpreter would: its threads joined, its exit functions run."""
+    try:
+        import atexit
+        import threading
+
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code & 0xFF)
+
+
+class Requests:
+    """The tuner's requests, on a descriptor of their own (the program's stdin is /dev/null)."""
+
+    def __init__(self):
+        self.fd = os.dup(0)
+        self.buffered = b""
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+
+    def close(self):
+        os.close(self.fd)
+
+    def poll(self):
+        """The requests that came within 50 ms. When the tuner is gone, so is the server, and
+        its children with it."""
+        readable, _, _ = select.select([self.fd], [], [], 0.05)
+        if not readable:
+            return []
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            for pid in CHILDREN:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            os._exit(0)
+        self.buffered += chunk
+        requests = []
+        while b"\n" in self.buffered:
+            line, self.buffered = self.buffered.split(b"\n", 1)
+            if line.strip():
+                try:
+                    requests.append(json.loads(line))
+                except ValueError as e:
+                    say({"error": "not a request: %s" % e})
+        return requests
+
+
+REQUESTS = None
+CHILDREN = set()
+
+
+def serve(target, pending, broken=None):
+    """Fork a child for each request, those `pending` first, and tell the tuner of each child's
+    exit, until the tuner is gone. A child runs the program (`target`); where `target` is None
+    the child returns from here as the trial, at the program's fork_here(). `broken` says why
+    no request can be served."""
+    while True:
+        for request in pending:
+            if broken:
+                say({"error": broken})
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
-        except BaseException:
-            pass
-        os._exit(code & 0xFF)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    become(request)
+                except BaseException:
+                    import traceback
+
+                    traceback.print_exc()
+                    exit_child(1)
+                if target is None:
+                    return
+                exit_child(run_program(target))
+            CHILDREN.add(pid)
+            say({"started": pid})
+        pending = REQUESTS.poll()
+        while CHILDREN:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                CHILDREN.clear()
+                break
+            if pid == 0:
+                break
+            CHILDREN.discard(pid)
+            if os.WIFSIGNALED(status):
+                say({"exited": pid, "signal": os.WTERMSIG(status)})
+            else:
+                say({"exited": pid, "code": os.WEXITSTATUS(status)})
+
+
+CUDA_BEFORE_FORK = ("the program initialized CUDA before fork_here(): build on the CPU above it, "
+                    "and move to the GPU below it")
+
+
+def run_to_fork_point(target):
+    """Run the program up to its fork_here() as the first request's trial would (its arguments,
+    environment less the PERF_LESSONS_ variables, and folder), and serve every request from
+    there. Where the program ends first, serve them from the top."""
+    pending = []
+    while not pending:
+        pending = REQUESTS.poll()
+    first = pending[0]
+    say({"preparing": True})
+    os.environ.clear()
+    os.environ.update({k: v for k, v in first["env"].items() if not k.startswith("PERF_LESSONS_")})
+    os.chdir(first["cwd"])
+    sys.argv = list(first["argv"])
+
+    def at_fork_point():
+        del sys.modules[SERVER_MODULE]  # a second call, or one in a trial, does nothing
+        serve(None, pending, CUDA_BEFORE_FORK if cuda_initialized() else None)
+
+    hook = types.ModuleType(SERVER_MODULE)
+    hook.serve = at_fork_point
+    sys.modules[SERVER_MODULE] = hook
+    code = run_program(target)
+    if IN_CHILD:  # a trial, from the fork point to its end
+        exit_child(code)
+    sys.modules.pop(SERVER_MODULE, None)
+    sys.stderr.write("fork server: the program ended (exit status %d) before its fork_here(): "
+                     "each trial runs it from the top\n" % code)
+    sys.stderr.flush()
+    serve(target, pending, CUDA_BEFORE_FORK if cuda_initialized() else None)
 
 
 def main():
+    global PROTOCOL, REQUESTS
+    # The tuner's two pipes get descriptors of their own: what the program prints while it runs
+    # here goes to the server's stderr, and it reads nothing from stdin.
+    PROTOCOL = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    REQUESTS = Requests()
     args = sys.argv[1:]
     if len(args) == 2 and args[0] == "-m":
         import importlib.util
@@ -191,56 +352,16 @@ def main():
     # A framework may ask whether CUDA is there while it is imported; NVML answers that
     # without initializing CUDA (PyTorch reads this variable).
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    imported, failed = preload(source, home)
+    imported, failed, forks = preload(source, home)
     if cuda_initialized():
         say({"ready": False, "why": "importing the program's modules initialized CUDA"})
         return
-    say({"ready": True, "imported": imported, "failed": failed,
+    say({"ready": True, "imported": imported, "failed": failed, "fork_here": forks,
          "seconds": time.perf_counter() - started})
-    children = set()
-    stdin = sys.stdin.fileno()
-    buffered = b""
-    while True:
-        readable, _, _ = select.select([stdin], [], [], 0.05)
-        if readable:
-            chunk = os.read(stdin, 1 << 16)
-            if not chunk:  # the tuner is gone: so are we (its children die with it)
-                for pid in children:
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
-                return
-            buffered += chunk
-            while b"\n" in buffered:
-                line, buffered = buffered.split(b"\n", 1)
-                if not line.strip():
-                    continue
-                try:
-                    request = json.loads(line)
-                except ValueError as e:
-                    say({"error": "not a request: %s" % e})
-                    continue
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    run_child(request, target)
-                children.add(pid)
-                say({"started": pid})
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                children.clear()
-                break
-            if pid == 0:
-                break
-            children.discard(pid)
-            if os.WIFSIGNALED(status):
-                say({"exited": pid, "signal": os.WTERMSIG(status)})
-            else:
-                say({"exited": pid, "code": os.WEXITSTATUS(status)})
+    if forks:
+        run_to_fork_point(target)
+    else:
+        serve(target, [])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
 //! torchvision take 8 to 12 s on a GPU machine) before it touches the GPU, in every trial. The
 //! fork server pays that once. It never initializes CUDA (it checks that the CUDA driver is not
 //! even loaded after the imports, and gives up otherwise), so each forked trial creates its own
-//! CUDA context exactly as a fresh process would.
+//! CUDA context exactly as a fresh process would. A program that calls `fork_here()`
+//! (perf_lessons') is run once up to there, and its trials forked from that point: what it builds
+//! above the call (a model on the CPU) is built once.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -106,9 +108,13 @@ impl Launcher {
         match self {
             Launcher::Spawn => "each trial spawned as the command says".into(),
             Launcher::Fork(s) => format!(
-                "each trial forked from a Python parent that imported the program's modules once ({:.1} s: {})",
+                "each trial forked from a Python parent that imported the program's modules once ({:.1} s: {}){}",
                 s.ready.seconds,
-                s.ready.imported.join(", ")
+                s.ready.imported.join(", "),
+                match s.ready.fork_here {
+                    true => ", and ran the program once up to its fork_here()",
+                    false => "",
+                }
             ),
         }
     }
@@ -165,6 +171,10 @@ pub struct Message {
     pub why: Option<String>,
     pub seconds: f64,
     pub imported: Vec<String>,
+    /// The program runs up to its `fork_here()` before the first trial is forked.
+    pub fork_here: bool,
+    /// It is running there now, for the first request.
+    pub preparing: bool,
     pub started: Option<u32>,
     pub error: Option<String>,
     pub exited: Option<u32>,
@@ -175,6 +185,8 @@ pub struct Message {
 #[derive(Default)]
 struct Events {
     started: Option<Result<u32, String>>,
+    /// The server is running the program up to its `fork_here()`.
+    preparing: bool,
     exited: HashMap<u32, Exit>,
     /// The server is gone: its children are killed with it.
     gone: bool,
@@ -186,6 +198,8 @@ pub struct ForkServer {
     server: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
     events: Arc<(Mutex<Events>, Condvar)>,
+    /// How long the program may take to reach its `fork_here()` (a trial's time limit).
+    limit: Duration,
     /// What it said once its imports were done.
     pub ready: Message,
 }
@@ -236,6 +250,7 @@ impl ForkServer {
                     }
                     let (m, cv) = &*shared;
                     let mut ev = lock(m);
+                    ev.preparing |= v.preparing;
                     if let Some(pid) = v.started {
                         ev.started = Some(Ok(pid));
                     } else if let Some(e) = v.error {
@@ -288,6 +303,7 @@ impl ForkServer {
             server: Mutex::new(child),
             stdin: Mutex::new(stdin),
             events,
+            limit,
         })
     }
 
@@ -315,12 +331,19 @@ impl ForkServer {
         lock(m).started = None;
         writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
         let mut ev = lock(m);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let asked = Instant::now();
         loop {
             if let Some(answer) = ev.started.take() {
+                ev.preparing = false;
                 return answer.map_err(std::io::Error::other);
             }
-            if ev.gone || Instant::now() > deadline {
+            // A fork takes milliseconds; running the program up to its fork_here(), a trial's
+            // time at most.
+            let wait = match ev.preparing {
+                true => self.limit,
+                false => Duration::from_secs(30),
+            };
+            if ev.gone || asked.elapsed() > wait {
                 return Err(std::io::Error::other(
                     "the Python parent that forks the trials is gone",
                 ));

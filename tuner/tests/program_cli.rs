@@ -761,6 +761,107 @@ fn forked_trials_run_as_many_threads_as_their_cores() {
     }
 }
 
+/// A program that calls perf_lessons.fork_here() is run once up to there: what it builds above
+/// the call is built once, with no PERF_LESSONS_ variables, and each trial is forked from that
+/// point with its own arguments and environment. Where the program fails before it gets there,
+/// each trial runs it from the top and fails as it would alone.
+#[test]
+fn a_program_that_calls_fork_here_builds_once() {
+    let (s, work, tmp) = places("fork-here");
+    let home = s.path("program");
+    std::fs::create_dir_all(&home).unwrap();
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
+    let wrapper = format!(
+        r#"import json
+import os
+import runpy
+import sys
+
+sys.path.insert(0, {python:?})
+import perf_lessons  # noqa: E402
+
+with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
+    f.write(json.dumps({{"pid": os.getpid(), "batch": sys.argv[2],
+                        "report": os.environ.get("PERF_LESSONS_REPORT")}}) + "\n")
+if os.environ.get("FAKE_BUILD_FAILS"):
+    sys.exit("building the model failed")
+print("built")
+perf_lessons.fork_here()
+sys.argv[0] = {fake:?}
+runpy.run_path({fake:?}, run_name="__main__")
+"#,
+        fake = script()
+    );
+    let program = home.join("train.py");
+    std::fs::write(&program, wrapper).unwrap();
+    let (log, built) = (s.str("log.jsonl"), s.str("built.jsonl"));
+    let sweep = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        cmd.args([
+            "sweep",
+            "--batch-sizes",
+            "8,16,24",
+            "--steps",
+            "2",
+            "--workers",
+            "0",
+        ])
+        .args(["--json", "sweep.json", "--", "python3"])
+        .arg(&program)
+        .args(fake::PLACEHOLDER_FLAGS)
+        .env("FAKE_LOG", &log)
+        .env("FAKE_BUILD_LOG", &built);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let o = run(cmd, "0", &work, &tmp);
+        (o, json(&work.join("sweep.json")))
+    };
+    let (o, report) = sweep(&[]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let launch = report["launch"].as_str().unwrap();
+    assert!(
+        launch.ends_with("and ran the program once up to its fork_here()"),
+        "{launch}"
+    );
+    let builds = log_entries(Path::new(&built));
+    assert_eq!(builds.len(), 1, "built once: {builds:?}");
+    assert_eq!(builds[0]["batch"], "8", "with the first trial's arguments");
+    assert_eq!(
+        builds[0]["report"],
+        Value::Null,
+        "and no PERF_LESSONS_ variables"
+    );
+    let entries = log_entries(Path::new(&log));
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let mut pids = std::collections::BTreeSet::new();
+    for (i, e) in entries.iter().enumerate() {
+        assert_eq!(e["pid"], e["pgid"], "a process group of its own");
+        assert_ne!(e["pid"], builds[0]["pid"]);
+        assert!(pids.insert(e["pid"].as_u64().unwrap()), "{entries:?}");
+        assert_eq!(e["args"]["batch_size"], 8 * (i + 1));
+        assert_eq!(e["env"]["PERF_LESSONS_TRIAL"], i.to_string());
+    }
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "OK", "{t}");
+    }
+
+    // Failing before fork_here(): each trial runs the program from the top, and says why.
+    std::fs::remove_file(&built).unwrap();
+    let (o, report) = sweep(&[("FAKE_BUILD_FAILS", "1")]);
+    assert_ne!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "FAILED", "{t}");
+        assert!(
+            t["stderr_tail"]
+                .to_string()
+                .contains("building the model failed"),
+            "{t}"
+        );
+    }
+    assert_eq!(log_entries(Path::new(&built)).len(), 1 + 3);
+}
+
 /// `tuner autobatch --json ab.json ...` on the fake; the JSON report.
 fn autobatch(name: &str, args: &[&str], vars: &[(&str, &str)]) -> (Value, Out) {
     let (_s, work, tmp) = places(name);

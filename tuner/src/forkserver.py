@@ -300,6 +300,7 @@ def run_to_fork_point(target):
     say({"preparing": True})
     os.environ.clear()
     os.environ.update({k: v for k, v in first["env"].items() if not k.startswith("PERF_LESSONS_")})
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # as while importing (main)
     os.chdir(first["cwd"])
     sys.argv = list(first["argv"])
 

@@ -761,13 +761,12 @@ fn forked_trials_run_as_many_threads_as_their_cores() {
     }
 }
 
-/// A program that calls perf_lessons.fork_here() is run once up to there: what it builds above
-/// the call is built once, with no PERF_LESSONS_ variables, and each trial is forked from that
-/// point with its own arguments and environment. Where the program fails before it gets there,
-/// each trial runs it from the top and fails as it would alone.
-#[test]
-fn a_program_that_calls_fork_here_builds_once() {
-    let (s, work, tmp) = places("fork-here");
+/// `tuner sweep` of batches 8, 16 and 24 on one GPU over a program that calls
+/// perf_lessons.fork_here() and then runs the fake: above the call it logs each run of it to
+/// FAKE_BUILD_LOG, sleeps FAKE_BUILD_S seconds and exits where FAKE_BUILD_FAILS is set. What the
+/// tuner said, its report, the builds logged and the fake's log entries.
+fn fork_here_sweep(name: &str, vars: &[(&str, &str)]) -> (Out, Value, Vec<Value>, Vec<Value>) {
+    let (s, work, tmp) = places(name);
     let home = s.path("program");
     std::fs::create_dir_all(&home).unwrap();
     let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
@@ -776,6 +775,7 @@ fn a_program_that_calls_fork_here_builds_once() {
 import os
 import runpy
 import sys
+import time
 
 sys.path.insert(0, {python:?})
 import perf_lessons  # noqa: E402
@@ -785,6 +785,7 @@ with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
                         "report": os.environ.get("PERF_LESSONS_REPORT")}}) + "\n")
 if os.environ.get("FAKE_BUILD_FAILS"):
     sys.exit("building the model failed")
+time.sleep(float(os.environ.get("FAKE_BUILD_S", "0")))
 print("built")
 perf_lessons.fork_here()
 sys.argv[0] = {fake:?}
@@ -795,36 +796,35 @@ runpy.run_path({fake:?}, run_name="__main__")
     let program = home.join("train.py");
     std::fs::write(&program, wrapper).unwrap();
     let (log, built) = (s.str("log.jsonl"), s.str("built.jsonl"));
-    let sweep = |vars: &[(&str, &str)]| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
-        cmd.args([
-            "sweep",
-            "--batch-sizes",
-            "8,16,24",
-            "--steps",
-            "2",
-            "--workers",
-            "0",
-        ])
-        .args(["--json", "sweep.json", "--", "python3"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+    cmd.args(["sweep", "--batch-sizes", "8,16,24", "--steps", "2"])
+        .args(["--workers", "0", "--json", "sweep.json", "--", "python3"])
         .arg(&program)
         .args(fake::PLACEHOLDER_FLAGS)
         .env("FAKE_LOG", &log)
         .env("FAKE_BUILD_LOG", &built);
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        let o = run(cmd, "0", &work, &tmp);
-        (o, json(&work.join("sweep.json")))
-    };
-    let (o, report) = sweep(&[]);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let o = run(cmd, "0", &work, &tmp);
+    let report = json(&work.join("sweep.json"));
+    let (builds, entries) = (log_entries(Path::new(&built)), log_entries(Path::new(&log)));
+    (o, report, builds, entries)
+}
+
+/// A program that calls perf_lessons.fork_here() is run once up to there: what it builds above
+/// the call is built once, with no PERF_LESSONS_ variables, and each trial is forked from that
+/// point with its own arguments and environment. Where the program fails before it gets there,
+/// each trial runs it from the top and fails as it would alone.
+#[test]
+fn a_program_that_calls_fork_here_builds_once() {
+    let (o, report, builds, entries) = fork_here_sweep("fork-here", &[]);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     let launch = report["launch"].as_str().unwrap();
     assert!(
         launch.ends_with("and ran the program once up to its fork_here()"),
         "{launch}"
     );
-    let builds = log_entries(Path::new(&built));
     assert_eq!(builds.len(), 1, "built once: {builds:?}");
     assert_eq!(builds[0]["batch"], "8", "with the first trial's arguments");
     assert_eq!(
@@ -832,7 +832,6 @@ runpy.run_path({fake:?}, run_name="__main__")
         Value::Null,
         "and no PERF_LESSONS_ variables"
     );
-    let entries = log_entries(Path::new(&log));
     assert_eq!(entries.len(), 3, "{entries:?}");
     let mut pids = std::collections::BTreeSet::new();
     for (i, e) in entries.iter().enumerate() {
@@ -847,19 +846,28 @@ runpy.run_path({fake:?}, run_name="__main__")
     }
 
     // Failing before fork_here(): each trial runs the program from the top, and says why.
-    std::fs::remove_file(&built).unwrap();
-    let (o, report) = sweep(&[("FAKE_BUILD_FAILS", "1")]);
+    let (o, report, builds, entries) =
+        fork_here_sweep("fork-here-fails", &[("FAKE_BUILD_FAILS", "1")]);
     assert_ne!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     for t in report["trials"].as_array().unwrap() {
         assert_eq!(t["status"], "FAILED", "{t}");
-        assert!(
-            t["stderr_tail"]
-                .to_string()
-                .contains("building the model failed"),
-            "{t}"
-        );
+        let stderr = t["stderr_tail"].to_string();
+        assert!(stderr.contains("building the model failed"), "{t}");
     }
-    assert_eq!(log_entries(Path::new(&built)).len(), 1 + 3);
+    assert_eq!(builds.len(), 1 + 3);
+    assert!(entries.is_empty());
+}
+
+/// Building what is above fork_here() may take longer than a fork is waited for (30 s): the
+/// first trial waits for it.
+#[test]
+fn a_build_before_fork_here_longer_than_a_fork_is_waited_for() {
+    let (o, report, builds, entries) = fork_here_sweep("fork-here-slow", &[("FAKE_BUILD_S", "32")]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!((builds.len(), entries.len()), (1, 3));
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "OK", "{t}");
+    }
 }
 
 /// `tuner autobatch --json ab.json ...` on the fake; the JSON report.

@@ -1,4 +1,5 @@
-//! The settings of a run: a config file (TOML, read with serde) and the flags, the flags winning.
+//! The settings of a run: a config file (TOML, read with serde) and the flags, the flags winning;
+//! and the flags of a run on a Slurm cluster ([SlurmArgs]).
 //!
 //! The file is the team's own: its `[data]` and `[training]` sections may hold keys for the
 //! program (a learning rate, a model name) next to the ones the tuner reads, and those are left
@@ -23,7 +24,7 @@
 //! ranks = 1
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -230,12 +231,15 @@ fn default_stall_limit_s() -> f64 {
     DEFAULT_STALL_LIMIT_S
 }
 
+/// A count of 1 to [MAX_BATCH].
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    common::cli::parse_count_with_max(s, MAX_BATCH as u64).map(|v| v as usize)
+}
+
 /// `1,2,4` or a power-of-two range `1..8192`.
 pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
-    let count =
-        |t: &str| common::cli::parse_count_with_max(t, MAX_BATCH as u64).map(|v| v as usize);
     if let Some((a, b)) = s.split_once("..") {
-        let (a, b) = (count(a)?, count(b)?);
+        let (a, b) = (parse_positive(a)?, parse_positive(b)?);
         if a > b {
             return Err(format!("'{s}': the range runs backwards"));
         }
@@ -243,7 +247,7 @@ pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
             .take_while(|v| *v <= b)
             .collect());
     }
-    s.split(',').map(|t| count(t.trim())).collect()
+    s.split(',').map(|t| parse_positive(t.trim())).collect()
 }
 
 /// `0,2,4`: worker counts (0 loads on the training process).
@@ -366,6 +370,36 @@ pub enum Choice {
     Nsys,
     /// PyTorch's profiler, even where nsys is installed.
     Torch,
+}
+
+/// The flags of a run on a Slurm cluster (`--slurm DIR`): a sweep's trials as an array job, one
+/// task per trial; the batch finder as one job.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SlurmArgs {
+    /// Run on a Slurm cluster from a plan written into DIR (a new folder on storage every node
+    /// sees): a sweep as an array job, one task per trial on a GPU of its own, the batch finder
+    /// as one job on one GPU; the report is made from what the job leaves there, as
+    /// `tuner gather DIR` makes it at any time.
+    #[arg(long = "slurm", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// At most N trials at once (the array's %N; a sweep's only).
+    #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
+    pub max_parallel: Option<usize>,
+    /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
+    /// task asks for --gres=gpu:1 unless one of these names --gres, --gpus or -G.
+    #[arg(
+        long = "sbatch",
+        value_name = "OPTION",
+        requires = "dir",
+        allow_hyphen_values = true
+    )]
+    pub sbatch: Vec<String>,
+    /// Submit and return at once; `tuner gather DIR` makes the report later.
+    #[arg(long, requires = "dir")]
+    pub no_wait: bool,
+    /// Write the plan and the array script (DIR/array.sh) and submit nothing.
+    #[arg(long, requires = "dir", conflicts_with = "no_wait")]
+    pub no_submit: bool,
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ use common::report::Provenance;
 use crate::analysis::PickRule;
 use crate::classify::Status;
 use crate::config::Settings;
+use crate::config::SlurmArgs;
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
 use crate::program::{on_path, quoted, Params, Program};
@@ -113,13 +114,12 @@ pub fn result_path(dir: &Path, index: usize) -> PathBuf {
 }
 
 impl Plan {
-    /// The plan of a sweep of `command` with `settings`, given in `cwd`.
+    /// The plan of a sweep of `command` with `settings`, given in `cwd`; `json` and `plot` are
+    /// where its report goes by default.
     pub fn new(
         command: Vec<String>,
         cwd: PathBuf,
         settings: Settings,
-        margin: Option<f64>,
-        pick: Option<PickRule>,
         json: Option<&Path>,
         plot: Option<&Path>,
     ) -> Plan {
@@ -139,28 +139,12 @@ impl Plan {
             cwd,
             trials: crate::config::plan(&settings),
             settings,
-            margin,
-            pick,
+            margin: None,
+            pick: None,
             json: keep(json),
             plot: keep(plot),
             written_at: now(),
             autobatch: None,
-        }
-    }
-
-    /// The plan of a batch finder with `settings` and `options` (resolved and checked), in
-    /// `cwd`; `json` is where the submitter writes its report.
-    pub fn autobatch(
-        options: serde_json::Value,
-        command: Vec<String>,
-        cwd: PathBuf,
-        settings: Settings,
-        json: Option<&Path>,
-    ) -> Plan {
-        Plan {
-            trials: Vec::new(),
-            autobatch: Some(options),
-            ..Plan::new(command, cwd, settings, None, None, json, None)
         }
     }
 
@@ -508,38 +492,29 @@ pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
     states
 }
 
-/// What `--slurm` was told besides the plan.
-#[derive(Debug, Clone, Default)]
-pub struct Submit {
-    /// `--max-parallel`: the array's %N.
-    pub max_parallel: Option<usize>,
-    /// Options for sbatch, each a line of the script.
-    pub sbatch: Vec<String>,
-    pub no_wait: bool,
-    pub no_submit: bool,
-}
-
 /// The job's script: for a sweep, an array of one task per trial, each `tuner task DIR` on a
 /// GPU of its own; for a batch finder, one job on one GPU.
-pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Result<String> {
+pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::Result<String> {
     let dir = absolute(dir);
-    let last = plan.trials.len().saturating_sub(1);
-    let mut options = match plan.autobatch {
-        Some(_) => vec![
-            "--job-name=tuner-autobatch".to_string(),
-            format!("--output={}", dir.join("slurm/autobatch.out").display()),
-            format!("--error={}", dir.join("slurm/autobatch.err").display()),
-        ],
-        None => vec![
-            "--job-name=tuner-sweep".to_string(),
-            match s.max_parallel {
-                Some(n) => format!("--array=0-{last}%{n}"),
-                None => format!("--array=0-{last}"),
-            },
-            format!("--output={}", dir.join("slurm/%3a.out").display()),
-            format!("--error={}", dir.join("slurm/%3a.err").display()),
-        ],
+    let (name, what, output) = match plan.autobatch {
+        Some(_) => ("autobatch", "batch finder as a Slurm job", "autobatch"),
+        None => (
+            "sweep",
+            "sweep as a Slurm array job, one trial per task",
+            "%3a",
+        ),
     };
+    let last = plan.trials.len().saturating_sub(1);
+    let array = match s.max_parallel {
+        Some(n) => format!("--array=0-{last}%{n}"),
+        None => format!("--array=0-{last}"),
+    };
+    let mut options = vec![format!("--job-name=tuner-{name}")];
+    options.extend(plan.autobatch.is_none().then_some(array));
+    for (flag, ext) in [("output", "out"), ("error", "err")] {
+        let path = dir.join(format!("slurm/{output}.{ext}"));
+        options.push(format!("--{flag}={}", path.display()));
+    }
     let asks_gpus =
         |o: &str| o.starts_with("--gres") || o.starts_with("--gpus") || o.starts_with("-G");
     if !s.sbatch.iter().any(|o| asks_gpus(o)) {
@@ -553,10 +528,7 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
         }
         options.push(o.clone());
     }
-    let mut text = String::from(match plan.autobatch {
-        Some(_) => "#!/bin/sh\n# A tuner batch finder as a Slurm job (tuner autobatch --slurm).\n",
-        None => "#!/bin/sh\n# A tuner sweep as a Slurm array job, one trial per task (tuner sweep --slurm).\n",
-    });
+    let mut text = format!("#!/bin/sh\n# A tuner {what} (tuner {name} --slurm).\n");
     for o in options {
         text.push_str(&format!("#SBATCH {o}\n"));
     }
@@ -572,7 +544,7 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
 /// and wait for the job unless told not to. Returns whether the job was waited for. Nothing is
 /// written where sbatch is missing; where it refuses, what was written is removed again, so the
 /// same command can run once the cause is mended.
-pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
+pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
     let sbatch = match s.no_submit {
         true => None,
         false => Some(on_path("sbatch").ok_or_else(|| {
@@ -772,19 +744,11 @@ mod tests {
         }
         .resolve()
         .unwrap();
-        let plan = Plan::new(
-            vec!["t".into()],
-            "/w".into(),
-            settings,
-            None,
-            None,
-            None,
-            None,
-        );
-        let s = Submit {
+        let plan = Plan::new(vec!["t".into()], "/w".into(), settings, None, None);
+        let s = SlurmArgs {
             max_parallel: Some(2),
             sbatch: vec!["--partition=gpu".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         let text = script(
             &plan,
@@ -803,18 +767,18 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
         }
         // A --gres or --gpus of the user's replaces the default.
-        let own = Submit {
+        let own = SlurmArgs {
             sbatch: vec!["--gpus-per-task=2".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         let text = script(&plan, Path::new("/d"), Path::new("/t"), &own).unwrap();
         assert!(
             !text.contains("--gres") && text.contains("#SBATCH --array=0-2\n"),
             "{text}"
         );
-        let bad = Submit {
+        let bad = SlurmArgs {
             sbatch: vec!["partition=gpu".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         assert!(script(&plan, Path::new("/d"), Path::new("/t"), &bad).is_err());
     }

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::config::{self, parse_positive, Choice, Overrides, SlurmArgs, CONFIRM_STEPS};
+use crate::config::{
+    self, parse_positive, Choice, Overrides, Precisions, SlurmArgs, CONFIRM_STEPS,
+};
 use crate::granularity::Granularity;
 use crate::program::Axis;
-use crate::program::Precision;
 use crate::writeback::{KeyPath, Keys, Target};
 
 #[derive(Parser, Debug)]
@@ -141,10 +142,6 @@ impl RunArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct List(pub Vec<usize>);
 
-/// A list of precisions, as clap keeps one value.
-#[derive(Debug, Clone)]
-pub struct Precisions(pub Vec<Precision>);
-
 fn parse_count(s: &str) -> Result<usize, String> {
     s.trim()
         .parse()
@@ -152,23 +149,11 @@ fn parse_count(s: &str) -> Result<usize, String> {
 }
 
 fn parse_time_limit(s: &str) -> Result<f64, String> {
-    let v = common::cli::parse_seconds(s)?;
-    if v < 1.0 {
-        return Err(format!(
-            "a time limit of '{s}' s leaves no time to start: at least 1"
-        ));
-    }
-    Ok(v)
+    config::time_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
 }
 
 fn parse_stall_limit(s: &str) -> Result<f64, String> {
-    let v = common::cli::parse_seconds(s)?;
-    if v <= 0.0 {
-        return Err(format!(
-            "a stall limit of '{s}' s ends every trial at its first step: more than 0"
-        ));
-    }
-    Ok(v)
+    config::stall_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
 }
 
 fn parse_margin(s: &str) -> Result<f64, String> {
@@ -401,6 +386,7 @@ pub struct PlotArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program::Precision;
     use clap::CommandFactory;
 
     #[test]

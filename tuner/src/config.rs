@@ -53,9 +53,10 @@ pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
     Ok(out)
 }
 
-/// The precisions of a config's `amp`: a boolean, a name or list in one string, or an array.
+/// A list of precisions, as clap keeps one value; a config's `amp`: a boolean, a name or list
+/// in one string, or an array.
 #[derive(Debug, Clone, PartialEq)]
-struct Precisions(Vec<Precision>);
+pub struct Precisions(pub Vec<Precision>);
 
 impl<'de> Deserialize<'de> for Precisions {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precisions, D::Error> {
@@ -150,17 +151,9 @@ impl Overrides {
         workers.sort_unstable();
         workers.dedup();
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
-        if time_limit_s.is_nan() || time_limit_s < 1.0 {
-            return Err(format!(
-                "a time limit of {time_limit_s} s leaves no time to start: at least 1"
-            ));
-        }
+        let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
         let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);
-        if stall_limit_s.is_nan() || stall_limit_s <= 0.0 {
-            return Err(format!(
-                "a stall limit of {stall_limit_s} s ends every trial at its first step: more than 0"
-            ));
-        }
+        let stall_limit_s = stall_limit(stall_limit_s, &stall_limit_s.to_string())?;
         Ok(Settings {
             batch_sizes,
             workers,
@@ -182,6 +175,26 @@ impl Overrides {
                 r => r.unwrap_or(1),
             },
         })
+    }
+}
+
+/// A time limit of `v` seconds (written `as_given`), checked: at least 1.
+pub fn time_limit(v: f64, as_given: &str) -> Result<f64, String> {
+    match v >= 1.0 {
+        true => Ok(v),
+        false => Err(format!(
+            "a time limit of {as_given} s leaves no time to start: at least 1"
+        )),
+    }
+}
+
+/// A stall limit of `v` seconds (written `as_given`), checked: more than 0.
+pub fn stall_limit(v: f64, as_given: &str) -> Result<f64, String> {
+    match v > 0.0 {
+        true => Ok(v),
+        false => Err(format!(
+            "a stall limit of {as_given} s ends every trial at its first step: more than 0"
+        )),
     }
 }
 

@@ -349,11 +349,7 @@ impl Program {
     /// The environment every trial gets for these values (placeholders' variables and the
     /// axes').
     pub fn env_for(p: &Params) -> Vec<(String, String)> {
-        let builtin = Placeholder::ALL
-            .iter()
-            .map(|ph| (ph.env.to_string(), (ph.value)(p)));
-        let axes = p.axes.iter().map(|(n, v)| (Axis::env_of(n), v.clone()));
-        builtin.chain(axes).collect()
+        values(p).map(|(_, env, value)| (env, value)).collect()
     }
 
     /// Words in braces that look like placeholders but are none of ours nor an axis's
@@ -422,11 +418,16 @@ pub fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Each placeholder's and axis's name, environment variable and value in `p`.
+fn values(p: &Params) -> impl Iterator<Item = (String, String, String)> + '_ {
+    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), ph.env.to_string(), (ph.value)(p)));
+    let axes = (p.axes.iter()).map(|(n, v)| (n.to_string(), Axis::env_of(n), v.clone()));
+    ours.into_iter().chain(axes)
+}
+
 /// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
 fn substitute(arg: &str, p: &Params) -> String {
-    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), (ph.value)(p)));
-    let axes = p.axes.iter().map(|(n, v)| (n.to_string(), v.clone()));
-    (ours.into_iter().chain(axes)).fold(arg.to_string(), |out, (name, value)| {
+    values(p).fold(arg.to_string(), |out, (name, _, value)| {
         out.replace(&format!("{{{name}}}"), &value)
     })
 }

@@ -195,12 +195,13 @@ impl Plan {
 /// (its trial shows as unfinished).
 pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
     (0..trials)
-        .filter_map(|i| {
-            let text = std::fs::read_to_string(result_path(dir, i)).ok()?;
-            let saved: TaskResult = serde_json::from_str(&text).ok()?;
-            Some((i, saved))
-        })
+        .filter_map(|i| Some((i, read_json(&result_path(dir, i))?)))
         .collect()
+}
+
+/// The JSON file at `path`, where it is there and reads as a `T`.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
 /// `tuner task DIR [INDEX]`: run one trial of the plan on the GPU this process sees and write
@@ -299,10 +300,7 @@ pub fn write_answer<T: Serialize>(dir: &Path, report: &T, text: &str) -> anyhow:
 /// ended by Slurm, and the last line it printed).
 pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value)> {
     let text = std::fs::read_to_string(dir.join(ANSWER_TEXT));
-    let json = std::fs::read_to_string(dir.join(ANSWER_JSON))
-        .ok()
-        .and_then(|j| serde_json::from_str(&j).ok());
-    if let (Ok(text), Some(json)) = (text, json) {
+    if let (Ok(text), Some(json)) = (text, read_json(&dir.join(ANSWER_JSON))) {
         return Ok((text, json));
     }
     let Some(job) = read_job(dir) else {
@@ -437,8 +435,7 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
 
 /// The job recorded in DIR, once submitted.
 pub fn read_job(dir: &Path) -> Option<Job> {
-    let text = std::fs::read_to_string(dir.join(JOB)).ok()?;
-    serde_json::from_str(&text).ok()
+    read_json(&dir.join(JOB))
 }
 
 /// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what

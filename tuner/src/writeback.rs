@@ -394,28 +394,19 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
 
 /// `tuner team FILE`: every entry as a table.
 pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
-    let mut t = common::table::Table::new()
-        .left("GPU")
-        .left("model")
-        .right("batch size")
-        .right("accumulation")
-        .right("effective batch")
-        .left("precision");
-    for e in entries {
-        t.row(vec![
-            e.gpu.clone(),
-            if e.model.is_empty() {
-                "(not recorded)".into()
-            } else {
-                format!("`{}`", e.model)
-            },
-            e.batch_size.to_string(),
-            e.accumulation_steps.to_string(),
-            (e.batch_size * e.accumulation_steps).to_string(),
-            e.precision.clone(),
-        ]);
-    }
-    t
+    common::table::Columns::<TeamEntry>::new()
+        .left("GPU", |e| e.gpu.clone())
+        .left("model", |e| match e.model.as_str() {
+            "" => "(not recorded)".into(),
+            model => format!("`{model}`"),
+        })
+        .right("batch size", |e| e.batch_size.to_string())
+        .right("accumulation", |e| e.accumulation_steps.to_string())
+        .right("effective batch", |e| {
+            (e.batch_size * e.accumulation_steps).to_string()
+        })
+        .left("precision", |e| e.precision.clone())
+        .table(entries)
 }
 
 /// Every entry of a team file.

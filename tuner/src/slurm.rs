@@ -208,12 +208,6 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
 /// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
 /// as skipped without running, as a local sweep would skip it.
 pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<TrialResult> {
-    if plan.autobatch.is_some() {
-        return Err(usage(format!(
-            "{} holds a batch finder's plan, not a sweep's",
-            dir.display()
-        )));
-    }
     // INDEX where given, else $SLURM_ARRAY_TASK_ID.
     let index = match index {
         Some(i) => i,
@@ -248,8 +242,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             d.label = format!("{node} {}", d.label);
         }
     }
-    let device = group[0].clone();
-    let done: Vec<TrialResult> = (read_results(dir, plan.trials.len()).into_values())
+    let done: Vec<TrialResult> = (read_results(dir, trials).into_values())
         .map(|t| t.result)
         .collect();
     let result = match larger_batch_after_oom(params, &done) {
@@ -270,7 +263,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
         }
     };
     let saved = TaskResult {
-        device: DeviceSummary::of(&device),
+        device: DeviceSummary::of(&group[0]),
         ended_at: now(),
         result,
     };
@@ -344,71 +337,35 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     })
 }
 
-/// The trials of the plan as a local sweep would have them: each one's result where it has
-/// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
-/// memory (the local rule, applied in the local order, so the report is the one a local sweep
-/// of the same trials makes).
-pub fn trials_of(
-    plan: &Plan,
-    saved: &BTreeMap<usize, TaskResult>,
-    states: &BTreeMap<usize, String>,
-) -> Vec<TrialResult> {
-    let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
-    for (i, p) in plan.trials.iter().enumerate() {
-        let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
-            (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
-            (None, Some(t)) => t.result.clone(),
-            (None, None) => {
-                let why = match states.get(&i) {
-                    Some(state) => format!("no result; Slurm state {state}"),
-                    None => "no result yet".into(),
-                };
-                TrialResult {
-                    status: Status::Unfinished,
-                    ..TrialResult::skipped(i, p.clone(), why)
-                }
-            }
-        };
-        trials.push(r);
-    }
-    trials
-}
-
 /// `tuner gather DIR`: the sweep's trials from the results in DIR so far, as a local queue
 /// leaves them; the sweep makes its report from them as from a local run's.
 pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let saved = read_results(dir, plan.trials.len());
     let job = read_job(dir);
     let states = job.as_ref().map(task_states).unwrap_or_default();
-    let mut trials = trials_of(plan, &saved, &states);
-    for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
-        // What the task itself printed, where it ended without a result.
-        let err = dir.join("slurm").join(format!("{:03}.err", t.index));
-        let out = err.with_extension("out");
-        let failed = (states.get(&t.index)).is_some_and(|s| s.starts_with("FAILED"));
-        if failed && !err.exists() && !out.exists() {
-            // A task that failed without even its output files: Slurm could not open them on
-            // the node, which does not see DIR.
-            t.reason.push_str(&format!(
-                "; it left no output in {}: the folder must be on shared storage that every node sees",
-                dir.display()
-            ));
-        }
-        t.stderr_tail = common::process::tail_lines(&err, 20);
+    // Each trial's result where it has one, unfinished where not, and skipped where a smaller
+    // batch of its setting ran out of memory (the local rule, applied in the local order, so
+    // the report is the one a local sweep of the same trials makes).
+    let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
+    for (i, p) in plan.trials.iter().enumerate() {
+        let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
+            (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
+            (None, Some(t)) => t.result.clone(),
+            (None, None) => unfinished(dir, i, p, states.get(&i)),
+        };
+        trials.push(r);
     }
+    let ran_on = (saved.values()).filter(|t| t.result.status != Status::Skipped);
     let mut devices: Vec<DeviceSummary> = Vec::new();
-    for t in saved
-        .values()
-        .filter(|t| t.result.status != Status::Skipped)
-    {
+    for t in ran_on {
         if !devices.contains(&t.device) {
             devices.push(t.device.clone());
         }
     }
-    let launch = match &job {
-        Some(j) => format!("each trial a task of Slurm array job {}, spawned", j.job_id),
-        None => "each trial a task of a Slurm array job, spawned".into(),
-    };
+    let array = job.map_or("a Slurm array job".into(), |j| {
+        format!("Slurm array job {}", j.job_id)
+    });
+    let launch = format!("each trial a task of {array}, spawned");
     let last = saved
         .values()
         .map(|t| t.ended_at)
@@ -431,6 +388,30 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
         )),
     };
     Ok(ran)
+}
+
+/// Trial `i` of the plan, with `p`, where its task left no result: Slurm's `state` of it and
+/// what the task itself printed.
+fn unfinished(dir: &Path, i: usize, p: &Params, state: Option<&String>) -> TrialResult {
+    let mut reason = match state {
+        Some(state) => format!("no result; Slurm state {state}"),
+        None => "no result yet".into(),
+    };
+    let err = dir.join("slurm").join(format!("{i:03}.err"));
+    let failed = state.is_some_and(|s| s.starts_with("FAILED"));
+    if failed && !err.exists() && !err.with_extension("out").exists() {
+        // A task that failed without even its output files: Slurm could not open them on the
+        // node, which does not see DIR.
+        reason.push_str(&format!(
+            "; it left no output in {}: the folder must be on shared storage that every node sees",
+            dir.display()
+        ));
+    }
+    TrialResult {
+        status: Status::Unfinished,
+        stderr_tail: common::process::tail_lines(&err, 20),
+        ..TrialResult::skipped(i, p.clone(), reason)
+    }
 }
 
 /// The job recorded in DIR, once submitted.
@@ -569,8 +550,8 @@ pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
         );
         return Ok(false);
     };
-    let args = vec!["--parsable".to_string(), path.display().to_string()];
-    let out = Command::new(&sbatch).args(&args).output();
+    let line = [&sbatch, Path::new("--parsable"), &path].map(|a| a.display().to_string());
+    let out = Command::new(&sbatch).args(&line[1..]).output();
     let refused = |why: String| {
         let _ = std::fs::remove_file(dir.join(PLAN));
         let _ = std::fs::remove_file(&path);
@@ -594,9 +575,7 @@ pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
     }
     let job = Job {
         job_id: id,
-        sbatch: std::iter::once(sbatch.display().to_string())
-            .chain(args)
-            .collect(),
+        sbatch: line.to_vec(),
         submitted_at: now(),
     };
     write_json_file(&dir.join(JOB), &job, "the job's record")?;

@@ -123,13 +123,9 @@ impl Precision {
         Precision::On,
     ];
 
+    /// The name, as `{amp}` carries it: [Precision::ALL]'s order.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Off => "off",
-            Precision::Bf16 => "bf16",
-            Precision::Fp16 => "fp16",
-            Precision::On => "on",
-        }
+        ["off", "bf16", "fp16", "on"][self as usize]
     }
 
     /// The name in a line of the plot or a pick: `fp32` for off.
@@ -378,21 +374,17 @@ impl Program {
     }
 
     /// Fail before any trial when the program cannot be found or run.
-    pub fn check_runnable(&self) -> Result<PathBuf, String> {
+    pub fn check_runnable(&self) -> Result<(), String> {
         let program = &self.argv[0];
-        let path = Path::new(program);
-        if program.contains('/') {
-            return if is_executable(path) {
-                Ok(path.to_path_buf())
-            } else {
-                Err(format!(
-                    "'{program}' is not an executable file: check the command after --"
-                ))
-            };
+        match program.contains('/') {
+            true if !is_executable(Path::new(program)) => Err(format!(
+                "'{program}' is not an executable file: check the command after --"
+            )),
+            false if on_path(program).is_none() => Err(format!(
+                "'{program}' is not on PATH: check the command after -- (or give its path)"
+            )),
+            _ => Ok(()),
         }
-        on_path(program).ok_or_else(|| {
-            format!("'{program}' is not on PATH: check the command after -- (or give its path)")
-        })
     }
 
     /// The command as one shell-like line (for messages; quoting only where needed).

@@ -142,21 +142,20 @@ impl Overrides {
         if steps == 0 {
             return Err("steps must be at least 1".into());
         }
-        let mut batch_sizes = self
-            .batch_sizes
-            .unwrap_or_else(|| (0..=13).map(|p| 1usize << p).collect());
-        batch_sizes.sort_unstable();
-        batch_sizes.dedup();
-        let mut workers = self.workers.unwrap_or_else(|| vec![4]);
-        workers.sort_unstable();
-        workers.dedup();
+        let ascending = |mut list: Vec<usize>| {
+            list.sort_unstable();
+            list.dedup();
+            list
+        };
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
         let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
         let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);
         let stall_limit_s = stall_limit(stall_limit_s, &stall_limit_s.to_string())?;
         Ok(Settings {
-            batch_sizes,
-            workers,
+            batch_sizes: ascending(
+                (self.batch_sizes).unwrap_or_else(|| (0..=13).map(|p| 1usize << p).collect()),
+            ),
+            workers: ascending(self.workers.unwrap_or_else(|| vec![4])),
             amp: self
                 .amp
                 .filter(|a| !a.is_empty())

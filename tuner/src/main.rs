@@ -117,10 +117,8 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
         granularity: a.sizes.granularity(),
         margin: a.sizes.margin,
         confirm_steps: a.confirm_steps,
-        confirm_runs: a.confirm_runs.unwrap_or(match settings.ranks {
-            1 => 1,
-            _ => 2,
-        }),
+        // One run, two for a group of ranks (at least one rank each).
+        confirm_runs: a.confirm_runs.unwrap_or(settings.ranks.min(2)),
         effective_batch: a.effective_batch,
         write: a.write_target().map_err(usage)?,
         keys: a.keys(),

@@ -235,14 +235,12 @@ pub struct Overrides {
 }
 
 pub fn overrides(keys: &Keys, batch: usize, accumulation: usize) -> Overrides {
-    let mut pairs = vec![(keys.batch_size.to_string(), batch)];
-    if let Some(k) = &keys.accumulation {
-        pairs.push((k.to_string(), accumulation));
-    }
+    // Every key the answer names, whether or not a file would have it.
+    let edits = keys.edits(batch, accumulation);
     let join = |dashes: &str| {
-        pairs
+        edits
             .iter()
-            .map(|(k, v)| format!("{dashes}{k}={v}"))
+            .map(|e| format!("{dashes}{}={}", e.key, e.value))
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -326,15 +324,11 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
 /// Add or update an entry in the team file (created when missing).
 pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
     let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(err) => {
-            return Err(format!(
-                "{}: cannot read the team file: {err}",
-                path.display()
-            ))
-        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        read => read,
     };
+    let text =
+        text.map_err(|err| format!("{}: cannot read the team file: {err}", path.display()))?;
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
     common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))

@@ -9,8 +9,7 @@ use common::exit::{no_gpu, usage};
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, AutobatchReport, Options};
 use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs};
-use tuner::config::Choice;
-use tuner::config::{Settings, SlurmArgs};
+use tuner::config::{Choice, Settings, SlurmArgs};
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Profiler};
 use tuner::program::{Axis, Params, Placeholder, Program};
@@ -29,11 +28,10 @@ fn main() -> ExitCode {
             Axis::check_distinct(&a.axes).map_err(usage)?;
             settings.axes = a.axes.clone();
             if let Some(dir) = &a.slurm.dir {
-                let (margin, pick) = (a.margin, a.pick.clone());
                 let plot = a.plot.as_deref();
                 return on_slurm(&a.run, &a.slurm, dir, settings, plot, |p| Plan {
-                    margin,
-                    pick,
+                    margin: a.margin,
+                    pick: a.pick.clone(),
                     ..p
                 });
             }

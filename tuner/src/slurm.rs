@@ -36,8 +36,7 @@ use common::report::Provenance;
 
 use crate::analysis::PickRule;
 use crate::classify::Status;
-use crate::config::Settings;
-use crate::config::SlurmArgs;
+use crate::config::{Settings, SlurmArgs};
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
 use crate::program::{on_path, quoted, Params, Program};
@@ -204,9 +203,9 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-/// `tuner task DIR [INDEX]`: run one trial of the plan on the GPU this process sees and write
-/// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
-/// as skipped without running, as a local sweep would skip it.
+/// `tuner task DIR [INDEX]`: run one trial of a sweep's plan on the GPU this process sees and
+/// write its result. A trial whose setting already ran out of memory at a smaller batch is
+/// recorded as skipped without running, as a local sweep would skip it.
 pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<TrialResult> {
     // INDEX where given, else $SLURM_ARRAY_TASK_ID.
     let index = match index {

@@ -364,18 +364,17 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let array = job.map_or("a Slurm array job".into(), |j| {
         format!("Slurm array job {}", j.job_id)
     });
-    let launch = format!("each trial a task of {array}, spawned");
     let last = saved
         .values()
         .map(|t| t.ended_at)
         .fold(plan.written_at, f64::max);
-    let ran = Ran {
+    Ok(Ran {
         command: plan.command.clone(),
         margin: plan
             .margin
             .unwrap_or_else(|| default_margin(&devices, &trials)),
         devices,
-        launch,
+        launch: format!("each trial a task of {array}, spawned"),
         provenance: Provenance::now(),
         settings: plan.settings.clone(),
         trials,
@@ -385,8 +384,7 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
             "each trial's output (report, stdout, stderr) is in {}",
             absolute(&dir.join("trials")).display()
         )),
-    };
-    Ok(ran)
+    })
 }
 
 /// Trial `i` of the plan, with `p`, where its task left no result: Slurm's `state` of it and

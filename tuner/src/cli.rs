@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::config::{self, Choice, Overrides, CONFIRM_STEPS};
+use crate::config::{
+    self, parse_positive, Choice, Overrides, Precisions, SlurmArgs, CONFIRM_STEPS,
+};
 use crate::granularity::Granularity;
 use crate::program::Axis;
-use crate::program::Precision;
 use crate::writeback::{KeyPath, Keys, Target};
 
 #[derive(Parser, Debug)]
@@ -141,38 +142,18 @@ impl RunArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct List(pub Vec<usize>);
 
-/// A list of precisions, as clap keeps one value.
-#[derive(Debug, Clone)]
-pub struct Precisions(pub Vec<Precision>);
-
 fn parse_count(s: &str) -> Result<usize, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a whole number of 0 or more"))
 }
 
-fn parse_positive(s: &str) -> Result<usize, String> {
-    common::cli::parse_count_with_max(s, config::MAX_BATCH as u64).map(|v| v as usize)
-}
-
 fn parse_time_limit(s: &str) -> Result<f64, String> {
-    let v = common::cli::parse_seconds(s)?;
-    if v < 1.0 {
-        return Err(format!(
-            "a time limit of '{s}' s leaves no time to start: at least 1"
-        ));
-    }
-    Ok(v)
+    config::time_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
 }
 
 fn parse_stall_limit(s: &str) -> Result<f64, String> {
-    let v = common::cli::parse_seconds(s)?;
-    if v <= 0.0 {
-        return Err(format!(
-            "a stall limit of '{s}' s ends every trial at its first step: more than 0"
-        ));
-    }
-    Ok(v)
+    config::stall_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
 }
 
 fn parse_margin(s: &str) -> Result<f64, String> {
@@ -232,35 +213,6 @@ pub struct SweepArgs {
     pub slurm: SlurmArgs,
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-/// A sweep's trials as a Slurm array job, one task per trial; the batch finder as one job.
-#[derive(Args, Debug, Clone, Default)]
-pub struct SlurmArgs {
-    /// Run on a Slurm cluster from a plan written into DIR (a new folder on storage every node
-    /// sees): a sweep as an array job, one task per trial on a GPU of its own, the batch finder
-    /// as one job on one GPU; the report is made from what the job leaves there, as
-    /// `tuner gather DIR` makes it at any time.
-    #[arg(long = "slurm", value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// At most N trials at once (the array's %N; a sweep's only).
-    #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
-    pub max_parallel: Option<usize>,
-    /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
-    /// task asks for --gres=gpu:1 unless one of these names --gres, --gpus or -G.
-    #[arg(
-        long = "sbatch",
-        value_name = "OPTION",
-        requires = "dir",
-        allow_hyphen_values = true
-    )]
-    pub sbatch: Vec<String>,
-    /// Submit and return at once; `tuner gather DIR` makes the report later.
-    #[arg(long, requires = "dir")]
-    pub no_wait: bool,
-    /// Write the plan and the array script (DIR/array.sh) and submit nothing.
-    #[arg(long, requires = "dir", conflicts_with = "no_wait")]
-    pub no_submit: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -434,6 +386,7 @@ pub struct PlotArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::program::Precision;
     use clap::CommandFactory;
 
     #[test]

@@ -1,4 +1,5 @@
-//! The settings of a run: a config file (TOML, read with serde) and the flags, the flags winning.
+//! The settings of a run: a config file (TOML, read with serde) and the flags, the flags winning;
+//! and the flags of a run on a Slurm cluster ([SlurmArgs]).
 //!
 //! The file is the team's own: its `[data]` and `[training]` sections may hold keys for the
 //! program (a learning rate, a model name) next to the ones the tuner reads, and those are left
@@ -23,7 +24,7 @@
 //! ranks = 1
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -52,9 +53,10 @@ pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
     Ok(out)
 }
 
-/// The precisions of a config's `amp`: a boolean, a name or list in one string, or an array.
+/// A list of precisions, as clap keeps one value; a config's `amp`: a boolean, a name or list
+/// in one string, or an array.
 #[derive(Debug, Clone, PartialEq)]
-struct Precisions(Vec<Precision>);
+pub struct Precisions(pub Vec<Precision>);
 
 impl<'de> Deserialize<'de> for Precisions {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precisions, D::Error> {
@@ -140,29 +142,20 @@ impl Overrides {
         if steps == 0 {
             return Err("steps must be at least 1".into());
         }
-        let mut batch_sizes = self
-            .batch_sizes
-            .unwrap_or_else(|| (0..=13).map(|p| 1usize << p).collect());
-        batch_sizes.sort_unstable();
-        batch_sizes.dedup();
-        let mut workers = self.workers.unwrap_or_else(|| vec![4]);
-        workers.sort_unstable();
-        workers.dedup();
+        let ascending = |mut list: Vec<usize>| {
+            list.sort_unstable();
+            list.dedup();
+            list
+        };
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
-        if time_limit_s.is_nan() || time_limit_s < 1.0 {
-            return Err(format!(
-                "a time limit of {time_limit_s} s leaves no time to start: at least 1"
-            ));
-        }
+        let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
         let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);
-        if stall_limit_s.is_nan() || stall_limit_s <= 0.0 {
-            return Err(format!(
-                "a stall limit of {stall_limit_s} s ends every trial at its first step: more than 0"
-            ));
-        }
+        let stall_limit_s = stall_limit(stall_limit_s, &stall_limit_s.to_string())?;
         Ok(Settings {
-            batch_sizes,
-            workers,
+            batch_sizes: ascending(
+                (self.batch_sizes).unwrap_or_else(|| (0..=13).map(|p| 1usize << p).collect()),
+            ),
+            workers: ascending(self.workers.unwrap_or_else(|| vec![4])),
             amp: self
                 .amp
                 .filter(|a| !a.is_empty())
@@ -181,6 +174,26 @@ impl Overrides {
                 r => r.unwrap_or(1),
             },
         })
+    }
+}
+
+/// A time limit of `v` seconds (written `as_given`), checked: at least 1.
+pub fn time_limit(v: f64, as_given: &str) -> Result<f64, String> {
+    match v >= 1.0 {
+        true => Ok(v),
+        false => Err(format!(
+            "a time limit of {as_given} s leaves no time to start: at least 1"
+        )),
+    }
+}
+
+/// A stall limit of `v` seconds (written `as_given`), checked: more than 0.
+pub fn stall_limit(v: f64, as_given: &str) -> Result<f64, String> {
+    match v > 0.0 {
+        true => Ok(v),
+        false => Err(format!(
+            "a stall limit of {as_given} s ends every trial at its first step: more than 0"
+        )),
     }
 }
 
@@ -230,12 +243,15 @@ fn default_stall_limit_s() -> f64 {
     DEFAULT_STALL_LIMIT_S
 }
 
+/// A count of 1 to [MAX_BATCH].
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    common::cli::parse_count_with_max(s, MAX_BATCH as u64).map(|v| v as usize)
+}
+
 /// `1,2,4` or a power-of-two range `1..8192`.
 pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
-    let count =
-        |t: &str| common::cli::parse_count_with_max(t, MAX_BATCH as u64).map(|v| v as usize);
     if let Some((a, b)) = s.split_once("..") {
-        let (a, b) = (count(a)?, count(b)?);
+        let (a, b) = (parse_positive(a)?, parse_positive(b)?);
         if a > b {
             return Err(format!("'{s}': the range runs backwards"));
         }
@@ -243,7 +259,7 @@ pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
             .take_while(|v| *v <= b)
             .collect());
     }
-    s.split(',').map(|t| count(t.trim())).collect()
+    s.split(',').map(|t| parse_positive(t.trim())).collect()
 }
 
 /// `0,2,4`: worker counts (0 loads on the training process).
@@ -366,6 +382,36 @@ pub enum Choice {
     Nsys,
     /// PyTorch's profiler, even where nsys is installed.
     Torch,
+}
+
+/// The flags of a run on a Slurm cluster (`--slurm DIR`): a sweep's trials as an array job, one
+/// task per trial; the batch finder as one job.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SlurmArgs {
+    /// Run on a Slurm cluster from a plan written into DIR (a new folder on storage every node
+    /// sees): a sweep as an array job, one task per trial on a GPU of its own, the batch finder
+    /// as one job on one GPU; the report is made from what the job leaves there, as
+    /// `tuner gather DIR` makes it at any time.
+    #[arg(long = "slurm", value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// At most N trials at once (the array's %N; a sweep's only).
+    #[arg(long, value_name = "N", requires = "dir", value_parser = parse_positive)]
+    pub max_parallel: Option<usize>,
+    /// An option for sbatch, repeatable (--sbatch=--partition=gpu --sbatch=--time=30:00); each
+    /// task asks for --gres=gpu:1 unless one of these names --gres, --gpus or -G.
+    #[arg(
+        long = "sbatch",
+        value_name = "OPTION",
+        requires = "dir",
+        allow_hyphen_values = true
+    )]
+    pub sbatch: Vec<String>,
+    /// Submit and return at once; `tuner gather DIR` makes the report later.
+    #[arg(long, requires = "dir")]
+    pub no_wait: bool,
+    /// Write the plan and the array script (DIR/array.sh) and submit nothing.
+    #[arg(long, requires = "dir", conflicts_with = "no_wait")]
+    pub no_submit: bool,
 }
 
 #[cfg(test)]

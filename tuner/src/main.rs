@@ -3,17 +3,18 @@ use std::process::ExitCode;
 use std::time::SystemTime;
 
 use clap::Parser;
+use serde_json::json;
 
 use common::exit::{no_gpu, usage};
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, AutobatchReport, Options};
-use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs, SlurmArgs, SweepArgs};
-use tuner::config::Choice;
-use tuner::config::Settings;
+use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs};
+use tuner::config::{Choice, Settings, SlurmArgs};
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Profiler};
 use tuner::program::{Axis, Params, Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
+use tuner::slurm::Plan;
 use tuner::sweep::SweepReport;
 use tuner::writeback;
 
@@ -27,7 +28,12 @@ fn main() -> ExitCode {
             Axis::check_distinct(&a.axes).map_err(usage)?;
             settings.axes = a.axes.clone();
             if let Some(dir) = &a.slurm.dir {
-                return slurm_sweep(&a, dir, settings);
+                let plot = a.plot.as_deref();
+                return on_slurm(&a.run, &a.slurm, dir, settings, plot, |p| Plan {
+                    margin: a.margin,
+                    pick: a.pick.clone(),
+                    ..p
+                });
             }
             let run = start(&a.run, &settings, "sweep")?;
             let pick = a.pick.as_ref();
@@ -53,10 +59,21 @@ fn main() -> ExitCode {
             ))
         }
         Command::Autobatch(a) => {
-            if let Some(dir) = &a.slurm.dir {
-                return slurm_autobatch(&a, dir);
+            if a.slurm.max_parallel.is_some() {
+                return Err(usage(
+                    "--max-parallel is a sweep's: the batch finder runs as one job, its trials one after another",
+                ));
             }
             let (settings, options) = autobatch_checked(&a)?;
+            if let Some(dir) = &a.slurm.dir {
+                // The node reads the finder's options as they were resolved and checked here.
+                let saved = json!({"options": options.to_json(), "no_fork": a.run.no_fork});
+                return on_slurm(&a.run, &a.slurm, dir, settings, None, |p| Plan {
+                    trials: Vec::new(),
+                    autobatch: Some(saved),
+                    ..p
+                });
+            }
             let (report, text) = autobatch_here(&a.run, settings, &options)?;
             emit(&a.run.json, &report, &text)?;
             Ok(ExitCode::SUCCESS)
@@ -68,21 +85,9 @@ fn main() -> ExitCode {
             print!("{}", tuner::writeback::show_team(&a.file).map_err(usage)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Gather(a) => {
-            let plan = tuner::slurm::Plan::read(&a.dir)?;
-            let json = a.json.or(plan.json.clone());
-            if plan.autobatch.is_some() {
-                let (text, report) = tuner::slurm::gather_autobatch(&a.dir)?;
-                emit(&json, &report, &text)?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let ran = tuner::slurm::gather(&a.dir, &plan)?;
-            let plot = a.plot.as_deref().or(plan.plot.as_deref());
-            let report = tuner::sweep::report(ran, plan.pick.as_ref(), plot)?;
-            sweep_done(&json, &report)
-        }
+        Command::Gather(a) => gathered(&a.dir, &Plan::read(&a.dir)?, a.json, a.plot),
         Command::Task(a) => {
-            let plan = tuner::slurm::Plan::read_in_job(&a.dir)?;
+            let plan = Plan::read_in_job(&a.dir)?;
             if let Some(options) = &plan.autobatch {
                 return autobatch_task(&a.dir, &plan, options);
             }
@@ -110,10 +115,8 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
         granularity: a.sizes.granularity(),
         margin: a.sizes.margin,
         confirm_steps: a.confirm_steps,
-        confirm_runs: a.confirm_runs.unwrap_or(match settings.ranks {
-            1 => 1,
-            _ => 2,
-        }),
+        // One run, two for a group of ranks (at least one rank each).
+        confirm_runs: a.confirm_runs.unwrap_or(settings.ranks.min(2)),
         effective_batch: a.effective_batch,
         write: a.write_target().map_err(usage)?,
         keys: a.keys(),
@@ -138,40 +141,9 @@ fn autobatch_here(
     Ok((report, text))
 }
 
-/// `autobatch --slurm DIR`: the finder's settings and options, checked as a local run's are (no
-/// GPU needed where it is given), planned into DIR and submitted as one Slurm job; once the job
-/// is over, its answer as the finder printed it.
-fn slurm_autobatch(a: &AutobatchArgs, dir: &Path) -> anyhow::Result<ExitCode> {
-    if a.slurm.max_parallel.is_some() {
-        return Err(usage(
-            "--max-parallel is a sweep's: the batch finder runs as one job, its trials one after another",
-        ));
-    }
-    let (settings, options) = autobatch_checked(a)?;
-    let program = checked_program(&a.run, &settings)?;
-    let saved = serde_json::json!({"options": options.to_json(), "no_fork": a.run.no_fork});
-    let plan = tuner::slurm::Plan::autobatch(
-        saved,
-        program.argv,
-        current_folder()?,
-        settings,
-        a.run.json.as_deref(),
-    );
-    if !tuner::slurm::submit(&plan, dir, &submit_options(&a.slurm))? {
-        return Ok(ExitCode::SUCCESS);
-    }
-    let (text, report) = tuner::slurm::gather_autobatch(dir)?;
-    emit(&plan.json, &report, &text)?;
-    Ok(ExitCode::SUCCESS)
-}
-
 /// What the job of `autobatch --slurm DIR` runs: the finder with the plan's settings and
 /// options, here, its answer left in DIR.
-fn autobatch_task(
-    dir: &Path,
-    plan: &tuner::slurm::Plan,
-    saved: &serde_json::Value,
-) -> anyhow::Result<ExitCode> {
+fn autobatch_task(dir: &Path, plan: &Plan, saved: &serde_json::Value) -> anyhow::Result<ExitCode> {
     tuner::slurm::enter(plan)?;
     let unreadable = |why: String| {
         usage(format!(
@@ -192,16 +164,6 @@ fn autobatch_task(
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `--slurm` was told besides the plan.
-fn submit_options(a: &SlurmArgs) -> tuner::slurm::Submit {
-    tuner::slurm::Submit {
-        max_parallel: a.max_parallel,
-        sbatch: a.sbatch.clone(),
-        no_wait: a.no_wait,
-        no_submit: a.no_submit,
-    }
-}
-
 /// A sweep's report printed and written, and its exit code.
 fn sweep_done(json: &Option<PathBuf>, report: &SweepReport) -> anyhow::Result<ExitCode> {
     emit(json, report, &tuner::sweep::render(report))?;
@@ -212,26 +174,51 @@ fn sweep_done(json: &Option<PathBuf>, report: &SweepReport) -> anyhow::Result<Ex
     Ok(code(report.best.highest_throughput.is_some()))
 }
 
-/// `sweep --slurm DIR`: the plan written into DIR and submitted as a Slurm array job, its
-/// command checked as a local sweep's is (no GPU is needed where it is given, a cluster's
-/// login node); once the job is over, its report, as `tuner gather DIR` makes it.
-fn slurm_sweep(a: &SweepArgs, dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
-    let program = checked_program(&a.run, &settings)?;
-    let plan = tuner::slurm::Plan::new(
+/// `--slurm DIR`: the command checked as a local run's is (no GPU is needed where it is given,
+/// a cluster's login node), planned into DIR with `settings` (`plan` makes a sweep's plan the
+/// command's) and submitted: a sweep as a Slurm array job, the batch finder as one job; once
+/// the job is over, its report, as `tuner gather DIR` makes it.
+fn on_slurm(
+    a: &RunArgs,
+    slurm: &SlurmArgs,
+    dir: &Path,
+    settings: Settings,
+    plot: Option<&Path>,
+    plan: impl FnOnce(Plan) -> Plan,
+) -> anyhow::Result<ExitCode> {
+    let program = checked_program(a, &settings)?;
+    let cwd = current_folder()?;
+    let plan = plan(Plan::new(
         program.argv,
-        current_folder()?,
+        cwd,
         settings,
-        a.margin,
-        a.pick.clone(),
-        a.run.json.as_deref(),
-        a.plot.as_deref(),
-    );
-    if !tuner::slurm::submit(&plan, dir, &submit_options(&a.slurm))? {
+        a.json.as_deref(),
+        plot,
+    ));
+    if !tuner::slurm::submit(&plan, dir, slurm)? {
         return Ok(ExitCode::SUCCESS);
     }
-    let ran = tuner::slurm::gather(dir, &plan)?;
-    let report = tuner::sweep::report(ran, plan.pick.as_ref(), plan.plot.as_deref())?;
-    sweep_done(&plan.json, &report)
+    gathered(dir, &plan, None, None)
+}
+
+/// `tuner gather DIR`: the report of the plan in DIR from what its job left there so far,
+/// written to `json` and drawn into `plot` (default: the plan's).
+fn gathered(
+    dir: &Path,
+    plan: &Plan,
+    json: Option<PathBuf>,
+    plot: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let json = json.or(plan.json.clone());
+    if plan.autobatch.is_some() {
+        let (text, report) = tuner::slurm::gather_autobatch(dir)?;
+        emit(&json, &report, &text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ran = tuner::slurm::gather(dir, plan)?;
+    let plot = plot.as_deref().or(plan.plot.as_deref());
+    let report = tuner::sweep::report(ran, plan.pick.as_ref(), plot)?;
+    sweep_done(&json, &report)
 }
 
 /// The folder the command was given in, where a Slurm job's trials start.

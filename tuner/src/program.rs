@@ -123,13 +123,9 @@ impl Precision {
         Precision::On,
     ];
 
+    /// The name, as `{amp}` carries it: [Precision::ALL]'s order.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Precision::Off => "off",
-            Precision::Bf16 => "bf16",
-            Precision::Fp16 => "fp16",
-            Precision::On => "on",
-        }
+        ["off", "bf16", "fp16", "on"][self as usize]
     }
 
     /// The name in a line of the plot or a pick: `fp32` for off.
@@ -349,11 +345,7 @@ impl Program {
     /// The environment every trial gets for these values (placeholders' variables and the
     /// axes').
     pub fn env_for(p: &Params) -> Vec<(String, String)> {
-        let builtin = Placeholder::ALL
-            .iter()
-            .map(|ph| (ph.env.to_string(), (ph.value)(p)));
-        let axes = p.axes.iter().map(|(n, v)| (Axis::env_of(n), v.clone()));
-        builtin.chain(axes).collect()
+        values(p).map(|(_, env, value)| (env, value)).collect()
     }
 
     /// Words in braces that look like placeholders but are none of ours nor an axis's
@@ -382,21 +374,17 @@ impl Program {
     }
 
     /// Fail before any trial when the program cannot be found or run.
-    pub fn check_runnable(&self) -> Result<PathBuf, String> {
+    pub fn check_runnable(&self) -> Result<(), String> {
         let program = &self.argv[0];
-        let path = Path::new(program);
-        if program.contains('/') {
-            return if is_executable(path) {
-                Ok(path.to_path_buf())
-            } else {
-                Err(format!(
-                    "'{program}' is not an executable file: check the command after --"
-                ))
-            };
+        match program.contains('/') {
+            true if !is_executable(Path::new(program)) => Err(format!(
+                "'{program}' is not an executable file: check the command after --"
+            )),
+            false if on_path(program).is_none() => Err(format!(
+                "'{program}' is not on PATH: check the command after -- (or give its path)"
+            )),
+            _ => Ok(()),
         }
-        on_path(program).ok_or_else(|| {
-            format!("'{program}' is not on PATH: check the command after -- (or give its path)")
-        })
     }
 
     /// The command as one shell-like line (for messages; quoting only where needed).
@@ -422,11 +410,16 @@ pub fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// Each placeholder's and axis's name, environment variable and value in `p`.
+fn values(p: &Params) -> impl Iterator<Item = (String, String, String)> + '_ {
+    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), ph.env.to_string(), (ph.value)(p)));
+    let axes = (p.axes.iter()).map(|(n, v)| (n.to_string(), Axis::env_of(n), v.clone()));
+    ours.into_iter().chain(axes)
+}
+
 /// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
 fn substitute(arg: &str, p: &Params) -> String {
-    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), (ph.value)(p)));
-    let axes = p.axes.iter().map(|(n, v)| (n.to_string(), v.clone()));
-    (ours.into_iter().chain(axes)).fold(arg.to_string(), |out, (name, value)| {
+    values(p).fold(arg.to_string(), |out, (name, _, value)| {
         out.replace(&format!("{{{name}}}"), &value)
     })
 }

@@ -36,7 +36,7 @@ use common::report::Provenance;
 
 use crate::analysis::PickRule;
 use crate::classify::Status;
-use crate::config::Settings;
+use crate::config::{Settings, SlurmArgs};
 use crate::gpu::visible_devices;
 use crate::launch::Launcher;
 use crate::program::{on_path, quoted, Params, Program};
@@ -113,13 +113,12 @@ pub fn result_path(dir: &Path, index: usize) -> PathBuf {
 }
 
 impl Plan {
-    /// The plan of a sweep of `command` with `settings`, given in `cwd`.
+    /// The plan of a sweep of `command` with `settings`, given in `cwd`; `json` and `plot` are
+    /// where its report goes by default.
     pub fn new(
         command: Vec<String>,
         cwd: PathBuf,
         settings: Settings,
-        margin: Option<f64>,
-        pick: Option<PickRule>,
         json: Option<&Path>,
         plot: Option<&Path>,
     ) -> Plan {
@@ -139,28 +138,12 @@ impl Plan {
             cwd,
             trials: crate::config::plan(&settings),
             settings,
-            margin,
-            pick,
+            margin: None,
+            pick: None,
             json: keep(json),
             plot: keep(plot),
             written_at: now(),
             autobatch: None,
-        }
-    }
-
-    /// The plan of a batch finder with `settings` and `options` (resolved and checked), in
-    /// `cwd`; `json` is where the submitter writes its report.
-    pub fn autobatch(
-        options: serde_json::Value,
-        command: Vec<String>,
-        cwd: PathBuf,
-        settings: Settings,
-        json: Option<&Path>,
-    ) -> Plan {
-        Plan {
-            trials: Vec::new(),
-            autobatch: Some(options),
-            ..Plan::new(command, cwd, settings, None, None, json, None)
         }
     }
 
@@ -211,24 +194,19 @@ impl Plan {
 /// (its trial shows as unfinished).
 pub fn read_results(dir: &Path, trials: usize) -> BTreeMap<usize, TaskResult> {
     (0..trials)
-        .filter_map(|i| {
-            let text = std::fs::read_to_string(result_path(dir, i)).ok()?;
-            let saved: TaskResult = serde_json::from_str(&text).ok()?;
-            Some((i, saved))
-        })
+        .filter_map(|i| Some((i, read_json(&result_path(dir, i))?)))
         .collect()
 }
 
-/// `tuner task DIR [INDEX]`: run one trial of the plan on the GPU this process sees and write
-/// its result. A trial whose setting already ran out of memory at a smaller batch is recorded
-/// as skipped without running, as a local sweep would skip it.
+/// The JSON file at `path`, where it is there and reads as a `T`.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// `tuner task DIR [INDEX]`: run one trial of a sweep's plan on the GPU this process sees and
+/// write its result. A trial whose setting already ran out of memory at a smaller batch is
+/// recorded as skipped without running, as a local sweep would skip it.
 pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<TrialResult> {
-    if plan.autobatch.is_some() {
-        return Err(usage(format!(
-            "{} holds a batch finder's plan, not a sweep's",
-            dir.display()
-        )));
-    }
     // INDEX where given, else $SLURM_ARRAY_TASK_ID.
     let index = match index {
         Some(i) => i,
@@ -263,8 +241,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             d.label = format!("{node} {}", d.label);
         }
     }
-    let device = group[0].clone();
-    let done: Vec<TrialResult> = (read_results(dir, plan.trials.len()).into_values())
+    let done: Vec<TrialResult> = (read_results(dir, trials).into_values())
         .map(|t| t.result)
         .collect();
     let result = match larger_batch_after_oom(params, &done) {
@@ -285,7 +262,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
         }
     };
     let saved = TaskResult {
-        device: DeviceSummary::of(&device),
+        device: DeviceSummary::of(&group[0]),
         ended_at: now(),
         result,
     };
@@ -315,10 +292,7 @@ pub fn write_answer<T: Serialize>(dir: &Path, report: &T, text: &str) -> anyhow:
 /// ended by Slurm, and the last line it printed).
 pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value)> {
     let text = std::fs::read_to_string(dir.join(ANSWER_TEXT));
-    let json = std::fs::read_to_string(dir.join(ANSWER_JSON))
-        .ok()
-        .and_then(|j| serde_json::from_str(&j).ok());
-    if let (Ok(text), Some(json)) = (text, json) {
+    if let (Ok(text), Some(json)) = (text, read_json(&dir.join(ANSWER_JSON))) {
         return Ok((text, json));
     }
     let Some(job) = read_job(dir) else {
@@ -362,82 +336,45 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     })
 }
 
-/// The trials of the plan as a local sweep would have them: each one's result where it has
-/// one, unfinished where not, and skipped where a smaller batch of its setting ran out of
-/// memory (the local rule, applied in the local order, so the report is the one a local sweep
-/// of the same trials makes).
-pub fn trials_of(
-    plan: &Plan,
-    saved: &BTreeMap<usize, TaskResult>,
-    states: &BTreeMap<usize, String>,
-) -> Vec<TrialResult> {
-    let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
-    for (i, p) in plan.trials.iter().enumerate() {
-        let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
-            (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
-            (None, Some(t)) => t.result.clone(),
-            (None, None) => {
-                let why = match states.get(&i) {
-                    Some(state) => format!("no result; Slurm state {state}"),
-                    None => "no result yet".into(),
-                };
-                TrialResult {
-                    status: Status::Unfinished,
-                    ..TrialResult::skipped(i, p.clone(), why)
-                }
-            }
-        };
-        trials.push(r);
-    }
-    trials
-}
-
 /// `tuner gather DIR`: the sweep's trials from the results in DIR so far, as a local queue
 /// leaves them; the sweep makes its report from them as from a local run's.
 pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let saved = read_results(dir, plan.trials.len());
     let job = read_job(dir);
     let states = job.as_ref().map(task_states).unwrap_or_default();
-    let mut trials = trials_of(plan, &saved, &states);
-    for t in trials.iter_mut().filter(|t| t.status == Status::Unfinished) {
-        // What the task itself printed, where it ended without a result.
-        let err = dir.join("slurm").join(format!("{:03}.err", t.index));
-        let out = err.with_extension("out");
-        let failed = (states.get(&t.index)).is_some_and(|s| s.starts_with("FAILED"));
-        if failed && !err.exists() && !out.exists() {
-            // A task that failed without even its output files: Slurm could not open them on
-            // the node, which does not see DIR.
-            t.reason.push_str(&format!(
-                "; it left no output in {}: the folder must be on shared storage that every node sees",
-                dir.display()
-            ));
-        }
-        t.stderr_tail = common::process::tail_lines(&err, 20);
+    // Each trial's result where it has one, unfinished where not, and skipped where a smaller
+    // batch of its setting ran out of memory (the local rule, applied in the local order, so
+    // the report is the one a local sweep of the same trials makes).
+    let mut trials: Vec<TrialResult> = Vec::with_capacity(plan.trials.len());
+    for (i, p) in plan.trials.iter().enumerate() {
+        let r = match (larger_batch_after_oom(p, &trials), saved.get(&i)) {
+            (Some(why), _) => TrialResult::skipped(i, p.clone(), why),
+            (None, Some(t)) => t.result.clone(),
+            (None, None) => unfinished(dir, i, p, states.get(&i)),
+        };
+        trials.push(r);
     }
+    let ran_on = (saved.values()).filter(|t| t.result.status != Status::Skipped);
     let mut devices: Vec<DeviceSummary> = Vec::new();
-    for t in saved
-        .values()
-        .filter(|t| t.result.status != Status::Skipped)
-    {
+    for t in ran_on {
         if !devices.contains(&t.device) {
             devices.push(t.device.clone());
         }
     }
-    let launch = match &job {
-        Some(j) => format!("each trial a task of Slurm array job {}, spawned", j.job_id),
-        None => "each trial a task of a Slurm array job, spawned".into(),
-    };
+    let array = job.map_or("a Slurm array job".into(), |j| {
+        format!("Slurm array job {}", j.job_id)
+    });
     let last = saved
         .values()
         .map(|t| t.ended_at)
         .fold(plan.written_at, f64::max);
-    let ran = Ran {
+    Ok(Ran {
         command: plan.command.clone(),
         margin: plan
             .margin
             .unwrap_or_else(|| default_margin(&devices, &trials)),
         devices,
-        launch,
+        launch: format!("each trial a task of {array}, spawned"),
         provenance: Provenance::now(),
         settings: plan.settings.clone(),
         trials,
@@ -447,14 +384,36 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
             "each trial's output (report, stdout, stderr) is in {}",
             absolute(&dir.join("trials")).display()
         )),
+    })
+}
+
+/// Trial `i` of the plan, with `p`, where its task left no result: Slurm's `state` of it and
+/// what the task itself printed.
+fn unfinished(dir: &Path, i: usize, p: &Params, state: Option<&String>) -> TrialResult {
+    let mut reason = match state {
+        Some(state) => format!("no result; Slurm state {state}"),
+        None => "no result yet".into(),
     };
-    Ok(ran)
+    let err = dir.join("slurm").join(format!("{i:03}.err"));
+    let failed = state.is_some_and(|s| s.starts_with("FAILED"));
+    if failed && !err.exists() && !err.with_extension("out").exists() {
+        // A task that failed without even its output files: Slurm could not open them on the
+        // node, which does not see DIR.
+        reason.push_str(&format!(
+            "; it left no output in {}: the folder must be on shared storage that every node sees",
+            dir.display()
+        ));
+    }
+    TrialResult {
+        status: Status::Unfinished,
+        stderr_tail: common::process::tail_lines(&err, 20),
+        ..TrialResult::skipped(i, p.clone(), reason)
+    }
 }
 
 /// The job recorded in DIR, once submitted.
 pub fn read_job(dir: &Path) -> Option<Job> {
-    let text = std::fs::read_to_string(dir.join(JOB)).ok()?;
-    serde_json::from_str(&text).ok()
+    read_json(&dir.join(JOB))
 }
 
 /// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what
@@ -508,38 +467,29 @@ pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
     states
 }
 
-/// What `--slurm` was told besides the plan.
-#[derive(Debug, Clone, Default)]
-pub struct Submit {
-    /// `--max-parallel`: the array's %N.
-    pub max_parallel: Option<usize>,
-    /// Options for sbatch, each a line of the script.
-    pub sbatch: Vec<String>,
-    pub no_wait: bool,
-    pub no_submit: bool,
-}
-
 /// The job's script: for a sweep, an array of one task per trial, each `tuner task DIR` on a
 /// GPU of its own; for a batch finder, one job on one GPU.
-pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Result<String> {
+pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::Result<String> {
     let dir = absolute(dir);
-    let last = plan.trials.len().saturating_sub(1);
-    let mut options = match plan.autobatch {
-        Some(_) => vec![
-            "--job-name=tuner-autobatch".to_string(),
-            format!("--output={}", dir.join("slurm/autobatch.out").display()),
-            format!("--error={}", dir.join("slurm/autobatch.err").display()),
-        ],
-        None => vec![
-            "--job-name=tuner-sweep".to_string(),
-            match s.max_parallel {
-                Some(n) => format!("--array=0-{last}%{n}"),
-                None => format!("--array=0-{last}"),
-            },
-            format!("--output={}", dir.join("slurm/%3a.out").display()),
-            format!("--error={}", dir.join("slurm/%3a.err").display()),
-        ],
+    let (name, what, output) = match plan.autobatch {
+        Some(_) => ("autobatch", "batch finder as a Slurm job", "autobatch"),
+        None => (
+            "sweep",
+            "sweep as a Slurm array job, one trial per task",
+            "%3a",
+        ),
     };
+    let last = plan.trials.len().saturating_sub(1);
+    let array = match s.max_parallel {
+        Some(n) => format!("--array=0-{last}%{n}"),
+        None => format!("--array=0-{last}"),
+    };
+    let mut options = vec![format!("--job-name=tuner-{name}")];
+    options.extend(plan.autobatch.is_none().then_some(array));
+    for (flag, ext) in [("output", "out"), ("error", "err")] {
+        let path = dir.join(format!("slurm/{output}.{ext}"));
+        options.push(format!("--{flag}={}", path.display()));
+    }
     let asks_gpus =
         |o: &str| o.starts_with("--gres") || o.starts_with("--gpus") || o.starts_with("-G");
     if !s.sbatch.iter().any(|o| asks_gpus(o)) {
@@ -553,10 +503,7 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
         }
         options.push(o.clone());
     }
-    let mut text = String::from(match plan.autobatch {
-        Some(_) => "#!/bin/sh\n# A tuner batch finder as a Slurm job (tuner autobatch --slurm).\n",
-        None => "#!/bin/sh\n# A tuner sweep as a Slurm array job, one trial per task (tuner sweep --slurm).\n",
-    });
+    let mut text = format!("#!/bin/sh\n# A tuner {what} (tuner {name} --slurm).\n");
     for o in options {
         text.push_str(&format!("#SBATCH {o}\n"));
     }
@@ -572,7 +519,7 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &Submit) -> anyhow::Resu
 /// and wait for the job unless told not to. Returns whether the job was waited for. Nothing is
 /// written where sbatch is missing; where it refuses, what was written is removed again, so the
 /// same command can run once the cause is mended.
-pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
+pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
     let sbatch = match s.no_submit {
         true => None,
         false => Some(on_path("sbatch").ok_or_else(|| {
@@ -600,8 +547,8 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
         );
         return Ok(false);
     };
-    let args = vec!["--parsable".to_string(), path.display().to_string()];
-    let out = Command::new(&sbatch).args(&args).output();
+    let line = [&sbatch, Path::new("--parsable"), &path].map(|a| a.display().to_string());
+    let out = Command::new(&sbatch).args(&line[1..]).output();
     let refused = |why: String| {
         let _ = std::fs::remove_file(dir.join(PLAN));
         let _ = std::fs::remove_file(&path);
@@ -625,9 +572,7 @@ pub fn submit(plan: &Plan, dir: &Path, s: &Submit) -> anyhow::Result<bool> {
     }
     let job = Job {
         job_id: id,
-        sbatch: std::iter::once(sbatch.display().to_string())
-            .chain(args)
-            .collect(),
+        sbatch: line.to_vec(),
         submitted_at: now(),
     };
     write_json_file(&dir.join(JOB), &job, "the job's record")?;
@@ -772,19 +717,11 @@ mod tests {
         }
         .resolve()
         .unwrap();
-        let plan = Plan::new(
-            vec!["t".into()],
-            "/w".into(),
-            settings,
-            None,
-            None,
-            None,
-            None,
-        );
-        let s = Submit {
+        let plan = Plan::new(vec!["t".into()], "/w".into(), settings, None, None);
+        let s = SlurmArgs {
             max_parallel: Some(2),
             sbatch: vec!["--partition=gpu".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         let text = script(
             &plan,
@@ -803,18 +740,18 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line}:\n{text}");
         }
         // A --gres or --gpus of the user's replaces the default.
-        let own = Submit {
+        let own = SlurmArgs {
             sbatch: vec!["--gpus-per-task=2".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         let text = script(&plan, Path::new("/d"), Path::new("/t"), &own).unwrap();
         assert!(
             !text.contains("--gres") && text.contains("#SBATCH --array=0-2\n"),
             "{text}"
         );
-        let bad = Submit {
+        let bad = SlurmArgs {
             sbatch: vec!["partition=gpu".into()],
-            ..Submit::default()
+            ..SlurmArgs::default()
         };
         assert!(script(&plan, Path::new("/d"), Path::new("/t"), &bad).is_err());
     }

@@ -178,9 +178,7 @@ impl Target {
 pub fn check_writable(target: &Target) -> Result<(), String> {
     let path = &target.path;
     let text = target.read()?;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
-    if meta.permissions().readonly() {
+    if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
         return Err(format!(
             "{}: the config is read-only; make it writable or leave out --write",
             path.display()
@@ -237,14 +235,12 @@ pub struct Overrides {
 }
 
 pub fn overrides(keys: &Keys, batch: usize, accumulation: usize) -> Overrides {
-    let mut pairs = vec![(keys.batch_size.to_string(), batch)];
-    if let Some(k) = &keys.accumulation {
-        pairs.push((k.to_string(), accumulation));
-    }
+    // Every key the answer names, whether or not a file would have it.
+    let edits = keys.edits(batch, accumulation);
     let join = |dashes: &str| {
-        pairs
+        edits
             .iter()
-            .map(|(k, v)| format!("{dashes}{k}={v}"))
+            .map(|e| format!("{dashes}{}={}", e.key, e.value))
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -328,15 +324,11 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
 /// Add or update an entry in the team file (created when missing).
 pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
     let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(err) => {
-            return Err(format!(
-                "{}: cannot read the team file: {err}",
-                path.display()
-            ))
-        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        read => read,
     };
+    let text =
+        text.map_err(|err| format!("{}: cannot read the team file: {err}", path.display()))?;
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
     common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
@@ -394,28 +386,19 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
 
 /// `tuner team FILE`: every entry as a table.
 pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
-    let mut t = common::table::Table::new()
-        .left("GPU")
-        .left("model")
-        .right("batch size")
-        .right("accumulation")
-        .right("effective batch")
-        .left("precision");
-    for e in entries {
-        t.row(vec![
-            e.gpu.clone(),
-            if e.model.is_empty() {
-                "(not recorded)".into()
-            } else {
-                format!("`{}`", e.model)
-            },
-            e.batch_size.to_string(),
-            e.accumulation_steps.to_string(),
-            (e.batch_size * e.accumulation_steps).to_string(),
-            e.precision.clone(),
-        ]);
-    }
-    t
+    common::table::Columns::<TeamEntry>::new()
+        .left("GPU", |e| e.gpu.clone())
+        .left("model", |e| match e.model.as_str() {
+            "" => "(not recorded)".into(),
+            model => format!("`{model}`"),
+        })
+        .right("batch size", |e| e.batch_size.to_string())
+        .right("accumulation", |e| e.accumulation_steps.to_string())
+        .right("effective batch", |e| {
+            (e.batch_size * e.accumulation_steps).to_string()
+        })
+        .left("precision", |e| e.precision.clone())
+        .table(entries)
 }
 
 /// Every entry of a team file.

@@ -130,6 +130,28 @@ def match_threads():
         torch.set_num_threads(threads)
 
 
+def release_openmp():
+    """Stop the OpenMP runtime's threads in this process, if it started any: a child forked
+    from a process whose pool is running hangs at its first parallel region (GNU libgomp waits
+    for threads the child does not have). A program building its model on the CPU above its
+    fork_here() starts them (PyTorch's CPU operations run in that pool); the pool starts again at
+    this process's next parallel region, and in each child at its first."""
+    try:
+        with open("/proc/self/maps") as f:
+            libraries = {line.split()[-1] for line in f
+                         if ("libgomp" in line or "libiomp" in line) and ".so" in line}
+    except OSError:
+        return
+    import ctypes
+
+    for path in libraries:
+        try:
+            ctypes.CDLL(path).omp_pause_resource_all(1)  # omp_pause_soft
+        except (OSError, AttributeError):
+            pass
+
+
+IN_CHILD = False
 IN_CHILD = False
 
 
@@ -255,6 +277,7 @@ def serve(target, pending, broken=None):
                 continue
             sys.stdout.flush()
             sys.stderr.flush()
+            release_openmp()
             pid = os.fork()
             if pid == 0:
                 try:

@@ -763,7 +763,8 @@ fn forked_trials_run_as_many_threads_as_their_cores() {
 
 /// `tuner sweep` of batches 8, 16 and 24 on one GPU over a program that calls
 /// perf_lessons.fork_here() and then runs the fake: above the call it logs each run of it to
-/// FAKE_BUILD_LOG, sleeps FAKE_BUILD_S seconds and exits where FAKE_BUILD_FAILS is set. What the
+/// FAKE_BUILD_LOG, sleeps FAKE_BUILD_S seconds, exits where FAKE_BUILD_FAILS is set, and where
+/// FAKE_OPENMP is set runs a parallel region of GNU OpenMP there and again in the trial. What the
 /// tuner said, its report, the builds logged and the fake's log entries.
 fn fork_here_sweep(name: &str, vars: &[(&str, &str)]) -> (Out, Value, Vec<Value>, Vec<Value>) {
     let (s, work, tmp) = places(name);
@@ -786,8 +787,15 @@ with open(os.environ["FAKE_BUILD_LOG"], "a") as f:
 if os.environ.get("FAKE_BUILD_FAILS"):
     sys.exit("building the model failed")
 time.sleep(float(os.environ.get("FAKE_BUILD_S", "0")))
+if os.environ.get("FAKE_OPENMP"):  # a parallel region of GNU OpenMP, as PyTorch's CPU work runs
+    import ctypes
+    gomp = ctypes.CDLL("libgomp.so.1")
+    region = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda data: None)
+    gomp.GOMP_parallel(region, None, 4, 0)
 print("built")
 perf_lessons.fork_here()
+if os.environ.get("FAKE_OPENMP"):
+    gomp.GOMP_parallel(region, None, 4, 0)
 sys.argv[0] = {fake:?}
 runpy.run_path({fake:?}, run_name="__main__")
 "#,
@@ -797,12 +805,20 @@ runpy.run_path({fake:?}, run_name="__main__")
     std::fs::write(&program, wrapper).unwrap();
     let (log, built) = (s.str("log.jsonl"), s.str("built.jsonl"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
-    cmd.args(["sweep", "--batch-sizes", "8,16,24", "--steps", "2"])
-        .args(["--workers", "0", "--json", "sweep.json", "--", "python3"])
-        .arg(&program)
-        .args(fake::PLACEHOLDER_FLAGS)
-        .env("FAKE_LOG", &log)
-        .env("FAKE_BUILD_LOG", &built);
+    cmd.args([
+        "sweep",
+        "--batch-sizes",
+        "8,16,24",
+        "--steps",
+        "2",
+        "--time-limit",
+        "60",
+    ])
+    .args(["--workers", "0", "--json", "sweep.json", "--", "python3"])
+    .arg(&program)
+    .args(fake::PLACEHOLDER_FLAGS)
+    .env("FAKE_LOG", &log)
+    .env("FAKE_BUILD_LOG", &built);
     for (k, v) in vars {
         cmd.env(k, v);
     }
@@ -856,6 +872,19 @@ fn a_program_that_calls_fork_here_builds_once() {
     }
     assert_eq!(builds.len(), 1 + 3);
     assert!(entries.is_empty());
+}
+
+/// A program whose CPU work above fork_here() started OpenMP's threads (PyTorch building a model
+/// does): its trials run parallel regions of their own, where a child of a process whose pool
+/// runs would wait for ever.
+#[test]
+fn trials_forked_after_openmp_ran_run_it_again() {
+    let (o, report, builds, entries) = fork_here_sweep("fork-here-openmp", &[("FAKE_OPENMP", "1")]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!((builds.len(), entries.len()), (1, 3));
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "OK", "{t}");
+    }
 }
 
 /// Building what is above fork_here() may take longer than a fork is waited for (30 s): the

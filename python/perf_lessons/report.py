@@ -127,10 +127,13 @@ def fork_here():
     the tuner runs it once and forks each trial from here, which then returns in the trial's own
     process, with its own arguments and environment. Parse the arguments, make the Reporter and
     move to the GPU below it. Anywhere else (a normal run, or trials spawned) it does nothing.
-    A program that does not import this module calls it with the same two lines."""
+    Returns whether this process is a trial forked here. A program that does not import this
+    module calls it with the same lines."""
     server = sys.modules.get("_perf_lessons_fork_server")
-    if server is not None:
-        server.serve()
+    if server is None:
+        return False
+    server.serve()
+    return True
 
 
 def setting(name, default):

@@ -239,11 +239,11 @@ class Ranks(Trial):
 
 class ForkHere(unittest.TestCase):
     def test_it_hands_over_to_the_tuner_s_fork_server_where_there_is_one(self):
-        perf_lessons.fork_here()  # a normal run: nothing
+        self.assertFalse(perf_lessons.fork_here())  # a normal run: nothing
         served = []
         server = types.SimpleNamespace(serve=lambda: served.append(True))
         with mock.patch.dict(sys.modules, {"_perf_lessons_fork_server": server}):
-            perf_lessons.fork_here()
+            self.assertTrue(perf_lessons.fork_here())
         self.assertEqual(served, [True])
 
 

@@ -84,13 +84,15 @@ def loss_of(net, ids):
 def main(argv=None):
     args = parse_args(argv)
     net = model(args.model, args.seq_len)
-    fork_here()  # under the tuner, each trial starts here: the model above is built once
+    started = STARTED
+    if fork_here():  # under the tuner, each trial starts here: the model above is built once
+        started = time.perf_counter()
     args = parse_args(argv)  # the trial's own
     torch, report = setup("train_lm.py", args)
     vocab_size = SHAPES[args.model]["vocab_size"]
     return train(args, torch, report, net,
                  lambda length: tokens(length, args.seq_len, vocab_size), loss_of,
-                 "%s seq %d" % (args.model, args.seq_len), STARTED)
+                 "%s seq %d" % (args.model, args.seq_len), started)
 
 
 if __name__ == "__main__":

@@ -113,10 +113,13 @@ class HostEvent:
 def fork_here():
     """perf_lessons.fork_here(), written out: under the tuner, whose fork server ran the program
     up to here once, each trial is forked from this point (what was built above it, built once),
-    with its own arguments and environment; anywhere else nothing."""
+    with its own arguments and environment; anywhere else nothing. Whether this process is a
+    trial forked here."""
     server = sys.modules.get("_perf_lessons_fork_server")
-    if server is not None:
-        server.serve()
+    if server is None:
+        return False
+    server.serve()
+    return True
 
 
 def setup(program, args):

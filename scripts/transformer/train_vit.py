@@ -57,12 +57,14 @@ def model(name):
 def main(argv=None):
     args = parse_args(argv)
     net = model(args.model)
-    fork_here()  # under the tuner, each trial starts here: the model above is built once
+    started = STARTED
+    if fork_here():  # under the tuner, each trial starts here: the model above is built once
+        started = time.perf_counter()
     args = parse_args(argv)  # the trial's own
     torch, report = setup("train_vit.py", args)
     loss_fn = torch.nn.CrossEntropyLoss()
     return train(args, torch, report, net, images,
-                 lambda net, batch: loss_fn(net(batch[0]), batch[1]), args.model, STARTED)
+                 lambda net, batch: loss_fn(net(batch[0]), batch[1]), args.model, started)
 
 
 if __name__ == "__main__":

@@ -103,27 +103,23 @@ impl Measured {
         let ms = |f: &dyn Fn(&StepRecord) -> Option<f64>| -> Option<Summary> {
             let v: Vec<f64> = measured.iter().filter_map(f).map(|s| s * 1e3).collect();
             // A phase some steps lack is not summarized from the others: it would mislead.
-            if v.len() == measured.len() {
-                Summary::of(&v)
-            } else {
-                None
-            }
+            (v.len() == measured.len())
+                .then(|| Summary::of(&v))
+                .flatten()
         };
-        let (source, samples_per_s) = if !measured.is_empty() {
-            let samples: u64 = measured.iter().map(|s| s.samples).sum();
-            let seconds: f64 = measured.iter().map(|s| s.step_s).sum();
-            (ThroughputSource::Protocol, Some(samples as f64 / seconds))
-        } else if report.steps.is_empty() {
-            match wall {
-                Some((samples, secs)) if samples > 0 && secs > 0.0 => {
-                    (ThroughputSource::WallClock, Some(samples as f64 / secs))
-                }
-                _ => (ThroughputSource::None, None),
+        let (source, samples_per_s) = match wall {
+            _ if !measured.is_empty() => {
+                let samples: u64 = measured.iter().map(|s| s.samples).sum();
+                let seconds: f64 = measured.iter().map(|s| s.step_s).sum();
+                (ThroughputSource::Protocol, Some(samples as f64 / seconds))
             }
-        } else {
-            // It reported, but only warmup steps: no honest figure.
-            (ThroughputSource::None, None)
+            Some((samples, secs)) if report.steps.is_empty() && samples > 0 && secs > 0.0 => {
+                (ThroughputSource::WallClock, Some(samples as f64 / secs))
+            }
+            // Nothing to go on; or it reported, but only warmup steps: no honest figure.
+            _ => (ThroughputSource::None, None),
         };
+        let from_steps = source == ThroughputSource::Protocol;
         let framework_peak_bytes = report
             .steps
             .iter()
@@ -131,14 +127,7 @@ impl Measured {
             .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
             .max();
         let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
-        let clock = clock_rates(&report.steps, warmup, arrivals)
-            .filter(|_| source == ThroughputSource::Protocol);
-        let against = |theirs: Option<f64>| match (samples_per_s, theirs) {
-            (Some(ours), Some(theirs)) if theirs > 0.0 && source == ThroughputSource::Protocol => {
-                Some(ours / theirs - 1.0)
-            }
-            _ => None,
-        };
+        let clock = clock_rates(&report.steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();
         let lines = report.steps.iter().map(|s| &s.metrics);
         for line in lines.chain(report.end.as_ref().map(|e| &e.metrics)) {
@@ -146,7 +135,9 @@ impl Measured {
                 metrics.set(name, *value);
             }
         }
-        let program_difference = against(program_samples_per_s);
+        let program_difference = (samples_per_s.zip(program_samples_per_s))
+            .filter(|&(_, theirs)| theirs > 0.0 && from_steps)
+            .map(|(ours, theirs)| ours / theirs - 1.0);
         let clock_samples_per_s = clock.map(|(tuner, _)| tuner);
         let clock_difference = clock.map(|(tuner, program)| program / tuner - 1.0);
         Measured {

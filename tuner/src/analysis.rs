@@ -60,12 +60,9 @@ impl PickRule {
             "max" => Goal::Max,
             _ => return Err(form()),
         };
-        let metric = metric.trim();
-        if metric.is_empty() {
-            return Err(form());
-        }
+        let metric = Some(metric.trim()).filter(|m| !m.is_empty());
         Ok(PickRule {
-            metric: metric.to_string(),
+            metric: metric.ok_or_else(form)?.to_string(),
             goal,
         })
     }

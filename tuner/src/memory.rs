@@ -132,12 +132,9 @@ pub fn memory(
     // One worker count: the sweep's plan is every precision x batch size.
     workers(&settings)?;
     let jobs = crate::config::plan(&settings);
-    let amps = settings.amp.clone();
-    let configured = settings.batch_size;
     let ran = run.ran("memory", &jobs, settings, margin)?;
-    let precisions: Vec<PrecisionMemory> = amps
-        .into_iter()
-        .map(|amp| {
+    let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())
+        .map(|&amp| {
             let of_amp: Vec<&TrialResult> = (ran.trials.iter())
                 .filter(|r| r.params.as_asked().amp == amp)
                 .collect();
@@ -159,15 +156,15 @@ pub fn memory(
             }
         })
         .collect();
-    let amp_advice = amp_advice(&ran.trials);
+    let configured = ran.settings.batch_size;
     let batch_status =
         (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
     Ok(MemoryReport {
         schema: SCHEMA,
+        amp_advice: amp_advice(&ran.trials),
         ran,
         precisions,
         granularity,
-        amp_advice,
         configured_batch: configured,
         batch_status,
     })
@@ -282,13 +279,13 @@ pub fn render(r: &MemoryReport) -> String {
     }
     for p in &r.precisions {
         let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
-        let bound = p.first_failing.map_or_else(
-            || {
+        let bound = match p.first_failing {
+            Some(f) => format!("{f} ran out of memory"),
+            None => {
                 "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
                     .into()
-            },
-            |f| format!("{f} ran out of memory"),
-        );
+            }
+        };
         let _ = writeln!(
             o,
             "  largest listed batch that fits {} ({bound}); {}",

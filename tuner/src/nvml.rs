@@ -129,15 +129,10 @@ impl Watch {
                 .filter(|(pid, _)| is_trials(*pid))
                 .map(|(_, used)| *used)
                 .collect();
-            if ours.is_empty() && !list.is_empty() && self.group_peak.is_none() {
-                self.only_strangers = true;
-            }
-            if ours.iter().any(Option::is_none) {
-                self.unaccounted = true;
-            }
-            let accounted: Vec<u64> = ours.into_iter().flatten().collect();
-            if !accounted.is_empty() {
-                self.group_peak = self.group_peak.max(Some(accounted.iter().sum()));
+            self.only_strangers |= ours.is_empty() && !list.is_empty() && self.group_peak.is_none();
+            self.unaccounted |= ours.contains(&None);
+            if ours.iter().any(Option::is_some) {
+                self.group_peak = self.group_peak.max(Some(ours.iter().flatten().sum()));
             }
         }
         // None is below every reading.

@@ -170,7 +170,7 @@ pub fn base(out_dir: &Path, model: &str, batch: usize, time: SystemTime) -> Path
 pub fn trace_path(base: &Path) -> PathBuf {
     let mut name = base.as_os_str().to_owned();
     name.push(".pt.trace.json");
-    PathBuf::from(name)
+    name.into()
 }
 
 /// The command a trial runs: the user's, under nsys where nsys profiles.
@@ -229,10 +229,7 @@ pub fn profile(
     let trial = run.one(&run.groups(1)[0], params, 0, Stop::AtExit, &mut results);
     let files = match &profiler {
         Profiler::Nsys(_) => reports_with(base, ".nsys-rep"),
-        Profiler::Torch => vec![trace_path(base)]
-            .into_iter()
-            .filter(|t| t.is_file())
-            .collect(),
+        Profiler::Torch => Vec::from_iter(Some(trace_path(base)).filter(|t| t.is_file())),
     };
     if let Some(why) = failure(&trial, &profiler, base, files.is_empty()) {
         return Err(Error::invalid(why));

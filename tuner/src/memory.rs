@@ -64,11 +64,8 @@ pub struct MemoryParts {
 impl MemoryParts {
     /// The parts of each trial that fit, by ascending batch.
     pub fn of(trials: &[&TrialResult]) -> Vec<MemoryParts> {
-        let mut fitting: Vec<&TrialResult> = trials
-            .iter()
-            .copied()
-            .filter(|r| r.fits() == Some(true))
-            .collect();
+        let mut fitting = trials.to_vec();
+        fitting.retain(|r| r.fits() == Some(true));
         fitting.sort_by_key(|r| r.params.batch_size);
         let mut previous: Option<(usize, u64)> = None;
         fitting

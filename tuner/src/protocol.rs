@@ -120,20 +120,16 @@ impl Measured {
             _ => (ThroughputSource::None, None),
         };
         let from_steps = source == ThroughputSource::Protocol;
-        let framework_peak_bytes = report
-            .steps
-            .iter()
-            .filter_map(|s| s.peak_memory_bytes)
-            .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
+        let (steps, end) = (&report.steps, report.end.as_ref());
+        let framework_peak_bytes = (steps.iter().filter_map(|s| s.peak_memory_bytes))
+            .chain(end.and_then(|e| e.peak_memory_bytes))
             .max();
-        let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
-        let clock = clock_rates(&report.steps, warmup, arrivals).filter(|_| from_steps);
+        let program_samples_per_s = end.and_then(|e| e.samples_per_s);
+        let clock = clock_rates(steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();
-        let lines = report.steps.iter().map(|s| &s.metrics);
-        for line in lines.chain(report.end.as_ref().map(|e| &e.metrics)) {
-            for (name, value) in line.iter() {
-                metrics.set(name, *value);
-            }
+        let lines = (steps.iter().map(|s| &s.metrics)).chain(end.map(|e| &e.metrics));
+        for (name, value) in lines.flat_map(Metrics::iter) {
+            metrics.set(name, *value);
         }
         let program_difference = (samples_per_s.zip(program_samples_per_s))
             .filter(|&(_, theirs)| theirs > 0.0 && from_steps)
@@ -143,8 +139,8 @@ impl Measured {
         Measured {
             source,
             samples_per_s,
-            reported_steps: report.steps.len(),
-            warmup_steps: warmup.min(report.steps.len()),
+            reported_steps: steps.len(),
+            warmup_steps: warmup.min(steps.len()),
             step_ms: ms(&|s| Some(s.step_s)),
             data_ms: ms(&|s| s.data_s),
             forward_ms: ms(&|s| s.forward_s),
@@ -158,7 +154,7 @@ impl Measured {
             device: report.device.clone(),
             gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
                 .map(|m| m.median)
-                .or(report.end.as_ref().and_then(|e| e.gpu_busy)),
+                .or(end.and_then(|e| e.gpu_busy)),
             model: report.model,
             metrics,
         }

@@ -59,18 +59,11 @@ pub fn share_cpus(devices: &mut [Device], allowed: &[usize]) {
     if n < 2 || allowed.is_empty() {
         return;
     }
-    if allowed.len() < n {
-        for (i, d) in devices.iter_mut().enumerate() {
-            d.cpus = Some(vec![allowed[i % allowed.len()]]);
-        }
-        return;
-    }
-    let (each, extra) = (allowed.len() / n, allowed.len() % n);
-    let mut rest = allowed;
+    let each = (allowed.len() / n).max(1);
+    let extra = allowed.len().saturating_sub(each * n);
+    let mut cores = allowed.iter().copied().cycle();
     for (i, d) in devices.iter_mut().enumerate() {
-        let (share, after) = rest.split_at(each + usize::from(i < extra));
-        d.cpus = Some(share.to_vec());
-        rest = after;
+        d.cpus = Some(cores.by_ref().take(each + usize::from(i < extra)).collect());
     }
 }
 

@@ -241,11 +241,8 @@ impl ForkServer {
                     } else if let Some(e) = v.error {
                         ev.started = Some(Err(e));
                     } else if let Some(pid) = v.exited {
-                        let exit = match (v.code, v.signal) {
-                            (Some(c), _) => Exit::Code(c),
-                            (None, Some(s)) => Exit::Signal(s),
-                            _ => Exit::Code(-1),
-                        };
+                        let exit = (v.code.map(Exit::Code)).or(v.signal.map(Exit::Signal));
+                        let exit = exit.unwrap_or(Exit::Code(-1));
                         ev.exited.insert(pid, exit);
                     }
                     cv.notify_all();

@@ -250,15 +250,10 @@ pub fn profile(
 
 /// Why the profile failed, in one line: the trial did not end OK, or nothing was written.
 fn failure(trial: &TrialResult, profiler: &Profiler, base: &Path, none: bool) -> Option<String> {
-    let folder = trial
-        .folder
-        .as_ref()
-        .map_or(String::new(), |f| format!(" (its output: {})", f.display()));
-    let stderr = trial
-        .folder
-        .as_ref()
-        .map(|f| common::process::tail_lines(&f.join("stderr.log"), 200))
-        .unwrap_or_default();
+    let dir = trial.folder.as_deref();
+    let folder = dir.map_or(String::new(), |f| format!(" (its output: {})", f.display()));
+    let stderr = dir.map(|f| common::process::tail_lines(&f.join("stderr.log"), 200));
+    let stderr = stderr.unwrap_or_default();
     if trial.status != Status::Ok {
         let last = stderr.last().map_or("(nothing)", String::as_str);
         let what = match profiler {

@@ -126,11 +126,9 @@ pub struct PythonProgram {
 impl PythonProgram {
     pub fn of(argv: &[String]) -> Option<PythonProgram> {
         let name = Path::new(argv.first()?).file_name()?.to_str()?;
-        let is_python = name == "python"
-            || name.strip_prefix("python").is_some_and(|v| {
-                !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')
-            });
-        if !is_python {
+        // `python`, `python3`, `python3.12`.
+        let version = name.strip_prefix("python")?;
+        if !version.chars().all(|c| c.is_ascii_digit() || c == '.') {
             return None;
         }
         let target = match argv.get(1)?.as_str() {

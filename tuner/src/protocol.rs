@@ -8,8 +8,7 @@ use common::named::Named;
 use common::stats::Summary;
 
 pub use common::protocol::{
-    step_of, BadLine, DeviceRecord, EndRecord, Metrics, ModelRecord, ReportFile, ReportHealth,
-    StepRecord,
+    step_of, DeviceRecord, EndRecord, Metrics, ModelRecord, ReportFile, ReportHealth, StepRecord,
 };
 
 /// Where a trial's samples/s came from.

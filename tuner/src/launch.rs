@@ -14,6 +14,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -250,33 +251,25 @@ impl ForkServer {
                 cv.notify_all();
             })
             .map_err(|e| format!("could not start the fork server's reader: {e}"))?;
-        let started = Instant::now();
-        let first = loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(v) => break v,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if started.elapsed() < limit => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!(
-                            "the Python parent exited ({status}) before it was ready; see {}",
-                            stderr.display()
-                        ));
-                    }
-                }
-                Err(_) => {
-                    common::process::kill_group(child.id());
-                    let _ = child.wait();
-                    return Err(format!(
+        // Its first line, or the end of its output (it exited), or nothing within the limit.
+        let first = match rx.recv_timeout(limit) {
+            Ok(first) if first.ready => first,
+            answer => {
+                common::process::kill_group(child.id());
+                let status = child.wait();
+                return Err(match (answer, status) {
+                    (Ok(first), _) => first.why.unwrap_or_else(|| "no reason given".into()),
+                    (Err(RecvTimeoutError::Disconnected), Ok(status)) => format!(
+                        "the Python parent exited ({status}) before it was ready; see {}",
+                        stderr.display()
+                    ),
+                    _ => format!(
                         "the Python parent was not ready within {:.0} s",
                         limit.as_secs_f64()
-                    ));
-                }
+                    ),
+                });
             }
         };
-        if !first.ready {
-            common::process::kill_group(child.id());
-            let _ = child.wait();
-            return Err(first.why.unwrap_or_else(|| "no reason given".into()));
-        }
         Ok(ForkServer {
             ready: first,
             program,
@@ -350,6 +343,43 @@ mod tests {
 
     fn argv(line: &str) -> Vec<String> {
         line.split(' ').map(String::from).collect()
+    }
+
+    #[test]
+    fn a_parent_that_is_not_ready_says_why_it_exited_or_that_it_was_late() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A stand-in interpreter that runs `body` whatever it is given.
+        let start = |body: &str, limit: f64| {
+            let interpreter = dir.path().join("python3");
+            std::fs::write(&interpreter, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&interpreter, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let program = PythonProgram {
+                interpreter: interpreter.display().to_string(),
+                target: vec!["train.py".into()],
+            };
+            let log = dir.path().join("server.log");
+            ForkServer::start(program, &log, Duration::from_secs_f64(limit))
+                .err()
+                .unwrap()
+        };
+        let why = start(
+            r#"echo '{"ready": false, "why": "no module named x"}'"#,
+            10.0,
+        );
+        assert_eq!(why, "no module named x");
+        let why = start("exit 3", 10.0);
+        assert!(
+            why.starts_with("the Python parent exited (exit status: 3) before it was ready; see "),
+            "{why}"
+        );
+        let began = Instant::now();
+        let why = start("sleep 30", 0.5);
+        assert_eq!(why, "the Python parent was not ready within 0 s");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "its group killed at the limit"
+        );
     }
 
     #[test]

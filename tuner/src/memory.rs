@@ -208,9 +208,8 @@ fn gb3(b: u64) -> String {
 fn parts_table(precisions: &[PrecisionMemory]) -> Table {
     // A figure of the model line: not reported without one.
     let model = |f: fn(&ModelRecord) -> Option<u64>| {
-        move |(_, part): &(Precision, &MemoryParts)| match part.model.as_ref() {
-            None => NOT_REPORTED.to_string(),
-            Some(m) => f(m).map(gb3).unwrap_or_else(|| NOT_REPORTED.into()),
+        move |(_, part): &(Precision, &MemoryParts)| {
+            (part.model.as_ref().and_then(f)).map_or_else(|| NOT_REPORTED.into(), gb3)
         }
     };
     Columns::<(Precision, &MemoryParts)>::new()

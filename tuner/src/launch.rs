@@ -14,9 +14,9 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::process::{spawn_in_group, Exit};
 use serde::Deserialize;
@@ -172,8 +172,7 @@ pub struct Message {
 }
 
 #[derive(Default)]
-struct Events {
-    started: Option<Result<u32, String>>,
+struct Exits {
     exited: HashMap<u32, Exit>,
     /// The server is gone: its children are killed with it.
     gone: bool,
@@ -184,7 +183,10 @@ pub struct ForkServer {
     program: PythonProgram,
     server: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
-    events: Arc<(Mutex<Events>, Condvar)>,
+    /// Its lines other than exits, in order: the first (ready or not), then the answers to
+    /// fork requests.
+    answers: Mutex<Receiver<Message>>,
+    exits: Arc<Mutex<Exits>>,
     /// What it said once its imports were done.
     pub ready: Message,
 }
@@ -218,37 +220,32 @@ impl ForkServer {
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = std::sync::mpsc::channel();
-        let events: Arc<(Mutex<Events>, Condvar)> = Arc::default();
-        let shared = events.clone();
+        let exits: Arc<Mutex<Exits>> = Arc::default();
+        let shared = exits.clone();
         std::thread::Builder::new()
             .name("fork-server".into())
             .spawn(move || {
-                let mut first = Some(tx);
+                let mut first = true;
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
                     let Ok(v) = serde_json::from_str::<Message>(&line) else {
                         continue;
                     };
-                    if let Some(tx) = first.take() {
-                        let _ = tx.send(v);
-                        continue;
+                    match v.exited {
+                        // A trial's exit; the first line says whether the parent is ready.
+                        Some(pid) if !first => {
+                            let exit = (v.code.map(Exit::Code)).or(v.signal.map(Exit::Signal));
+                            lock(&shared)
+                                .exited
+                                .insert(pid, exit.unwrap_or(Exit::Code(-1)));
+                        }
+                        _ => {
+                            first = false;
+                            let _ = tx.send(v);
+                        }
                     }
-                    let (m, cv) = &*shared;
-                    let mut ev = lock(m);
-                    if let Some(pid) = v.started {
-                        ev.started = Some(Ok(pid));
-                    } else if let Some(e) = v.error {
-                        ev.started = Some(Err(e));
-                    } else if let Some(pid) = v.exited {
-                        let exit = (v.code.map(Exit::Code)).or(v.signal.map(Exit::Signal));
-                        let exit = exit.unwrap_or(Exit::Code(-1));
-                        ev.exited.insert(pid, exit);
-                    }
-                    cv.notify_all();
                 }
-                let (m, cv) = &*shared;
-                lock(m).gone = true;
-                cv.notify_all();
+                lock(&shared).gone = true;
             })
             .map_err(|e| format!("could not start the fork server's reader: {e}"))?;
         // Its first line, or the end of its output (it exited), or nothing within the limit.
@@ -275,7 +272,8 @@ impl ForkServer {
             program,
             server: Mutex::new(child),
             stdin: Mutex::new(stdin),
-            events,
+            answers: Mutex::new(rx),
+            exits,
         })
     }
 
@@ -299,30 +297,20 @@ impl ForkServer {
         });
         // One request at a time: the answer that comes next is this request's.
         let mut stdin = lock(&self.stdin);
-        let (m, cv) = &*self.events;
-        lock(m).started = None;
+        let answers = lock(&self.answers);
+        // An answer left from a request that timed out is not this one's.
+        while answers.try_recv().is_ok() {}
         writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
-        let mut ev = lock(m);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(answer) = ev.started.take() {
-                return answer.map_err(std::io::Error::other);
-            }
-            if ev.gone || Instant::now() > deadline {
-                return Err(std::io::Error::other(
-                    "the Python parent that forks the trials is gone",
-                ));
-            }
-            ev = cv
-                .wait_timeout(ev, Duration::from_millis(100))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
+        let gone = "the Python parent that forks the trials is gone";
+        let answer = (answers.recv_timeout(Duration::from_secs(30)))
+            .map_or(Err(gone.to_string()), |a| {
+                a.started.ok_or(a.error.unwrap_or_default())
+            });
+        answer.map_err(std::io::Error::other)
     }
 
     fn exit_of(&self, pid: u32) -> Option<Exit> {
-        let (m, _) = &*self.events;
-        let ev = lock(m);
+        let ev = lock(&self.exits);
         // The parent died: its trials were killed with it.
         let killed = ev.gone.then_some(Exit::Signal(9));
         ev.exited.get(&pid).copied().or(killed)
@@ -340,6 +328,7 @@ impl Drop for ForkServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn argv(line: &str) -> Vec<String> {
         line.split(' ').map(String::from).collect()

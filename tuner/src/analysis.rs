@@ -107,12 +107,9 @@ pub fn names_in<'a>(
     trials: &'a [TrialResult],
     of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
 ) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for name in trials.iter().flat_map(of) {
-        if !out.contains(&name) {
-            out.push(name);
-        }
-    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<&str> = trials.iter().flat_map(of).collect();
+    out.retain(|name| seen.insert(*name));
     out
 }
 

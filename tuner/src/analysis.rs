@@ -60,12 +60,9 @@ impl PickRule {
             "max" => Goal::Max,
             _ => return Err(form()),
         };
-        let metric = metric.trim();
-        if metric.is_empty() {
-            return Err(form());
-        }
+        let metric = Some(metric.trim()).filter(|m| !m.is_empty());
         Ok(PickRule {
-            metric: metric.to_string(),
+            metric: metric.ok_or_else(form)?.to_string(),
             goal,
         })
     }
@@ -110,12 +107,9 @@ pub fn names_in<'a>(
     trials: &'a [TrialResult],
     of: impl Fn(&'a TrialResult) -> Vec<&'a str>,
 ) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for name in trials.iter().flat_map(of) {
-        if !out.contains(&name) {
-            out.push(name);
-        }
-    }
+    let mut seen = std::collections::HashSet::new();
+    let mut out: Vec<&str> = trials.iter().flat_map(of).collect();
+    out.retain(|name| seen.insert(*name));
     out
 }
 
@@ -173,12 +167,9 @@ impl TrialResult {
 
     /// How busy the GPU was: the program's own figure, else NVML's utilization.
     pub fn busy(&self) -> Option<(f64, &'static str)> {
-        let measured = (self
-            .measured
-            .gpu_busy
-            .map(|b| (b, "as the program measured it")))
-        .or(self.nvml_util_pct.map(|u| (u / 100.0, "NVML utilization")));
-        measured.filter(|_| self.status == Status::Ok)
+        let program = (self.measured.gpu_busy).map(|b| (b, "as the program measured it"));
+        let nvml = self.nvml_util_pct.map(|u| (u / 100.0, "NVML utilization"));
+        program.or(nvml).filter(|_| self.status == Status::Ok)
     }
 
     /// Median data phase over the median step.
@@ -428,11 +419,11 @@ pub const UNDER_FILLED: f64 = 0.70;
 /// The diagnosis of the configuration a user would run: the recommended one (else the fastest).
 pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     let mut out = Vec::new();
-    let ran: Vec<&TrialResult> = trials
+    let mut ran = trials
         .iter()
         .filter(|t| t.status != Status::Skipped)
-        .collect();
-    if !ran.is_empty() && ran.iter().all(|t| t.status == Status::Oom) {
+        .peekable();
+    if ran.peek().is_some() && ran.all(|t| t.status == Status::Oom) {
         let message = "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model";
         return vec![Diagnosis::of(Finding::AllOutOfMemory, message.into())];
     }

@@ -13,7 +13,7 @@ use common::nvml::{Nvml, NvmlKey};
 use crate::nvml::MemoryProbe;
 
 /// One GPU a trial can run on.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Device {
     /// How progress lines and results name it: `GPU 0`.
     pub label: String,
@@ -39,10 +39,7 @@ impl Device {
         Device {
             label: label.to_string(),
             cuda_visible: cuda_visible.to_string(),
-            pci_bus_order: false,
-            probe: None,
-            capability: None,
-            cpus: None,
+            ..Device::default()
         }
     }
 
@@ -62,18 +59,11 @@ pub fn share_cpus(devices: &mut [Device], allowed: &[usize]) {
     if n < 2 || allowed.is_empty() {
         return;
     }
-    if allowed.len() < n {
-        for (i, d) in devices.iter_mut().enumerate() {
-            d.cpus = Some(vec![allowed[i % allowed.len()]]);
-        }
-        return;
-    }
-    let (each, extra) = (allowed.len() / n, allowed.len() % n);
-    let mut rest = allowed;
+    let each = (allowed.len() / n).max(1);
+    let extra = allowed.len().saturating_sub(each * n);
+    let mut cores = allowed.iter().copied().cycle();
     for (i, d) in devices.iter_mut().enumerate() {
-        let (share, after) = rest.split_at(each + usize::from(i < extra));
-        d.cpus = Some(share.to_vec());
-        rest = after;
+        d.cpus = Some(cores.by_ref().take(each + usize::from(i < extra)).collect());
     }
 }
 
@@ -88,21 +78,11 @@ pub fn allowed_cpus() -> Option<Vec<usize>> {
 
 /// `0-7,16-23`: cores as ranges, as taskset and /proc write them.
 pub fn cpu_list(cores: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cores.len() {
-        let mut j = i;
-        while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            cores[i].to_string()
-        } else {
-            format!("{}-{}", cores[i], cores[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
+    let runs = cores.chunk_by(|a, b| *b == a + 1).map(|run| match run {
+        [first, .., last] => format!("{first}-{last}"),
+        _ => run[0].to_string(),
+    });
+    runs.collect::<Vec<_>>().join(",")
 }
 
 /// A GPU the tuner may use, before `--devices` chooses.

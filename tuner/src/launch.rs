@@ -16,8 +16,9 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::process::{spawn_in_group, Exit};
 use serde::Deserialize;
@@ -132,11 +133,9 @@ pub struct PythonProgram {
 impl PythonProgram {
     pub fn of(argv: &[String]) -> Option<PythonProgram> {
         let name = Path::new(argv.first()?).file_name()?.to_str()?;
-        let is_python = name == "python"
-            || name.strip_prefix("python").is_some_and(|v| {
-                !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.')
-            });
-        if !is_python {
+        // `python`, `python3`, `python3.12`.
+        let version = name.strip_prefix("python")?;
+        if !version.chars().all(|c| c.is_ascii_digit() || c == '.') {
             return None;
         }
         let target = match argv.get(1)?.as_str() {
@@ -183,10 +182,7 @@ pub struct Message {
 }
 
 #[derive(Default)]
-struct Events {
-    started: Option<Result<u32, String>>,
-    /// The server is running the program up to its `fork_here()`.
-    preparing: bool,
+struct Exits {
     exited: HashMap<u32, Exit>,
     /// The server is gone: its children are killed with it.
     gone: bool,
@@ -197,7 +193,10 @@ pub struct ForkServer {
     program: PythonProgram,
     server: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
-    events: Arc<(Mutex<Events>, Condvar)>,
+    /// Its lines other than exits, in order: the first (ready or not), then the answers to
+    /// fork requests.
+    answers: Mutex<Receiver<Message>>,
+    exits: Arc<Mutex<Exits>>,
     /// How long the program may take to reach its `fork_here()` (a trial's time limit).
     limit: Duration,
     /// What it said once its imports were done.
@@ -233,76 +232,60 @@ impl ForkServer {
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = std::sync::mpsc::channel();
-        let events: Arc<(Mutex<Events>, Condvar)> = Arc::default();
-        let shared = events.clone();
+        let exits: Arc<Mutex<Exits>> = Arc::default();
+        let shared = exits.clone();
         std::thread::Builder::new()
             .name("fork-server".into())
             .spawn(move || {
-                let mut first = Some(tx);
+                let mut first = true;
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else { break };
                     let Ok(v) = serde_json::from_str::<Message>(&line) else {
                         continue;
                     };
-                    if let Some(tx) = first.take() {
-                        let _ = tx.send(v);
-                        continue;
+                    match v.exited {
+                        // A trial's exit; the first line says whether the parent is ready.
+                        Some(pid) if !first => {
+                            let exit = (v.code.map(Exit::Code)).or(v.signal.map(Exit::Signal));
+                            lock(&shared)
+                                .exited
+                                .insert(pid, exit.unwrap_or(Exit::Code(-1)));
+                        }
+                        _ => {
+                            first = false;
+                            let _ = tx.send(v);
+                        }
                     }
-                    let (m, cv) = &*shared;
-                    let mut ev = lock(m);
-                    ev.preparing |= v.preparing;
-                    if let Some(pid) = v.started {
-                        ev.started = Some(Ok(pid));
-                    } else if let Some(e) = v.error {
-                        ev.started = Some(Err(e));
-                    } else if let Some(pid) = v.exited {
-                        let exit = match (v.code, v.signal) {
-                            (Some(c), _) => Exit::Code(c),
-                            (None, Some(s)) => Exit::Signal(s),
-                            _ => Exit::Code(-1),
-                        };
-                        ev.exited.insert(pid, exit);
-                    }
-                    cv.notify_all();
                 }
-                let (m, cv) = &*shared;
-                lock(m).gone = true;
-                cv.notify_all();
+                lock(&shared).gone = true;
             })
             .map_err(|e| format!("could not start the fork server's reader: {e}"))?;
-        let started = Instant::now();
-        let first = loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(v) => break v,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) if started.elapsed() < limit => {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        return Err(format!(
-                            "the Python parent exited ({status}) before it was ready; see {}",
-                            stderr.display()
-                        ));
-                    }
-                }
-                Err(_) => {
-                    common::process::kill_group(child.id());
-                    let _ = child.wait();
-                    return Err(format!(
+        // Its first line, or the end of its output (it exited), or nothing within the limit.
+        let first = match rx.recv_timeout(limit) {
+            Ok(first) if first.ready => first,
+            answer => {
+                common::process::kill_group(child.id());
+                let status = child.wait();
+                return Err(match (answer, status) {
+                    (Ok(first), _) => first.why.unwrap_or_else(|| "no reason given".into()),
+                    (Err(RecvTimeoutError::Disconnected), Ok(status)) => format!(
+                        "the Python parent exited ({status}) before it was ready; see {}",
+                        stderr.display()
+                    ),
+                    _ => format!(
                         "the Python parent was not ready within {:.0} s",
                         limit.as_secs_f64()
-                    ));
-                }
+                    ),
+                });
             }
         };
-        if !first.ready {
-            common::process::kill_group(child.id());
-            let _ = child.wait();
-            return Err(first.why.unwrap_or_else(|| "no reason given".into()));
-        }
         Ok(ForkServer {
             ready: first,
             program,
             server: Mutex::new(child),
             stdin: Mutex::new(stdin),
-            events,
+            answers: Mutex::new(rx),
+            exits,
             limit,
         })
     }
@@ -327,37 +310,25 @@ impl ForkServer {
         });
         // One request at a time: the answer that comes next is this request's.
         let mut stdin = lock(&self.stdin);
-        let (m, cv) = &*self.events;
-        lock(m).started = None;
+        let answers = lock(&self.answers);
+        // An answer left from a request that timed out is not this one's.
+        while answers.try_recv().is_ok() {}
         writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
-        let mut ev = lock(m);
-        let asked = Instant::now();
-        loop {
-            if let Some(answer) = ev.started.take() {
-                ev.preparing = false;
-                return answer.map_err(std::io::Error::other);
-            }
-            // A fork takes milliseconds; running the program up to its fork_here(), a trial's
-            // time at most.
-            let wait = match ev.preparing {
-                true => self.limit,
-                false => Duration::from_secs(30),
-            };
-            if ev.gone || asked.elapsed() > wait {
-                return Err(std::io::Error::other(
-                    "the Python parent that forks the trials is gone",
-                ));
-            }
-            ev = cv
-                .wait_timeout(ev, Duration::from_millis(100))
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
+        let gone = "the Python parent that forks the trials is gone";
+        // A fork takes milliseconds; running the program up to its fork_here(), a trial's time
+        // at most.
+        let mut answer = answers.recv_timeout(Duration::from_secs(30));
+        if answer.as_ref().is_ok_and(|a| a.preparing) {
+            answer = answers.recv_timeout(self.limit);
         }
+        let answer = answer.map_or(Err(gone.to_string()), |a| {
+            a.started.ok_or(a.error.unwrap_or_default())
+        });
+        answer.map_err(std::io::Error::other)
     }
 
     fn exit_of(&self, pid: u32) -> Option<Exit> {
-        let (m, _) = &*self.events;
-        let ev = lock(m);
+        let ev = lock(&self.exits);
         // The parent died: its trials were killed with it.
         let killed = ev.gone.then_some(Exit::Signal(9));
         ev.exited.get(&pid).copied().or(killed)
@@ -375,9 +346,47 @@ impl Drop for ForkServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     fn argv(line: &str) -> Vec<String> {
         line.split(' ').map(String::from).collect()
+    }
+
+    #[test]
+    fn a_parent_that_is_not_ready_says_why_it_exited_or_that_it_was_late() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A stand-in interpreter that runs `body` whatever it is given.
+        let start = |body: &str, limit: f64| {
+            let interpreter = dir.path().join("python3");
+            std::fs::write(&interpreter, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&interpreter, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let program = PythonProgram {
+                interpreter: interpreter.display().to_string(),
+                target: vec!["train.py".into()],
+            };
+            let log = dir.path().join("server.log");
+            ForkServer::start(program, &log, Duration::from_secs_f64(limit))
+                .err()
+                .unwrap()
+        };
+        let why = start(
+            r#"echo '{"ready": false, "why": "no module named x"}'"#,
+            10.0,
+        );
+        assert_eq!(why, "no module named x");
+        let why = start("exit 3", 10.0);
+        assert!(
+            why.starts_with("the Python parent exited (exit status: 3) before it was ready; see "),
+            "{why}"
+        );
+        let began = Instant::now();
+        let why = start("sleep 30", 0.5);
+        assert_eq!(why, "the Python parent was not ready within 0 s");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "its group killed at the limit"
+        );
     }
 
     #[test]

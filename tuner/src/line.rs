@@ -28,19 +28,17 @@ impl Line {
             .collect();
         sorted.sort_unstable();
         sorted.dedup_by_key(|p| p.0);
-        let &(b1, p1) = sorted.last()?;
-        if let Some(&(b0, p0)) = sorted.iter().rev().nth(1) {
-            let slope = (p1 as f64 - p0 as f64) / (b1 - b0) as f64;
-            if slope > 0.0 {
-                return Some(Line {
-                    fixed_bytes: p1 as f64 - slope * b1 as f64,
-                    bytes_per_sample: slope,
-                });
-            }
-        }
-        Some(Line {
-            fixed_bytes: 0.0,
-            bytes_per_sample: p1 as f64 / b1 as f64,
+        let (b1, p1) = sorted.pop()?;
+        let slope = (sorted.last()).map(|&(b0, p0)| (p1 as f64 - p0 as f64) / (b1 - b0) as f64);
+        Some(match slope.filter(|&s| s > 0.0) {
+            Some(slope) => Line {
+                fixed_bytes: p1 as f64 - slope * b1 as f64,
+                bytes_per_sample: slope,
+            },
+            None => Line {
+                fixed_bytes: 0.0,
+                bytes_per_sample: p1 as f64 / b1 as f64,
+            },
         })
     }
 

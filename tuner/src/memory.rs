@@ -64,11 +64,8 @@ pub struct MemoryParts {
 impl MemoryParts {
     /// The parts of each trial that fit, by ascending batch.
     pub fn of(trials: &[&TrialResult]) -> Vec<MemoryParts> {
-        let mut fitting: Vec<&TrialResult> = trials
-            .iter()
-            .copied()
-            .filter(|r| r.fits() == Some(true))
-            .collect();
+        let mut fitting = trials.to_vec();
+        fitting.retain(|r| r.fits() == Some(true));
         fitting.sort_by_key(|r| r.params.batch_size);
         let mut previous: Option<(usize, u64)> = None;
         fitting
@@ -132,12 +129,9 @@ pub fn memory(
     // One worker count: the sweep's plan is every precision x batch size.
     workers(&settings)?;
     let jobs = crate::config::plan(&settings);
-    let amps = settings.amp.clone();
-    let configured = settings.batch_size;
     let ran = run.ran("memory", &jobs, settings, margin)?;
-    let precisions: Vec<PrecisionMemory> = amps
-        .into_iter()
-        .map(|amp| {
+    let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())
+        .map(|&amp| {
             let of_amp: Vec<&TrialResult> = (ran.trials.iter())
                 .filter(|r| r.params.as_asked().amp == amp)
                 .collect();
@@ -159,15 +153,15 @@ pub fn memory(
             }
         })
         .collect();
-    let amp_advice = amp_advice(&ran.trials);
+    let configured = ran.settings.batch_size;
     let batch_status =
         (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
     Ok(MemoryReport {
         schema: SCHEMA,
+        amp_advice: amp_advice(&ran.trials),
         ran,
         precisions,
         granularity,
-        amp_advice,
         configured_batch: configured,
         batch_status,
     })
@@ -214,9 +208,8 @@ fn gb3(b: u64) -> String {
 fn parts_table(precisions: &[PrecisionMemory]) -> Table {
     // A figure of the model line: not reported without one.
     let model = |f: fn(&ModelRecord) -> Option<u64>| {
-        move |(_, part): &(Precision, &MemoryParts)| match part.model.as_ref() {
-            None => NOT_REPORTED.to_string(),
-            Some(m) => f(m).map(gb3).unwrap_or_else(|| NOT_REPORTED.into()),
+        move |(_, part): &(Precision, &MemoryParts)| {
+            (part.model.as_ref().and_then(f)).map_or_else(|| NOT_REPORTED.into(), gb3)
         }
     };
     Columns::<(Precision, &MemoryParts)>::new()
@@ -282,13 +275,13 @@ pub fn render(r: &MemoryReport) -> String {
     }
     for p in &r.precisions {
         let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
-        let bound = p.first_failing.map_or_else(
-            || {
+        let bound = match p.first_failing {
+            Some(f) => format!("{f} ran out of memory"),
+            None => {
                 "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
                     .into()
-            },
-            |f| format!("{f} ran out of memory"),
-        );
+            }
+        };
         let _ = writeln!(
             o,
             "  largest listed batch that fits {} ({bound}); {}",

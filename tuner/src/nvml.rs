@@ -6,7 +6,7 @@
 //! Sampling misses peaks shorter than its period; the framework's own peak, where the program
 //! reports one, is kept beside this reading.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -129,15 +129,10 @@ impl Watch {
                 .filter(|(pid, _)| is_trials(*pid))
                 .map(|(_, used)| *used)
                 .collect();
-            if ours.is_empty() && !list.is_empty() && self.group_peak.is_none() {
-                self.only_strangers = true;
-            }
-            if ours.iter().any(Option::is_none) {
-                self.unaccounted = true;
-            }
-            let accounted: Vec<u64> = ours.into_iter().flatten().collect();
-            if !accounted.is_empty() {
-                self.group_peak = self.group_peak.max(Some(accounted.iter().sum()));
+            self.only_strangers |= ours.is_empty() && !list.is_empty() && self.group_peak.is_none();
+            self.unaccounted |= ours.contains(&None);
+            if ours.iter().any(Option::is_some) {
+                self.group_peak = self.group_peak.max(Some(ours.iter().flatten().sum()));
             }
         }
         // None is below every reading.
@@ -202,7 +197,8 @@ impl Watch {
 /// Samples a probe every `period` on a thread of its own until finished; what it saw so far
 /// can be read while it runs.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    /// Told, or dropped, it takes one last sample and ends.
+    stop: Sender<()>,
     watch: Arc<Mutex<Watch>>,
     thread: Option<JoinHandle<()>>,
     before: Option<u64>,
@@ -218,16 +214,16 @@ impl Sampler {
         before: Option<u64>,
         start: Instant,
     ) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = std::sync::mpsc::channel();
         let watch = Arc::new(Mutex::new(Watch::default()));
-        let (flag, shared) = (stop.clone(), watch.clone());
+        let shared = watch.clone();
         let thread = std::thread::Builder::new()
             .name("trial-memory".into())
             .spawn(move || {
                 let is_trials = |pid: u32| belongs_to(pid, pgid);
+                // One last sample after the stop, so a short trial is sampled at least once.
+                let mut stopping = false;
                 loop {
-                    // One last sample after the stop, so a short trial is sampled at least once.
-                    let stopping = flag.load(Ordering::Relaxed);
                     let list = probe.processes();
                     let used = probe.device_used();
                     let util = probe.utilization();
@@ -240,7 +236,8 @@ impl Sampler {
                     if stopping {
                         return;
                     }
-                    std::thread::park_timeout(period);
+                    let waited = stopped.recv_timeout(period);
+                    stopping = !matches!(waited, Err(RecvTimeoutError::Timeout));
                 }
             })
             .ok();
@@ -263,11 +260,10 @@ impl Sampler {
     /// Stop and read: the memory reading and the utilization samples. Call right after the
     /// trial's leader exited, before its group is gone from NVML's list for long.
     pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
-        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.stop.send(());
         let why = match self.thread.take() {
             None => "the memory sampler could not start",
             Some(thread) => {
-                thread.thread().unpark();
                 if thread.join().is_ok() {
                     let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
                     return (w.reading(self.before), std::mem::take(&mut w.utilization));

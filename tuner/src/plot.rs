@@ -12,7 +12,6 @@ use plotters::prelude::*;
 use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
-use crate::classify::Status;
 use crate::program::Program;
 use crate::trial::TrialResult;
 
@@ -31,10 +30,10 @@ pub fn lines(trials: &[TrialResult]) -> Vec<Line> {
             out.push((label, Vec::new()));
             out.len() - 1
         });
-        if let (Status::Ok, Some(tp), Some(m)) = (t.status, t.measured.samples_per_s, t.ok_peak()) {
-            out[i]
-                .1
-                .push((t.params.batch_size as f64, tp, m as f64 / 1e9));
+        // A trial that ended OK, with its samples/s and peak.
+        if let (Some(tp), Some(m)) = (t.measured.samples_per_s, t.ok_peak()) {
+            let point = (t.params.batch_size as f64, tp, m as f64 / 1e9);
+            out[i].1.push(point);
         }
     }
     out
@@ -175,6 +174,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::Status;
     use crate::program::{Params, Precision};
 
     fn trial(batch: usize, amp: Precision, status: Status) -> TrialResult {

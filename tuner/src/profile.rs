@@ -170,7 +170,7 @@ pub fn base(out_dir: &Path, model: &str, batch: usize, time: SystemTime) -> Path
 pub fn trace_path(base: &Path) -> PathBuf {
     let mut name = base.as_os_str().to_owned();
     name.push(".pt.trace.json");
-    PathBuf::from(name)
+    name.into()
 }
 
 /// The command a trial runs: the user's, under nsys where nsys profiles.
@@ -229,10 +229,7 @@ pub fn profile(
     let trial = run.one(&run.groups(1)[0], params, 0, Stop::AtExit, &mut results);
     let files = match &profiler {
         Profiler::Nsys(_) => reports_with(base, ".nsys-rep"),
-        Profiler::Torch => vec![trace_path(base)]
-            .into_iter()
-            .filter(|t| t.is_file())
-            .collect(),
+        Profiler::Torch => Vec::from_iter(Some(trace_path(base)).filter(|t| t.is_file())),
     };
     if let Some(why) = failure(&trial, &profiler, base, files.is_empty()) {
         return Err(Error::invalid(why));
@@ -253,15 +250,10 @@ pub fn profile(
 
 /// Why the profile failed, in one line: the trial did not end OK, or nothing was written.
 fn failure(trial: &TrialResult, profiler: &Profiler, base: &Path, none: bool) -> Option<String> {
-    let folder = trial
-        .folder
-        .as_ref()
-        .map_or(String::new(), |f| format!(" (its output: {})", f.display()));
-    let stderr = trial
-        .folder
-        .as_ref()
-        .map(|f| common::process::tail_lines(&f.join("stderr.log"), 200))
-        .unwrap_or_default();
+    let dir = trial.folder.as_deref();
+    let folder = dir.map_or(String::new(), |f| format!(" (its output: {})", f.display()));
+    let stderr = dir.map(|f| common::process::tail_lines(&f.join("stderr.log"), 200));
+    let stderr = stderr.unwrap_or_default();
     if trial.status != Status::Ok {
         let last = stderr.last().map_or("(nothing)", String::as_str);
         let what = match profiler {

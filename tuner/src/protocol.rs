@@ -8,8 +8,7 @@ use common::named::Named;
 use common::stats::Summary;
 
 pub use common::protocol::{
-    step_of, BadLine, DeviceRecord, EndRecord, Metrics, ModelRecord, ReportFile, ReportHealth,
-    StepRecord,
+    step_of, DeviceRecord, EndRecord, Metrics, ModelRecord, ReportFile, ReportHealth, StepRecord,
 };
 
 /// Where a trial's samples/s came from.
@@ -103,57 +102,44 @@ impl Measured {
         let ms = |f: &dyn Fn(&StepRecord) -> Option<f64>| -> Option<Summary> {
             let v: Vec<f64> = measured.iter().filter_map(f).map(|s| s * 1e3).collect();
             // A phase some steps lack is not summarized from the others: it would mislead.
-            if v.len() == measured.len() {
-                Summary::of(&v)
-            } else {
-                None
-            }
+            (v.len() == measured.len())
+                .then(|| Summary::of(&v))
+                .flatten()
         };
-        let (source, samples_per_s) = if !measured.is_empty() {
-            let samples: u64 = measured.iter().map(|s| s.samples).sum();
-            let seconds: f64 = measured.iter().map(|s| s.step_s).sum();
-            (ThroughputSource::Protocol, Some(samples as f64 / seconds))
-        } else if report.steps.is_empty() {
-            match wall {
-                Some((samples, secs)) if samples > 0 && secs > 0.0 => {
-                    (ThroughputSource::WallClock, Some(samples as f64 / secs))
-                }
-                _ => (ThroughputSource::None, None),
+        let (source, samples_per_s) = match wall {
+            _ if !measured.is_empty() => {
+                let samples: u64 = measured.iter().map(|s| s.samples).sum();
+                let seconds: f64 = measured.iter().map(|s| s.step_s).sum();
+                (ThroughputSource::Protocol, Some(samples as f64 / seconds))
             }
-        } else {
-            // It reported, but only warmup steps: no honest figure.
-            (ThroughputSource::None, None)
+            Some((samples, secs)) if report.steps.is_empty() && samples > 0 && secs > 0.0 => {
+                (ThroughputSource::WallClock, Some(samples as f64 / secs))
+            }
+            // Nothing to go on; or it reported, but only warmup steps: no honest figure.
+            _ => (ThroughputSource::None, None),
         };
-        let framework_peak_bytes = report
-            .steps
-            .iter()
-            .filter_map(|s| s.peak_memory_bytes)
-            .chain(report.end.as_ref().and_then(|e| e.peak_memory_bytes))
+        let from_steps = source == ThroughputSource::Protocol;
+        let (steps, end) = (&report.steps, report.end.as_ref());
+        let framework_peak_bytes = (steps.iter().filter_map(|s| s.peak_memory_bytes))
+            .chain(end.and_then(|e| e.peak_memory_bytes))
             .max();
-        let program_samples_per_s = report.end.as_ref().and_then(|e| e.samples_per_s);
-        let clock = clock_rates(&report.steps, warmup, arrivals)
-            .filter(|_| source == ThroughputSource::Protocol);
-        let against = |theirs: Option<f64>| match (samples_per_s, theirs) {
-            (Some(ours), Some(theirs)) if theirs > 0.0 && source == ThroughputSource::Protocol => {
-                Some(ours / theirs - 1.0)
-            }
-            _ => None,
-        };
+        let program_samples_per_s = end.and_then(|e| e.samples_per_s);
+        let clock = clock_rates(steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();
-        let lines = report.steps.iter().map(|s| &s.metrics);
-        for line in lines.chain(report.end.as_ref().map(|e| &e.metrics)) {
-            for (name, value) in line.iter() {
-                metrics.set(name, *value);
-            }
+        let lines = (steps.iter().map(|s| &s.metrics)).chain(end.map(|e| &e.metrics));
+        for (name, value) in lines.flat_map(Metrics::iter) {
+            metrics.set(name, *value);
         }
-        let program_difference = against(program_samples_per_s);
+        let program_difference = (samples_per_s.zip(program_samples_per_s))
+            .filter(|&(_, theirs)| theirs > 0.0 && from_steps)
+            .map(|(ours, theirs)| ours / theirs - 1.0);
         let clock_samples_per_s = clock.map(|(tuner, _)| tuner);
         let clock_difference = clock.map(|(tuner, program)| program / tuner - 1.0);
         Measured {
             source,
             samples_per_s,
-            reported_steps: report.steps.len(),
-            warmup_steps: warmup.min(report.steps.len()),
+            reported_steps: steps.len(),
+            warmup_steps: warmup.min(steps.len()),
             step_ms: ms(&|s| Some(s.step_s)),
             data_ms: ms(&|s| s.data_s),
             forward_ms: ms(&|s| s.forward_s),
@@ -167,7 +153,7 @@ impl Measured {
             device: report.device.clone(),
             gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
                 .map(|m| m.median)
-                .or(report.end.as_ref().and_then(|e| e.gpu_busy)),
+                .or(end.and_then(|e| e.gpu_busy)),
             model: report.model,
             metrics,
         }

@@ -92,14 +92,11 @@ pub enum BatchStatus {
 }
 
 pub fn status(configured: usize, t: &Tiers) -> BatchStatus {
-    if configured > t.maximum {
-        BatchStatus::TooBig
-    } else if configured > t.recommended {
-        BatchStatus::Tight
-    } else if configured * 4 < t.recommended {
-        BatchStatus::Wasteful
-    } else {
-        BatchStatus::FitsWell
+    match configured {
+        c if c > t.maximum => BatchStatus::TooBig,
+        c if c > t.recommended => BatchStatus::Tight,
+        c if c * 4 < t.recommended => BatchStatus::Wasteful,
+        _ => BatchStatus::FitsWell,
     }
 }
 

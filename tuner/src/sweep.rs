@@ -45,14 +45,10 @@ pub struct ThroughputCheck {
 pub fn throughput_check(trials: &[TrialResult]) -> ThroughputCheck {
     let agreement = |difference: fn(&TrialResult) -> Option<f64>| {
         // The differences are set only for a samples/s from step lines.
-        let compared: Vec<(&TrialResult, f64)> = trials
-            .iter()
-            .filter(|r| r.status == Status::Ok)
-            .filter_map(|r| Some((r, difference(r)?)))
-            .collect();
-        let &(worst, d) = compared
-            .iter()
-            .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))?;
+        let ok = trials.iter().filter(|r| r.status == Status::Ok);
+        let compared: Vec<(&TrialResult, f64)> =
+            ok.filter_map(|r| Some((r, difference(r)?))).collect();
+        let &(worst, d) = (compared.iter()).max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))?;
         Some(Agreement {
             trials_compared: compared.len(),
             worst_difference: d,

@@ -828,37 +828,44 @@ runpy.run_path({fake:?}, run_name="__main__")
     (o, report, builds, entries)
 }
 
+/// [fork_here_sweep] where every trial must run: the tuner exits 0, the program is built once,
+/// and each trial is OK. Its report, the build and the fake's log entries.
+fn fork_here_sweep_runs(name: &str, vars: &[(&str, &str)]) -> (Value, Value, Vec<Value>) {
+    let (o, report, builds, entries) = fork_here_sweep(name, vars);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(builds.len(), 1, "built once: {builds:?}");
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    for t in report["trials"].as_array().unwrap() {
+        assert_eq!(t["status"], "OK", "{t}");
+    }
+    (report, builds[0].clone(), entries)
+}
+
 /// A program that calls perf_lessons.fork_here() is run once up to there: what it builds above
 /// the call is built once, with no PERF_LESSONS_ variables, and each trial is forked from that
 /// point with its own arguments and environment. Where the program fails before it gets there,
 /// each trial runs it from the top and fails as it would alone.
 #[test]
 fn a_program_that_calls_fork_here_builds_once() {
-    let (o, report, builds, entries) = fork_here_sweep("fork-here", &[]);
-    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let (report, build, entries) = fork_here_sweep_runs("fork-here", &[]);
     let launch = report["launch"].as_str().unwrap();
     assert!(
         launch.ends_with("and ran the program once up to its fork_here()"),
         "{launch}"
     );
-    assert_eq!(builds.len(), 1, "built once: {builds:?}");
-    assert_eq!(builds[0]["batch"], "8", "with the first trial's arguments");
+    assert_eq!(build["batch"], "8", "with the first trial's arguments");
     assert_eq!(
-        builds[0]["report"],
+        build["report"],
         Value::Null,
         "and no PERF_LESSONS_ variables"
     );
-    assert_eq!(entries.len(), 3, "{entries:?}");
     let mut pids = std::collections::BTreeSet::new();
     for (i, e) in entries.iter().enumerate() {
         assert_eq!(e["pid"], e["pgid"], "a process group of its own");
-        assert_ne!(e["pid"], builds[0]["pid"]);
+        assert_ne!(e["pid"], build["pid"]);
         assert!(pids.insert(e["pid"].as_u64().unwrap()), "{entries:?}");
         assert_eq!(e["args"]["batch_size"], 8 * (i + 1));
         assert_eq!(e["env"]["PERF_LESSONS_TRIAL"], i.to_string());
-    }
-    for t in report["trials"].as_array().unwrap() {
-        assert_eq!(t["status"], "OK", "{t}");
     }
 
     // Failing before fork_here(): each trial runs the program from the top, and says why.
@@ -879,24 +886,14 @@ fn a_program_that_calls_fork_here_builds_once() {
 /// runs would wait for ever.
 #[test]
 fn trials_forked_after_openmp_ran_run_it_again() {
-    let (o, report, builds, entries) = fork_here_sweep("fork-here-openmp", &[("FAKE_OPENMP", "1")]);
-    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    assert_eq!((builds.len(), entries.len()), (1, 3));
-    for t in report["trials"].as_array().unwrap() {
-        assert_eq!(t["status"], "OK", "{t}");
-    }
+    fork_here_sweep_runs("fork-here-openmp", &[("FAKE_OPENMP", "1")]);
 }
 
 /// Building what is above fork_here() may take longer than a fork is waited for (30 s): the
 /// first trial waits for it.
 #[test]
 fn a_build_before_fork_here_longer_than_a_fork_is_waited_for() {
-    let (o, report, builds, entries) = fork_here_sweep("fork-here-slow", &[("FAKE_BUILD_S", "32")]);
-    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
-    assert_eq!((builds.len(), entries.len()), (1, 3));
-    for t in report["trials"].as_array().unwrap() {
-        assert_eq!(t["status"], "OK", "{t}");
-    }
+    fork_here_sweep_runs("fork-here-slow", &[("FAKE_BUILD_S", "32")]);
 }
 
 /// `tuner autobatch --json ab.json ...` on the fake; the JSON report.

@@ -84,9 +84,9 @@ def loss_of(net, ids):
 def main(argv=None):
     args = parse_args(argv)
     net = model(args.model, args.seq_len)
-    started = STARTED
-    if fork_here():  # under the tuner, each trial starts here: the model above is built once
-        started = time.perf_counter()
+    # Under the tuner each trial starts here, forked (the script must call fork_here itself):
+    # the model above is built once.
+    started = time.perf_counter() if fork_here() else STARTED
     args = parse_args(argv)  # the trial's own
     torch, report = setup("train_lm.py", args)
     vocab_size = SHAPES[args.model]["vocab_size"]

@@ -123,8 +123,8 @@ def fork_here():
 
 
 def setup(program, args):
-    """After the model is built on the CPU: torch imported and seeded, the GPU's share set and the device
-    line reported. Returns (torch, report)."""
+    """After the model is built on the CPU: torch imported and seeded, the GPU's share set and
+    the device line reported. Returns (torch, report)."""
     import torch
 
     report = Report()

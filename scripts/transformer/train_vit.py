@@ -19,7 +19,8 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 
 # limit_memory and loader are lightning_vit.py's too
-from train_loop import add_training_args, fork_here, limit_memory, loader, setup, train  # noqa: E402,F401,E501
+from train_loop import (add_training_args, fork_here, limit_memory, loader,  # noqa: E402,F401
+                        setup, train)
 
 
 def parse_args(argv=None):
@@ -57,9 +58,9 @@ def model(name):
 def main(argv=None):
     args = parse_args(argv)
     net = model(args.model)
-    started = STARTED
-    if fork_here():  # under the tuner, each trial starts here: the model above is built once
-        started = time.perf_counter()
+    # Under the tuner each trial starts here, forked (the script must call fork_here itself):
+    # the model above is built once.
+    started = time.perf_counter() if fork_here() else STARTED
     args = parse_args(argv)  # the trial's own
     torch, report = setup("train_vit.py", args)
     loss_fn = torch.nn.CrossEntropyLoss()

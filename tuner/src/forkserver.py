@@ -8,11 +8,12 @@ context (created by the program after the fork), its own environment, files and 
 runs the script as `python3 SCRIPT ARGS` would, as `__main__`.
 
 A program whose script (or module run) calls `fork_here()` (perf_lessons.fork_here, or the
-same two lines by hand) is run further: at the first request the server runs it as that trial would, but with no
-PERF_LESSONS_ variables, up to its `fork_here()`, and forks every trial from there. The child
-returns from `fork_here()` as the trial's process, with its own arguments and environment, so
-what the program built above it (a model on the CPU, a dataset read) is built once. Where the
-program ends or fails before it gets there, the trials run it from the top, as above.
+same lines by hand) is run further: at the first request the server runs it as that trial
+would, but with no PERF_LESSONS_ variables, up to its `fork_here()`, and forks every trial from
+there. The child returns from `fork_here()` as the trial's process, with its own arguments and
+environment, so what the program built above it (a model on the CPU, a dataset read) is built
+once. Where the program ends or fails before it gets there, the trials run it from the top, as
+above.
 
 Protocol on stdin/stdout, one JSON object per line:
   server -> tuner: {"ready": true, "imported": [...], "failed": [...], "seconds": 9.8,
@@ -61,8 +62,8 @@ def read_source(path):
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
         elif isinstance(node, ast.Call):
-            f = node.func
-            forks |= getattr(f, "id", None) == "fork_here" or getattr(f, "attr", None) == "fork_here"
+            called = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+            forks |= called == "fork_here"
     return names, forks
 
 
@@ -89,12 +90,13 @@ def cuda_initialized():
 def preload(source, home):
     """Import what `source` imports; follow the program's own modules (files under `home`).
     Also whether `source` itself calls `fork_here()`."""
-    imported, failed, seen = [], [], set()
+    imported, failed, seen, forks = [], [], set(), None
     queue = [source]
-    forks = read_source(source)[1]
     while queue:
         path = queue.pop(0)
-        for name in read_source(path)[0]:
+        names, calls = read_source(path)
+        forks = calls if forks is None else forks  # the script's own call, not its modules'
+        for name in names:
             if name in seen or name == "__main__":
                 continue
             seen.add(name)
@@ -151,7 +153,6 @@ def release_openmp():
             pass
 
 
-IN_CHILD = False
 IN_CHILD = False
 
 

@@ -143,41 +143,21 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
     format.edit(text, &edits).map(|e| e.text)
 }
 
-/// A config file to write the answer into, and where in it.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub path: PathBuf,
-    pub format: Format,
-    pub keys: Keys,
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))
 }
 
-impl Target {
-    pub fn new(path: PathBuf, keys: Keys) -> Result<Target, String> {
-        Ok(Target {
-            format: Format::of(&path)?,
-            path,
-            keys,
-        })
-    }
-
-    fn read(&self) -> Result<String, String> {
-        std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("{}: cannot read the config: {e}", self.path.display()))
-    }
-
-    /// The file's text with the answer in it, and what was set.
-    fn edited(&self, text: &str, batch: usize, accumulation: usize) -> Result<Edited, String> {
-        self.format
-            .edit(text, &self.keys.edits(batch, accumulation))
-            .map_err(|e| format!("{}: {e}", self.path.display()))
-    }
+/// The config `path`'s text with the answer at `keys`, and what was set.
+fn edited(path: &Path, keys: &Keys, text: &str, b: usize, a: usize) -> Result<Edited, String> {
+    (Format::of(path)?.edit(text, &keys.edits(b, a)))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Fail early (before any GPU time is spent) when the answer cannot be written: a file that
 /// cannot be read, parsed or written, a key path that cannot be set.
-pub fn check_writable(target: &Target) -> Result<(), String> {
-    let path = &target.path;
-    let text = target.read()?;
+pub fn check_writable(path: &Path, keys: &Keys) -> Result<(), String> {
+    let text = read(path)?;
     if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
         return Err(format!(
             "{}: the config is read-only; make it writable or leave out --write",
@@ -195,7 +175,7 @@ pub fn check_writable(target: &Target) -> Result<(), String> {
             )
         })?;
     // Every key the answer may set, set in a copy.
-    target.edited(&text, 1, 2).map(|_| ())
+    edited(path, keys, &text, 1, 2).map(|_| ())
 }
 
 /// What `--write` did.
@@ -208,10 +188,14 @@ pub struct Written {
 }
 
 /// Save `FILE.bak`, then rewrite the file with the answer in it.
-pub fn write_config(target: &Target, batch: usize, accumulation: usize) -> Result<Written, String> {
-    let path = &target.path;
-    let text = target.read()?;
-    let edited = target.edited(&text, batch, accumulation)?;
+pub fn write_config(
+    path: &Path,
+    keys: &Keys,
+    batch: usize,
+    accumulation: usize,
+) -> Result<Written, String> {
+    let text = read(path)?;
+    let edited = edited(path, keys, &text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
     let backup = PathBuf::from(backup);
@@ -601,18 +585,18 @@ my_own_key = "kept"
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("run.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
-        let target = |path: PathBuf| Target::new(path, Keys::tuner_config()).unwrap();
-        check_writable(&target(cfg.clone())).unwrap();
+        let keys = Keys::tuner_config();
+        check_writable(&cfg, &keys).unwrap();
         let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
         perms.set_readonly(true);
         std::fs::set_permissions(&cfg, perms).unwrap();
-        let e = check_writable(&target(cfg.clone())).unwrap_err();
+        let e = check_writable(&cfg, &keys).unwrap_err();
         assert!(e.contains("read-only") || e.contains("cannot write"), "{e}");
-        let e = check_writable(&target(dir.join("missing.toml"))).unwrap_err();
+        let e = check_writable(&dir.join("missing.toml"), &keys).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
         let through = dir.join("through.toml");
         std::fs::write(&through, "training = 3\n").unwrap();
-        let e = check_writable(&target(through.clone())).unwrap_err();
+        let e = check_writable(&through, &keys).unwrap_err();
         assert!(e.contains("through.toml: 'training' is a scalar"), "{e}");
         assert_eq!(std::fs::read_to_string(&through).unwrap(), "training = 3\n");
         let _ = std::fs::remove_dir_all(dir);

@@ -4,12 +4,20 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A dotted key path: `training.batch_size`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A dotted key path: `training.batch_size`; in JSON, its text.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub struct KeyPath(Vec<String>);
+
+impl TryFrom<String> for KeyPath {
+    type Error = String;
+    fn try_from(s: String) -> Result<KeyPath, String> {
+        KeyPath::parse(&s)
+    }
+}
 
 impl KeyPath {
     pub fn parse(s: &str) -> Result<KeyPath, String> {

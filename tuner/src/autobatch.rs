@@ -325,7 +325,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
 
     // Confirm the candidate, unless a round of the search did, as many times as asked; step
     // down until a size holds that often.
-    let g = o.granularity;
+    let (g, need) = (o.granularity, o.confirm_runs);
+    let floor = first_index(g);
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
     // How often each size (its index) held, counting the search's rounds run as confirmations.
     let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
@@ -334,24 +335,51 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             *runs_held.entry(index_below(g, b)).or_default() += 1;
         }
     }
-    let need = o.confirm_runs;
-    // The largest size that held as often as asked and never failed; the largest above it that
-    // held, not yet often enough.
-    let standing = |runs: &BTreeMap<usize, usize>, failed: &[usize], enough: bool| {
-        (runs.iter())
-            .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-            .map(|(&at, _)| at)
-            .max()
-    };
-    let mut held = standing(&runs_held, &failed, true);
-    let again = |held: Option<usize>, runs: &BTreeMap<usize, usize>, failed: &[usize]| {
-        standing(runs, failed, false).filter(|&p| held.is_none_or(|h| p > h))
-    };
-    let mut candidate = again(held, &runs_held, &failed)
-        .or((!found.confirmed()).then(|| index_below(g, found.maximum)));
-    let mut step = 1;
-    let floor = first_index(g);
-    while let Some(at) = candidate {
+    // The index of the last size confirmed after the search, and how far the next steps down.
+    let (mut last, mut step) = (None, 1);
+    let held = loop {
+        // The largest size that held as often as asked and never failed; the largest above it
+        // that held, not yet often enough; the smallest above the first that failed.
+        let standing = |enough: bool| {
+            (runs_held.iter())
+                .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
+                .map(|(&at, _)| at)
+                .max()
+        };
+        let held = standing(true);
+        let again = standing(false).filter(|&p| held.is_none_or(|h| p > h));
+        let smallest_failed = (failed.iter())
+            .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
+            .map(|&b| index_below(g, b).max(floor))
+            .min();
+        let at = match (again, held, last) {
+            (Some(p), _, _) => p,
+            (None, _, None) if !found.confirmed() => index_below(g, found.maximum),
+            (None, Some(h), Some(_)) => match smallest_failed {
+                Some(f) if f > h + 1 => h + (f - h) / 2,
+                _ => break h,
+            },
+            (None, held, None) => break held.expect("a size held in a round of the search"),
+            (None, None, Some(at)) if at <= floor => {
+                return Err(Error::invalid(format!(
+                    "no batch held for {} steps{}: even {} {} in its confirmation run",
+                    o.confirm_steps,
+                    match need {
+                        1 => String::new(),
+                        n => format!(" in {n} runs"),
+                    },
+                    size_at(g, at),
+                    confirmations
+                        .last()
+                        .map_or("ran out of memory", |c| c.trial.misfit())
+                )))
+            }
+            (None, None, Some(at)) => {
+                let next = at.saturating_sub(step).max(floor);
+                step *= 2;
+                next
+            }
+        };
         let batch = size_at(g, at);
         let r = run.one(
             group,
@@ -361,43 +389,13 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             &mut results,
         );
         let c = Confirmation::of(r, None)?;
-        let fits = c.held;
-        confirmations.push(c);
-        match fits {
+        match c.held {
             true => *runs_held.entry(at).or_default() += 1,
             false => failed.push(batch),
         }
-        held = standing(&runs_held, &failed, true);
-        let smallest_failed = failed
-            .iter()
-            .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
-            .map(|&b| index_below(g, b).max(floor))
-            .min();
-        candidate = match (again(held, &runs_held, &failed), held, smallest_failed) {
-            (Some(p), _, _) => Some(p),
-            (None, Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
-            (None, Some(_), _) => None,
-            (None, None, _) if at <= floor => {
-                return Err(Error::invalid(format!(
-                    "no batch held for {} steps{}: even {batch} {} in its confirmation run",
-                    o.confirm_steps,
-                    match need {
-                        1 => String::new(),
-                        n => format!(" in {n} runs"),
-                    },
-                    confirmations
-                        .last()
-                        .map_or("ran out of memory", |c| c.trial.misfit())
-                )))
-            }
-            (None, None, _) => {
-                let next = at.saturating_sub(step).max(floor);
-                step *= 2;
-                Some(next)
-            }
-        };
-    }
-    let held = held.expect("a size held: in a round of the search or after it");
+        confirmations.push(c);
+        last = Some(at);
+    };
     let maximum = size_at(g, held);
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
     // The confirmation that held the answer last, the others in the order they ran.

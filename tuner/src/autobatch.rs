@@ -282,6 +282,20 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         ..Params::default()
     };
     let mut results = run.begin("autobatch", None)?;
+    // A round of sizes, from trial number `first`, as the search's trials or (`confirming`)
+    // as confirmations; in the round's order, whichever ended first, so that the search goes
+    // the same way each time.
+    let mut run_round = |sizes: &[usize], first: usize, confirming: bool| {
+        let (steps, stop) = match confirming {
+            true => (o.confirm_steps, Stop::AfterSteps),
+            false => (SEARCH_STEPS, Stop::WhenSteady),
+        };
+        let jobs: Vec<Params> = sizes.iter().map(|&b| params(b, steps)).collect();
+        match jobs.as_slice() {
+            [one] => Ok(vec![run.one(group, one, first, stop, &mut results)]),
+            several => run.several(several, first, stop, &mut results),
+        }
+    };
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();
@@ -301,18 +315,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         // A round likely to hold the answer runs as confirmations: its largest size that
         // held needs no run of its own.
         let confirming = search.confirming();
-        let (steps, stop) = match confirming {
-            true => (o.confirm_steps, Stop::AfterSteps),
-            false => (SEARCH_STEPS, Stop::WhenSteady),
-        };
-        let jobs: Vec<Params> = round.iter().map(|&b| params(b, steps)).collect();
-        let first = trials.len() + confirmations.len();
-        // In the round's order, whichever ended first: the search goes the same way each time.
-        let done = match jobs.as_slice() {
-            [one] => vec![run.one(group, one, first, stop, &mut results)],
-            several => run.several(several, first, stop, &mut results)?,
-        };
-        for r in done {
+        for r in run_round(&round, trials.len() + confirmations.len(), confirming)? {
             let answer = probe(&r, confirming)?;
             match search.record(r.params.batch_size, answer) {
                 true => confirmations.push(Confirmation::of(r, Some(rounds))?),
@@ -381,14 +384,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             }
         };
         let batch = size_at(g, at);
-        let r = run.one(
-            group,
-            &params(batch, o.confirm_steps),
-            trials.len() + confirmations.len(),
-            Stop::AfterSteps,
-            &mut results,
-        );
-        let c = Confirmation::of(r, None)?;
+        let first = trials.len() + confirmations.len();
+        let c = Confirmation::of(run_round(&[batch], first, true)?.remove(0), None)?;
         match c.held {
             true => *runs_held.entry(at).or_default() += 1,
             false => failed.push(batch),

@@ -28,6 +28,7 @@ use toml_edit::{value, Item, Table};
 pub use self::keys::KeyPath;
 use self::keys::{not_there, Absent, Edit, Edited};
 use self::toml::{parse as parse_doc, set_keeping_comments};
+use crate::text::read_text;
 
 /// Where the answer goes: the batch size's key path and, where the file keeps them, the
 /// accumulation steps'.
@@ -143,11 +144,6 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
     format.edit(text, &edits).map(|e| e.text)
 }
 
-fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))
-}
-
 /// The config `path`'s text with the answer at `keys`, and what was set.
 fn edited(path: &Path, keys: &Keys, text: &str, b: usize, a: usize) -> Result<Edited, String> {
     (Format::of(path)?.edit(text, &keys.edits(b, a)))
@@ -157,7 +153,7 @@ fn edited(path: &Path, keys: &Keys, text: &str, b: usize, a: usize) -> Result<Ed
 /// Fail early (before any GPU time is spent) when the answer cannot be written: a file that
 /// cannot be read, parsed or written, a key path that cannot be set.
 pub fn check_writable(path: &Path, keys: &Keys) -> Result<(), String> {
-    let text = read(path)?;
+    let text = read_text(path, "the config")?;
     if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
         return Err(format!(
             "{}: the config is read-only; make it writable or leave out --write",
@@ -194,7 +190,7 @@ pub fn write_config(
     batch: usize,
     accumulation: usize,
 ) -> Result<Written, String> {
-    let text = read(path)?;
+    let text = read_text(path, "the config")?;
     let edited = edited(path, keys, &text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
@@ -307,12 +303,10 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
 
 /// Add or update an entry in the team file (created when missing).
 pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        read => read,
+    let text = match path.try_exists() {
+        Ok(false) => String::new(),
+        _ => read_text(path, "the team file")?,
     };
-    let text =
-        text.map_err(|err| format!("{}: cannot read the team file: {err}", path.display()))?;
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
     common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
@@ -387,8 +381,7 @@ pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
 
 /// Every entry of a team file.
 pub fn read_team(path: &Path) -> Result<Vec<TeamEntry>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the team file: {e}", path.display()))?;
+    let text = read_text(path, "the team file")?;
     read_team_text(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -7,15 +7,16 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, TableLike};
 #[cfg(test)]
 use super::keys::KeyPath;
 use super::keys::{index, set, Edit, Edited, Kind, Node};
+use crate::text::line_of;
 
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
         let message = err.message().trim().replace('\n', " ");
         match err.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("not valid TOML: line {line}: {message}")
-            }
+            Some(span) => format!(
+                "not valid TOML: line {}: {message}",
+                line_of(text, span.start)
+            ),
             None => format!("not valid TOML: {message}"),
         }
     })

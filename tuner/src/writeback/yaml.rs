@@ -20,13 +20,12 @@ use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
 use super::keys::{index, set, Absent, Edit, Edited, Kind, Node};
+use crate::text::line_of;
 
 /// `message` at byte `at` of `text`, as `line N: message` on one line: the parser's first
 /// sentence says what is wrong; its hints after it name the character found, a line break too.
 fn at_line(text: &str, at: u32, message: &str) -> String {
-    let line = text
-        .get(..at as usize)
-        .map_or(1, |before| before.matches('\n').count() + 1);
+    let line = line_of(text, at as usize);
     let message = message.split(". ").next().unwrap_or(message);
     let message = message.replace('\n', "\\n").replace('\r', "\\r");
     let mut m = message.chars();

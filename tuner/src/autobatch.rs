@@ -299,11 +299,9 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();
-    let width = if one_model {
-        (run.devices.len() / run.ranks).max(1)
-    } else {
-        1
-    };
+    let width = one_model
+        .then(|| run.devices.len() / run.ranks)
+        .map_or(1, |w| w.max(1));
     let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
     let mut rounds = 0;
     loop {

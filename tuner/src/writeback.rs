@@ -72,9 +72,11 @@ impl Keys {
     }
 }
 
+/// A format's editor: the file's text with the edits made, and what was set.
+type Editor = fn(&str, &[Edit]) -> Result<Edited, String>;
+
 /// The formats the answer can be written into, by the file's extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Toml,
     Yaml,
@@ -98,18 +100,15 @@ impl Format {
         }
     }
 
-    /// The file as plain values, as the framework reads it.
-    fn tree(self, text: &str) -> Result<serde_json::Value, String> {
-        match self {
-            Format::Toml => toml::tree(text),
-            Format::Yaml => yaml::tree(text),
-            Format::Json => json::tree(text),
-        }
-    }
-
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
+        // The file as plain values, as the framework reads it; the format's editor.
+        let (tree, edit): (fn(&str) -> _, Editor) = match self {
+            Format::Toml => (toml::tree, toml::edit),
+            Format::Yaml => (yaml::tree, yaml::edit),
+            Format::Json => (json::tree, json::edit),
+        };
         if edits.iter().any(|e| e.absent == Absent::Refuse) {
-            let tree = self.tree(text)?;
+            let tree = tree(text)?;
             if let Some(e) = edits
                 .iter()
                 .find(|e| e.absent == Absent::Refuse && e.key.get(&tree).is_none())
@@ -117,11 +116,7 @@ impl Format {
                 return Err(not_there(e.key, &tree));
             }
         }
-        match self {
-            Format::Toml => toml::edit(text, edits),
-            Format::Yaml => yaml::edit(text, edits),
-            Format::Json => json::edit(text, edits),
-        }
+        edit(text, edits)
     }
 }
 

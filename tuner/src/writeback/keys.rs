@@ -68,17 +68,13 @@ pub fn key_paths(tree: &Value) -> Vec<String> {
             .enumerate()
             .map(|(i, v)| (i.to_string(), v))
             .collect(),
-        _ => Vec::new(),
+        _ => return Vec::new(),
     };
-    let mut out = Vec::new();
-    for (k, v) in children {
-        let below = key_paths(v);
-        out.extend(below.iter().map(|p| format!("{k}.{p}")));
-        if below.is_empty() {
-            out.push(k);
-        }
-    }
-    out
+    let paths = |(k, v): (String, &Value)| match key_paths(v) {
+        below if below.is_empty() => vec![k],
+        below => below.iter().map(|p| format!("{k}.{p}")).collect(),
+    };
+    children.into_iter().flat_map(paths).collect()
 }
 
 /// The refusal of a key path that is not in the file: it names the (at most three) nearest

@@ -72,8 +72,8 @@ impl Keys {
     }
 }
 
-/// A format's editor: the file's text with the edits made, and what was set.
-type Editor = fn(&str, &[Edit]) -> Result<Edited, String>;
+/// A format's editor of one key path ([Format::edit]).
+type Editor = fn(&str, &Edit) -> Result<Option<String>, String>;
 
 /// The formats the answer can be written into, by the file's extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,8 @@ impl Format {
     }
 
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
-        // The file as plain values, as the framework reads it; the format's editor.
+        // The file as plain values, as the framework reads it; the text with one edit made,
+        // None where its key is missing and only to be set where present.
         let (tree, edit): (fn(&str) -> _, Editor) = match self {
             Format::Toml => (toml::tree, toml::edit),
             Format::Yaml => (yaml::tree, yaml::edit),
@@ -116,7 +117,17 @@ impl Format {
                 return Err(not_there(e.key, &tree));
             }
         }
-        edit(text, edits)
+        let mut out = Edited {
+            text: text.to_string(),
+            written: Vec::new(),
+        };
+        for e in edits {
+            if let Some(text) = edit(&out.text, e)? {
+                out.text = text;
+                out.written.push((e.key.to_string(), e.value));
+            }
+        }
+        Ok(out)
     }
 }
 

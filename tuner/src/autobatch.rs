@@ -38,7 +38,7 @@ use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
 use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, Run};
 use crate::search::{Found, Probe, Search};
 use crate::trial::{Stop, TrialResult};
-use crate::writeback::{self, KeyPath, Keys, Overrides, Target, TeamEntry, Written};
+use crate::writeback::{self, KeyPath, Keys, Overrides, TeamEntry, Written};
 
 pub const SCHEMA: &str = "tuner-autobatch/2";
 
@@ -49,8 +49,9 @@ pub const SCHEMA: &str = "tuner-autobatch/2";
 pub const SEARCH_WARMUP: usize = 0;
 pub const SEARCH_STEPS: usize = 6;
 
-/// What the user asks of the finder.
-#[derive(Debug, Clone)]
+/// What the user asks of the finder; a Slurm plan keeps them as resolved and checked where the
+/// finder was asked for, and reads them back on the node that runs it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Options {
     pub start: usize,
     pub granularity: Granularity,
@@ -58,35 +59,29 @@ pub struct Options {
     pub confirm_steps: usize,
     /// Fresh runs the answer must hold in, one after the other (a failed one counts the size
     /// as not fitting).
+    #[serde(default = "crate::config::one")]
     pub confirm_runs: usize,
     pub effective_batch: Option<usize>,
     /// Write the answer into this config.
-    pub write: Option<Target>,
+    pub write: Option<PathBuf>,
     /// The answer's key paths, in the written file and in the printed overrides.
+    #[serde(flatten, with = "SavedKeys")]
     pub keys: Keys,
     pub team: Option<PathBuf>,
     /// The team entry's model (default: the script's name).
     pub model_name: Option<String>,
 }
 
-/// [Options] as a Slurm plan keeps them: resolved and checked where the finder was asked for,
-/// read back as they were on the node that runs it.
+/// [Keys] as a plan keeps them, beside the other options.
 #[derive(Serialize, Deserialize)]
-struct Saved {
-    start: usize,
-    granularity: Granularity,
-    margin: Option<f64>,
-    confirm_steps: usize,
-    #[serde(default = "crate::config::one")]
-    confirm_runs: usize,
-    effective_batch: Option<usize>,
-    write: Option<PathBuf>,
-    batch_key: String,
-    accumulation_key: Option<String>,
+#[serde(remote = "Keys")]
+struct SavedKeys {
+    #[serde(rename = "batch_key")]
+    batch_size: KeyPath,
+    #[serde(rename = "accumulation_key")]
+    accumulation: Option<KeyPath>,
     #[serde(default)]
     new_keys: bool,
-    team: Option<PathBuf>,
-    model_name: Option<String>,
 }
 
 impl Options {
@@ -94,49 +89,6 @@ impl Options {
     /// their accumulation steps, where they give a batch.
     fn effective_batch(&self, settings: &Settings) -> Option<usize> {
         (self.effective_batch).or(settings.batch_size.map(|b| b * settings.accumulation_steps))
-    }
-
-    pub fn to_json(&self) -> serde_json::Value {
-        let saved = Saved {
-            start: self.start,
-            granularity: self.granularity,
-            margin: self.margin,
-            confirm_steps: self.confirm_steps,
-            confirm_runs: self.confirm_runs,
-            effective_batch: self.effective_batch,
-            write: self.write.as_ref().map(|t| t.path.clone()),
-            batch_key: self.keys.batch_size.to_string(),
-            accumulation_key: self.keys.accumulation.as_ref().map(|k| k.to_string()),
-            new_keys: self.keys.new_keys,
-            team: self.team.clone(),
-            model_name: self.model_name.clone(),
-        };
-        serde_json::to_value(saved).unwrap_or_default()
-    }
-
-    pub fn from_json(value: &serde_json::Value) -> std::result::Result<Options, String> {
-        let s = Saved::deserialize(value).map_err(|e| format!("the finder's options: {e}"))?;
-        let keys = Keys {
-            batch_size: KeyPath::parse(&s.batch_key)?,
-            accumulation: s
-                .accumulation_key
-                .as_deref()
-                .map(KeyPath::parse)
-                .transpose()?,
-            new_keys: s.new_keys,
-        };
-        Ok(Options {
-            start: s.start,
-            granularity: s.granularity,
-            margin: s.margin,
-            confirm_steps: s.confirm_steps,
-            confirm_runs: s.confirm_runs,
-            effective_batch: s.effective_batch,
-            write: s.write.map(|p| Target::new(p, keys.clone())).transpose()?,
-            keys,
-            team: s.team,
-            model_name: s.model_name,
-        })
     }
 }
 
@@ -162,12 +114,12 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
     if o.confirm_runs == 0 {
         return Err("--confirm-runs must be at least 1".into());
     }
-    if let Some(target) = &o.write {
-        writeback::check_writable(target)?;
-        if let (Some(effective), None) = (o.effective_batch(settings), &target.keys.accumulation) {
+    if let Some(path) = &o.write {
+        writeback::check_writable(path, &o.keys)?;
+        if let (Some(effective), None) = (o.effective_batch(settings), &o.keys.accumulation) {
             return Err(format!(
                 "the answer keeps an effective batch of {effective} and may split it into accumulation steps: give --accumulation-key DOTTED.PATH, where {} keeps them",
-                target.path.display()
+                path.display()
             ));
         }
     }
@@ -330,14 +282,26 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         ..Params::default()
     };
     let mut results = run.begin("autobatch", None)?;
+    // A round of sizes, from trial number `first`, as the search's trials or (`confirming`)
+    // as confirmations; in the round's order, whichever ended first, so that the search goes
+    // the same way each time.
+    let mut run_round = |sizes: &[usize], first: usize, confirming: bool| {
+        let (steps, stop) = match confirming {
+            true => (o.confirm_steps, Stop::AfterSteps),
+            false => (SEARCH_STEPS, Stop::WhenSteady),
+        };
+        let jobs: Vec<Params> = sizes.iter().map(|&b| params(b, steps)).collect();
+        match jobs.as_slice() {
+            [one] => Ok(vec![run.one(group, one, first, stop, &mut results)]),
+            several => run.several(several, first, stop, &mut results),
+        }
+    };
     let mut trials: Vec<TrialResult> = Vec::new();
     let mut confirmations: Vec<Confirmation> = Vec::new();
     let search_started = run.elapsed_s();
-    let width = if one_model {
-        (run.devices.len() / run.ranks).max(1)
-    } else {
-        1
-    };
+    let width = one_model
+        .then(|| run.devices.len() / run.ranks)
+        .map_or(1, |w| w.max(1));
     let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
     let mut rounds = 0;
     loop {
@@ -349,18 +313,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         // A round likely to hold the answer runs as confirmations: its largest size that
         // held needs no run of its own.
         let confirming = search.confirming();
-        let (steps, stop) = match confirming {
-            true => (o.confirm_steps, Stop::AfterSteps),
-            false => (SEARCH_STEPS, Stop::WhenSteady),
-        };
-        let jobs: Vec<Params> = round.iter().map(|&b| params(b, steps)).collect();
-        let first = trials.len() + confirmations.len();
-        // In the round's order, whichever ended first: the search goes the same way each time.
-        let done = match jobs.as_slice() {
-            [one] => vec![run.one(group, one, first, stop, &mut results)],
-            several => run.several(several, first, stop, &mut results)?,
-        };
-        for r in done {
+        for r in run_round(&round, trials.len() + confirmations.len(), confirming)? {
             let answer = probe(&r, confirming)?;
             match search.record(r.params.batch_size, answer) {
                 true => confirmations.push(Confirmation::of(r, Some(rounds))?),
@@ -373,7 +326,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
 
     // Confirm the candidate, unless a round of the search did, as many times as asked; step
     // down until a size holds that often.
-    let g = o.granularity;
+    let (g, need) = (o.granularity, o.confirm_runs);
+    let floor = first_index(g);
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
     // How often each size (its index) held, counting the search's rounds run as confirmations.
     let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
@@ -382,70 +336,61 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
             *runs_held.entry(index_below(g, b)).or_default() += 1;
         }
     }
-    let need = o.confirm_runs;
-    // The largest size that held as often as asked and never failed; the largest above it that
-    // held, not yet often enough.
-    let standing = |runs: &BTreeMap<usize, usize>, failed: &[usize], enough: bool| {
-        (runs.iter())
-            .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-            .map(|(&at, _)| at)
-            .max()
-    };
-    let mut held = standing(&runs_held, &failed, true);
-    let again = |held: Option<usize>, runs: &BTreeMap<usize, usize>, failed: &[usize]| {
-        standing(runs, failed, false).filter(|&p| held.is_none_or(|h| p > h))
-    };
-    let mut candidate = again(held, &runs_held, &failed)
-        .or((!found.confirmed()).then(|| index_below(g, found.maximum)));
-    let mut step = 1;
-    let floor = first_index(g);
-    while let Some(at) = candidate {
-        let batch = size_at(g, at);
-        let r = run.one(
-            group,
-            &params(batch, o.confirm_steps),
-            trials.len() + confirmations.len(),
-            Stop::AfterSteps,
-            &mut results,
-        );
-        let c = Confirmation::of(r, None)?;
-        let fits = c.held;
-        confirmations.push(c);
-        match fits {
-            true => *runs_held.entry(at).or_default() += 1,
-            false => failed.push(batch),
-        }
-        held = standing(&runs_held, &failed, true);
-        let smallest_failed = failed
-            .iter()
+    // The index of the last size confirmed after the search, and how far the next steps down.
+    let (mut last, mut step) = (None, 1);
+    let held = loop {
+        // The largest size that held as often as asked and never failed; the largest above it
+        // that held, not yet often enough; the smallest above the first that failed.
+        let standing = |enough: bool| {
+            (runs_held.iter())
+                .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
+                .map(|(&at, _)| at)
+                .max()
+        };
+        let held = standing(true);
+        let again = standing(false).filter(|&p| held.is_none_or(|h| p > h));
+        let smallest_failed = (failed.iter())
             .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
             .map(|&b| index_below(g, b).max(floor))
             .min();
-        candidate = match (again(held, &runs_held, &failed), held, smallest_failed) {
-            (Some(p), _, _) => Some(p),
-            (None, Some(h), Some(f)) if f > h + 1 => Some(h + (f - h) / 2),
-            (None, Some(_), _) => None,
-            (None, None, _) if at <= floor => {
+        let at = match (again, held, last) {
+            (Some(p), _, _) => p,
+            (None, _, None) if !found.confirmed() => index_below(g, found.maximum),
+            (None, Some(h), Some(_)) => match smallest_failed {
+                Some(f) if f > h + 1 => h + (f - h) / 2,
+                _ => break h,
+            },
+            (None, held, None) => break held.expect("a size held in a round of the search"),
+            (None, None, Some(at)) if at <= floor => {
                 return Err(Error::invalid(format!(
-                    "no batch held for {} steps{}: even {batch} {} in its confirmation run",
+                    "no batch held for {} steps{}: even {} {} in its confirmation run",
                     o.confirm_steps,
                     match need {
                         1 => String::new(),
                         n => format!(" in {n} runs"),
                     },
+                    size_at(g, at),
                     confirmations
                         .last()
                         .map_or("ran out of memory", |c| c.trial.misfit())
                 )))
             }
-            (None, None, _) => {
+            (None, None, Some(at)) => {
                 let next = at.saturating_sub(step).max(floor);
                 step *= 2;
-                Some(next)
+                next
             }
         };
-    }
-    let held = held.expect("a size held: in a round of the search or after it");
+        let batch = size_at(g, at);
+        let first = trials.len() + confirmations.len();
+        let c = Confirmation::of(run_round(&[batch], first, true)?.remove(0), None)?;
+        match c.held {
+            true => *runs_held.entry(at).or_default() += 1,
+            false => failed.push(batch),
+        }
+        confirmations.push(c);
+        last = Some(at);
+    };
     let maximum = size_at(g, held);
     let next_failing = failed.iter().copied().filter(|&b| b > maximum).min();
     // The confirmation that held the answer last, the others in the order they ran.
@@ -485,7 +430,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let written = o
         .write
         .as_ref()
-        .map(|target| writeback::write_config(target, batch_size, accumulation_steps))
+        .map(|path| writeback::write_config(path, &o.keys, batch_size, accumulation_steps))
         .transpose()
         .map_err(Error::invalid)?;
     if let Some(team) = &o.team {
@@ -522,7 +467,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         total_wall_s: run.elapsed_s(),
         overrides: writeback::overrides(&o.keys, batch_size, accumulation_steps),
         keys: o.keys.clone(),
-        written_config: o.write.as_ref().map(|t| t.path.clone()),
+        written_config: o.write.clone(),
         written,
         team_entry,
         team_file: o.team.clone(),
@@ -688,4 +633,51 @@ pub fn render(r: &AutobatchReport) -> String {
         let _ = writeln!(o, "{k}");
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_keeps_the_options_and_reads_them_back() {
+        let o = Options {
+            start: 8,
+            granularity: Granularity::Pow2,
+            margin: Some(0.1),
+            confirm_steps: 20,
+            confirm_runs: 2,
+            effective_batch: Some(512),
+            write: Some(PathBuf::from("conf.yaml")),
+            keys: Keys {
+                batch_size: KeyPath::parse("data.batch_size").unwrap(),
+                accumulation: None,
+                new_keys: true,
+            },
+            team: None,
+            model_name: Some("vit".into()),
+        };
+        let saved = serde_json::to_value(&o).unwrap();
+        let want = serde_json::json!({
+            "start": 8, "granularity": "pow2", "margin": 0.1, "confirm_steps": 20,
+            "confirm_runs": 2, "effective_batch": 512, "write": "conf.yaml",
+            "batch_key": "data.batch_size", "accumulation_key": null, "new_keys": true,
+            "team": null, "model_name": "vit",
+        });
+        assert_eq!(saved, want);
+        let read: Options = serde_json::from_value(saved.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), saved);
+        // A plan from before --confirm-runs and --new-key: one run, no new keys.
+        let mut older = saved.clone();
+        older.as_object_mut().unwrap().remove("confirm_runs");
+        older.as_object_mut().unwrap().remove("new_keys");
+        let read: Options = serde_json::from_value(older).unwrap();
+        assert_eq!((read.confirm_runs, read.keys.new_keys), (1, false));
+        let mut bad = saved;
+        bad["batch_key"] = "a..b".into();
+        let e = serde_json::from_value::<Options>(bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'a..b' is not a key path"), "{e}");
+    }
 }

@@ -11,7 +11,7 @@ use crate::config::{
 };
 use crate::granularity::Granularity;
 use crate::program::Axis;
-use crate::writeback::{KeyPath, Keys, Target};
+use crate::writeback::{Format, KeyPath, Keys};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -290,7 +290,7 @@ impl AutobatchArgs {
     }
 
     /// The file `--write` names, with the keys the answer goes to.
-    pub fn write_target(&self) -> Result<Option<Target>, String> {
+    pub fn write_target(&self) -> Result<Option<PathBuf>, String> {
         let config = self.run.config.as_deref();
         let path = match (&self.write, config) {
             (None, _) => return Ok(None),
@@ -311,7 +311,7 @@ impl AutobatchArgs {
                 path.display()
             ));
         }
-        Target::new(path, self.keys()).map(Some)
+        Format::of(&path).map(|_| Some(path))
     }
 }
 
@@ -438,7 +438,7 @@ mod tests {
         let a = autobatch("tuner autobatch --config run.toml --write -- x");
         let t = a.write_target().unwrap().unwrap();
         assert_eq!(
-            (t.path.to_str(), t.keys),
+            (t.to_str(), a.keys()),
             (Some("run.toml"), Keys::tuner_config())
         );
         let e = autobatch("tuner autobatch --config run.toml --write conf.yaml -- x")
@@ -447,8 +447,11 @@ mod tests {
         assert!(e.contains("conf.yaml: give --key"), "{e}");
         let a = autobatch("tuner autobatch --write conf.yaml --key data.batch_size -- x");
         let t = a.write_target().unwrap().unwrap();
-        assert_eq!(t.keys.accumulation, None);
-        assert_eq!(t.keys.batch_size.to_string(), "data.batch_size");
+        assert_eq!(
+            (t.to_str(), a.keys().accumulation),
+            (Some("conf.yaml"), None)
+        );
+        assert_eq!(a.keys().batch_size.to_string(), "data.batch_size");
         let e = autobatch("tuner autobatch --write conf.ini --key a -- x")
             .write_target()
             .unwrap_err();

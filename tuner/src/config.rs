@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::program::{Axis, Params, Precision};
+use crate::text::{line_of, read_text};
 
 /// Largest batch the tool accepts (far past any GPU's memory for every model).
 pub const MAX_BATCH: usize = 1 << 26;
@@ -278,22 +279,14 @@ pub fn parse_workers(s: &str) -> Result<Vec<usize>, String> {
 
 /// Read a config file.
 pub fn load(path: &Path) -> Result<Overrides, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the config: {e}", path.display()))?;
-    parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    parse(&read_text(path, "the config")?).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Parse a config's text.
 pub fn parse(text: &str) -> Result<Overrides, String> {
-    let file: File = toml_edit::de::from_str(text).map_err(|e| {
-        let message = e.message().trim().to_string();
-        match e.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("line {line}: {message}")
-            }
-            None => message,
-        }
+    let file: File = toml_edit::de::from_str(text).map_err(|e| match e.span() {
+        Some(span) => format!("line {}: {}", line_of(text, span.start), e.message().trim()),
+        None => e.message().trim().to_string(),
     })?;
     let counts =
         |what: &str, c: Option<Counts>, max: usize| -> Result<Option<Vec<usize>>, String> {

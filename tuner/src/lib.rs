@@ -22,9 +22,9 @@
 //! - [gpu], [launch], [protocol], [classify], [config]: the GPUs, how a trial's process starts
 //!   (spawned, or forked from a Python parent that imported the program's modules once), the
 //!   report protocol and its metrics, how a trial ended, the settings
-//! - [program], [nvml], [granularity], [line], [margin]: the command with its placeholders and
-//!   the user's axes, NVML readings, the sizes an answer may take, the peak-memory line, the
-//!   margin an answer leaves
+//! - [program], [nvml], [granularity], [line], [margin], [text]: the command with its
+//!   placeholders and the user's axes, NVML readings, the sizes an answer may take, the
+//!   peak-memory line, the margin an answer leaves, a file's text and the line of a place in it
 
 pub mod classify;
 pub mod config;
@@ -33,6 +33,7 @@ pub mod line;
 pub mod margin;
 pub mod program;
 pub mod protocol;
+pub mod text;
 
 pub mod gpu;
 pub mod launch;

@@ -67,7 +67,7 @@ fn main() -> ExitCode {
             let (settings, options) = autobatch_checked(&a)?;
             if let Some(dir) = &a.slurm.dir {
                 // The node reads the finder's options as they were resolved and checked here.
-                let saved = json!({"options": options.to_json(), "no_fork": a.run.no_fork});
+                let saved = json!({"options": options, "no_fork": a.run.no_fork});
                 return on_slurm(&a.run, &a.slurm, dir, settings, None, |p| Plan {
                     trials: Vec::new(),
                     autobatch: Some(saved),
@@ -151,7 +151,8 @@ fn autobatch_task(dir: &Path, plan: &Plan, saved: &serde_json::Value) -> anyhow:
             dir.display()
         ))
     };
-    let options = Options::from_json(&saved["options"]).map_err(unreadable)?;
+    let options = serde_json::from_value(saved["options"].clone())
+        .map_err(|e| unreadable(format!("the finder's options: {e}")))?;
     let run_args = RunArgs {
         command: plan.command.clone(),
         no_fork: saved["no_fork"].as_bool().unwrap_or(false),

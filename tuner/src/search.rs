@@ -211,7 +211,10 @@ impl Search {
         } else {
             let k_lo = index_below(g, self.lo);
             let k_cap = index_below(g, self.cap);
-            let k_bad = self.hi.map_or(k_cap + 1, |hi| self.bad_index(hi));
+            // The smallest index whose size is at least the smallest failure.
+            let k_bad = (self.hi).map_or(k_cap + 1, |hi| {
+                index_below(g, hi) + usize::from(size_at(g, index_below(g, hi)) < hi)
+            });
             if self.lo == 0 || k_bad <= k_lo + 1 || self.lo >= size_at(g, k_cap) {
                 return Vec::new();
             }
@@ -447,12 +450,6 @@ impl Search {
             .collect()
     }
 
-    /// The smallest index whose size is at least `hi` (it fails).
-    fn bad_index(&self, hi: usize) -> usize {
-        let k = index_below(self.granularity, hi);
-        k + usize::from(size_at(self.granularity, k) < hi)
-    }
-
     /// The answer.
     pub fn found(self) -> Result<Found, String> {
         if self.lo == 0 && self.found.tried.contains(&(self.start, false)) {
@@ -461,21 +458,18 @@ impl Search {
                 self.start
             ));
         }
-        let k = index_below(self.granularity, self.lo);
-        let maximum = if self.lo == 0 {
-            0
-        } else {
-            size_at(self.granularity, k)
-        };
-        if maximum == 0 {
-            let m = size_at(self.granularity, first_index(self.granularity));
+        let g = self.granularity;
+        let k = index_below(g, self.lo);
+        let maximum = size_at(g, k);
+        if self.lo == 0 || maximum == 0 {
+            let m = size_at(g, first_index(g));
             return Err(format!(
                 "no multiple of {m} fits (batch {} fits, {} does not): use a smaller --multiple-of",
                 self.lo,
                 self.hi.map_or("a larger one".into(), |h| h.to_string())
             ));
         }
-        let next = size_at(self.granularity, k + 1);
+        let next = size_at(g, k + 1);
         Ok(Found {
             maximum,
             next_failed: self.found.tried.contains(&(next, false)),

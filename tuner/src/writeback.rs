@@ -28,6 +28,7 @@ use toml_edit::{value, Item, Table};
 pub use self::keys::KeyPath;
 use self::keys::{not_there, Absent, Edit, Edited};
 use self::toml::{parse as parse_doc, set_keeping_comments};
+use crate::text::read_text;
 
 /// Where the answer goes: the batch size's key path and, where the file keeps them, the
 /// accumulation steps'.
@@ -71,9 +72,11 @@ impl Keys {
     }
 }
 
+/// A format's editor of one key path ([Format::edit]).
+type Editor = fn(&str, &Edit) -> Result<Option<String>, String>;
+
 /// The formats the answer can be written into, by the file's extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Toml,
     Yaml,
@@ -97,18 +100,16 @@ impl Format {
         }
     }
 
-    /// The file as plain values, as the framework reads it.
-    fn tree(self, text: &str) -> Result<serde_json::Value, String> {
-        match self {
-            Format::Toml => toml::tree(text),
-            Format::Yaml => yaml::tree(text),
-            Format::Json => json::tree(text),
-        }
-    }
-
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
+        // The file as plain values, as the framework reads it; the text with one edit made,
+        // None where its key is missing and only to be set where present.
+        let (tree, edit): (fn(&str) -> _, Editor) = match self {
+            Format::Toml => (toml::tree, toml::edit),
+            Format::Yaml => (yaml::tree, yaml::edit),
+            Format::Json => (json::tree, json::edit),
+        };
         if edits.iter().any(|e| e.absent == Absent::Refuse) {
-            let tree = self.tree(text)?;
+            let tree = tree(text)?;
             if let Some(e) = edits
                 .iter()
                 .find(|e| e.absent == Absent::Refuse && e.key.get(&tree).is_none())
@@ -116,11 +117,17 @@ impl Format {
                 return Err(not_there(e.key, &tree));
             }
         }
-        match self {
-            Format::Toml => toml::edit(text, edits),
-            Format::Yaml => yaml::edit(text, edits),
-            Format::Json => json::edit(text, edits),
+        let mut out = Edited {
+            text: text.to_string(),
+            written: Vec::new(),
+        };
+        for e in edits {
+            if let Some(text) = edit(&out.text, e)? {
+                out.text = text;
+                out.written.push((e.key.to_string(), e.value));
+            }
         }
+        Ok(out)
     }
 }
 
@@ -143,41 +150,16 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
     format.edit(text, &edits).map(|e| e.text)
 }
 
-/// A config file to write the answer into, and where in it.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub path: PathBuf,
-    pub format: Format,
-    pub keys: Keys,
-}
-
-impl Target {
-    pub fn new(path: PathBuf, keys: Keys) -> Result<Target, String> {
-        Ok(Target {
-            format: Format::of(&path)?,
-            path,
-            keys,
-        })
-    }
-
-    fn read(&self) -> Result<String, String> {
-        std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("{}: cannot read the config: {e}", self.path.display()))
-    }
-
-    /// The file's text with the answer in it, and what was set.
-    fn edited(&self, text: &str, batch: usize, accumulation: usize) -> Result<Edited, String> {
-        self.format
-            .edit(text, &self.keys.edits(batch, accumulation))
-            .map_err(|e| format!("{}: {e}", self.path.display()))
-    }
+/// The config `path`'s text with the answer at `keys`, and what was set.
+fn edited(path: &Path, keys: &Keys, text: &str, b: usize, a: usize) -> Result<Edited, String> {
+    (Format::of(path)?.edit(text, &keys.edits(b, a)))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Fail early (before any GPU time is spent) when the answer cannot be written: a file that
 /// cannot be read, parsed or written, a key path that cannot be set.
-pub fn check_writable(target: &Target) -> Result<(), String> {
-    let path = &target.path;
-    let text = target.read()?;
+pub fn check_writable(path: &Path, keys: &Keys) -> Result<(), String> {
+    let text = read_text(path, "the config")?;
     if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
         return Err(format!(
             "{}: the config is read-only; make it writable or leave out --write",
@@ -195,7 +177,7 @@ pub fn check_writable(target: &Target) -> Result<(), String> {
             )
         })?;
     // Every key the answer may set, set in a copy.
-    target.edited(&text, 1, 2).map(|_| ())
+    edited(path, keys, &text, 1, 2).map(|_| ())
 }
 
 /// What `--write` did.
@@ -208,10 +190,14 @@ pub struct Written {
 }
 
 /// Save `FILE.bak`, then rewrite the file with the answer in it.
-pub fn write_config(target: &Target, batch: usize, accumulation: usize) -> Result<Written, String> {
-    let path = &target.path;
-    let text = target.read()?;
-    let edited = target.edited(&text, batch, accumulation)?;
+pub fn write_config(
+    path: &Path,
+    keys: &Keys,
+    batch: usize,
+    accumulation: usize,
+) -> Result<Written, String> {
+    let text = read_text(path, "the config")?;
+    let edited = edited(path, keys, &text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
     let backup = PathBuf::from(backup);
@@ -323,12 +309,10 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
 
 /// Add or update an entry in the team file (created when missing).
 pub fn write_team(path: &Path, e: &TeamEntry) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        read => read,
+    let text = match path.try_exists() {
+        Ok(false) => String::new(),
+        _ => read_text(path, "the team file")?,
     };
-    let text =
-        text.map_err(|err| format!("{}: cannot read the team file: {err}", path.display()))?;
     let updated = update_team_text(&text, e).map_err(|err| format!("{}: {err}", path.display()))?;
     common::files::write_atomically(path, updated.as_bytes())
         .map_err(|err| format!("{}: cannot write the team file: {err}", path.display()))
@@ -403,8 +387,7 @@ pub fn team_table(entries: &[TeamEntry]) -> common::table::Table {
 
 /// Every entry of a team file.
 pub fn read_team(path: &Path) -> Result<Vec<TeamEntry>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read the team file: {e}", path.display()))?;
+    let text = read_text(path, "the team file")?;
     read_team_text(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -601,18 +584,18 @@ my_own_key = "kept"
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("run.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
-        let target = |path: PathBuf| Target::new(path, Keys::tuner_config()).unwrap();
-        check_writable(&target(cfg.clone())).unwrap();
+        let keys = Keys::tuner_config();
+        check_writable(&cfg, &keys).unwrap();
         let mut perms = std::fs::metadata(&cfg).unwrap().permissions();
         perms.set_readonly(true);
         std::fs::set_permissions(&cfg, perms).unwrap();
-        let e = check_writable(&target(cfg.clone())).unwrap_err();
+        let e = check_writable(&cfg, &keys).unwrap_err();
         assert!(e.contains("read-only") || e.contains("cannot write"), "{e}");
-        let e = check_writable(&target(dir.join("missing.toml"))).unwrap_err();
+        let e = check_writable(&dir.join("missing.toml"), &keys).unwrap_err();
         assert!(e.contains("cannot read"), "{e}");
         let through = dir.join("through.toml");
         std::fs::write(&through, "training = 3\n").unwrap();
-        let e = check_writable(&target(through.clone())).unwrap_err();
+        let e = check_writable(&through, &keys).unwrap_err();
         assert!(e.contains("through.toml: 'training' is a scalar"), "{e}");
         assert_eq!(std::fs::read_to_string(&through).unwrap(), "training = 3\n");
         let _ = std::fs::remove_dir_all(dir);

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::keys::{index, set, Edit, Edited, Kind, Node};
+use super::keys::{index, set, Edit, Kind, Node};
 
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
@@ -52,16 +52,13 @@ fn indentation(text: &str) -> Option<String> {
     })
 }
 
-pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
+pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
     let mut root = tree(text)?;
     if !root.is_object() {
         return Err("the file's top level is not an object".into());
     }
-    let mut written = Vec::new();
-    for e in edits {
-        if set(&mut root, e)? {
-            written.push((e.key.to_string(), e.value));
-        }
+    if !set(&mut root, e)? {
+        return Ok(None);
     }
     let mut out = match indentation(text) {
         None if !text.trim().contains('\n') => serde_json::to_string(&root),
@@ -78,7 +75,7 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
     if text.ends_with('\n') {
         out.push('\n');
     }
-    Ok(Edited { text: out, written })
+    Ok(Some(out))
 }
 
 #[cfg(test)]

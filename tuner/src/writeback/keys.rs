@@ -4,12 +4,20 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A dotted key path: `training.batch_size`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A dotted key path: `training.batch_size`; in JSON, its text.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub struct KeyPath(Vec<String>);
+
+impl TryFrom<String> for KeyPath {
+    type Error = String;
+    fn try_from(s: String) -> Result<KeyPath, String> {
+        KeyPath::parse(&s)
+    }
+}
 
 impl KeyPath {
     pub fn parse(s: &str) -> Result<KeyPath, String> {
@@ -60,17 +68,13 @@ pub fn key_paths(tree: &Value) -> Vec<String> {
             .enumerate()
             .map(|(i, v)| (i.to_string(), v))
             .collect(),
-        _ => Vec::new(),
+        _ => return Vec::new(),
     };
-    let mut out = Vec::new();
-    for (k, v) in children {
-        let below = key_paths(v);
-        out.extend(below.iter().map(|p| format!("{k}.{p}")));
-        if below.is_empty() {
-            out.push(k);
-        }
-    }
-    out
+    let paths = |(k, v): (String, &Value)| match key_paths(v) {
+        below if below.is_empty() => vec![k],
+        below => below.iter().map(|p| format!("{k}.{p}")).collect(),
+    };
+    children.into_iter().flat_map(paths).collect()
 }
 
 /// The refusal of a key path that is not in the file: it names the (at most three) nearest

@@ -6,16 +6,17 @@ use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, TableLike};
 
 #[cfg(test)]
 use super::keys::KeyPath;
-use super::keys::{index, set, Edit, Edited, Kind, Node};
+use super::keys::{index, set, Edit, Kind, Node};
+use crate::text::line_of;
 
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
         let message = err.message().trim().replace('\n', " ");
         match err.span() {
-            Some(span) => {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("not valid TOML: line {line}: {message}")
-            }
+            Some(span) => format!(
+                "not valid TOML: line {}: {message}",
+                line_of(text, span.start)
+            ),
             None => format!("not valid TOML: {message}"),
         }
     })
@@ -119,19 +120,10 @@ impl Node for Step<'_> {
     }
 }
 
-pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
+pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
     let mut doc = parse(text)?;
-    let mut written = Vec::new();
-    for e in edits {
-        i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
-        if set(Step::Table(doc.as_table_mut()), e)? {
-            written.push((e.key.to_string(), e.value));
-        }
-    }
-    Ok(Edited {
-        text: doc.to_string(),
-        written,
-    })
+    i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
+    Ok(set(Step::Table(doc.as_table_mut()), e)?.then(|| doc.to_string()))
 }
 
 /// The whole number `key` holds in `text`.
@@ -232,7 +224,7 @@ name = "early-stop"
                 value: 4,
                 absent: super::super::keys::Absent::Skip,
             }];
-            let e = edit(RUN, &edits).unwrap();
+            let e = super::super::Format::Toml.edit(RUN, &edits).unwrap();
             assert_eq!((e.text.as_str(), e.written.len()), (RUN, 0), "{k}");
         }
     }

@@ -19,14 +19,13 @@ use yaml_edit::anchor_resolution::{AnchorRegistry, MappingMergedExt, MergedMappi
 use yaml_edit::validator::{Severity, Validator};
 use yaml_edit::{Document, Mapping, YamlFile, YamlNode};
 
-use super::keys::{index, set, Absent, Edit, Edited, Kind, Node};
+use super::keys::{index, set, Absent, Edit, Kind, Node};
+use crate::text::line_of;
 
 /// `message` at byte `at` of `text`, as `line N: message` on one line: the parser's first
 /// sentence says what is wrong; its hints after it name the character found, a line break too.
 fn at_line(text: &str, at: u32, message: &str) -> String {
-    let line = text
-        .get(..at as usize)
-        .map_or(1, |before| before.matches('\n').count() + 1);
+    let line = line_of(text, at as usize);
     let message = message.split(". ").next().unwrap_or(message);
     let message = message.replace('\n', "\\n").replace('\r', "\\r");
     let mut m = message.chars();
@@ -211,36 +210,29 @@ impl Node for Step<'_> {
     }
 }
 
-pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, String> {
-    let mut text = text.to_string();
-    let mut written = Vec::new();
-    for e in edits {
-        let (file, doc) = parse(&text)?;
-        let Some(map) = root(&doc, e)? else {
-            continue;
-        };
-        let registry = AnchorRegistry::from_document(&doc);
-        let top = Step {
-            node: YamlNode::Mapping(map),
-            registry: &registry,
-        };
-        if !set(top, e)? {
-            continue;
-        }
-        let edited = file.to_string();
-        let back = tree(&edited).map_err(|err| {
-            format!("the edited file would not read back ({err}); left as it was")
-        })?;
-        if e.key.get(&back) != Some(&Value::String(e.value.to_string())) {
-            return Err(format!(
-                "'{}' would not read back as {} after the edit; left as it was",
-                e.key, e.value
-            ));
-        }
-        text = edited;
-        written.push((e.key.to_string(), e.value));
+pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
+    let (file, doc) = parse(text)?;
+    let Some(map) = root(&doc, e)? else {
+        return Ok(None);
+    };
+    let registry = AnchorRegistry::from_document(&doc);
+    let top = Step {
+        node: YamlNode::Mapping(map),
+        registry: &registry,
+    };
+    if !set(top, e)? {
+        return Ok(None);
     }
-    Ok(Edited { text, written })
+    let edited = file.to_string();
+    let back = tree(&edited)
+        .map_err(|err| format!("the edited file would not read back ({err}); left as it was"))?;
+    if e.key.get(&back) != Some(&Value::String(e.value.to_string())) {
+        return Err(format!(
+            "'{}' would not read back as {} after the edit; left as it was",
+            e.key, e.value
+        ));
+    }
+    Ok(Some(edited))
 }
 #[cfg(test)]
 mod tests {
@@ -527,9 +519,11 @@ eval:
             value: 4,
             absent: Absent::Skip,
         }];
-        let e = edit(HYDRA, &edits).unwrap();
+        let e = super::super::Format::Yaml.edit(HYDRA, &edits).unwrap();
         assert_eq!((e.text.as_str(), e.written.len()), (HYDRA, 0));
-        let e = edit("training:\n  accumulation_steps: 1\n", &edits).unwrap();
+        let e = super::super::Format::Yaml
+            .edit("training:\n  accumulation_steps: 1\n", &edits)
+            .unwrap();
         assert_eq!(e.text, "training:\n  accumulation_steps: 4\n");
         assert_eq!(e.written, [("training.accumulation_steps".to_string(), 4)]);
     }

@@ -16,6 +16,7 @@ use tuner::program::{Axis, Params, Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
 use tuner::slurm::Plan;
 use tuner::sweep::SweepReport;
+use tuner::trial::Limits;
 use tuner::writeback;
 
 fn main() -> ExitCode {
@@ -280,8 +281,7 @@ fn run_on(
         RunOptions {
             program,
             devices,
-            time_limit_s: settings.time_limit_s,
-            stall_limit_s: settings.stall_limit_s,
+            limits: Limits::of(settings),
             trials_dir: a.trials_dir.clone(),
             json: a.json.clone(),
             progress: !a.quiet,

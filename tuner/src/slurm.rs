@@ -251,10 +251,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             let runner = Runner {
                 program: &program,
                 launcher: &Launcher::Spawn,
-                limits: Limits {
-                    stall_limit: Duration::from_secs_f64(plan.settings.stall_limit_s),
-                    ..Limits::new(Duration::from_secs_f64(plan.settings.time_limit_s))
-                },
+                limits: Limits::of(&plan.settings),
                 env: &[],
             };
             let folder = dir.join("trials").join(format!("{index:03}"));

@@ -351,9 +351,8 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
         };
         trials.push(r);
     }
-    let ran_on = (saved.values()).filter(|t| t.result.status != Status::Skipped);
     let mut devices: Vec<DeviceSummary> = Vec::new();
-    for t in ran_on {
+    for t in (saved.values()).filter(|t| t.result.status != Status::Skipped) {
         if !devices.contains(&t.device) {
             devices.push(t.device.clone());
         }
@@ -477,10 +476,8 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::R
         ),
     };
     let last = plan.trials.len().saturating_sub(1);
-    let array = match s.max_parallel {
-        Some(n) => format!("--array=0-{last}%{n}"),
-        None => format!("--array=0-{last}"),
-    };
+    let at_once = s.max_parallel.map_or(String::new(), |n| format!("%{n}"));
+    let array = format!("--array=0-{last}{at_once}");
     let mut options = vec![format!("--job-name=tuner-{name}")];
     options.extend(plan.autobatch.is_none().then_some(array));
     for (flag, ext) in [("output", "out"), ("error", "err")] {
@@ -517,12 +514,9 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::R
 /// written where sbatch is missing; where it refuses, what was written is removed again, so the
 /// same command can run once the cause is mended.
 pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
-    let sbatch = match s.no_submit {
-        true => None,
-        false => Some(on_path("sbatch").ok_or_else(|| {
-            usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
-        })?),
-    };
+    let sbatch = (!s.no_submit).then(|| on_path("sbatch").ok_or_else(|| {
+        usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
+    })).transpose()?;
     if plan.trials.is_empty() && plan.autobatch.is_none() {
         return Err(usage("the sweep has no trials to submit"));
     }

@@ -636,16 +636,9 @@ impl Standing<'_> {
     pub fn line(&self) -> String {
         let width = self.total.to_string().len();
         let r = self.last;
-        let place = if r.device.is_empty() {
-            String::new()
-        } else {
-            format!("{} ", r.device)
-        };
-        let time = if r.status == Status::Skipped {
-            String::new()
-        } else {
-            format!(" ({:.1} s)", r.wall_s)
-        };
+        let place = (!r.device.is_empty()).then(|| format!("{} ", r.device));
+        let time = (r.status != Status::Skipped).then(|| format!(" ({:.1} s)", r.wall_s));
+        let (place, time) = (place.unwrap_or_default(), time.unwrap_or_default());
         format!(
             "[{:>width$}/{}] {place}{}: {}{time}; {} running, {} left",
             self.done,

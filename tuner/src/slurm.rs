@@ -436,17 +436,16 @@ fn task_states(job: &Job) -> BTreeMap<usize, String> {
 /// its state to each of them. A job that is no array (a batch finder's, `4243|RUNNING`) is
 /// task 0.
 pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
+    let tasks = text.lines().filter_map(|line| {
+        let (id, state) = line.split_once('|')?;
+        let tasks = id.trim().strip_prefix(job_id)?;
+        let tasks = tasks
+            .strip_prefix('_')
+            .or(tasks.is_empty().then_some("0"))?;
+        Some((tasks, state))
+    });
     let mut states = BTreeMap::new();
-    for line in text.lines() {
-        let Some((id, state)) = line.split_once('|') else {
-            continue;
-        };
-        let Some(tasks) = id.trim().strip_prefix(job_id) else {
-            continue;
-        };
-        let Some(tasks) = tasks.strip_prefix('_').or(tasks.is_empty().then_some("0")) else {
-            continue;
-        };
+    for (tasks, state) in tasks {
         let tasks = match tasks.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
             Some(list) => list.split('%').next().unwrap_or(""),
             None => tasks,

@@ -97,13 +97,9 @@ impl DeviceSummary {
     /// `GPU 1: --amp on is bf16 (compute capability 9.0, bf16 from 8.0); CPU cores 8-15`,
     /// for what a report must say about the device: where `on` was asked, and its cores.
     pub fn note(&self, amp_on_asked: bool) -> Option<String> {
-        let mut parts = Vec::new();
-        if amp_on_asked {
-            parts.push(format!("--amp on is {}", self.amp_on));
-        }
-        if let Some(c) = &self.cpus {
-            parts.push(format!("CPU cores {}", cpu_list(c)));
-        }
+        let amp = amp_on_asked.then(|| format!("--amp on is {}", self.amp_on));
+        let cores = (self.cpus.as_ref()).map(|c| format!("CPU cores {}", cpu_list(c)));
+        let parts: Vec<String> = amp.into_iter().chain(cores).collect();
         (!parts.is_empty()).then(|| format!("{}: {}", self.label, parts.join("; ")))
     }
 }

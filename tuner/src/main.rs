@@ -16,6 +16,7 @@ use tuner::program::{Axis, Params, Placeholder, Program};
 use tuner::run::{emit, Run, RunOptions};
 use tuner::slurm::Plan;
 use tuner::sweep::SweepReport;
+use tuner::trial::Limits;
 use tuner::writeback;
 
 fn main() -> ExitCode {
@@ -188,7 +189,8 @@ fn on_slurm(
     plan: impl FnOnce(Plan) -> Plan,
 ) -> anyhow::Result<ExitCode> {
     let program = checked_program(a, &settings)?;
-    let cwd = current_folder()?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| usage(format!("cannot read the current folder: {e}")))?;
     let plan = plan(Plan::new(
         program.argv,
         cwd,
@@ -222,11 +224,6 @@ fn gathered(
     sweep_done(&json, &report)
 }
 
-/// The folder the command was given in, where a Slurm job's trials start.
-fn current_folder() -> anyhow::Result<PathBuf> {
-    std::env::current_dir().map_err(|e| usage(format!("cannot read the current folder: {e}")))
-}
-
 /// 0 when the command found what it looks for, 1 when its trials gave no answer. Bad input is
 /// refused before anything runs (2), no GPU is 3, as for every binary of the workspace.
 fn code(answered: bool) -> ExitCode {
@@ -250,7 +247,7 @@ fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
             devices.len()
         )));
     }
-    run_on(a, settings, what, program, devices)
+    run_on(a, settings, what, program, devices, !a.no_fork)
 }
 
 /// The command after `--`, its placeholders and its program checked.
@@ -269,24 +266,24 @@ fn checked_program(a: &RunArgs, settings: &Settings) -> anyhow::Result<Program> 
     Ok(program)
 }
 
-/// The run's folder and how its trials start.
+/// The run's folder and how its trials start (forked where `fork` and the program allow).
 fn run_on(
     a: &RunArgs,
     settings: &Settings,
     what: &str,
     program: Program,
     devices: Vec<tuner::gpu::Device>,
+    fork: bool,
 ) -> anyhow::Result<Run> {
     Ok(Run::new(
         RunOptions {
             program,
             devices,
-            time_limit_s: settings.time_limit_s,
-            stall_limit_s: settings.stall_limit_s,
+            limits: Limits::of(settings),
             trials_dir: a.trials_dir.clone(),
             json: a.json.clone(),
             progress: !a.quiet,
-            fork: !a.no_fork,
+            fork,
             ranks: settings.ranks,
         },
         what,
@@ -352,11 +349,8 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
     let wrapped =
         Program::new(tuner::profile::command(&chosen.0, &program.argv, &base)).map_err(usage)?;
     // A trial under nsys must be nsys's child: spawned, never forked from a Python parent.
-    let run_args = RunArgs {
-        no_fork: a.run.no_fork || matches!(chosen.0, Profiler::Nsys(_)),
-        ..a.run.clone()
-    };
-    let mut run = run_on(&run_args, &settings, "profile", wrapped, devices)?;
+    let fork = !a.run.no_fork && !matches!(chosen.0, Profiler::Nsys(_));
+    let mut run = run_on(&a.run, &settings, "profile", wrapped, devices, fork)?;
     run.env = tuner::profile::environment(&chosen.0, &base);
     let report = tuner::profile::profile(&run, &params, answer, chosen, &base)?;
     emit(&a.run.json, &report, &tuner::profile::render(&report))?;

@@ -11,11 +11,10 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use common::report::Provenance;
@@ -34,9 +33,9 @@ use crate::trial::{larger_batch_after_oom, Limits, Runner, Stop, TrialResult};
 pub struct RunOptions {
     pub program: Program,
     pub devices: Vec<Device>,
-    pub time_limit_s: f64,
-    /// Silence between steps that makes a trial hung (the floor of the rule).
-    pub stall_limit_s: f64,
+    /// The time limit and the silence between steps that makes a trial hung (the floor of the
+    /// rule).
+    pub limits: Limits,
     pub trials_dir: Option<PathBuf>,
     /// The final JSON (`-`: stdout); the trials' JSON lines go beside a file.
     pub json: Option<PathBuf>,
@@ -45,6 +44,16 @@ pub struct RunOptions {
     pub fork: bool,
     /// Processes (GPUs) per trial.
     pub ranks: usize,
+}
+
+impl Limits {
+    /// The time and stall limits a run's settings give.
+    pub fn of(s: &Settings) -> Limits {
+        Limits {
+            stall_limit: Duration::from_secs_f64(s.stall_limit_s),
+            ..Limits::new(Duration::from_secs_f64(s.time_limit_s))
+        }
+    }
 }
 
 /// A GPU the trials ran on, as the report names it.
@@ -88,23 +97,20 @@ impl DeviceSummary {
     /// `GPU 1: --amp on is bf16 (compute capability 9.0, bf16 from 8.0); CPU cores 8-15`,
     /// for what a report must say about the device: where `on` was asked, and its cores.
     pub fn note(&self, amp_on_asked: bool) -> Option<String> {
-        let mut parts = Vec::new();
-        if amp_on_asked {
-            parts.push(format!("--amp on is {}", self.amp_on));
-        }
-        if let Some(c) = &self.cpus {
-            parts.push(format!("CPU cores {}", cpu_list(c)));
-        }
+        let amp = amp_on_asked.then(|| format!("--amp on is {}", self.amp_on));
+        let cores = (self.cpus.as_ref()).map(|c| format!("CPU cores {}", cpu_list(c)));
+        let parts: Vec<String> = amp.into_iter().chain(cores).collect();
         (!parts.is_empty()).then(|| format!("{}: {}", self.label, parts.join("; ")))
     }
 }
 
 /// Progress on stderr while trials run: a bar with the trials done, each running trial's
-/// elapsed time and an estimate of the time left, and a line per finished trial. Nothing is
-/// drawn when stderr is not a terminal or `--quiet` is given.
+/// elapsed time and an estimate of the time left (redrawn every quarter second once the trials
+/// begin), and a line per finished trial. Nothing is drawn when stderr is not a terminal or
+/// `--quiet` is given.
 pub struct Progress {
     bar: ProgressBar,
-    running: Mutex<Vec<(String, Instant)>>,
+    running: Arc<Mutex<Vec<(String, Instant)>>>,
 }
 
 impl Progress {
@@ -115,16 +121,23 @@ impl Progress {
             ProgressDrawTarget::hidden()
         };
         let bar = ProgressBar::with_draw_target(None, target);
+        let running: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+        let shown = running.clone();
+        let trials = move |_: &ProgressState, out: &mut dyn std::fmt::Write| {
+            let each: Vec<String> = lock(&shown)
+                .iter()
+                .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
+                .collect();
+            let _ = out.write_str(&each.join("; "));
+        };
         bar.set_style(
             ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {msg}",
+                "{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {running}",
             )
+            .map(|style| style.with_key("running", trials))
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         );
-        Progress {
-            bar,
-            running: Mutex::default(),
-        }
+        Progress { bar, running }
     }
 
     /// A line above the bar.
@@ -139,27 +152,6 @@ impl Progress {
         lock(&self.running).retain(|(w, _)| *w != what);
         self.bar.inc(1);
         out
-    }
-
-    /// Run `f`, redrawing the running trials every quarter second meanwhile.
-    fn ticking<T>(&self, f: impl FnOnce() -> T) -> T {
-        let done = AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !done.load(Ordering::Relaxed) {
-                    let message: Vec<String> = lock(&self.running)
-                        .iter()
-                        .map(|(w, t)| format!("{w} ({:.0} s)", t.elapsed().as_secs_f64()))
-                        .collect();
-                    self.bar.set_message(message.join("; "));
-                    self.bar.tick();
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-            });
-            let out = f();
-            done.store(true, Ordering::Relaxed);
-            out
-        })
     }
 }
 
@@ -231,7 +223,7 @@ impl Run {
                 match ForkServer::start(
                     python,
                     &folder.join("fork-server.log"),
-                    Duration::from_secs_f64(o.time_limit_s),
+                    o.limits.time_limit,
                 ) {
                     Ok(server) => (Launcher::Fork(Arc::new(server)), None),
                     Err(why) => (
@@ -247,10 +239,7 @@ impl Run {
             devices: o.devices,
             launch: fork_note.unwrap_or_else(|| launcher.describe()),
             launcher,
-            limits: Limits {
-                stall_limit: Duration::from_secs_f64(o.stall_limit_s),
-                ..Limits::new(Duration::from_secs_f64(o.time_limit_s))
-            },
+            limits: o.limits,
             progress,
             folder,
             temporary,
@@ -298,6 +287,9 @@ impl Run {
         if let Some(n) = trials {
             self.progress.bar.set_length(n as u64);
         }
+        self.progress
+            .bar
+            .enable_steady_tick(Duration::from_millis(250));
         self.progress.line(&format!(
             "{what}: trials of `{}` on {}; {}; results as they come: {}",
             Program::display(&self.program.argv),
@@ -318,9 +310,7 @@ impl Run {
         results: &mut ResultsFile,
     ) -> TrialResult {
         let what = format!("trial {index}: {}", p.describe());
-        let r = self.progress.ticking(|| {
-            (self.progress).showing(what.clone(), || self.trial(p, index, group, stop))
-        });
+        let r = (self.progress).showing(what.clone(), || self.trial(p, index, group, stop));
         if let Err(e) = results.write(&r) {
             self.progress.line(&format!("warning: {e}"));
         }
@@ -406,19 +396,17 @@ impl Run {
         skip: impl Fn(&Params, &[TrialResult]) -> Option<String> + Sync,
         results: &mut ResultsFile,
     ) -> Result<Vec<TrialResult>> {
-        self.progress.ticking(|| {
-            run_queue(
-                jobs,
-                groups,
-                |i, p, g| {
-                    let what = format!("{} {}", g[0].label, p.describe());
-                    (self.progress).showing(what, || self.trial(p, first + i, g, stop))
-                },
-                skip,
-                results,
-                |pr| self.progress.line(&pr.line()),
-            )
-        })
+        run_queue(
+            jobs,
+            groups,
+            |i, p, g| {
+                let what = format!("{} {}", g[0].label, p.describe());
+                (self.progress).showing(what, || self.trial(p, first + i, g, stop))
+            },
+            skip,
+            results,
+            |pr| self.progress.line(&pr.line()),
+        )
     }
 
     /// Run `jobs` from one queue over the GPUs (a setting that runs out of memory skips its
@@ -644,16 +632,9 @@ impl Standing<'_> {
     pub fn line(&self) -> String {
         let width = self.total.to_string().len();
         let r = self.last;
-        let place = if r.device.is_empty() {
-            String::new()
-        } else {
-            format!("{} ", r.device)
-        };
-        let time = if r.status == Status::Skipped {
-            String::new()
-        } else {
-            format!(" ({:.1} s)", r.wall_s)
-        };
+        let place = (!r.device.is_empty()).then(|| format!("{} ", r.device));
+        let time = (r.status != Status::Skipped).then(|| format!(" ({:.1} s)", r.wall_s));
+        let (place, time) = (place.unwrap_or_default(), time.unwrap_or_default());
         format!(
             "[{:>width$}/{}] {place}{}: {}{time}; {} running, {} left",
             self.done,

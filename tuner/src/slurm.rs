@@ -251,10 +251,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
             let runner = Runner {
                 program: &program,
                 launcher: &Launcher::Spawn,
-                limits: Limits {
-                    stall_limit: Duration::from_secs_f64(plan.settings.stall_limit_s),
-                    ..Limits::new(Duration::from_secs_f64(plan.settings.time_limit_s))
-                },
+                limits: Limits::of(&plan.settings),
                 env: &[],
             };
             let folder = dir.join("trials").join(format!("{index:03}"));
@@ -354,9 +351,8 @@ pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
         };
         trials.push(r);
     }
-    let ran_on = (saved.values()).filter(|t| t.result.status != Status::Skipped);
     let mut devices: Vec<DeviceSummary> = Vec::new();
-    for t in ran_on {
+    for t in (saved.values()).filter(|t| t.result.status != Status::Skipped) {
         if !devices.contains(&t.device) {
             devices.push(t.device.clone());
         }
@@ -440,17 +436,16 @@ fn task_states(job: &Job) -> BTreeMap<usize, String> {
 /// its state to each of them. A job that is no array (a batch finder's, `4243|RUNNING`) is
 /// task 0.
 pub fn parse_states(text: &str, job_id: &str) -> BTreeMap<usize, String> {
+    let tasks = text.lines().filter_map(|line| {
+        let (id, state) = line.split_once('|')?;
+        let tasks = id.trim().strip_prefix(job_id)?;
+        let tasks = tasks
+            .strip_prefix('_')
+            .or(tasks.is_empty().then_some("0"))?;
+        Some((tasks, state))
+    });
     let mut states = BTreeMap::new();
-    for line in text.lines() {
-        let Some((id, state)) = line.split_once('|') else {
-            continue;
-        };
-        let Some(tasks) = id.trim().strip_prefix(job_id) else {
-            continue;
-        };
-        let Some(tasks) = tasks.strip_prefix('_').or(tasks.is_empty().then_some("0")) else {
-            continue;
-        };
+    for (tasks, state) in tasks {
         let tasks = match tasks.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
             Some(list) => list.split('%').next().unwrap_or(""),
             None => tasks,
@@ -480,10 +475,8 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::R
         ),
     };
     let last = plan.trials.len().saturating_sub(1);
-    let array = match s.max_parallel {
-        Some(n) => format!("--array=0-{last}%{n}"),
-        None => format!("--array=0-{last}"),
-    };
+    let at_once = s.max_parallel.map_or(String::new(), |n| format!("%{n}"));
+    let array = format!("--array=0-{last}{at_once}");
     let mut options = vec![format!("--job-name=tuner-{name}")];
     options.extend(plan.autobatch.is_none().then_some(array));
     for (flag, ext) in [("output", "out"), ("error", "err")] {
@@ -520,12 +513,9 @@ pub fn script(plan: &Plan, dir: &Path, tuner: &Path, s: &SlurmArgs) -> anyhow::R
 /// written where sbatch is missing; where it refuses, what was written is removed again, so the
 /// same command can run once the cause is mended.
 pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
-    let sbatch = match s.no_submit {
-        true => None,
-        false => Some(on_path("sbatch").ok_or_else(|| {
-            usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
-        })?),
-    };
+    let sbatch = (!s.no_submit).then(|| on_path("sbatch").ok_or_else(|| {
+        usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
+    })).transpose()?;
     if plan.trials.is_empty() && plan.autobatch.is_none() {
         return Err(usage("the sweep has no trials to submit"));
     }

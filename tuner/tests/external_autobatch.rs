@@ -6,11 +6,13 @@
 mod fake;
 
 use fake::{confirmed, every_trial, finder_options, run_options, Scratch};
+use std::time::Duration;
 use tuner::autobatch::{autobatch, render, AutobatchReport, Options};
 use tuner::classify::Status;
 use tuner::config::Overrides;
 use tuner::granularity::Granularity;
 use tuner::run::{Run, RunOptions};
+use tuner::trial::Limits;
 
 fn find(
     dir: &Scratch,
@@ -31,8 +33,10 @@ fn find_on(
     ranks: usize,
 ) -> common::Result<AutobatchReport> {
     let options = RunOptions {
-        time_limit_s,
-        stall_limit_s,
+        limits: Limits {
+            stall_limit: Duration::from_secs_f64(stall_limit_s),
+            ..Limits::new(Duration::from_secs_f64(time_limit_s))
+        },
         ranks,
         ..run_options(dir, vars, ranks)
     };

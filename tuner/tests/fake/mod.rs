@@ -114,8 +114,7 @@ pub fn run_options(dir: &Scratch, vars: &[(&str, &str)], gpus: usize) -> RunOpti
     RunOptions {
         program: program(vars),
         devices: stand_ins(gpus),
-        time_limit_s: 60.0,
-        stall_limit_s: 60.0,
+        limits: Limits::new(Duration::from_secs(60)),
         trials_dir: Some(dir.path("trials")),
         json: Some(dir.path("autobatch.json")),
         progress: false,

@@ -56,6 +56,12 @@ pub struct StepRecord {
     /// Peak device memory the framework saw (bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peak_memory_bytes: Option<u64>,
+    /// The most the program's tensors held during this step (bytes): in PyTorch
+    /// `max_memory_allocated()` since the step began. Unlike the reserved peak it leaves out the
+    /// blocks the allocator keeps cached (an autotuner's workspaces among them), so it grows
+    /// with the batch as the activations do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_allocated_bytes: Option<u64>,
     /// Device memory the program holds at the end of the step (bytes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_in_use_bytes: Option<u64>,
@@ -279,6 +285,7 @@ fn step(line: &str, o: &Map<String, Value>) -> Result<StepRecord, String> {
         backward_s: seconds_like(o, "backward_s")?,
         optimizer_s: seconds_like(o, "optimizer_s")?,
         peak_memory_bytes: whole(o, "peak_memory_bytes")?,
+        peak_allocated_bytes: whole(o, "peak_allocated_bytes")?,
         memory_in_use_bytes: whole(o, "memory_in_use_bytes")?,
         gpu_busy: share(o, "gpu_busy")?,
         metrics: metrics(line, o)?,
@@ -519,7 +526,7 @@ mod tests {
     fn steps_in_every_accepted_shape() {
         let r = ReportFile::parse(concat!(
             "{\"samples\": 256, \"step_s\": 0.5}\n",
-            "{\"kind\": \"step\", \"samples\": 256.0, \"start_s\": 10.0, \"end_s\": 10.25, \"data_s\": 0.01, \"peak_memory_bytes\": 1000}\n",
+            "{\"kind\": \"step\", \"samples\": 256.0, \"start_s\": 10.0, \"end_s\": 10.25, \"data_s\": 0.01, \"peak_memory_bytes\": 1000, \"peak_allocated_bytes\": 600}\n",
             "\n",
             "{\"samples\": 128, \"step_s\": 0.125, \"forward_s\": null, \"extra\": [1, 2]}\n",
             "{\"kind\": \"end\", \"samples_per_s\": 700.5, \"peak_memory_bytes\": 2000}\n",
@@ -530,6 +537,7 @@ mod tests {
         assert_eq!(r.steps[1].samples, 256);
         assert_eq!(r.steps[1].step_s, 0.25);
         assert_eq!(r.steps[1].data_s, Some(0.01));
+        assert_eq!(r.steps[1].peak_allocated_bytes, Some(600));
         assert_eq!(r.steps[2].forward_s, None);
         assert_eq!(r.end.as_ref().unwrap().samples_per_s, Some(700.5));
         assert!(!r.health.truncated_last_line);
@@ -585,7 +593,7 @@ mod tests {
     #[test]
     fn a_line_is_checked_field_for_field_against_the_records() {
         for good in [
-            "{\"step\":3,\"samples\":8,\"step_s\":0.5,\"data_s\":0.1,\"peak_memory_bytes\":10,\"metrics\":{\"loss\":2.5,\"acc\":null}}",
+            "{\"step\":3,\"samples\":8,\"step_s\":0.5,\"data_s\":0.1,\"peak_memory_bytes\":10,\"peak_allocated_bytes\":6,\"metrics\":{\"loss\":2.5,\"acc\":null}}",
             "{\"kind\":\"step\",\"rank\":1,\"samples\":8,\"step_s\":1}",
             "{\"kind\":\"device\",\"name\":\"GPU\",\"total_bytes\":1000,\"free_bytes\":900}",
             "{\"kind\":\"model\",\"parameter_bytes\":4,\"gradient_bytes\":4,\"optimizer_state_bytes\":8}",

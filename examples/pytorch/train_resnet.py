@@ -19,14 +19,17 @@ would, so step times are contiguous and add up to the loop's wall time):
     events on the training stream);
   - forward, backward, optimizer: CUDA events on the training stream around each phase; with
     accumulation, forward and backward are summed over the micro-batches.
-The peak memory reported is `torch.cuda.max_memory_reserved()`: what PyTorch's caching
-allocator took from the device, cached blocks included, which is what runs out. It is the
-steady step's (the warmup steps report no peak): after the warmup the cache is emptied and the
-peak reset, so the autotuner's trial workspaces are not counted. The steady step still holds
-the workspaces of the algorithms cuDNN chose, and it chose them by the room there was, so
-under a memory cap the peak climbs towards the cap well before the batch that runs out (on an
-H100 with a 16 GiB share: 10.4 GB at batch 256, 17.05 GB at 704, 960 out of memory); the
-tuner's batch finder sees the peaks leave their line and falls back to doubling and bisecting.
+Each step reports two peaks (the warmup steps none): the most PyTorch's caching allocator has
+reserved from the device since the warmup (`torch.cuda.max_memory_reserved()`, cached blocks
+included, which is what runs out), and the most the step's own tensors held
+(`torch.cuda.max_memory_allocated()`, the counters reset after every step). After the warmup
+the cache is emptied, so the autotuner's trial workspaces are not counted. The reserved peak
+still holds the cached workspaces of the algorithms cuDNN chose, and it chose them by the room
+there was, so under a memory cap it climbs towards the cap well before the batch that runs out
+(on an H200 with a 16 GiB share, fp32: 11.67 GB at batch 256, 17.15 GB at 512, 752 out of
+memory). The allocated peak grows with the batch as the activations do (0.38 GB at 8, 5.95 GB
+at 256, 11.70 GB at 512, 16.92 GB at 744, the largest that fits): the tuner's batch finder
+aims by it.
 After the first optimizer step it reports where the memory goes (`report.model`: the
 bytes of parameters, gradients and SGD's momentum), which `tuner memory` sets against each
 batch's peak. Before the model is built the script reports the GPU's name and the memory free once the CUDA
@@ -192,6 +195,28 @@ def sgd(parameters, lr):
     return torch.optim.SGD(parameters, lr=lr, momentum=0.9, weight_decay=1e-4)
 
 
+class Peaks:
+    """A step's two peaks: the most PyTorch's allocator has reserved since the start or the last
+    `restart()`, and the most the step's own tensors held (PyTorch's peak counters are reset
+    after each step)."""
+
+    def __init__(self, torch, device=None):
+        self.cuda, self.device = torch.cuda, device
+        self.reserved = 0
+
+    def step(self):
+        self.reserved = max(self.reserved, self.cuda.max_memory_reserved(self.device))
+        allocated = self.cuda.max_memory_allocated(self.device)
+        self.cuda.reset_peak_memory_stats(self.device)
+        return self.reserved, allocated
+
+    def restart(self):
+        """After the warmup: the autotuner's cached trial workspaces go, the counts start again."""
+        self.cuda.empty_cache()
+        self.cuda.reset_peak_memory_stats(self.device)
+        self.reserved = 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     # PyTorch is imported after the arguments are read: a bad flag is answered at once.
@@ -234,7 +259,8 @@ def main(argv=None):
 
     ready_s = time.perf_counter() - STARTED
     model.train()
-    torch.cuda.reset_peak_memory_stats()
+    peaks = Peaks(torch)
+    allocated_peak = 0
     torch.cuda.synchronize()
     last_end = time.perf_counter()
     measured_start = last_end if args.warmup == 0 else None
@@ -269,6 +295,9 @@ def main(argv=None):
         if step == 0:
             first_step_s = end - STARTED
         loss_value = loss.item() * args.accumulation
+        reserved, allocated = peaks.step()
+        measured = step >= args.warmup
+        allocated_peak = max(allocated_peak, allocated if measured else 0)
         report.step(
             samples=samples_per_step,
             step_s=step_s,
@@ -276,7 +305,8 @@ def main(argv=None):
             forward_s=seconds(forwards),
             backward_s=seconds(backwards),
             optimizer_s=seconds([(o0, o1)]),
-            peak_memory_bytes=torch.cuda.max_memory_reserved() if step >= args.warmup else None,
+            peak_memory_bytes=reserved if measured else None,
+            peak_allocated_bytes=allocated if measured else None,
             metrics={"loss": loss_value},
         )
         if step == 0:
@@ -284,13 +314,12 @@ def main(argv=None):
             report.model(model, optimizer)
         if step + 1 == args.warmup:
             # The steady step's memory from here: the autotuner's trial workspaces go.
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
+            peaks.restart()
             measured_start = time.perf_counter()
             last_end = measured_start
 
     samples_per_s = samples_per_step * args.steps / (last_end - measured_start)
-    reserved = torch.cuda.max_memory_reserved()
+    reserved = peaks.reserved
     report.end(samples_per_s=samples_per_s, peak_memory_bytes=reserved)
     report.close()
     print(
@@ -301,7 +330,7 @@ def main(argv=None):
         % (args.batch_size, args.accumulation, args.workers,
            precision + (" (on)" if args.amp == "on" else ""), args.pin_memory,
            samples_per_s, args.steps, args.warmup, reserved / 1e9,
-           torch.cuda.max_memory_allocated() / 1e9, free / 1e9, loss_value, ready_s,
+           allocated_peak / 1e9, free / 1e9, loss_value, ready_s,
            first_step_s)
     )
     return 0

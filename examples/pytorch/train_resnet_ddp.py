@@ -80,6 +80,7 @@ def train(args, torch, dist, ddp, device, rank, world):
     batches = iter(loader)
 
     model.train()
+    peaks = single.Peaks(torch, device)
     torch.cuda.synchronize(device)
     last_end = time.perf_counter()
     measured_start = last_end if args.warmup == 0 else None
@@ -105,23 +106,25 @@ def train(args, torch, dist, ddp, device, rank, world):
         end = time.perf_counter()
         step_s, last_end = end - last_end, end
         loss_value = loss.item() * args.accumulation
+        reserved, allocated = peaks.step()
+        measured = step >= args.warmup
         report.step(
             samples=samples_per_step,
             step_s=step_s,
             data_s=wait_s,
-            peak_memory_bytes=torch.cuda.max_memory_reserved(device) if step >= args.warmup else None,
+            peak_memory_bytes=reserved if measured else None,
+            peak_allocated_bytes=allocated if measured else None,
             metrics={"loss": loss_value},
         )
         if step == 0:
             report.model(model.module, optimizer)
         if step + 1 == args.warmup:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(device)
+            peaks.restart()
             measured_start = time.perf_counter()
             last_end = measured_start
 
     samples_per_s = samples_per_step * args.steps / (last_end - measured_start)
-    reserved = torch.cuda.max_memory_reserved(device)
+    reserved = peaks.reserved
     report.end(samples_per_s=samples_per_s, peak_memory_bytes=reserved)
     report.close()
     # Every rank's figure, gathered on rank 0 for one line.

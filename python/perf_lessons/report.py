@@ -18,11 +18,13 @@ every call does nothing, so the lines can stay in the script.
 the end of this block, so the wait for the next batch (the time outside the blocks) is part of
 the step, and is also reported as `data_s`. Where the program has imported PyTorch and
 initialized CUDA, the block's end waits for the GPU (the host clock then measures the work, not
-its queuing) and the step carries `torch.cuda.max_memory_reserved()` as its peak memory; before
+its queuing) and the step carries two peaks: the most PyTorch's allocator has reserved so far
+(`torch.cuda.max_memory_reserved()`, what runs out) and the most its tensors held in this step
+(`torch.cuda.max_memory_allocated()`, after which it resets PyTorch's peak counters); before
 the first step a device line gives the GPU's name and the memory the training can have (free
 now plus what PyTorch already holds). Set `s.forward_s`, `s.backward_s`, `s.optimizer_s`,
-`s.data_s`, `s.peak_memory_bytes`, `s.gpu_busy`, `s.metrics` (`{"loss": loss.item()}`) or
-`s.samples` inside the block to report your own figures. A block left by an exception (out of
+`s.data_s`, `s.peak_memory_bytes`, `s.peak_allocated_bytes`, `s.gpu_busy`, `s.metrics`
+(`{"loss": loss.item()}`) or `s.samples` inside the block to report your own figures. A block left by an exception (out of
 memory, say) reports nothing.
 
 The lower level, for a loop that times itself:
@@ -36,7 +38,9 @@ step's time in seconds, `step_s`. Without `step_s`, the time since the previous 
 (or since the Reporter was made) is used: call `step()` after something that waits for the GPU
 (`loss.item()`, `torch.cuda.synchronize()`), or the host clock measures only the queuing of
 work. Optional: `data_s`, `forward_s`, `backward_s`, `optimizer_s` (seconds),
-`peak_memory_bytes` (e.g. `torch.cuda.max_memory_reserved()`) and `gpu_busy` (0..1).
+`peak_memory_bytes` (e.g. `torch.cuda.max_memory_reserved()`), `peak_allocated_bytes` (the
+step's own `torch.cuda.max_memory_allocated()`: read it, then `torch.cuda.reset_peak_memory_stats()`)
+and `gpu_busy` (0..1).
 
 Metrics: `metrics={"loss": loss.item()}` on a step or on `end()` (a final evaluation) reports
 the program's own figures by name; the tuner keeps the last value of each (the end line's where
@@ -58,8 +62,11 @@ methods and attributes: nothing here imports PyTorch.
 Optional, once the framework holds the GPU and before the model is built:
 `report.device(name=..., total_bytes=..., free_bytes=..., framework=...)` (in PyTorch
 `torch.cuda.get_device_name()`, `torch.cuda.mem_get_info()` and `torch_version()`). With it and a
-`peak_memory_bytes` per step, the batch finder fits memory against the batch and aims at the
-limit instead of doubling its way there.
+peak per step, the batch finder fits memory against the batch and aims at the limit instead of
+doubling its way there. It aims by `peak_allocated_bytes` where a step gives it: the reserved
+peak also holds the allocator's cache, and cuDNN's autotuner (`torch.backends.cudnn.benchmark`)
+takes its workspaces from whatever room there is, so that peak meets the limit long before the
+batch that runs out.
 
 A data-parallel program (DDP) reports from every rank: the tuner starts each rank itself, as
 torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with a report file
@@ -173,11 +180,12 @@ class Reporter:
         return self._steps
 
     def step(self, samples, step_s=None, peak_memory_bytes=None, gpu_busy=None, metrics=None,
-             **phases):
+             peak_allocated_bytes=None, **phases):
         """One optimizer step: `samples` consumed, its time `step_s` (default: since the last
         call), optional phase times in seconds, the framework's peak memory in bytes, the
-        share of the step the GPU was working (0..1), where the program measures it, and
-        `metrics`, the program's own figures by name ({"loss": 2.31})."""
+        share of the step the GPU was working (0..1), where the program measures it,
+        `metrics`, the program's own figures by name ({"loss": 2.31}), and the most the
+        step's tensors held, in bytes."""
         unknown = set(phases) - set(_PHASES)
         if unknown:
             raise TypeError("unknown phase(s) %s; use %s" % (sorted(unknown), ", ".join(_PHASES)))
@@ -196,6 +204,8 @@ class Reporter:
                 line[name] = float(value)
         if peak_memory_bytes is not None:
             line["peak_memory_bytes"] = int(peak_memory_bytes)
+        if peak_allocated_bytes is not None:
+            line["peak_allocated_bytes"] = int(peak_allocated_bytes)
         if gpu_busy is not None and 0.0 <= gpu_busy <= 1.0:
             line["gpu_busy"] = float(gpu_busy)
         if metrics:
@@ -464,6 +474,8 @@ class StepClock:
         self._wait = None
         self._samples = 0
         self._device_sent = False
+        # The most PyTorch has reserved so far: its peak counters are reset every step.
+        self._reserved = 0
         self._marks = Marks()
         self._in_step = False
 
@@ -519,8 +531,14 @@ class StepClock:
         start = self._step_start if self._step_start is not None else now
         if fields.get("data_s") is None and self._wait is not None:
             fields["data_s"] = self._wait
-        if fields.get("peak_memory_bytes") is None and cuda is not None:
-            fields["peak_memory_bytes"] = cuda.max_memory_reserved()
+        if cuda is not None:
+            self._reserved = max(self._reserved, cuda.max_memory_reserved())
+            if fields.get("peak_memory_bytes") is None:
+                fields["peak_memory_bytes"] = self._reserved
+            if fields.get("peak_allocated_bytes") is None:
+                # The step's own: the counters start again for the next one.
+                fields["peak_allocated_bytes"] = cuda.max_memory_allocated()
+                cuda.reset_peak_memory_stats()
         fields = {k: v for k, v in fields.items() if v is not None}
         # The protocol refuses a step of no time; a clock that did not move is not one.
         self.reporter.step(samples=self._samples, step_s=max(now - start, 1e-9), **fields)
@@ -539,7 +557,7 @@ class StepClock:
         self._marks.close()
         self._in_step = False
         cuda = torch_cuda()
-        peak = cuda.max_memory_reserved() if cuda is not None else None
+        peak = max(self._reserved, cuda.max_memory_reserved()) if cuda is not None else None
         self.reporter.end(samples_per_s=samples_per_s, peak_memory_bytes=peak, metrics=metrics)
         self.reporter.close()
 
@@ -562,7 +580,8 @@ class StepClock:
 class Step:
     """One block of `step()`: set its fields inside the block to report your own figures."""
 
-    _FIELDS = ("samples", "peak_memory_bytes", "gpu_busy", "metrics") + _PHASES
+    _FIELDS = ("samples", "peak_memory_bytes", "peak_allocated_bytes", "gpu_busy",
+               "metrics") + _PHASES
 
     def __init__(self, clock, samples, fields):
         self._clock = clock

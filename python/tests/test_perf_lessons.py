@@ -45,8 +45,19 @@ class FakeCuda:
     def synchronize(self):
         self.synchronized += 1
 
+    # PyTorch's peak counters: reserved and allocated, both reset by reset_peak_memory_stats().
+    reserved_peak = 3_000_000
+    allocated_peak = 2_000_000
+    resets = 0
+
     def max_memory_reserved(self):
-        return 3_000_000
+        return self.reserved_peak
+
+    def max_memory_allocated(self):
+        return self.allocated_peak
+
+    def reset_peak_memory_stats(self):
+        self.resets += 1
 
     def memory_reserved(self):
         return 1_000_000
@@ -192,6 +203,32 @@ class ContextManager(Trial):
                                     "total_bytes": 10_000_000, "free_bytes": 8_000_000,
                                     "framework": "torch 2.11.0+cu130, CUDA 13.0"})
         self.assertEqual([s.get("peak_memory_bytes") for s in lines[1:]], [3_000_000] * 2)
+        self.assertEqual([s.get("peak_allocated_bytes") for s in lines[1:]], [2_000_000] * 2)
+
+    def test_the_allocated_peak_is_the_step_s_own_and_the_reserved_the_most_so_far(self):
+        cuda = FakeCuda()
+        with modules(torch=torch_with(cuda)):
+            # The first step: cuDNN's autotuner times its algorithms in workspaces of its own.
+            with perf_lessons.step(samples=2):
+                cuda.reserved_peak, cuda.allocated_peak = 9_000_000, 8_000_000
+            # The counters were reset after it: this step's peaks are its own.
+            with perf_lessons.step(samples=2):
+                cuda.reserved_peak, cuda.allocated_peak = 5_000_000, 4_000_000
+            report._clock.finish()
+        steps = self.steps()
+        self.assertEqual([s["peak_allocated_bytes"] for s in steps], [8_000_000, 4_000_000])
+        self.assertEqual([s["peak_memory_bytes"] for s in steps], [9_000_000] * 2)
+        self.assertEqual(self.lines()[-1]["peak_memory_bytes"], 9_000_000)
+        self.assertEqual(cuda.resets, 2)
+
+    def test_peaks_of_the_program_s_own_are_reported_as_given_and_nothing_is_reset(self):
+        cuda = FakeCuda()
+        with modules(torch=torch_with(cuda)):
+            with perf_lessons.step(samples=2) as s:
+                s.peak_memory_bytes, s.peak_allocated_bytes = 7, 6
+        self.assertEqual([(x["peak_memory_bytes"], x["peak_allocated_bytes"]) for x in self.steps()],
+                         [(7, 6)])
+        self.assertEqual(cuda.resets, 0)
 
     def test_a_per_process_memory_fraction_caps_the_memory_it_could_have(self):
         cuda = FakeCuda()

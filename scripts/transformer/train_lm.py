@@ -9,7 +9,7 @@ would.
     python3 scripts/transformer/train_lm.py --model tiny --device cpu --steps 2 --workers 0
 
 The loop and what it reports are train_loop.py's: per step the samples (sequences), the step
-time, its forward/backward/optimizer parts and the peak memory reserved; after the first step
+time, its forward/backward/optimizer parts and the peak memory reserved and allocated; after the first step
 the bytes of the parameters, their gradients and AdamW's state. `--model` names a shape:
 llama-134m (12 layers of width 768, an MLP of 2048, 12 heads, a vocabulary of 32,000 and an
 untied output layer: GPT-2 small's size in Llama's form), or tiny (to check the program on a

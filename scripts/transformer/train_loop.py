@@ -5,7 +5,8 @@ once: the flags, the memory share, the loader, the loop and what it reports.
 
 Each step: one batch from a DataLoader, forward and loss under autocast, backward, AdamW step,
 synchronize. Reported per step: samples, step time (host clock between synchronized step ends),
-forward/backward/optimizer times (CUDA events) and the peak memory PyTorch reserved so far.
+forward/backward/optimizer times (CUDA events), the peak memory PyTorch reserved so far and the
+most the step's tensors held (allocated; PyTorch's peak counters are reset after each step).
 After the first step, once AdamW has made its two moments, one model line: the bytes of the
 parameters, of their gradients (each parameter that takes one, at its dtype: the gradients are
 set to None after every step) and of the optimizer's state on the GPU. An out-of-memory error
@@ -161,8 +162,17 @@ def train(args, torch, report, net, dataset, loss_of, name, started):
         e.record()
         return e
 
-    def peak():
-        return torch.cuda.max_memory_reserved() if device == "cuda" else 0
+    reserved = 0
+
+    def peaks():
+        """The most reserved so far and the step's own allocated peak: the counters start again."""
+        nonlocal reserved
+        if device != "cuda":
+            return 0, 0
+        reserved = max(reserved, torch.cuda.max_memory_reserved())
+        allocated = torch.cuda.max_memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        return reserved, allocated
 
     def to_device(batch):
         if isinstance(batch, (list, tuple)):
@@ -187,17 +197,19 @@ def train(args, torch, report, net, dataset, loss_of, name, started):
         e3 = event()
         e3.synchronize()
         now = time.perf_counter()
+        peak, allocated = peaks()
         report.line(samples=args.batch_size, step_s=now - last,
                     forward_s=e0.elapsed_time(e1) / 1e3, backward_s=e1.elapsed_time(e2) / 1e3,
-                    optimizer_s=e2.elapsed_time(e3) / 1e3, peak_memory_bytes=peak())
+                    optimizer_s=e2.elapsed_time(e3) / 1e3, peak_memory_bytes=peak,
+                    peak_allocated_bytes=allocated)
         last = now
         if step == 0:
             report.line(kind="model", **model_bytes(torch, net, optimizer))
         if step + 1 == args.warmup:
             measured_from = now
     rate = args.batch_size * args.steps / (last - measured_from)
-    report.line(kind="end", samples_per_s=rate, peak_memory_bytes=peak())
+    report.line(kind="end", samples_per_s=rate, peak_memory_bytes=reserved)
     print("%s batch %d amp %s on %s: %.1f samples/s, peak %.2f GB reserved, loss %.3f, "
-          "%.1f s from the start" % (name, args.batch_size, precision, device, rate, peak() / 1e9,
+          "%.1f s from the start" % (name, args.batch_size, precision, device, rate, reserved / 1e9,
                                      loss.item(), time.perf_counter() - started))
     return 0

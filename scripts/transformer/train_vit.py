@@ -7,7 +7,7 @@ answers on a model it was not built around are measured with (scripts/tuner-vs-l
     python3 scripts/transformer/train_vit.py --batch-size 64 --amp on --steps 20 --warmup 2
 
 The loop and what it reports are train_loop.py's: per step the samples (images), the step time,
-its forward/backward/optimizer parts and the peak memory reserved; after the first step the
+its forward/backward/optimizer parts and the peak memory reserved and allocated; after the first step the
 bytes of the parameters, their gradients and AdamW's state.
 """
 

@@ -60,6 +60,10 @@ pub struct Measured {
     pub optimizer_ms: Option<Summary>,
     /// Highest peak the framework reported (any line, warmup included).
     pub framework_peak_bytes: Option<u64>,
+    /// The last step's allocated peak (`peak_allocated_bytes`), where the program gives it: what
+    /// the steady step's tensors held, the allocator's cache left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_peak_bytes: Option<u64>,
     /// The program's own samples/s (its end line).
     pub program_samples_per_s: Option<f64>,
     /// ours / the program's - 1 (0.01 = we count 1% more).
@@ -123,6 +127,7 @@ impl Measured {
         let framework_peak_bytes = (steps.iter().filter_map(|s| s.peak_memory_bytes))
             .chain(end.and_then(|e| e.peak_memory_bytes))
             .max();
+        let allocated_peak_bytes = steps.iter().rev().find_map(|s| s.peak_allocated_bytes);
         let program_samples_per_s = end.and_then(|e| e.samples_per_s);
         let clock = clock_rates(steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();
@@ -146,6 +151,7 @@ impl Measured {
             backward_ms: ms(&|s| s.backward_s),
             optimizer_ms: ms(&|s| s.optimizer_s),
             framework_peak_bytes,
+            allocated_peak_bytes,
             program_samples_per_s,
             program_difference,
             clock_samples_per_s,
@@ -204,6 +210,13 @@ mod tests {
             Some(5_000_000),
             "warmup peaks count"
         );
+        assert_eq!(m.allocated_peak_bytes, None, "not reported");
+        // The allocated peak is the last step's that gave one: the first step's (an autotuner
+        // timing its algorithms) does not stand for the steady steps.
+        r.steps[0].peak_allocated_bytes = Some(9_000_000);
+        r.steps[4].peak_allocated_bytes = Some(2_000_000);
+        let m = Measured::from_report(&r, 2, None, &[]);
+        assert_eq!(m.allocated_peak_bytes, Some(2_000_000));
         assert_eq!(m.program_samples_per_s, Some(990.0));
         assert!((m.program_difference.unwrap() - (1000.0 / 990.0 - 1.0)).abs() < 1e-12);
     }

@@ -191,6 +191,26 @@ impl TrialResult {
         }
     }
 
+    /// The peak the batch finder aims by, its limit, and whether that peak is the allocated
+    /// one: the steady step's allocated peak against the memory the program reported free,
+    /// where it gives both, else [TrialResult::memory_terms]. The allocated peak grows with the
+    /// batch as the activations do; the reserved one also holds the allocator's cache, and
+    /// cuDNN's autotuner takes its workspaces from whatever room there is, so under a cap the
+    /// reserved peak climbs to the limit long before the batch that runs out.
+    pub fn aim_terms(&self) -> (Option<u64>, Option<u64>, bool) {
+        let m = &self.measured;
+        match (
+            m.allocated_peak_bytes,
+            m.device.as_ref().and_then(|d| d.free_bytes),
+        ) {
+            (Some(peak), Some(free)) => (Some(peak), Some(free), true),
+            _ => {
+                let (peak, limit) = self.memory_terms();
+                (peak, limit, false)
+            }
+        }
+    }
+
     /// Whether its batch fits: it ended OK (or reported every step it was told to run: a
     /// program may crash on its way out), or ran out of memory, or hung between its steps (it
     /// ran at this size, then could not go on: most often a group stuck in a collective beside
@@ -727,6 +747,10 @@ impl Runner<'_> {
             .flat_map(|f| f.steps.iter().filter_map(|s| s.peak_memory_bytes));
         result.measured.framework_peak_bytes =
             result.measured.framework_peak_bytes.max(peaks.max());
+        let allocated = files
+            .iter()
+            .filter_map(|f| (f.steps.iter().rev()).find_map(|s| s.peak_allocated_bytes));
+        result.measured.allocated_peak_bytes = allocated.max();
         result.report = files[0].health.clone();
         // Each rank's verdict: its own exit where it had one, else how the group ended.
         let mut verdicts: Vec<_> = g

@@ -23,6 +23,8 @@ struct Replay {
     peaks: Vec<(usize, f64)>,
     limit: u64,
     model: Option<u64>,
+    /// The peaks are allocated ones ([Probe::allocated]).
+    allocated: bool,
     /// Every trial the run took, its confirmations included.
     logged_trials: usize,
     /// The rounds it took, one after another: the search's, and a run of its own for each
@@ -57,8 +59,10 @@ impl Replay {
         let mut peaks = Vec::new();
         let mut limit = u64::MAX;
         let mut model = None;
+        let mut allocated = false;
         for t in &trials {
-            let (peak, l) = t.memory_terms();
+            let (peak, l, a) = t.aim_terms();
+            allocated |= a;
             limit = limit.min(l.expect("a limit in the peak's terms"));
             model = model.or(t.measured.model.and_then(|m| m.total_bytes()));
             if t.fits() == Some(true) {
@@ -71,6 +75,7 @@ impl Replay {
             peaks,
             limit,
             model,
+            allocated,
             logged_trials,
             logged_rounds,
         }
@@ -92,6 +97,7 @@ impl Replay {
             peaks: vec![(0, fixed), (start, start_peak)],
             limit: real as u64,
             model: None,
+            allocated: false,
             logged_trials: 0,
             logged_rounds: 0,
         }
@@ -118,6 +124,7 @@ impl Replay {
             peak_bytes: fits.then(|| self.peak(batch) as u64),
             limit_bytes: Some(self.limit),
             model_bytes: self.model,
+            allocated: self.allocated,
         }
     }
 

@@ -243,13 +243,13 @@ fn fits(r: &TrialResult, confirmation: bool) -> Result<bool> {
 /// What a search trial tells the search.
 fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
     let fits = fits(r, confirmation)?;
-    let (peak, limit, allocated) = r.aim_terms();
+    let (peak, limit) = r.memory_terms();
     Ok(Probe {
         fits,
         peak_bytes: peak.filter(|_| fits),
         limit_bytes: limit,
         model_bytes: r.measured.model.and_then(|m| m.total_bytes()),
-        allocated,
+        allocated_bytes: r.allocated_peak().filter(|_| fits),
     })
 }
 

@@ -191,24 +191,14 @@ impl TrialResult {
         }
     }
 
-    /// The peak the batch finder aims by, its limit, and whether that peak is the allocated
-    /// one: the steady step's allocated peak against the memory the program reported free,
-    /// where it gives both, else [TrialResult::memory_terms]. The allocated peak grows with the
-    /// batch as the activations do; the reserved one also holds the allocator's cache, and
-    /// cuDNN's autotuner takes its workspaces from whatever room there is, so under a cap the
-    /// reserved peak climbs to the limit long before the batch that runs out.
-    pub fn aim_terms(&self) -> (Option<u64>, Option<u64>, bool) {
+    /// The steady step's allocated peak where the program reports it in the terms of
+    /// [TrialResult::memory_terms] (with its own peak and the memory it reported free): the peak
+    /// without the allocator's cache and its fragments.
+    pub fn allocated_peak(&self) -> Option<u64> {
         let m = &self.measured;
-        match (
-            m.allocated_peak_bytes,
-            m.device.as_ref().and_then(|d| d.free_bytes),
-        ) {
-            (Some(peak), Some(free)) => (Some(peak), Some(free), true),
-            _ => {
-                let (peak, limit) = self.memory_terms();
-                (peak, limit, false)
-            }
-        }
+        let reported_free = m.device.as_ref().and_then(|d| d.free_bytes);
+        m.allocated_peak_bytes
+            .filter(|_| m.framework_peak_bytes.is_some() && reported_free.is_some())
     }
 
     /// Whether its batch fits: it ended OK (or reported every step it was told to run: a

@@ -63,10 +63,10 @@ Optional, once the framework holds the GPU and before the model is built:
 `report.device(name=..., total_bytes=..., free_bytes=..., framework=...)` (in PyTorch
 `torch.cuda.get_device_name()`, `torch.cuda.mem_get_info()` and `torch_version()`). With it and a
 peak per step, the batch finder fits memory against the batch and aims at the limit instead of
-doubling its way there. It aims by `peak_allocated_bytes` where a step gives it: the reserved
-peak also holds the allocator's cache, and cuDNN's autotuner (`torch.backends.cudnn.benchmark`)
-takes its workspaces from whatever room there is, so that peak meets the limit long before the
-batch that runs out.
+doubling its way there. Where the steps give `peak_allocated_bytes` too, it aims by those when
+the cache the reserved peak holds above them is no steady share of them: cuDNN's autotuner
+(`torch.backends.cudnn.benchmark`) caches the workspaces it tried and takes what room there is,
+so the reserved peak meets the limit long before the batch that runs out.
 
 A data-parallel program (DDP) reports from every rank: the tuner starts each rank itself, as
 torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), with a report file

@@ -27,7 +27,12 @@
 //! further out on each side, in steps of 1, then about 1% of the size, doubling, each side's
 //! steps growing as its sizes miss; once a size under the centre has failed, one size of a
 //! round of several bisects what lies under it. Several GPUs get two peaks from their first
-//! round (the start and sizes 4, 16... times it). Memory that is not a line shows itself: a size aimed by a
+//! round (the start and sizes 4, 16... times it). Where a trial also gives its allocated peak
+//! (the tensors' own, without the allocator's cache), the line goes through those when the
+//! cache is no steady share of them (`by_allocated`: cuDNN's autotuner caches its
+//! workspaces and takes the room there is); such a line bounds the answer from above, so a
+//! round tries the centre and sizes under it, and the size above only to settle a centre that
+//! fits. Memory that is not a line shows itself: a size aimed by a
 //! line of two points lands more than 15% off it, the peaks flatten, or a larger batch peaks
 //! lower than a smaller one (cuDNN's autotuner takes workspace from whatever room there is, so
 //! the peaks climb to the limit long before the batch that runs out). A line that puts a size

@@ -26,10 +26,10 @@ included, which is what runs out), and the most the step's own tensors held
 the cache is emptied, so the autotuner's trial workspaces are not counted. The reserved peak
 still holds the cached workspaces of the algorithms cuDNN chose, and it chose them by the room
 there was, so under a memory cap it climbs towards the cap well before the batch that runs out
-(on an H200 with a 16 GiB share, fp32: 11.67 GB at batch 256, 17.15 GB at 512, 752 out of
-memory). The allocated peak grows with the batch as the activations do (0.38 GB at 8, 5.95 GB
-at 256, 11.70 GB at 512, 16.92 GB at 744, the largest that fits): the tuner's batch finder
-aims by it.
+(the tuner's trials on an H200 with a 16 GiB share, fp32: 2.70 GB at batch 8, 14.94 GB at
+352, the cap at 736, 752 out of memory). The allocated peak grows with the batch as the
+activations do (0.39 GB at 8, 8.11 GB at 352, 16.74 GB at 736, 16.82 GB at 744, the largest
+that fits): the tuner's batch finder aims by it.
 After the first optimizer step it reports where the memory goes (`report.model`: the
 bytes of parameters, gradients and SGD's momentum), which `tuner memory` sets against each
 batch's peak. Before the model is built the script reports the GPU's name and the memory free once the CUDA

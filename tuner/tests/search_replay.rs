@@ -267,7 +267,7 @@ fn resnet_on_a_host_of_four_no_worse_than_its_logged_runs() {
     // replay takes no more trials on one GPU, or rounds on several, than the run it replays.
     // The runs on four log the allocated peaks beside the reserved ones: the cache the reserved
     // peaks hold is no steady share of the allocated (7 times them at batch 8 in fp32, 1.7 at
-    // 440 in bf16, 1.02 at the answer: cuDNN's autotuner caches its workspaces), so the line
+    // 440 in bf16, 1.01 at the answer: cuDNN's autotuner caches its workspaces), so the line
     // goes through the allocated peaks, which aim where the reserved ones (at the cap long
     // before the answer) cannot: 5 trials on one GPU, the confirmation included, and 2 rounds
     // on four. (A replay on another count of GPUs would try sizes the run did not, whose

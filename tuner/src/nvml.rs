@@ -23,10 +23,8 @@ pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Compute processes on the device with the bytes each uses, where accounted; None when
     /// the query itself failed.
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
-    /// Bytes in use on the whole device.
-    fn device_used(&self) -> Option<u64>;
-    /// The device's memory (bytes).
-    fn device_total(&self) -> Option<u64>;
+    /// Bytes in use on the whole device, and the device's memory.
+    fn memory(&self) -> Option<(u64, u64)>;
     /// The device's name.
     fn device_name(&self) -> Option<String>;
     /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
@@ -43,11 +41,8 @@ impl MemoryProbe for NvmlDevice {
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
         NvmlDevice::processes(self)
     }
-    fn device_used(&self) -> Option<u64> {
-        self.memory().map(|m| m.0)
-    }
-    fn device_total(&self) -> Option<u64> {
-        self.memory().map(|m| m.1)
+    fn memory(&self) -> Option<(u64, u64)> {
+        NvmlDevice::memory(self)
     }
     fn device_name(&self) -> Option<String> {
         self.name()
@@ -225,7 +220,7 @@ impl Sampler {
                 let mut stopping = false;
                 loop {
                     let list = probe.processes();
-                    let used = probe.device_used();
+                    let used = probe.memory().map(|m| m.0);
                     let util = probe.utilization();
                     let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
                     w.add(list.as_deref(), used, &is_trials);
@@ -388,10 +383,7 @@ mod tests {
             let used = if v.len() > 1 { v.remove(0) } else { v[0] };
             Some(vec![(pid, Some(used))])
         }
-        fn device_used(&self) -> Option<u64> {
-            None
-        }
-        fn device_total(&self) -> Option<u64> {
+        fn memory(&self) -> Option<(u64, u64)> {
             None
         }
         fn device_name(&self) -> Option<String> {

@@ -85,7 +85,7 @@ impl DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
             name: d.name(),
-            total_bytes: d.probe.as_ref().and_then(|p| p.device_total()),
+            total_bytes: d.probe.as_ref().and_then(|p| Some(p.memory()?.1)),
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
             cpus: d.cpus.clone(),
@@ -878,10 +878,7 @@ mod tests {
         fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
             None
         }
-        fn device_used(&self) -> Option<u64> {
-            None
-        }
-        fn device_total(&self) -> Option<u64> {
+        fn memory(&self) -> Option<(u64, u64)> {
             None
         }
         fn utilization(&self) -> Option<u32> {

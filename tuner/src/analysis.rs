@@ -172,19 +172,10 @@ impl TrialResult {
         program.or(nvml).filter(|_| self.status == Status::Ok)
     }
 
-    /// Median data phase over the median step.
-    pub fn data_fraction(&self) -> Option<f64> {
-        self.data_share(|s| s.median)
-    }
-
-    /// The slow steps' data phase: the p90 data phase over the p90 step. Over the bar while
-    /// the median is not, the loader stalls now and then (a worker's slow batch, a page cache
-    /// miss) and the median hides it.
-    pub fn slow_data_fraction(&self) -> Option<f64> {
-        self.data_share(|s| s.p90)
-    }
-
-    fn data_share(&self, at: fn(&Summary) -> f64) -> Option<f64> {
+    /// The data phase over the step, both `at` one figure of their summaries: the median, or
+    /// the p90 for the slow steps (over the bar while the median is not, the loader stalls now
+    /// and then: a worker's slow batch, a page cache miss, that the median hides).
+    pub fn data_fraction(&self, at: fn(&Summary) -> f64) -> Option<f64> {
         match (&self.measured.data_ms, &self.measured.step_ms) {
             (Some(d), Some(s)) if self.status == Status::Ok && at(s) > 0.0 => Some(at(d) / at(s)),
             _ => None,
@@ -483,17 +474,17 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
 /// the bar of the p90 step while the median is not: occasional stalls).
 pub fn data_bound(t: &TrialResult) -> Option<String> {
     let over = |d: Option<f64>| d.filter(|&d| d > DATA_BOUND);
-    if let Some(d) = over(t.data_fraction()) {
+    if let Some(d) = over(t.data_fraction(|s| s.median)) {
         return Some(format!(
             "the data phase is {:.0}% of the median step",
             100.0 * d
         ));
     }
-    let slow = over(t.slow_data_fraction())?;
+    let slow = over(t.data_fraction(|s| s.p90))?;
     Some(format!(
         "the loader stalls at the slow steps: the p90 data phase is {:.0}% of the p90 step, though {:.0}% of the median",
         100.0 * slow,
-        100.0 * t.data_fraction().unwrap_or(0.0)
+        100.0 * t.data_fraction(|s| s.median).unwrap_or(0.0)
     ))
 }
 
@@ -506,7 +497,7 @@ fn healthy(t: &TrialResult) -> String {
             "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into()
         }
     };
-    let data = match t.data_fraction() {
+    let data = match t.data_fraction(|s| s.median) {
         Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
         None => "the data phase was not reported".into(),
     };
@@ -675,8 +666,8 @@ mod tests {
         steps.push(100.0);
         waits.push(91.0);
         phases(&mut stalls, &steps, &waits);
-        assert_eq!(stalls.data_fraction(), Some(0.1));
-        let slow = stalls.slow_data_fraction().unwrap();
+        assert_eq!(stalls.data_fraction(|s| s.median), Some(0.1));
+        let slow = stalls.data_fraction(|s| s.p90).unwrap();
         assert!(slow > DATA_BOUND, "{slow}");
         let d = diagnosed(&[stalls.clone()]);
         assert_eq!(d[0].finding, Finding::DataBound, "{d:?}");

@@ -261,7 +261,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let device = &group[0];
     // GPUs of one model search side by side, a size per group of them; of several models,
     // on the first group.
-    let one_model = run.devices.iter().all(|d| d.name() == device.name());
+    let one_model = run.devices.iter().all(|d| d.name == device.name);
     if run.devices.len() > group.len() && !one_model {
         let on = match group.len() {
             1 => "one GPU",
@@ -416,7 +416,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         Some(a) => (a.batch, a.steps),
         None => (tiers.recommended.max(1), 1),
     };
-    let gpu_name = gpu_name(device.name().as_deref(), &trials);
+    let gpu_name = gpu_name(device.name.as_deref(), &trials);
     let precision = params(1, 1).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
         gpu: gpu_name.clone(),

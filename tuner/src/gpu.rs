@@ -5,15 +5,13 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use crate::nvml::Capability;
-use common::nvml::{Nvml, NvmlKey};
+use common::nvml::{Nvml, NvmlDevice, NvmlKey};
 
 use crate::nvml::MemoryProbe;
 
 /// One GPU a trial can run on.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default)]
 pub struct Device {
     /// How progress lines and results name it: `GPU 0`.
     pub label: String,
@@ -24,10 +22,13 @@ pub struct Device {
     pub pci_bus_order: bool,
     /// NVML's view of it, for the trial's memory; None where NVML is missing (and for the
     /// stand-in devices of tests).
-    #[serde(skip)]
     pub probe: Option<Arc<dyn MemoryProbe>>,
     /// Its compute capability, where NVML read it: what `--amp on` resolves by.
     pub capability: Option<Capability>,
+    /// Its name, and the driver's version with the CUDA version it supports ("580.159.04",
+    /// "13.0"), where NVML read them.
+    pub name: Option<String>,
+    pub driver: Option<(String, String)>,
     /// The CPU cores its trials are pinned to, where trials run on several GPUs at once.
     pub cpus: Option<Vec<usize>>,
 }
@@ -41,11 +42,6 @@ impl Device {
             cuda_visible: cuda_visible.to_string(),
             ..Device::default()
         }
-    }
-
-    /// Its name, as NVML reads it.
-    pub fn name(&self) -> Option<String> {
-        self.probe.as_ref().and_then(|p| p.device_name())
     }
 }
 
@@ -156,15 +152,18 @@ pub fn select_devices(
         .into_iter()
         .map(|i| {
             let gpu = &visible[i];
-            let probe = nvml
+            // What does not change is read once; the probe reads the rest as trials run.
+            let nvml = nvml
                 .zip(gpu.nvml.as_ref())
-                .map(|(n, key)| Arc::new(n.device(key.clone())) as Arc<dyn MemoryProbe>);
+                .map(|(n, key)| n.device(key.clone()));
             Device {
                 label: format!("GPU {i}"),
                 cuda_visible: gpu.cuda_visible.clone(),
                 pci_bus_order: pci_bus_order && gpu.cuda_visible.parse::<u32>().is_ok(),
-                capability: probe.as_ref().and_then(|p| p.compute_capability()),
-                probe,
+                capability: nvml.as_ref().and_then(NvmlDevice::compute_capability),
+                name: nvml.as_ref().and_then(NvmlDevice::name),
+                driver: nvml.as_ref().and_then(NvmlDevice::driver),
+                probe: nvml.map(|d| Arc::new(d) as Arc<dyn MemoryProbe>),
                 cpus: None,
             }
         })

@@ -315,8 +315,7 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
         (Some(b), _, _) => Answer::given(b, "--batch-size"),
         (None, Some(team), _) => {
             let entries = writeback::read_team(team).map_err(usage)?;
-            let gpu = devices[0].name();
-            team_answer(&entries, gpu.as_deref(), &model, team).map_err(usage)?
+            team_answer(&entries, devices[0].name.as_deref(), &model, team).map_err(usage)?
         }
         (None, None, Some(b)) => Answer::given(b, "the config's training.batch_size"),
         (None, None, None) => {

@@ -120,14 +120,14 @@ pub fn workers(settings: &Settings) -> Result<usize> {
     }
 }
 
+/// The trials of `settings` (one worker count, as [workers] checks: the sweep's plan is then
+/// every precision x batch size) and what they say.
 pub fn memory(
     run: &Run,
     settings: Settings,
     granularity: Granularity,
     margin: Option<f64>,
 ) -> Result<MemoryReport> {
-    // One worker count: the sweep's plan is every precision x batch size.
-    workers(&settings)?;
     let jobs = crate::config::plan(&settings);
     let ran = run.ran("memory", &jobs, settings, margin)?;
     let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())

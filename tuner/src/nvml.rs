@@ -18,24 +18,17 @@ use common::nvml::NvmlDevice;
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
 
-/// What NVML says about one GPU.
+/// What NVML reads of one GPU while its trials run; the facts that do not change are read once,
+/// into [crate::gpu::Device].
 pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
     /// Compute processes on the device with the bytes each uses, where accounted; None when
     /// the query itself failed.
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
-    /// Bytes in use on the whole device.
-    fn device_used(&self) -> Option<u64>;
-    /// The device's memory (bytes).
-    fn device_total(&self) -> Option<u64>;
-    /// The device's name.
-    fn device_name(&self) -> Option<String>;
+    /// Bytes in use on the whole device, and the device's memory.
+    fn memory(&self) -> Option<(u64, u64)>;
     /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
     /// product) in which a kernel ran.
     fn utilization(&self) -> Option<u32>;
-    /// The device's CUDA compute capability (major, minor).
-    fn compute_capability(&self) -> Option<(u32, u32)>;
-    /// The driver's version and the CUDA version it supports ("580.159.04", "13.0").
-    fn driver(&self) -> Option<(String, String)>;
 }
 
 /// NVML's view of one GPU, as the trials read it.
@@ -43,23 +36,11 @@ impl MemoryProbe for NvmlDevice {
     fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
         NvmlDevice::processes(self)
     }
-    fn device_used(&self) -> Option<u64> {
-        self.memory().map(|m| m.0)
-    }
-    fn device_total(&self) -> Option<u64> {
-        self.memory().map(|m| m.1)
-    }
-    fn device_name(&self) -> Option<String> {
-        self.name()
+    fn memory(&self) -> Option<(u64, u64)> {
+        NvmlDevice::memory(self)
     }
     fn utilization(&self) -> Option<u32> {
         NvmlDevice::utilization(self)
-    }
-    fn driver(&self) -> Option<(String, String)> {
-        NvmlDevice::driver(self)
-    }
-    fn compute_capability(&self) -> Option<(u32, u32)> {
-        NvmlDevice::compute_capability(self)
     }
 }
 
@@ -225,7 +206,7 @@ impl Sampler {
                 let mut stopping = false;
                 loop {
                     let list = probe.processes();
-                    let used = probe.device_used();
+                    let used = probe.memory().map(|m| m.0);
                     let util = probe.utilization();
                     let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
                     w.add(list.as_deref(), used, &is_trials);
@@ -388,22 +369,10 @@ mod tests {
             let used = if v.len() > 1 { v.remove(0) } else { v[0] };
             Some(vec![(pid, Some(used))])
         }
-        fn device_used(&self) -> Option<u64> {
-            None
-        }
-        fn device_total(&self) -> Option<u64> {
-            None
-        }
-        fn device_name(&self) -> Option<String> {
+        fn memory(&self) -> Option<(u64, u64)> {
             None
         }
         fn utilization(&self) -> Option<u32> {
-            None
-        }
-        fn compute_capability(&self) -> Option<(u32, u32)> {
-            None
-        }
-        fn driver(&self) -> Option<(String, String)> {
             None
         }
     }

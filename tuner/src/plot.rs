@@ -67,16 +67,17 @@ pub fn title(command: &[String], gpu: &str) -> String {
     format!("tuner sweep of {} on {gpu}", Program::display(&program))
 }
 
-/// Write `<stem>.svg` and `<stem>.png`.
+/// Write `<stem>.svg` and `<stem>.png`: the plot of `command`'s trials on the GPU `gpu`.
 pub fn render(
     trials: &[TrialResult],
-    title: &str,
+    command: &[String],
+    gpu: &str,
     stem: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
     let figure = SweepFigure {
         lines: lines(trials),
-        title,
+        title: &title(command, gpu),
     };
     plotting::render(&figure, (WIDTH, HEIGHT), &svg, &png)?;
     Ok((svg, png))
@@ -245,7 +246,7 @@ mod tests {
             trial(1, Precision::Off, Status::Ok),
             trial(4, Precision::Off, Status::Ok),
         ];
-        let (svg, png) = render(&trials, "test", &dir.join("sweep")).unwrap();
+        let (svg, png) = render(&trials, &["train.py".into()], "test", &dir.join("sweep")).unwrap();
         let png_bytes = std::fs::read(&png).unwrap();
         assert_eq!(&png_bytes[1..4], b"PNG");
         assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));

@@ -138,8 +138,6 @@ impl Measured {
         let program_difference = (samples_per_s.zip(program_samples_per_s))
             .filter(|&(_, theirs)| theirs > 0.0 && from_steps)
             .map(|(ours, theirs)| ours / theirs - 1.0);
-        let clock_samples_per_s = clock.map(|(tuner, _)| tuner);
-        let clock_difference = clock.map(|(tuner, program)| program / tuner - 1.0);
         Measured {
             source,
             samples_per_s,
@@ -154,8 +152,8 @@ impl Measured {
             allocated_peak_bytes,
             program_samples_per_s,
             program_difference,
-            clock_samples_per_s,
-            clock_difference,
+            clock_samples_per_s: clock.map(|(tuner, _)| tuner),
+            clock_difference: clock.map(|(tuner, program)| program / tuner - 1.0),
             device: report.device.clone(),
             gpu_busy: ms(&|s| s.gpu_busy.map(|b| b / 1e3))
                 .map(|m| m.median)

@@ -79,13 +79,12 @@ pub struct DeviceSummary {
 
 impl DeviceSummary {
     pub fn of(d: &Device) -> DeviceSummary {
-        let (driver_version, cuda_driver_version) =
-            d.probe.as_ref().and_then(|p| p.driver()).unzip();
+        let (driver_version, cuda_driver_version) = d.driver.clone().unzip();
         DeviceSummary {
             label: d.label.clone(),
             cuda_visible: d.cuda_visible.clone(),
-            name: d.name(),
-            total_bytes: d.probe.as_ref().and_then(|p| p.device_total()),
+            name: d.name.clone(),
+            total_bytes: d.probe.as_ref().and_then(|p| Some(p.memory()?.1)),
             compute_capability: d.capability,
             amp_on: Precision::why_on(d.capability),
             cpus: d.cpus.clone(),
@@ -869,41 +868,13 @@ mod queue_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvml::MemoryProbe;
-
-    #[derive(Debug)]
-    struct Driver;
-
-    impl MemoryProbe for Driver {
-        fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-            None
-        }
-        fn device_used(&self) -> Option<u64> {
-            None
-        }
-        fn device_total(&self) -> Option<u64> {
-            None
-        }
-        fn utilization(&self) -> Option<u32> {
-            None
-        }
-        fn compute_capability(&self) -> Option<(u32, u32)> {
-            None
-        }
-        fn device_name(&self) -> Option<String> {
-            Some("NVIDIA H100 80GB HBM3".into())
-        }
-        fn driver(&self) -> Option<(String, String)> {
-            Some(("580.159.04".into(), "13.0".into()))
-        }
-    }
-
     #[test]
     fn a_device_s_summary_names_its_driver_where_nvml_reads_it() {
         let mut device = Device::stand_in("GPU 0", "0");
         let json = serde_json::to_value(DeviceSummary::of(&device)).unwrap();
         assert!(json.get("driver_version").is_none(), "{json}");
-        device.probe = Some(Arc::new(Driver));
+        device.name = Some("NVIDIA H100 80GB HBM3".into());
+        device.driver = Some(("580.159.04".into(), "13.0".into()));
         let json = serde_json::to_value(DeviceSummary::of(&device)).unwrap();
         assert_eq!(json["name"], "NVIDIA H100 80GB HBM3");
         assert_eq!(json["driver_version"], "580.159.04");

@@ -19,7 +19,7 @@ use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
 
 use crate::protocol::{Measured, ThroughputSource};
-use crate::run::{Ran, Run};
+use crate::run::{gpu_name, Ran, Run};
 use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-sweep/2";
@@ -101,8 +101,11 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
     };
     if let Some(stem) = plot {
         let ran = &report.ran;
-        let name = ran.devices.first().and_then(|d| d.name.as_deref());
-        draw(&ran.command, name, &ran.trials, stem).map_err(Error::invalid)?;
+        let gpu = gpu_name(
+            ran.devices.first().and_then(|d| d.name.as_deref()),
+            &ran.trials,
+        );
+        crate::plot::render(&ran.trials, &ran.command, &gpu, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
@@ -287,21 +290,11 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
             saved.schema
         ));
     }
-    let name = saved.devices.first().and_then(|d| d.name.as_deref());
-    draw(&saved.command, name, &saved.trials, stem)
-}
-
-/// The sweep's plot at `stem`, titled by the program and the GPU (NVML's `name`, else what the
-/// trials' program reported).
-fn draw(
-    command: &[String],
-    name: Option<&str>,
-    trials: &[TrialResult],
-    stem: &Path,
-) -> std::result::Result<(), String> {
-    let gpu = crate::run::gpu_name(name, trials);
-    let title = crate::plot::title(command, &gpu);
-    crate::plot::render(trials, &title, stem).map(|_| ())
+    let gpu = gpu_name(
+        saved.devices.first().and_then(|d| d.name.as_deref()),
+        &saved.trials,
+    );
+    crate::plot::render(&saved.trials, &saved.command, &gpu, stem).map(|_| ())
 }
 
 #[cfg(test)]

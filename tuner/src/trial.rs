@@ -653,7 +653,7 @@ impl Runner<'_> {
                 stdout: &stdout,
                 stderr: &stderr,
             };
-            let before = d.probe.as_ref().and_then(|p| p.device_used());
+            let before = d.probe.as_ref().and_then(|p| Some(p.memory()?.0));
             let running = match self.launcher.start(&spawn) {
                 Ok(r) => r,
                 Err(e) => {
@@ -702,7 +702,7 @@ impl Runner<'_> {
                 continue;
             };
             let (mut memory, utilization) = s.finish();
-            memory.device_total_bytes = group[r].probe.as_ref().and_then(|p| p.device_total());
+            memory.device_total_bytes = group[r].probe.as_ref().and_then(|p| Some(p.memory()?.1));
             if r == 0 {
                 result.nvml_util_pct =
                     utilization_while_measured(&utilization, params, &rank.watcher);

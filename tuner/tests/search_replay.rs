@@ -168,6 +168,7 @@ fn the_vision_transformer_in_five_trials_the_confirmation_included() {
         "results/h200x2/autobatch-vit-1gpu.json",
         "results/h200x2/autobatch-vit-2gpu.json",
         "results/h200x4/autobatch-vit-1gpu.json",
+        "results/h200x4/autobatch-vit-1gpu-by-allocated.json",
         "results/h200x4/autobatch-vit-4gpu.json",
     ] {
         let vit = Replay::of_report(path);
@@ -308,6 +309,7 @@ fn the_language_model_s_logged_run_in_five_trials_the_confirmation_included() {
         "results/h200x2/autobatch-lm-1gpu-six-trials.json",
         "results/h200x2/autobatch-lm-1gpu.json",
         "results/h200x4/autobatch-lm-1gpu.json",
+        "results/h200x4/autobatch-lm-1gpu-by-allocated.json",
         "results/h200x4/autobatch-lm-4gpu.json",
     ] {
         let lm = Replay::of_report(path);

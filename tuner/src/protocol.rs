@@ -44,6 +44,16 @@ fn clock_rates(steps: &[StepRecord], warmup: usize, arrivals: &[f64]) -> Option<
     (seconds > 0.0 && theirs > 0.0).then(|| (samples / seconds, samples / theirs))
 }
 
+/// The allocated peak of the last step that gave one: the steady step's (the first step's may
+/// hold an autotuner's trial workspaces).
+pub fn last_allocated(report: &ReportFile) -> Option<u64> {
+    report
+        .steps
+        .iter()
+        .rev()
+        .find_map(|s| s.peak_allocated_bytes)
+}
+
 /// A trial's throughput and time split.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
@@ -127,7 +137,7 @@ impl Measured {
         let framework_peak_bytes = (steps.iter().filter_map(|s| s.peak_memory_bytes))
             .chain(end.and_then(|e| e.peak_memory_bytes))
             .max();
-        let allocated_peak_bytes = steps.iter().rev().find_map(|s| s.peak_allocated_bytes);
+        let allocated_peak_bytes = last_allocated(report);
         let program_samples_per_s = end.and_then(|e| e.samples_per_s);
         let clock = clock_rates(steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();

@@ -26,7 +26,7 @@ use crate::gpu::Device;
 use crate::launch::{Launcher, Running, Spawn};
 use crate::nvml::{MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
-use crate::protocol::{step_of, Measured, ReportFile, ReportHealth};
+use crate::protocol::{last_allocated, step_of, Measured, ReportFile, ReportHealth};
 
 /// When a trial is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -737,10 +737,7 @@ impl Runner<'_> {
             .flat_map(|f| f.steps.iter().filter_map(|s| s.peak_memory_bytes));
         result.measured.framework_peak_bytes =
             result.measured.framework_peak_bytes.max(peaks.max());
-        let allocated = files
-            .iter()
-            .filter_map(|f| (f.steps.iter().rev()).find_map(|s| s.peak_allocated_bytes));
-        result.measured.allocated_peak_bytes = allocated.max();
+        result.measured.allocated_peak_bytes = files.iter().filter_map(last_allocated).max();
         result.report = files[0].health.clone();
         // Each rank's verdict: its own exit where it had one, else how the group ended.
         let mut verdicts: Vec<_> = g

@@ -614,19 +614,9 @@ fn in_queue(job: &Job) -> Option<Vec<String>> {
 /// Wait until squeue no longer lists the job, with its progress on stderr: redrawn in place on
 /// a terminal, a line per change otherwise.
 fn wait(job: &Job, dir: &Path, plan: &Plan) {
-    use std::io::IsTerminal;
     let tasks = plan.trials.len().max(1);
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
-        {
-            bar.set_style(style);
-        }
-        bar.enable_steady_tick(Duration::from_millis(250));
-        bar
-    });
-    let mut shown: Option<String> = None;
+    let bar = crate::run::bar("{spinner} [{elapsed_precise}] {msg}");
+    bar.enable_steady_tick(Duration::from_millis(250));
     let mut failures = 0;
     loop {
         let Some(queued) = in_queue(job) else {
@@ -660,21 +650,19 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
                 plan.trials.len()
             ),
         };
-        if shown.as_ref() != Some(&line) {
-            match &bar {
-                Some(bar) => bar.set_message(line.clone()),
-                None => eprintln!("{line}"),
+        // The bar keeps the line last shown, drawn or not.
+        if bar.message() != line {
+            if bar.is_hidden() {
+                eprintln!("{line}");
             }
-            shown = Some(line);
+            bar.set_message(line);
         }
         if queued.is_empty() {
             break;
         }
         std::thread::sleep(poll_period());
     }
-    if let Some(bar) = bar {
-        bar.finish();
-    }
+    bar.finish();
 }
 
 #[cfg(test)]

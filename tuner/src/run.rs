@@ -114,12 +114,11 @@ pub struct Progress {
 
 impl Progress {
     fn new(enabled: bool) -> Progress {
-        let target = if enabled {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        };
-        let bar = ProgressBar::with_draw_target(None, target);
+        let bar =
+            bar("{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {running}");
+        if !enabled {
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+        }
         let running: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
         let shown = running.clone();
         let trials = move |_: &ProgressState, out: &mut dyn std::fmt::Write| {
@@ -129,13 +128,7 @@ impl Progress {
                 .collect();
             let _ = out.write_str(&each.join("; "));
         };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {pos}/{len} trials, about {eta} left: {running}",
-            )
-            .map(|style| style.with_key("running", trials))
-            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
+        bar.set_style(bar.style().with_key("running", trials));
         Progress { bar, running }
     }
 
@@ -152,6 +145,13 @@ impl Progress {
         self.bar.inc(1);
         out
     }
+}
+
+/// A bar on stderr drawn in `template` (nothing is drawn where stderr is not a terminal).
+pub fn bar(template: &str) -> ProgressBar {
+    let style = ProgressStyle::with_template(template);
+    ProgressBar::new_spinner()
+        .with_style(style.unwrap_or_else(|_| ProgressStyle::default_spinner()))
 }
 
 /// One command's trials.

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -417,18 +417,22 @@ pub fn read_job(dir: &Path) -> Option<Job> {
 /// by default); empty where neither says.
 fn task_states(job: &Job) -> BTreeMap<usize, String> {
     let asked = |program: &str, args: &[&str]| {
-        let out = Command::new(program)
-            .args(args)
-            .args(["-j", &job.job_id])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())?;
+        let out = ask(job, program, args).filter(|o| o.status.success())?;
         let states = parse_states(&String::from_utf8_lossy(&out.stdout), &job.job_id);
         (!states.is_empty()).then_some(states)
     };
     asked("sacct", &["-X", "-n", "-P", "-o", "JobID,State"])
         .or_else(|| asked("squeue", &["-h", "-r", "-t", "all", "-o", "%i|%T"]))
         .unwrap_or_default()
+}
+
+/// What the Slurm client `program` answers with `args` about the job, where it runs.
+fn ask(job: &Job, program: &str, args: &[&str]) -> Option<Output> {
+    Command::new(program)
+        .args(args)
+        .args(["-j", &job.job_id])
+        .output()
+        .ok()
 }
 
 /// `4242_3|CANCELLED by 0` lines (sacct's, and squeue's `%i|%T`): the state of each task of
@@ -596,10 +600,7 @@ fn poll_period() -> Duration {
 /// The states of the job's tasks still in the queue (`squeue -h -r -o %T`): empty once the job
 /// has left it, None where squeue could not say.
 fn in_queue(job: &Job) -> Option<Vec<String>> {
-    let out = Command::new("squeue")
-        .args(["-h", "-r", "-o", "%T", "-j", &job.job_id])
-        .output()
-        .ok()?;
+    let out = ask(job, "squeue", &["-h", "-r", "-o", "%T"])?;
     let text = String::from_utf8_lossy(&out.stdout);
     let states = text.lines().map(str::trim).filter(|l| !l.is_empty());
     if out.status.success() {
@@ -614,19 +615,9 @@ fn in_queue(job: &Job) -> Option<Vec<String>> {
 /// Wait until squeue no longer lists the job, with its progress on stderr: redrawn in place on
 /// a terminal, a line per change otherwise.
 fn wait(job: &Job, dir: &Path, plan: &Plan) {
-    use std::io::IsTerminal;
     let tasks = plan.trials.len().max(1);
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
-        {
-            bar.set_style(style);
-        }
-        bar.enable_steady_tick(Duration::from_millis(250));
-        bar
-    });
-    let mut shown: Option<String> = None;
+    let bar = crate::run::bar("{spinner} [{elapsed_precise}] {msg}");
+    bar.enable_steady_tick(Duration::from_millis(250));
     let mut failures = 0;
     loop {
         let Some(queued) = in_queue(job) else {
@@ -660,21 +651,19 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
                 plan.trials.len()
             ),
         };
-        if shown.as_ref() != Some(&line) {
-            match &bar {
-                Some(bar) => bar.set_message(line.clone()),
-                None => eprintln!("{line}"),
+        // The bar keeps the line last shown, drawn or not.
+        if bar.message() != line {
+            if bar.is_hidden() {
+                eprintln!("{line}");
             }
-            shown = Some(line);
+            bar.set_message(line);
         }
         if queued.is_empty() {
             break;
         }
         std::thread::sleep(poll_period());
     }
-    if let Some(bar) = bar {
-        bar.finish();
-    }
+    bar.finish();
 }
 
 #[cfg(test)]

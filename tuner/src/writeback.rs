@@ -23,10 +23,10 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use toml_edit::{value, Item, Table};
+use toml_edit::{value, Item};
 
 pub use self::keys::KeyPath;
-use self::keys::{not_there, Absent, Edit, Edited};
+use self::keys::{not_there, Absent, Edit, Edited, Kind, Node};
 use self::toml::{parse as parse_doc, set_keeping_comments};
 use crate::text::read_text;
 
@@ -271,21 +271,6 @@ pub struct TeamEntry {
     pub precision: String,
 }
 
-/// The table `key` of `parent`, added (implicit: shown only through its own tables) when missing;
-/// None when `key` holds something else.
-fn table<'a>(
-    parent: &'a mut dyn toml_edit::TableLike,
-    key: &str,
-    implicit: bool,
-) -> Option<&'a mut dyn toml_edit::TableLike> {
-    let mut t = Table::new();
-    t.set_implicit(implicit);
-    parent
-        .entry(key)
-        .or_insert(Item::Table(t))
-        .as_table_like_mut()
-}
-
 /// The team file's text with the table `[gpus."GPU"."MODEL"]` added or updated; every other
 /// entry and every comment kept.
 pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
@@ -296,11 +281,21 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
         leading = doc.trailing().as_str().unwrap_or("").to_string();
         doc.set_trailing("");
     }
-    let gpus = table(doc.as_table_mut(), "gpus", true).ok_or("'gpus' is not a table")?;
-    let gpu =
-        table(gpus, &e.gpu, true).ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
-    let entry = table(gpu, &e.model, false)
-        .ok_or_else(|| format!("'gpus.\"{}\".\"{}\"' is not a table", e.gpu, e.model))?;
+    // Each table on the way, added where missing as a key path's walk adds it (`gpus` and the
+    // GPU's shown only through their own tables).
+    let (mut entry, mut at) = (doc.as_item_mut(), String::new());
+    for (i, seg) in ["gpus", &e.gpu, &e.model].into_iter().enumerate() {
+        at = if i == 0 {
+            seg.into()
+        } else {
+            format!("{at}.\"{seg}\"")
+        };
+        if !matches!(entry.look(seg, &at, false)?, None | Some(Kind::Map)) {
+            return Err(format!("'{at}' is not a table"));
+        }
+        entry = entry.descend(seg, &at, i < 2)?;
+    }
+    let entry = entry.as_table_like_mut().expect("looked up as a table");
     set_keeping_comments(entry, "batch_size", e.batch_size as i64);
     set_keeping_comments(entry, "accumulation_steps", e.accumulation_steps as i64);
     entry.insert("precision", value(e.precision.clone()));
@@ -328,23 +323,28 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
     let gpus = gpus.as_table_like().ok_or("'gpus' is not a table")?;
     let mut out = Vec::new();
     for (gpu, item) in gpus.iter() {
+        let at = format!("gpus.\"{gpu}\"");
         let table = item
             .as_table_like()
-            .ok_or_else(|| format!("'gpus.\"{gpu}\"' is not a table"))?;
-        let read = |model: &str, t: &dyn toml_edit::TableLike| -> Result<TeamEntry, String> {
-            let where_ = if model.is_empty() {
-                format!("gpus.\"{gpu}\"")
-            } else {
-                format!("gpus.\"{gpu}\".\"{model}\"")
+            .ok_or_else(|| format!("'{at}' is not a table"))?;
+        // The older shape's values in the GPU's own table, then one table per model.
+        let old = table.contains_key("batch_size").then_some(("", table));
+        let models = table
+            .iter()
+            .filter_map(|(m, item)| Some((m, item.as_table_like()?)));
+        for (model, t) in old.into_iter().chain(models) {
+            let at = match model {
+                "" => at.clone(),
+                model => format!("{at}.\"{model}\""),
             };
             let count = |key: &str| -> Result<usize, String> {
                 t.get(key)
                     .and_then(Item::as_integer)
                     .filter(|v| *v >= 1)
                     .map(|v| v as usize)
-                    .ok_or_else(|| format!("'{where_}.{key}' must be a whole number of 1 or more"))
+                    .ok_or_else(|| format!("'{at}.{key}' must be a whole number of 1 or more"))
             };
-            Ok(TeamEntry {
+            out.push(TeamEntry {
                 gpu: gpu.to_string(),
                 model: model.to_string(),
                 batch_size: count("batch_size")?,
@@ -354,15 +354,7 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
                     .and_then(Item::as_str)
                     .unwrap_or("-")
                     .to_string(),
-            })
-        };
-        if table.contains_key("batch_size") {
-            out.push(read("", table)?);
-        }
-        for (model, item) in table.iter() {
-            if let Some(t) = item.as_table_like() {
-                out.push(read(model, t)?);
-            }
+            });
         }
     }
     Ok(out)
@@ -660,6 +652,20 @@ my_own_key = "kept"
         assert!(read_team_text("gpus = 3\n")
             .unwrap_err()
             .contains("not a table"));
+        // A file whose tables on the way hold something else is not written over.
+        let h200 = entry("NVIDIA H200", "m", 8);
+        for (text, at) in [
+            ("gpus = 3\n", "'gpus'"),
+            ("gpus = [[1]]\n", "'gpus'"),
+            ("[gpus]\n\"NVIDIA H200\" = 1\n", "'gpus.\"NVIDIA H200\"'"),
+            (
+                "[gpus.\"NVIDIA H200\"]\nm = [1]\n",
+                "'gpus.\"NVIDIA H200\".\"m\"'",
+            ),
+        ] {
+            let e = update_team_text(text, &h200).unwrap_err();
+            assert_eq!(e, format!("{at} is not a table"), "{text}");
+        }
         assert!(show_team(Path::new("/nonexistent/team.toml"))
             .unwrap_err()
             .contains("cannot read the team file"));

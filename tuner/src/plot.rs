@@ -15,9 +15,6 @@ use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 use crate::program::Program;
 use crate::trial::TrialResult;
 
-pub const WIDTH: u32 = 1600;
-pub const HEIGHT: u32 = 720;
-
 /// One line: its label and (batch, samples/s, GB) points of the trials that ran.
 pub type Line = (String, Vec<(f64, f64, f64)>);
 
@@ -79,7 +76,7 @@ pub fn render(
         lines: lines(trials),
         title: &title(command, gpu),
     };
-    plotting::render(&figure, (WIDTH, HEIGHT), &svg, &png)?;
+    plotting::render(&figure, (1600, 720), &svg, &png)?;
     Ok((svg, png))
 }
 

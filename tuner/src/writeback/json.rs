@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::keys::{index, set, Edit, Kind, Node};
+use super::keys::{child, index, set, Edit, Kind, Node};
 
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
@@ -24,12 +24,7 @@ impl Node for &mut Value {
     const THROUGH: &'static str = "is a scalar; a key path goes through objects and lists only";
 
     fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
-        Ok(match &**self {
-            Value::Object(o) => o.get(seg),
-            Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
-            _ => None,
-        }
-        .map(kind))
+        Ok(child(self, seg).map(kind))
     }
 
     fn descend(self, seg: &str, _: &str, _: bool) -> Result<Self, String> {

@@ -50,11 +50,16 @@ impl KeyPath {
     /// What the file holds at this key path, as the framework reads it (`tree`: the file as
     /// plain values, merge keys resolved; a number in the path indexes a list).
     pub fn get<'a>(&self, tree: &'a Value) -> Option<&'a Value> {
-        self.0.iter().try_fold(tree, |node, seg| match node {
-            Value::Object(o) => o.get(seg),
-            Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
-            _ => None,
-        })
+        self.0.iter().try_fold(tree, |node, seg| child(node, seg))
+    }
+}
+
+/// What `seg` names in `node`: a key of an object, a number of a list.
+pub fn child<'a>(node: &'a Value, seg: &str) -> Option<&'a Value> {
+    match node {
+        Value::Object(o) => o.get(seg),
+        Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
+        _ => None,
     }
 }
 

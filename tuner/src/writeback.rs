@@ -26,7 +26,7 @@ use serde::Serialize;
 use toml_edit::{value, Item};
 
 pub use self::keys::KeyPath;
-use self::keys::{not_there, Absent, Edit, Edited, Kind, Node};
+use self::keys::{not_there, Absent, Edit, Kind, Node};
 use self::toml::{parse as parse_doc, set_keeping_comments};
 use crate::text::read_text;
 
@@ -72,6 +72,9 @@ impl Keys {
     }
 }
 
+/// A file's new text and each key path set in it with its value, in order.
+type Edited = (String, Vec<(String, usize)>);
+
 /// A format's editor of one key path ([Format::edit]).
 type Editor = fn(&str, &Edit) -> Result<Option<String>, String>;
 
@@ -100,6 +103,7 @@ impl Format {
         }
     }
 
+    /// The text with `edits` made, and each key path set and its value, in order.
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
         // The file as plain values, as the framework reads it; the text with one edit made,
         // None where its key is missing and only to be set where present.
@@ -117,17 +121,14 @@ impl Format {
                 return Err(not_there(e.key, &tree));
             }
         }
-        let mut out = Edited {
-            text: text.to_string(),
-            written: Vec::new(),
-        };
+        let (mut text, mut written) = (text.to_string(), Vec::new());
         for e in edits {
-            if let Some(text) = edit(&out.text, e)? {
-                out.text = text;
-                out.written.push((e.key.to_string(), e.value));
+            if let Some(edited) = edit(&text, e)? {
+                text = edited;
+                written.push((e.key.to_string(), e.value));
             }
         }
-        Ok(out)
+        Ok((text, written))
     }
 }
 
@@ -147,7 +148,7 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
             absent: Absent::Add,
         })
         .collect();
-    format.edit(text, &edits).map(|e| e.text)
+    format.edit(text, &edits).map(|e| e.0)
 }
 
 /// The config `path`'s text with the answer at `keys`, and what was set.
@@ -166,16 +167,12 @@ pub fn check_writable(path: &Path, keys: &Keys) -> Result<(), String> {
             path.display()
         ));
     }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "{}: cannot write the config ({e}); leave out --write",
-                path.display()
-            )
-        })?;
+    if let Err(e) = std::fs::OpenOptions::new().append(true).open(path) {
+        let path = path.display();
+        return Err(format!(
+            "{path}: cannot write the config ({e}); leave out --write"
+        ));
+    }
     // Every key the answer may set, set in a copy.
     edited(path, keys, &text, 1, 2).map(|_| ())
 }
@@ -197,16 +194,16 @@ pub fn write_config(
     accumulation: usize,
 ) -> Result<Written, String> {
     let text = read_text(path, "the config")?;
-    let edited = edited(path, keys, &text, batch, accumulation)?;
+    let (edited, values) = edited(path, keys, &text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
     let backup = PathBuf::from(backup);
     common::files::write_atomically(&backup, text.as_bytes())
         .map_err(|e| format!("{}: cannot save the backup: {e}", backup.display()))?;
-    common::files::write_atomically(path, edited.text.as_bytes())
+    common::files::write_atomically(path, edited.as_bytes())
         .map_err(|e| format!("{}: cannot write the config: {e}", path.display()))?;
     Ok(Written {
-        values: edited.written,
+        values,
         backup: Some(backup),
     })
 }
@@ -244,19 +241,13 @@ pub fn model_name(argv: &[String]) -> String {
             .file_stem()
             .map_or_else(|| a.to_string(), |s| s.to_string_lossy().into_owned())
     };
-    if let Some(script) = argv.iter().find(|a| a.ends_with(".py")) {
-        return stem(script);
-    }
-    if let Some(i) = argv.iter().position(|a| a == "-m") {
-        if let Some(module) = argv.get(i + 1) {
-            return module.clone();
-        }
-    }
+    let script = argv.iter().find(|a| a.ends_with(".py")).map(|s| stem(s));
+    let module = argv.iter().position(|a| a == "-m");
+    let module = module.and_then(|i| argv.get(i + 1)).cloned();
     // `env VAR=VALUE ... PROGRAM`: the program.
-    argv.iter()
-        .find(|a| !a.contains('=') && stem(a) != "env")
-        .or(argv.first())
-        .map_or_else(String::new, |a| stem(a))
+    let program = argv.iter().find(|a| !a.contains('=') && stem(a) != "env");
+    let program = program.or(argv.first()).map(|a| stem(a));
+    script.or(module).or(program).unwrap_or_default()
 }
 
 /// One entry of the team file: what one model trains with on one GPU model.
@@ -418,7 +409,7 @@ my_own_key = "kept"
     fn tuner_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
         Format::Toml
             .edit(text, &Keys::tuner_config().edits(batch, accumulation))
-            .map(|e| e.text)
+            .map(|e| e.0)
     }
 
     #[test]
@@ -515,11 +506,8 @@ my_own_key = "kept"
             (Format::Toml, toml),
             (Format::Json, json),
         ] {
-            let edit = |k: &Keys, accumulation| {
-                format
-                    .edit(text, &k.edits(96, accumulation))
-                    .map(|e| e.written)
-            };
+            let edit =
+                |k: &Keys, accumulation| format.edit(text, &k.edits(96, accumulation)).map(|e| e.1);
             let typo = keys(
                 "data.loader.batchsize",
                 "trainer.accumulate_grad_batches",

@@ -193,12 +193,6 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
     Ok(false)
 }
 
-/// A file's new text and what was set in it, in order.
-pub struct Edited {
-    pub text: String,
-    pub written: Vec<(String, usize)>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -196,8 +196,8 @@ name = "early-stop"
                 value: 4,
                 absent: super::super::keys::Absent::Skip,
             }];
-            let e = super::super::Format::Toml.edit(RUN, &edits).unwrap();
-            assert_eq!((e.text.as_str(), e.written.len()), (RUN, 0), "{k}");
+            let (text, written) = super::super::Format::Toml.edit(RUN, &edits).unwrap();
+            assert_eq!((text.as_str(), written.len()), (RUN, 0), "{k}");
         }
     }
 

@@ -519,12 +519,12 @@ eval:
             value: 4,
             absent: Absent::Skip,
         }];
-        let e = super::super::Format::Yaml.edit(HYDRA, &edits).unwrap();
-        assert_eq!((e.text.as_str(), e.written.len()), (HYDRA, 0));
-        let e = super::super::Format::Yaml
+        let (text, written) = super::super::Format::Yaml.edit(HYDRA, &edits).unwrap();
+        assert_eq!((text.as_str(), written.len()), (HYDRA, 0));
+        let (text, written) = super::super::Format::Yaml
             .edit("training:\n  accumulation_steps: 1\n", &edits)
             .unwrap();
-        assert_eq!(e.text, "training:\n  accumulation_steps: 4\n");
-        assert_eq!(e.written, [("training.accumulation_steps".to_string(), 4)]);
+        assert_eq!(text, "training:\n  accumulation_steps: 4\n");
+        assert_eq!(written, [("training.accumulation_steps".to_string(), 4)]);
     }
 }

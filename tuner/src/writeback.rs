@@ -377,18 +377,14 @@ pub fn read_team(path: &Path) -> Result<Vec<TeamEntry>, String> {
 /// Read a team file and render its table.
 pub fn show_team(path: &Path) -> Result<String, String> {
     let entries = read_team(path)?;
-    if entries.is_empty() {
-        return Ok(format!(
-            "{}: no entries yet (`tuner autobatch --team {}` adds one)\n",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(format!(
-        "## team settings: {}\n\n{}",
-        path.display(),
-        team_table(&entries).markdown()
-    ))
+    let path = path.display();
+    Ok(match entries.is_empty() {
+        true => format!("{path}: no entries yet (`tuner autobatch --team {path}` adds one)\n"),
+        false => format!(
+            "## team settings: {path}\n\n{}",
+            team_table(&entries).markdown()
+        ),
+    })
 }
 
 #[cfg(test)]

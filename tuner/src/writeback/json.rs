@@ -11,20 +11,16 @@ pub fn tree(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
 }
 
-fn kind(v: &Value) -> Kind {
-    match v {
-        Value::Array(a) => Kind::List(a.len()),
-        Value::Object(_) => Kind::Map,
-        _ => Kind::Scalar,
-    }
-}
-
 impl Node for &mut Value {
     const MAP: &'static str = "an object";
     const THROUGH: &'static str = "is a scalar; a key path goes through objects and lists only";
 
     fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
-        Ok(child(self, seg).map(kind))
+        Ok(child(self, seg).map(|v| match v {
+            Value::Array(a) => Kind::List(a.len()),
+            Value::Object(_) => Kind::Map,
+            _ => Kind::Scalar,
+        }))
     }
 
     fn descend(self, seg: &str, _: &str, _: bool) -> Result<Self, String> {

@@ -97,16 +97,13 @@ pub fn tree(text: &str) -> Result<Value, String> {
             return Ok(Value::Null);
         }
         Ok(match node {
-            YamlNode::Mapping(map) => {
-                let mut out = Map::new();
-                for (k, v) in merged(map, registry)?.iter() {
+            YamlNode::Mapping(map) => Value::Object(
+                (merged(map, registry)?.iter())
                     // A key that is a plain value, by its text.
-                    if let Some(k) = k.as_scalar() {
-                        out.insert(k.as_string(), plain(&v, registry, depth + 1)?);
-                    }
-                }
-                Value::Object(out)
-            }
+                    .filter_map(|(k, v)| Some((k.as_scalar()?.as_string(), v)))
+                    .map(|(k, v)| Ok((k, plain(&v, registry, depth + 1)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
             YamlNode::Sequence(list) => Value::Array(
                 list.values()
                     .map(|v| plain(&v, registry, depth + 1))

@@ -72,26 +72,21 @@ pub fn render(
     stem: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
-    let figure = SweepFigure {
-        lines: lines(trials),
-        title: &title(command, gpu),
-    };
+    let figure = SweepFigure(lines(trials), title(command, gpu));
     plotting::render(&figure, (1600, 720), &svg, &png)?;
     Ok((svg, png))
 }
 
-struct SweepFigure<'a> {
-    lines: Vec<Line>,
-    title: &'a str,
-}
+/// The lines of the plot and its title.
+struct SweepFigure(Vec<Line>, String);
 
-impl Figure for SweepFigure<'_> {
+impl Figure for SweepFigure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
     where
         DB::ErrorType: 'static,
     {
-        let panels = plotting::titled_panels(root, self.title, 2)?;
-        let lines = &self.lines;
+        let panels = plotting::titled_panels(root, &self.1, 2)?;
+        let lines = &self.0;
         let all = || lines.iter().flat_map(|(_, p)| p.iter());
         let bmax = all().map(|p| p.0).fold(1.0, f64::max);
         let bmin = all().map(|p| p.0).fold(bmax, f64::min);

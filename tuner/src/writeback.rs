@@ -112,12 +112,10 @@ impl Format {
             Format::Yaml => (yaml::tree, yaml::edit),
             Format::Json => (json::tree, json::edit),
         };
-        if edits.iter().any(|e| e.absent == Absent::Refuse) {
+        let refused = || edits.iter().filter(|e| e.absent == Absent::Refuse);
+        if refused().next().is_some() {
             let tree = tree(text)?;
-            if let Some(e) = edits
-                .iter()
-                .find(|e| e.absent == Absent::Refuse && e.key.get(&tree).is_none())
-            {
+            if let Some(e) = refused().find(|e| e.key.get(&tree).is_none()) {
                 return Err(not_there(e.key, &tree));
             }
         }

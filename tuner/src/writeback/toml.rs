@@ -12,13 +12,9 @@ use crate::text::line_of;
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
         let message = err.message().trim().replace('\n', " ");
-        match err.span() {
-            Some(span) => format!(
-                "not valid TOML: line {}: {message}",
-                line_of(text, span.start)
-            ),
-            None => format!("not valid TOML: {message}"),
-        }
+        let line = err.span().map(|span| line_of(text, span.start));
+        let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+        format!("not valid TOML: {at}{message}")
     })
 }
 

@@ -86,10 +86,9 @@ pub fn not_there(key: &KeyPath, tree: &Value) -> String {
     // A stable sort: of equally near ones, the first in the file first.
     paths.sort_by_key(|p| strsim::levenshtein(&wanted, p));
     paths.truncate(3);
-    let there = if paths.is_empty() {
-        "the file has no keys".to_string()
-    } else {
-        format!("the nearest there: {}", paths.join(", "))
+    let there = match paths.is_empty() {
+        true => "the file has no keys".to_string(),
+        false => format!("the nearest there: {}", paths.join(", ")),
     };
     format!("'{wanted}' is not in the file ({there}); --new-key adds it as a new key")
 }

@@ -58,17 +58,14 @@ impl Keys {
             false => Absent::Refuse,
         };
         let edit = |key, value, absent| Edit { key, value, absent };
-        let mut edits = vec![edit(&self.batch_size, batch, absent)];
-        if let Some(key) = &self.accumulation {
-            // Where the answer does not accumulate, only where the file has the key.
-            let absent = if accumulation == 1 {
-                Absent::Skip
-            } else {
-                absent
-            };
-            edits.push(edit(key, accumulation, absent));
-        }
-        edits
+        // Where the answer does not accumulate, only where the file has the key.
+        let skip = match accumulation {
+            1 => Absent::Skip,
+            _ => absent,
+        };
+        let steps = (self.accumulation.iter()).map(|key| edit(key, accumulation, skip));
+        let batch = edit(&self.batch_size, batch, absent);
+        std::iter::once(batch).chain(steps).collect()
     }
 }
 

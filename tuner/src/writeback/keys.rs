@@ -42,11 +42,6 @@ impl KeyPath {
         &self.0
     }
 
-    /// The first `n` names, as a key path's text.
-    pub fn prefix(&self, n: usize) -> String {
-        self.0[..n].join(".")
-    }
-
     /// What the file holds at this key path, as the framework reads it (`tree`: the file as
     /// plain values, merge keys resolved; a number in the path indexes a list).
     pub fn get<'a>(&self, tree: &'a Value) -> Option<&'a Value> {
@@ -158,10 +153,10 @@ pub fn index(seg: &str) -> usize {
 /// be set where present. A path through a scalar, to a collection or past a list's end is
 /// refused; a missing key is added, with the mappings on its way.
 pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
-    let segments = e.key.segments();
+    let segments = &e.key.0;
     let mut at = Kind::Map;
     for (i, seg) in segments.iter().enumerate() {
-        let here = e.key.prefix(i + 1);
+        let here = segments[..=i].join(".");
         let last = i + 1 == segments.len();
         let found = node.look(seg, &here, last)?;
         let holds = |what| Err(format!("'{here}' holds {what}, not a number"));
@@ -170,7 +165,7 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
             (Kind::List(len), None) => {
                 return Err(format!(
                     "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",
-                    e.key.prefix(i)
+                    segments[..i].join(".")
                 ))
             }
             (_, Some(Kind::Map)) if last => return holds(N::MAP),

@@ -132,16 +132,13 @@ impl Node for Step<'_> {
     /// merged mapping. A key written `key:` with nothing else is there to be filled.
     fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String> {
         // A mapping's own key, else one its merge keys bring; an item of a list.
+        let number = seg.parse::<usize>().ok();
         let found = match &self.0 {
             YamlNode::Mapping(map) => match map.get(seg) {
                 Some(own) => Some((own, true)),
                 None => merged(map, self.1)?.get(seg).map(|m| (m, false)),
             },
-            YamlNode::Sequence(list) => seg
-                .parse()
-                .ok()
-                .and_then(|i| list.get(i))
-                .map(|n| (n, true)),
+            YamlNode::Sequence(list) => number.and_then(|i| list.get(i)).map(|n| (n, true)),
             _ => None,
         };
         let Some((node, own)) = found else {

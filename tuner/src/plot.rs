@@ -48,18 +48,16 @@ pub fn title(command: &[String], gpu: &str) -> String {
     let mut program: Vec<String> = Vec::new();
     let mut args = command.iter();
     while let Some(a) = args.next() {
-        if python && a == "-m" {
-            program.push(a.clone());
-            program.extend(args.next().cloned());
-            break;
+        match a.as_str() {
+            "-m" if python => {
+                program.push(a.clone());
+                program.extend(args.next().cloned());
+                break;
+            }
+            _ if python && program.len() == 1 && a.starts_with('-') => {}
+            _ if a.starts_with('-') || program.len() == 3 => break,
+            _ => program.push(a.clone()),
         }
-        if python && program.len() == 1 && a.starts_with('-') {
-            continue;
-        }
-        if a.starts_with('-') || program.len() == 3 {
-            break;
-        }
-        program.push(a.clone());
     }
     format!("tuner sweep of {} on {gpu}", Program::display(&program))
 }

@@ -22,10 +22,8 @@ impl TryFrom<String> for KeyPath {
 impl KeyPath {
     pub fn parse(s: &str) -> Result<KeyPath, String> {
         let segments: Vec<String> = s.split('.').map(str::to_string).collect();
-        if segments
-            .iter()
-            .any(|p| p.trim().is_empty() || p.trim() != p)
-        {
+        // An empty name, or one with spaces at either end.
+        if segments.iter().any(|p| p.is_empty() || p.trim() != p) {
             return Err(format!(
                 "'{s}' is not a key path: names joined by dots, like training.batch_size"
             ));

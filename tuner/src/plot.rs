@@ -15,9 +15,6 @@ use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 use crate::program::Program;
 use crate::trial::TrialResult;
 
-pub const WIDTH: u32 = 1600;
-pub const HEIGHT: u32 = 720;
-
 /// One line: its label and (batch, samples/s, GB) points of the trials that ran.
 pub type Line = (String, Vec<(f64, f64, f64)>);
 
@@ -51,18 +48,16 @@ pub fn title(command: &[String], gpu: &str) -> String {
     let mut program: Vec<String> = Vec::new();
     let mut args = command.iter();
     while let Some(a) = args.next() {
-        if python && a == "-m" {
-            program.push(a.clone());
-            program.extend(args.next().cloned());
-            break;
+        match a.as_str() {
+            "-m" if python => {
+                program.push(a.clone());
+                program.extend(args.next().cloned());
+                break;
+            }
+            _ if python && program.len() == 1 && a.starts_with('-') => {}
+            _ if a.starts_with('-') || program.len() == 3 => break,
+            _ => program.push(a.clone()),
         }
-        if python && program.len() == 1 && a.starts_with('-') {
-            continue;
-        }
-        if a.starts_with('-') || program.len() == 3 {
-            break;
-        }
-        program.push(a.clone());
     }
     format!("tuner sweep of {} on {gpu}", Program::display(&program))
 }
@@ -75,26 +70,21 @@ pub fn render(
     stem: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
-    let figure = SweepFigure {
-        lines: lines(trials),
-        title: &title(command, gpu),
-    };
-    plotting::render(&figure, (WIDTH, HEIGHT), &svg, &png)?;
+    let figure = SweepFigure(lines(trials), title(command, gpu));
+    plotting::render(&figure, (1600, 720), &svg, &png)?;
     Ok((svg, png))
 }
 
-struct SweepFigure<'a> {
-    lines: Vec<Line>,
-    title: &'a str,
-}
+/// The lines of the plot and its title.
+struct SweepFigure(Vec<Line>, String);
 
-impl Figure for SweepFigure<'_> {
+impl Figure for SweepFigure {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), String>
     where
         DB::ErrorType: 'static,
     {
-        let panels = plotting::titled_panels(root, self.title, 2)?;
-        let lines = &self.lines;
+        let panels = plotting::titled_panels(root, &self.1, 2)?;
+        let lines = &self.0;
         let all = || lines.iter().flat_map(|(_, p)| p.iter());
         let bmax = all().map(|p| p.0).fold(1.0, f64::max);
         let bmin = all().map(|p| p.0).fold(bmax, f64::min);

@@ -23,10 +23,10 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use toml_edit::{value, Item, Table};
+use toml_edit::{value, Item};
 
 pub use self::keys::KeyPath;
-use self::keys::{not_there, Absent, Edit, Edited};
+use self::keys::{not_there, Absent, Edit, Kind, Node};
 use self::toml::{parse as parse_doc, set_keeping_comments};
 use crate::text::read_text;
 
@@ -58,19 +58,19 @@ impl Keys {
             false => Absent::Refuse,
         };
         let edit = |key, value, absent| Edit { key, value, absent };
-        let mut edits = vec![edit(&self.batch_size, batch, absent)];
-        if let Some(key) = &self.accumulation {
-            // Where the answer does not accumulate, only where the file has the key.
-            let absent = if accumulation == 1 {
-                Absent::Skip
-            } else {
-                absent
-            };
-            edits.push(edit(key, accumulation, absent));
-        }
-        edits
+        // Where the answer does not accumulate, only where the file has the key.
+        let skip = match accumulation {
+            1 => Absent::Skip,
+            _ => absent,
+        };
+        let steps = (self.accumulation.iter()).map(|key| edit(key, accumulation, skip));
+        let batch = edit(&self.batch_size, batch, absent);
+        std::iter::once(batch).chain(steps).collect()
     }
 }
+
+/// A file's new text and each key path set in it with its value, in order.
+type Edited = (String, Vec<(String, usize)>);
 
 /// A format's editor of one key path ([Format::edit]).
 type Editor = fn(&str, &Edit) -> Result<Option<String>, String>;
@@ -100,6 +100,7 @@ impl Format {
         }
     }
 
+    /// The text with `edits` made, and each key path set and its value, in order.
     fn edit(self, text: &str, edits: &[Edit]) -> Result<Edited, String> {
         // The file as plain values, as the framework reads it; the text with one edit made,
         // None where its key is missing and only to be set where present.
@@ -108,26 +109,21 @@ impl Format {
             Format::Yaml => (yaml::tree, yaml::edit),
             Format::Json => (json::tree, json::edit),
         };
-        if edits.iter().any(|e| e.absent == Absent::Refuse) {
+        let refused = || edits.iter().filter(|e| e.absent == Absent::Refuse);
+        if refused().next().is_some() {
             let tree = tree(text)?;
-            if let Some(e) = edits
-                .iter()
-                .find(|e| e.absent == Absent::Refuse && e.key.get(&tree).is_none())
-            {
+            if let Some(e) = refused().find(|e| e.key.get(&tree).is_none()) {
                 return Err(not_there(e.key, &tree));
             }
         }
-        let mut out = Edited {
-            text: text.to_string(),
-            written: Vec::new(),
-        };
+        let (mut text, mut written) = (text.to_string(), Vec::new());
         for e in edits {
-            if let Some(text) = edit(&out.text, e)? {
-                out.text = text;
-                out.written.push((e.key.to_string(), e.value));
+            if let Some(edited) = edit(&text, e)? {
+                text = edited;
+                written.push((e.key.to_string(), e.value));
             }
         }
-        Ok(out)
+        Ok((text, written))
     }
 }
 
@@ -147,7 +143,7 @@ fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<Str
             absent: Absent::Add,
         })
         .collect();
-    format.edit(text, &edits).map(|e| e.text)
+    format.edit(text, &edits).map(|e| e.0)
 }
 
 /// The config `path`'s text with the answer at `keys`, and what was set.
@@ -166,16 +162,12 @@ pub fn check_writable(path: &Path, keys: &Keys) -> Result<(), String> {
             path.display()
         ));
     }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "{}: cannot write the config ({e}); leave out --write",
-                path.display()
-            )
-        })?;
+    if let Err(e) = std::fs::OpenOptions::new().append(true).open(path) {
+        let path = path.display();
+        return Err(format!(
+            "{path}: cannot write the config ({e}); leave out --write"
+        ));
+    }
     // Every key the answer may set, set in a copy.
     edited(path, keys, &text, 1, 2).map(|_| ())
 }
@@ -197,16 +189,16 @@ pub fn write_config(
     accumulation: usize,
 ) -> Result<Written, String> {
     let text = read_text(path, "the config")?;
-    let edited = edited(path, keys, &text, batch, accumulation)?;
+    let (edited, values) = edited(path, keys, &text, batch, accumulation)?;
     let mut backup = path.as_os_str().to_owned();
     backup.push(".bak");
     let backup = PathBuf::from(backup);
     common::files::write_atomically(&backup, text.as_bytes())
         .map_err(|e| format!("{}: cannot save the backup: {e}", backup.display()))?;
-    common::files::write_atomically(path, edited.text.as_bytes())
+    common::files::write_atomically(path, edited.as_bytes())
         .map_err(|e| format!("{}: cannot write the config: {e}", path.display()))?;
     Ok(Written {
-        values: edited.written,
+        values,
         backup: Some(backup),
     })
 }
@@ -244,19 +236,13 @@ pub fn model_name(argv: &[String]) -> String {
             .file_stem()
             .map_or_else(|| a.to_string(), |s| s.to_string_lossy().into_owned())
     };
-    if let Some(script) = argv.iter().find(|a| a.ends_with(".py")) {
-        return stem(script);
-    }
-    if let Some(i) = argv.iter().position(|a| a == "-m") {
-        if let Some(module) = argv.get(i + 1) {
-            return module.clone();
-        }
-    }
+    let script = argv.iter().find(|a| a.ends_with(".py")).map(|s| stem(s));
+    let module = argv.iter().position(|a| a == "-m");
+    let module = module.and_then(|i| argv.get(i + 1)).cloned();
     // `env VAR=VALUE ... PROGRAM`: the program.
-    argv.iter()
-        .find(|a| !a.contains('=') && stem(a) != "env")
-        .or(argv.first())
-        .map_or_else(String::new, |a| stem(a))
+    let program = argv.iter().find(|a| !a.contains('=') && stem(a) != "env");
+    let program = program.or(argv.first()).map(|a| stem(a));
+    script.or(module).or(program).unwrap_or_default()
 }
 
 /// One entry of the team file: what one model trains with on one GPU model.
@@ -271,21 +257,6 @@ pub struct TeamEntry {
     pub precision: String,
 }
 
-/// The table `key` of `parent`, added (implicit: shown only through its own tables) when missing;
-/// None when `key` holds something else.
-fn table<'a>(
-    parent: &'a mut dyn toml_edit::TableLike,
-    key: &str,
-    implicit: bool,
-) -> Option<&'a mut dyn toml_edit::TableLike> {
-    let mut t = Table::new();
-    t.set_implicit(implicit);
-    parent
-        .entry(key)
-        .or_insert(Item::Table(t))
-        .as_table_like_mut()
-}
-
 /// The team file's text with the table `[gpus."GPU"."MODEL"]` added or updated; every other
 /// entry and every comment kept.
 pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
@@ -296,11 +267,21 @@ pub fn update_team_text(text: &str, e: &TeamEntry) -> Result<String, String> {
         leading = doc.trailing().as_str().unwrap_or("").to_string();
         doc.set_trailing("");
     }
-    let gpus = table(doc.as_table_mut(), "gpus", true).ok_or("'gpus' is not a table")?;
-    let gpu =
-        table(gpus, &e.gpu, true).ok_or_else(|| format!("'gpus.\"{}\"' is not a table", e.gpu))?;
-    let entry = table(gpu, &e.model, false)
-        .ok_or_else(|| format!("'gpus.\"{}\".\"{}\"' is not a table", e.gpu, e.model))?;
+    // Each table on the way, added where missing as a key path's walk adds it (`gpus` and the
+    // GPU's shown only through their own tables).
+    let (mut entry, mut at) = (doc.as_item_mut(), String::new());
+    for (i, seg) in ["gpus", &e.gpu, &e.model].into_iter().enumerate() {
+        at = if i == 0 {
+            seg.into()
+        } else {
+            format!("{at}.\"{seg}\"")
+        };
+        if !matches!(entry.look(seg, &at, false)?, None | Some(Kind::Map)) {
+            return Err(format!("'{at}' is not a table"));
+        }
+        entry = entry.descend(seg, &at, i < 2)?;
+    }
+    let entry = entry.as_table_like_mut().expect("looked up as a table");
     set_keeping_comments(entry, "batch_size", e.batch_size as i64);
     set_keeping_comments(entry, "accumulation_steps", e.accumulation_steps as i64);
     entry.insert("precision", value(e.precision.clone()));
@@ -328,23 +309,28 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
     let gpus = gpus.as_table_like().ok_or("'gpus' is not a table")?;
     let mut out = Vec::new();
     for (gpu, item) in gpus.iter() {
+        let at = format!("gpus.\"{gpu}\"");
         let table = item
             .as_table_like()
-            .ok_or_else(|| format!("'gpus.\"{gpu}\"' is not a table"))?;
-        let read = |model: &str, t: &dyn toml_edit::TableLike| -> Result<TeamEntry, String> {
-            let where_ = if model.is_empty() {
-                format!("gpus.\"{gpu}\"")
-            } else {
-                format!("gpus.\"{gpu}\".\"{model}\"")
+            .ok_or_else(|| format!("'{at}' is not a table"))?;
+        // The older shape's values in the GPU's own table, then one table per model.
+        let old = table.contains_key("batch_size").then_some(("", table));
+        let models = table
+            .iter()
+            .filter_map(|(m, item)| Some((m, item.as_table_like()?)));
+        for (model, t) in old.into_iter().chain(models) {
+            let at = match model {
+                "" => at.clone(),
+                model => format!("{at}.\"{model}\""),
             };
             let count = |key: &str| -> Result<usize, String> {
                 t.get(key)
                     .and_then(Item::as_integer)
                     .filter(|v| *v >= 1)
                     .map(|v| v as usize)
-                    .ok_or_else(|| format!("'{where_}.{key}' must be a whole number of 1 or more"))
+                    .ok_or_else(|| format!("'{at}.{key}' must be a whole number of 1 or more"))
             };
-            Ok(TeamEntry {
+            out.push(TeamEntry {
                 gpu: gpu.to_string(),
                 model: model.to_string(),
                 batch_size: count("batch_size")?,
@@ -354,15 +340,7 @@ pub fn read_team_text(text: &str) -> Result<Vec<TeamEntry>, String> {
                     .and_then(Item::as_str)
                     .unwrap_or("-")
                     .to_string(),
-            })
-        };
-        if table.contains_key("batch_size") {
-            out.push(read("", table)?);
-        }
-        for (model, item) in table.iter() {
-            if let Some(t) = item.as_table_like() {
-                out.push(read(model, t)?);
-            }
+            });
         }
     }
     Ok(out)
@@ -394,18 +372,14 @@ pub fn read_team(path: &Path) -> Result<Vec<TeamEntry>, String> {
 /// Read a team file and render its table.
 pub fn show_team(path: &Path) -> Result<String, String> {
     let entries = read_team(path)?;
-    if entries.is_empty() {
-        return Ok(format!(
-            "{}: no entries yet (`tuner autobatch --team {}` adds one)\n",
-            path.display(),
-            path.display()
-        ));
-    }
-    Ok(format!(
-        "## team settings: {}\n\n{}",
-        path.display(),
-        team_table(&entries).markdown()
-    ))
+    let path = path.display();
+    Ok(match entries.is_empty() {
+        true => format!("{path}: no entries yet (`tuner autobatch --team {path}` adds one)\n"),
+        false => format!(
+            "## team settings: {path}\n\n{}",
+            team_table(&entries).markdown()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -426,7 +400,7 @@ my_own_key = "kept"
     fn tuner_config_text(text: &str, batch: usize, accumulation: usize) -> Result<String, String> {
         Format::Toml
             .edit(text, &Keys::tuner_config().edits(batch, accumulation))
-            .map(|e| e.text)
+            .map(|e| e.0)
     }
 
     #[test]
@@ -523,11 +497,8 @@ my_own_key = "kept"
             (Format::Toml, toml),
             (Format::Json, json),
         ] {
-            let edit = |k: &Keys, accumulation| {
-                format
-                    .edit(text, &k.edits(96, accumulation))
-                    .map(|e| e.written)
-            };
+            let edit =
+                |k: &Keys, accumulation| format.edit(text, &k.edits(96, accumulation)).map(|e| e.1);
             let typo = keys(
                 "data.loader.batchsize",
                 "trainer.accumulate_grad_batches",
@@ -660,6 +631,20 @@ my_own_key = "kept"
         assert!(read_team_text("gpus = 3\n")
             .unwrap_err()
             .contains("not a table"));
+        // A file whose tables on the way hold something else is not written over.
+        let h200 = entry("NVIDIA H200", "m", 8);
+        for (text, at) in [
+            ("gpus = 3\n", "'gpus'"),
+            ("gpus = [[1]]\n", "'gpus'"),
+            ("[gpus]\n\"NVIDIA H200\" = 1\n", "'gpus.\"NVIDIA H200\"'"),
+            (
+                "[gpus.\"NVIDIA H200\"]\nm = [1]\n",
+                "'gpus.\"NVIDIA H200\".\"m\"'",
+            ),
+        ] {
+            let e = update_team_text(text, &h200).unwrap_err();
+            assert_eq!(e, format!("{at} is not a table"), "{text}");
+        }
         assert!(show_team(Path::new("/nonexistent/team.toml"))
             .unwrap_err()
             .contains("cannot read the team file"));

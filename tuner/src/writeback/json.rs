@@ -4,19 +4,11 @@
 
 use serde_json::{Map, Value};
 
-use super::keys::{index, set, Edit, Kind, Node};
+use super::keys::{child, index, set, Edit, Kind, Node};
 
 /// The file as plain values: itself.
 pub fn tree(text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
-}
-
-fn kind(v: &Value) -> Kind {
-    match v {
-        Value::Array(a) => Kind::List(a.len()),
-        Value::Object(_) => Kind::Map,
-        _ => Kind::Scalar,
-    }
 }
 
 impl Node for &mut Value {
@@ -24,12 +16,11 @@ impl Node for &mut Value {
     const THROUGH: &'static str = "is a scalar; a key path goes through objects and lists only";
 
     fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
-        Ok(match &**self {
-            Value::Object(o) => o.get(seg),
-            Value::Array(a) => seg.parse::<usize>().ok().and_then(|i| a.get(i)),
-            _ => None,
-        }
-        .map(kind))
+        Ok(child(self, seg).map(|v| match v {
+            Value::Array(a) => Kind::List(a.len()),
+            Value::Object(_) => Kind::Map,
+            _ => Kind::Scalar,
+        }))
     }
 
     fn descend(self, seg: &str, _: &str, _: bool) -> Result<Self, String> {

@@ -22,10 +22,8 @@ impl TryFrom<String> for KeyPath {
 impl KeyPath {
     pub fn parse(s: &str) -> Result<KeyPath, String> {
         let segments: Vec<String> = s.split('.').map(str::to_string).collect();
-        if segments
-            .iter()
-            .any(|p| p.trim().is_empty() || p.trim() != p)
-        {
+        // An empty name, or one with spaces at either end.
+        if segments.iter().any(|p| p.is_empty() || p.trim() != p) {
             return Err(format!(
                 "'{s}' is not a key path: names joined by dots, like training.batch_size"
             ));
@@ -42,39 +40,35 @@ impl KeyPath {
         &self.0
     }
 
-    /// The first `n` names, as a key path's text.
-    pub fn prefix(&self, n: usize) -> String {
-        self.0[..n].join(".")
-    }
-
     /// What the file holds at this key path, as the framework reads it (`tree`: the file as
     /// plain values, merge keys resolved; a number in the path indexes a list).
     pub fn get<'a>(&self, tree: &'a Value) -> Option<&'a Value> {
-        self.0.iter().try_fold(tree, |node, seg| match node {
-            Value::Object(o) => o.get(seg),
-            Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
-            _ => None,
-        })
+        self.0.iter().try_fold(tree, |node, seg| child(node, seg))
+    }
+}
+
+/// What `seg` names in `node`: a key of an object, a number of a list.
+pub fn child<'a>(node: &'a Value, seg: &str) -> Option<&'a Value> {
+    match node {
+        Value::Object(o) => o.get(seg),
+        Value::Array(a) => a.get(seg.parse::<usize>().ok()?),
+        _ => None,
     }
 }
 
 /// Every key path in `tree` that ends at a value (a scalar, an empty list or mapping), in the
 /// file's order.
 pub fn key_paths(tree: &Value) -> Vec<String> {
-    let children: Vec<(String, &Value)> = match tree {
-        Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v)).collect(),
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (i.to_string(), v))
-            .collect(),
+    let keys: Vec<String> = match tree {
+        Value::Object(o) => o.keys().cloned().collect(),
+        Value::Array(a) => (0..a.len()).map(|i| i.to_string()).collect(),
         _ => return Vec::new(),
     };
-    let paths = |(k, v): (String, &Value)| match key_paths(v) {
+    let paths = |k: String| match key_paths(child(tree, &k).expect("a key of its own")) {
         below if below.is_empty() => vec![k],
         below => below.iter().map(|p| format!("{k}.{p}")).collect(),
     };
-    children.into_iter().flat_map(paths).collect()
+    keys.into_iter().flat_map(paths).collect()
 }
 
 /// The refusal of a key path that is not in the file: it names the (at most three) nearest
@@ -85,10 +79,9 @@ pub fn not_there(key: &KeyPath, tree: &Value) -> String {
     // A stable sort: of equally near ones, the first in the file first.
     paths.sort_by_key(|p| strsim::levenshtein(&wanted, p));
     paths.truncate(3);
-    let there = if paths.is_empty() {
-        "the file has no keys".to_string()
-    } else {
-        format!("the nearest there: {}", paths.join(", "))
+    let there = match paths.is_empty() {
+        true => "the file has no keys".to_string(),
+        false => format!("the nearest there: {}", paths.join(", ")),
     };
     format!("'{wanted}' is not in the file ({there}); --new-key adds it as a new key")
 }
@@ -158,10 +151,10 @@ pub fn index(seg: &str) -> usize {
 /// be set where present. A path through a scalar, to a collection or past a list's end is
 /// refused; a missing key is added, with the mappings on its way.
 pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
-    let segments = e.key.segments();
+    let segments = &e.key.0;
     let mut at = Kind::Map;
     for (i, seg) in segments.iter().enumerate() {
-        let here = e.key.prefix(i + 1);
+        let here = segments[..=i].join(".");
         let last = i + 1 == segments.len();
         let found = node.look(seg, &here, last)?;
         let holds = |what| Err(format!("'{here}' holds {what}, not a number"));
@@ -170,7 +163,7 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
             (Kind::List(len), None) => {
                 return Err(format!(
                     "'{here}' is not in the file: '{}' is a list of {len}, indexed from 0",
-                    e.key.prefix(i)
+                    segments[..i].join(".")
                 ))
             }
             (_, Some(Kind::Map)) if last => return holds(N::MAP),
@@ -186,12 +179,6 @@ pub fn set<N: Node>(mut node: N, e: &Edit) -> Result<bool, String> {
         at = found.unwrap_or(Kind::Map);
     }
     Ok(false)
-}
-
-/// A file's new text and what was set in it, in order.
-pub struct Edited {
-    pub text: String,
-    pub written: Vec<(String, usize)>,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! replaced keeps the comments around it; a missing table is added as a table of its own. A
 //! number in the key path indexes an array (of tables, of inline tables, or of numbers).
 
-use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, TableLike};
+use toml_edit::{DocumentMut, Item, Table, TableLike};
 
 #[cfg(test)]
 use super::keys::KeyPath;
@@ -12,13 +12,9 @@ use crate::text::line_of;
 pub fn parse(text: &str) -> Result<DocumentMut, String> {
     text.parse().map_err(|err: toml_edit::TomlError| {
         let message = err.message().trim().replace('\n', " ");
-        match err.span() {
-            Some(span) => format!(
-                "not valid TOML: line {}: {message}",
-                line_of(text, span.start)
-            ),
-            None => format!("not valid TOML: {message}"),
-        }
+        let line = err.span().map(|span| line_of(text, span.start));
+        let at = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+        format!("not valid TOML: {at}{message}")
     })
 }
 
@@ -45,77 +41,49 @@ fn replace(old: &mut toml_edit::Value, v: i64) {
     *old.decor_mut() = decor;
 }
 
-/// Where a key path is on its way: a table (or inline table), an array, an array of tables.
-enum Step<'a> {
-    Table(&'a mut dyn TableLike),
-    Array(&'a mut Array),
-    Tables(&'a mut ArrayOfTables),
-}
-
-fn item_kind(item: &Item) -> Kind {
+/// What `item` is to a key path: an array (of tables or of values) is a list.
+fn kind(item: &Item) -> Kind {
     match item {
         Item::ArrayOfTables(t) => Kind::List(t.len()),
-        Item::Value(v) => value_kind(v),
+        Item::Value(toml_edit::Value::Array(a)) => Kind::List(a.len()),
         other if other.is_table_like() => Kind::Map,
         _ => Kind::Scalar,
     }
 }
 
-fn value_kind(value: &toml_edit::Value) -> Kind {
-    match value {
-        toml_edit::Value::Array(a) => Kind::List(a.len()),
-        toml_edit::Value::InlineTable(_) => Kind::Map,
-        _ => Kind::Scalar,
-    }
-}
-
-impl<'a> Step<'a> {
-    fn of_value(value: &'a mut toml_edit::Value) -> Step<'a> {
-        match value {
-            toml_edit::Value::Array(a) => Step::Array(a),
-            t => Step::Table(t.as_inline_table_mut().expect("looked up as a table")),
-        }
-    }
-}
-
-impl Node for Step<'_> {
+/// A table (or inline table), an array or an array of tables, each an item of the document.
+impl Node for &mut Item {
     const MAP: &'static str = "a table";
     const THROUGH: &'static str = "is a scalar; a key path goes through tables and lists only";
 
     fn look(&self, seg: &str, _: &str, _: bool) -> Result<Option<Kind>, String> {
-        let index = seg.parse::<usize>().ok();
-        Ok(match self {
-            Step::Table(table) => table.get(seg).map(item_kind),
-            Step::Array(a) => index.and_then(|i| a.get(i)).map(value_kind),
-            Step::Tables(t) => index.and_then(|i| t.get(i)).map(|_| Kind::Map),
-        })
+        Ok(match self.is_table_like() {
+            true => self.get(seg),
+            false => seg.parse::<usize>().ok().and_then(|i| self.get(i)),
+        }
+        .map(kind))
     }
 
     fn descend(self, seg: &str, _: &str, implicit: bool) -> Result<Self, String> {
-        Ok(match self {
-            Step::Table(table) => {
-                if !table.contains_key(seg) {
-                    let mut t = Table::new();
-                    // A table that holds only tables shows through them, as `[a.b]` shows `a`.
-                    t.set_implicit(implicit);
-                    table.insert(seg, Item::Table(t));
-                }
-                match table.get_mut(seg).expect("present or just added") {
-                    Item::ArrayOfTables(t) => Step::Tables(t),
-                    Item::Value(value) => Step::of_value(value),
-                    other => Step::Table(other.as_table_like_mut().expect("looked up as a table")),
-                }
-            }
-            Step::Array(a) => Step::of_value(a.get_mut(index(seg)).expect("looked up")),
-            Step::Tables(t) => Step::Table(t.get_mut(index(seg)).expect("looked up")),
+        if let Some(table) = self.as_table_like_mut().filter(|t| !t.contains_key(seg)) {
+            let mut t = Table::new();
+            // A table that holds only tables shows through them, as `[a.b]` shows `a`.
+            t.set_implicit(implicit);
+            table.insert(seg, Item::Table(t));
+        }
+        Ok(match self.is_table_like() {
+            true => &mut self[seg],
+            false => &mut self[index(seg)],
         })
     }
 
     fn set(self, seg: &str, value: usize) {
-        match self {
-            Step::Table(table) => set_keeping_comments(table, seg, value as i64),
-            Step::Array(a) => replace(a.get_mut(index(seg)).expect("looked up"), value as i64),
-            Step::Tables(_) => unreachable!("an array of tables holds tables"),
+        match self.as_table_like_mut() {
+            Some(table) => set_keeping_comments(table, seg, value as i64),
+            None => replace(
+                self[index(seg)].as_value_mut().expect("looked up"),
+                value as i64,
+            ),
         }
     }
 }
@@ -123,7 +91,7 @@ impl Node for Step<'_> {
 pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
     let mut doc = parse(text)?;
     i64::try_from(e.value).map_err(|_| format!("{} is too large for TOML", e.value))?;
-    Ok(set(Step::Table(doc.as_table_mut()), e)?.then(|| doc.to_string()))
+    Ok(set(doc.as_item_mut(), e)?.then(|| doc.to_string()))
 }
 
 /// The whole number `key` holds in `text`.
@@ -224,8 +192,8 @@ name = "early-stop"
                 value: 4,
                 absent: super::super::keys::Absent::Skip,
             }];
-            let e = super::super::Format::Toml.edit(RUN, &edits).unwrap();
-            assert_eq!((e.text.as_str(), e.written.len()), (RUN, 0), "{k}");
+            let (text, written) = super::super::Format::Toml.edit(RUN, &edits).unwrap();
+            assert_eq!((text.as_str(), written.len()), (RUN, 0), "{k}");
         }
     }
 

@@ -28,12 +28,8 @@ fn at_line(text: &str, at: u32, message: &str) -> String {
     let line = line_of(text, at as usize);
     let message = message.split(". ").next().unwrap_or(message);
     let message = message.replace('\n', "\\n").replace('\r', "\\r");
-    let mut m = message.chars();
-    let message: String = m
-        .next()
-        .map(|c| c.to_lowercase().chain(m).collect())
-        .unwrap_or_default();
-    format!("line {line}: {message}")
+    let (first, rest) = message.split_at(message.chars().next().map_or(0, char::len_utf8));
+    format!("line {line}: {}{rest}", first.to_lowercase())
 }
 
 /// The file and its one document, checked against YAML 1.2.
@@ -101,16 +97,13 @@ pub fn tree(text: &str) -> Result<Value, String> {
             return Ok(Value::Null);
         }
         Ok(match node {
-            YamlNode::Mapping(map) => {
-                let mut out = Map::new();
-                for (k, v) in merged(map, registry)?.iter() {
+            YamlNode::Mapping(map) => Value::Object(
+                (merged(map, registry)?.iter())
                     // A key that is a plain value, by its text.
-                    if let Some(k) = k.as_scalar() {
-                        out.insert(k.as_string(), plain(&v, registry, depth + 1)?);
-                    }
-                }
-                Value::Object(out)
-            }
+                    .filter_map(|(k, v)| Some((k.as_scalar()?.as_string(), v)))
+                    .map(|(k, v)| Ok((k, plain(&v, registry, depth + 1)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
             YamlNode::Sequence(list) => Value::Array(
                 list.values()
                     .map(|v| plain(&v, registry, depth + 1))
@@ -129,10 +122,7 @@ pub fn tree(text: &str) -> Result<Value, String> {
 }
 
 /// A mapping or list of the document, and the anchors its merge keys name.
-struct Step<'r> {
-    node: YamlNode,
-    registry: &'r AnchorRegistry,
-}
+struct Step<'r>(YamlNode, &'r AnchorRegistry);
 
 impl Node for Step<'_> {
     const MAP: &'static str = "a mapping";
@@ -142,16 +132,13 @@ impl Node for Step<'_> {
     /// merged mapping. A key written `key:` with nothing else is there to be filled.
     fn look(&self, seg: &str, here: &str, last: bool) -> Result<Option<Kind>, String> {
         // A mapping's own key, else one its merge keys bring; an item of a list.
-        let found = match &self.node {
+        let number = seg.parse::<usize>().ok();
+        let found = match &self.0 {
             YamlNode::Mapping(map) => match map.get(seg) {
                 Some(own) => Some((own, true)),
-                None => merged(map, self.registry)?.get(seg).map(|m| (m, false)),
+                None => merged(map, self.1)?.get(seg).map(|m| (m, false)),
             },
-            YamlNode::Sequence(list) => seg
-                .parse()
-                .ok()
-                .and_then(|i| list.get(i))
-                .map(|n| (n, true)),
+            YamlNode::Sequence(list) => number.and_then(|i| list.get(i)).map(|n| (n, true)),
             _ => None,
         };
         let Some((node, own)) = found else {
@@ -174,7 +161,7 @@ impl Node for Step<'_> {
                 "'{here}' comes through a merge key (<<) from a mapping anchored elsewhere; a key of its own here would hide the rest of it: set the key where it is anchored"
             ));
         }
-        match (&self.node, empty) {
+        match (&self.0, empty) {
             (YamlNode::Mapping(_), true) => Ok(None),
             (_, true) => Err(format!("'{here}' cannot hold keys")),
             _ => Ok(Some(kind)),
@@ -182,7 +169,7 @@ impl Node for Step<'_> {
     }
 
     fn descend(self, seg: &str, here: &str, _: bool) -> Result<Self, String> {
-        let node = match &self.node {
+        let node = match &self.0 {
             YamlNode::Mapping(map) => match map.get(seg) {
                 Some(n @ (YamlNode::Mapping(_) | YamlNode::Sequence(_))) => n,
                 _ => {
@@ -195,11 +182,11 @@ impl Node for Step<'_> {
             YamlNode::Sequence(list) => list.get(index(seg)).expect("looked up"),
             _ => unreachable!("a key path goes through mappings and lists"),
         };
-        Ok(Step { node, ..self })
+        Ok(Step(node, self.1))
     }
 
     fn set(self, seg: &str, value: usize) {
-        match &self.node {
+        match &self.0 {
             // A merged key gets one of the mapping's own, which wins over the merge.
             YamlNode::Mapping(map) => map.set(seg, value),
             YamlNode::Sequence(list) => {
@@ -216,11 +203,7 @@ pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
         return Ok(None);
     };
     let registry = AnchorRegistry::from_document(&doc);
-    let top = Step {
-        node: YamlNode::Mapping(map),
-        registry: &registry,
-    };
-    if !set(top, e)? {
+    if !set(Step(YamlNode::Mapping(map), &registry), e)? {
         return Ok(None);
     }
     let edited = file.to_string();
@@ -519,12 +502,12 @@ eval:
             value: 4,
             absent: Absent::Skip,
         }];
-        let e = super::super::Format::Yaml.edit(HYDRA, &edits).unwrap();
-        assert_eq!((e.text.as_str(), e.written.len()), (HYDRA, 0));
-        let e = super::super::Format::Yaml
+        let (text, written) = super::super::Format::Yaml.edit(HYDRA, &edits).unwrap();
+        assert_eq!((text.as_str(), written.len()), (HYDRA, 0));
+        let (text, written) = super::super::Format::Yaml
             .edit("training:\n  accumulation_steps: 1\n", &edits)
             .unwrap();
-        assert_eq!(e.text, "training:\n  accumulation_steps: 4\n");
-        assert_eq!(e.written, [("training.accumulation_steps".to_string(), 4)]);
+        assert_eq!(text, "training:\n  accumulation_steps: 4\n");
+        assert_eq!(written, [("training.accumulation_steps".to_string(), 4)]);
     }
 }

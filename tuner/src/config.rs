@@ -39,17 +39,14 @@ pub const MAX_BATCH: usize = 1 << 26;
 pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
     let mut out: Vec<Precision> = Vec::new();
     for word in s.split(',').map(str::trim) {
-        let these = match word {
+        let mut these = match word {
             "both" => vec![Precision::Off, Precision::On],
             w => vec![Precision::parse(w).map_err(|_| {
                 format!("'{w}' is not a precision: off, bf16, fp16, on (the best the GPU has) or both (off and on)")
             })?],
         };
-        for p in these {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
+        these.retain(|p| !out.contains(p));
+        out.extend(these);
     }
     Ok(out)
 }
@@ -68,12 +65,15 @@ impl<'de> Deserialize<'de> for Precisions {
             Text(String),
             List(Vec<String>),
         }
-        let list = match Raw::deserialize(d)? {
-            Raw::Bool(b) => Ok(vec![if b { Precision::On } else { Precision::Off }]),
-            Raw::Text(t) => parse_amp(&t),
-            Raw::List(l) => parse_amp(&l.join(",")),
+        // `true` and `false` are names of `on` and `off` too.
+        let text = match Raw::deserialize(d)? {
+            Raw::Bool(b) => b.to_string(),
+            Raw::Text(t) => t,
+            Raw::List(l) => l.join(","),
         };
-        list.map(Precisions).map_err(serde::de::Error::custom)
+        parse_amp(&text)
+            .map(Precisions)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -180,22 +180,16 @@ impl Overrides {
 
 /// A time limit of `v` seconds (written `as_given`), checked: at least 1.
 pub fn time_limit(v: f64, as_given: &str) -> Result<f64, String> {
-    match v >= 1.0 {
-        true => Ok(v),
-        false => Err(format!(
-            "a time limit of {as_given} s leaves no time to start: at least 1"
-        )),
-    }
+    (v >= 1.0)
+        .then_some(v)
+        .ok_or_else(|| format!("a time limit of {as_given} s leaves no time to start: at least 1"))
 }
 
 /// A stall limit of `v` seconds (written `as_given`), checked: more than 0.
 pub fn stall_limit(v: f64, as_given: &str) -> Result<f64, String> {
-    match v > 0.0 {
-        true => Ok(v),
-        false => Err(format!(
-            "a stall limit of {as_given} s ends every trial at its first step: more than 0"
-        )),
-    }
+    (v > 0.0).then_some(v).ok_or_else(|| {
+        format!("a stall limit of {as_given} s ends every trial at its first step: more than 0")
+    })
 }
 
 /// Default time limit of one trial (seconds).

@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => {
             let mut settings = settings(&a.run)?;
             if let Some(b) = &a.batch_sizes {
-                settings.batch_sizes = b.0.clone();
+                settings.batch_sizes = b.clone();
             }
             Axis::check_distinct(&a.axes).map_err(usage)?;
             settings.axes = a.axes.clone();
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         Command::Memory(a) => {
             let mut settings = settings(&a.run)?;
             settings.batch_sizes = match (&a.batch_sizes, settings.batch_size) {
-                (Some(list), _) => list.0.clone(),
+                (Some(list), _) => list.clone(),
                 (None, Some(b)) => vec![b],
                 (None, None) => return Err(usage(
                     "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
@@ -325,13 +325,14 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
             ))
         }
     };
+    let flags = &a.run.flags;
     let params = Params {
         batch_size: answer.batch_size,
         workers,
         // The flags win over the team's entry, which wins over the config.
-        amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
+        amp: answer.amp.filter(|_| flags.amp.is_none()).unwrap_or(amp),
         accumulation: (answer.accumulation)
-            .filter(|_| a.run.accumulation.is_none())
+            .filter(|_| flags.accumulation_steps.is_none())
             .unwrap_or(settings.accumulation_steps),
         steps: settings.steps,
         warmup_steps: settings.warmup_steps,

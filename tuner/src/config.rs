@@ -109,13 +109,12 @@ struct TunerSection {
     ranks: Option<usize>,
 }
 
+/// The file: each section may be left out.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct File {
-    #[serde(default)]
     data: DataSection,
-    #[serde(default)]
     training: TrainingSection,
-    #[serde(default)]
     tuner: TunerSection,
 }
 

@@ -66,27 +66,20 @@ impl Params {
     /// These settings on a GPU of compute capability `capability` (None: not read): `on`
     /// becomes the precision it resolves to there.
     pub fn on_gpu(&self, capability: Option<Capability>) -> Params {
-        match self.amp {
-            Precision::On => Params {
-                amp: Precision::resolve_on(capability),
-                amp_from_on: true,
-                ..self.clone()
-            },
-            _ => self.clone(),
+        let mut p = self.clone();
+        if p.amp == Precision::On {
+            (p.amp, p.amp_from_on) = (Precision::resolve_on(capability), true);
         }
+        p
     }
 
     /// The settings as they were asked for, before a GPU resolved `on`.
     pub fn as_asked(&self) -> Params {
-        if self.amp_from_on {
-            Params {
-                amp: Precision::On,
-                amp_from_on: false,
-                ..self.clone()
-            }
-        } else {
-            self.clone()
+        let mut p = self.clone();
+        if p.amp_from_on {
+            (p.amp, p.amp_from_on) = (Precision::On, false);
         }
+        p
     }
 }
 

@@ -120,8 +120,8 @@ pub fn workers(settings: &Settings) -> Result<usize> {
     }
 }
 
-/// What the trials say: the trials of the sweep's plan of settings with one worker count (as
-/// [workers] checks), every precision x batch size.
+/// What the trials of the sweep's plan say, where the settings have one worker count (as
+/// [workers] checks): the plan is then every precision x batch size.
 pub fn report(ran: Ran, granularity: Granularity) -> MemoryReport {
     let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())
         .map(|&amp| {

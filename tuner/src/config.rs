@@ -24,6 +24,7 @@
 //! ranks = 1
 //! ```
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -172,11 +173,7 @@ impl Overrides {
         if steps == 0 {
             return Err("steps must be at least 1".into());
         }
-        let ascending = |mut list: Vec<usize>| {
-            list.sort_unstable();
-            list.dedup();
-            list
-        };
+        let ascending = |list: Vec<usize>| Vec::from_iter(BTreeSet::from_iter(list));
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
         let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
         let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);

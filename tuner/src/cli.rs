@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::config::{
-    self, parse_positive, Choice, Overrides, Precisions, SlurmArgs, CONFIRM_STEPS,
-};
+use crate::config::{self, parse_positive, Choice, Overrides, SlurmArgs, CONFIRM_STEPS};
 use crate::granularity::Granularity;
 use crate::program::Axis;
 use crate::writeback::{Format, KeyPath, Keys};
@@ -60,41 +58,9 @@ pub struct RunArgs {
     /// left alone); flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// GPUs for the trials, one trial per GPU at a time: positions among the visible GPUs
-    /// (0,2) or all (default).
-    #[arg(long, value_name = "LIST|all")]
-    pub devices: Option<String>,
-    /// Processes per trial, each on a GPU of its own: a data-parallel program (DDP) started
-    /// as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Batch sizes
-    /// are per GPU; a trial fits only where every rank fits (default 1).
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub ranks: Option<usize>,
-    /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
-    #[arg(long, value_name = "N[,N...]", value_parser = |s: &str| config::parse_workers(s).map(List))]
-    pub workers: Option<List>,
-    /// Precision ({amp}): off (fp32), bf16, fp16, or on (the best the trial's GPU has: bf16
-    /// from compute capability 8.0, else fp16); a list to sweep (off,bf16); both is off,on.
-    #[arg(long, value_name = "off|bf16|fp16|on|both", value_parser = |s: &str| config::parse_amp(s).map(Precisions))]
-    pub amp: Option<Precisions>,
-    /// Micro-batches per optimizer step ({accumulation}; default 1).
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub accumulation: Option<usize>,
-    /// Measured optimizer steps per trial ({steps}; default 30).
-    #[arg(long, value_name = "N", value_parser = parse_positive)]
-    pub steps: Option<usize>,
-    /// Optimizer steps run before measuring ({warmup}; default 5).
-    #[arg(long, value_name = "N", value_parser = parse_count)]
-    pub warmup: Option<usize>,
-    /// Seconds one trial may run; past it its whole process group is killed and the trial is
-    /// a HANG (default 600).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
-    pub time_limit: Option<f64>,
-    /// Seconds a trial may go without writing (report, stdout or stderr) between its first step
-    /// and its last, or 10 times its slowest step so far where that is longer; past it the
-    /// trial is a HANG, ended long before the time limit: a data-parallel group stuck in a
-    /// collective (default 60). Start-up is watched by the time limit alone.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_stall_limit)]
-    pub stall_limit: Option<f64>,
+    /// The settings the flags give.
+    #[command(flatten)]
+    pub flags: Overrides,
     /// Keep each trial's report, stdout and stderr in DIR (default: a temporary folder,
     /// removed unless a trial hung or failed).
     #[arg(long, value_name = "DIR")]
@@ -121,39 +87,11 @@ pub struct RunArgs {
 impl RunArgs {
     /// The flags as settings, over the config file's.
     pub fn overrides(&self) -> Result<Overrides, String> {
-        let mut o = match &self.config {
-            Some(p) => config::load(p)?,
-            None => Overrides::default(),
-        };
-        o.workers = self.workers.clone().map(|l| l.0).or(o.workers);
-        o.amp = self.amp.clone().map(|a| a.0).or(o.amp);
-        o.accumulation_steps = self.accumulation.or(o.accumulation_steps);
-        o.steps = self.steps.or(o.steps);
-        o.warmup_steps = self.warmup.or(o.warmup_steps);
-        o.devices = self.devices.clone().or(o.devices);
-        o.time_limit = self.time_limit.or(o.time_limit);
-        o.stall_limit = self.stall_limit.or(o.stall_limit);
-        o.ranks = self.ranks.or(o.ranks);
-        Ok(o)
+        match &self.config {
+            Some(p) => config::load(p, self.flags.clone()),
+            None => Ok(self.flags.clone()),
+        }
     }
-}
-
-/// A comma-separated list of counts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct List(pub Vec<usize>);
-
-fn parse_count(s: &str) -> Result<usize, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a whole number of 0 or more"))
-}
-
-fn parse_time_limit(s: &str) -> Result<f64, String> {
-    config::time_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
-}
-
-fn parse_stall_limit(s: &str) -> Result<f64, String> {
-    config::stall_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
 }
 
 fn parse_margin(s: &str) -> Result<f64, String> {
@@ -192,8 +130,8 @@ impl SizeArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SweepArgs {
     /// Batch sizes ({batch_size}): a list (32,64,128) or a power-of-two range (8..1024).
-    #[arg(long, value_name = "LIST", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
-    pub batch_sizes: Option<List>,
+    #[arg(long, value_name = "LIST", value_parser = config::parse_batch_sizes)]
+    pub batch_sizes: Option<::std::vec::Vec<usize>>,
     /// Share of the memory the recommended configuration leaves free (default by the GPU's
     /// memory class).
     #[arg(long, value_name = "PERCENT", value_parser = parse_margin)]
@@ -218,8 +156,8 @@ pub struct SweepArgs {
 #[derive(Args, Debug, Clone)]
 pub struct MemoryArgs {
     /// Batch sizes to run ({batch_size}): a list (64,256,512) or a power-of-two range.
-    #[arg(long, value_name = "LIST", value_parser = |s: &str| config::parse_batch_sizes(s).map(List))]
-    pub batch_sizes: Option<List>,
+    #[arg(long, value_name = "LIST", value_parser = config::parse_batch_sizes)]
+    pub batch_sizes: Option<::std::vec::Vec<usize>>,
     #[command(flatten)]
     pub sizes: SizeArgs,
     #[command(flatten)]

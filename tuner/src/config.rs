@@ -24,6 +24,7 @@
 //! ranks = 1
 //! ```
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -39,25 +40,21 @@ pub const MAX_BATCH: usize = 1 << 26;
 pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
     let mut out: Vec<Precision> = Vec::new();
     for word in s.split(',').map(str::trim) {
-        let these = match word {
+        let mut these = match word {
             "both" => vec![Precision::Off, Precision::On],
             w => vec![Precision::parse(w).map_err(|_| {
                 format!("'{w}' is not a precision: off, bf16, fp16, on (the best the GPU has) or both (off and on)")
             })?],
         };
-        for p in these {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
+        these.retain(|p| !out.contains(p));
+        out.extend(these);
     }
     Ok(out)
 }
 
-/// A list of precisions, as clap keeps one value; a config's `amp`: a boolean, a name or list
-/// in one string, or an array.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Precisions(pub Vec<Precision>);
+/// A config's `amp`: a boolean, a name or list in one string, or an array.
+#[derive(Debug)]
+struct Precisions(Vec<Precision>);
 
 impl<'de> Deserialize<'de> for Precisions {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precisions, D::Error> {
@@ -68,12 +65,15 @@ impl<'de> Deserialize<'de> for Precisions {
             Text(String),
             List(Vec<String>),
         }
-        let list = match Raw::deserialize(d)? {
-            Raw::Bool(b) => Ok(vec![if b { Precision::On } else { Precision::Off }]),
-            Raw::Text(t) => parse_amp(&t),
-            Raw::List(l) => parse_amp(&l.join(",")),
+        // `true` and `false` are names of `on` and `off` too.
+        let text = match Raw::deserialize(d)? {
+            Raw::Bool(b) => b.to_string(),
+            Raw::Text(t) => t,
+            Raw::List(l) => l.join(","),
         };
-        list.map(Precisions).map_err(serde::de::Error::custom)
+        parse_amp(&text)
+            .map(Precisions)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -110,31 +110,61 @@ struct TunerSection {
     ranks: Option<usize>,
 }
 
+/// The file: each section may be left out.
 #[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct File {
-    #[serde(default)]
     data: DataSection,
-    #[serde(default)]
     training: TrainingSection,
-    #[serde(default)]
     tuner: TunerSection,
 }
 
-/// Every setting, each optional: what one source (the file, the flags) says.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Every setting, each optional: what one source (the file, the flags) says. The flags are
+/// read into one by clap (each field's help is its flag's; the settings no flag sets are
+/// skipped there).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
-    pub workers: Option<Vec<usize>>,
-    pub batch_sizes: Option<Vec<usize>>,
-    pub batch_size: Option<usize>,
-    pub accumulation_steps: Option<usize>,
-    pub amp: Option<Vec<Precision>>,
-    pub steps: Option<usize>,
-    pub warmup_steps: Option<usize>,
-    pub adam_like: Option<bool>,
+    /// GPUs for the trials, one trial per GPU at a time: positions among the visible GPUs
+    /// (0,2) or all (default).
+    #[arg(long, value_name = "LIST|all")]
     pub devices: Option<String>,
-    pub time_limit: Option<f64>,
-    pub stall_limit: Option<f64>,
+    /// Processes per trial, each on a GPU of its own: a data-parallel program (DDP) started
+    /// as torchrun would (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Batch sizes
+    /// are per GPU; a trial fits only where every rank fits (default 1).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
     pub ranks: Option<usize>,
+    /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
+    #[arg(long, value_name = "N[,N...]", value_parser = parse_workers)]
+    pub workers: Option<::std::vec::Vec<usize>>,
+    /// Precision ({amp}): off (fp32), bf16, fp16, or on (the best the trial's GPU has: bf16
+    /// from compute capability 8.0, else fp16); a list to sweep (off,bf16); both is off,on.
+    #[arg(long, value_name = "off|bf16|fp16|on|both", value_parser = parse_amp)]
+    pub amp: Option<::std::vec::Vec<Precision>>,
+    /// Micro-batches per optimizer step ({accumulation}; default 1).
+    #[arg(long = "accumulation", value_name = "N", value_parser = parse_positive)]
+    pub accumulation_steps: Option<usize>,
+    /// Measured optimizer steps per trial ({steps}; default 30).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub steps: Option<usize>,
+    /// Optimizer steps run before measuring ({warmup}; default 5).
+    #[arg(long = "warmup", value_name = "N", value_parser = parse_count)]
+    pub warmup_steps: Option<usize>,
+    /// Seconds one trial may run; past it its whole process group is killed and the trial is
+    /// a HANG (default 600).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_time_limit)]
+    pub time_limit: Option<f64>,
+    /// Seconds a trial may go without writing (report, stdout or stderr) between its first step
+    /// and its last, or 10 times its slowest step so far where that is longer; past it the
+    /// trial is a HANG, ended long before the time limit: a data-parallel group stuck in a
+    /// collective (default 60). Start-up is watched by the time limit alone.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_stall_limit)]
+    pub stall_limit: Option<f64>,
+    #[arg(skip)]
+    pub batch_sizes: Option<Vec<usize>>,
+    #[arg(skip)]
+    pub batch_size: Option<usize>,
+    #[arg(skip)]
+    pub adam_like: Option<bool>,
 }
 
 impl Overrides {
@@ -143,11 +173,7 @@ impl Overrides {
         if steps == 0 {
             return Err("steps must be at least 1".into());
         }
-        let ascending = |mut list: Vec<usize>| {
-            list.sort_unstable();
-            list.dedup();
-            list
-        };
+        let ascending = |list: Vec<usize>| Vec::from_iter(BTreeSet::from_iter(list));
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
         let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
         let stall_limit_s = self.stall_limit.unwrap_or(DEFAULT_STALL_LIMIT_S);
@@ -180,22 +206,16 @@ impl Overrides {
 
 /// A time limit of `v` seconds (written `as_given`), checked: at least 1.
 pub fn time_limit(v: f64, as_given: &str) -> Result<f64, String> {
-    match v >= 1.0 {
-        true => Ok(v),
-        false => Err(format!(
-            "a time limit of {as_given} s leaves no time to start: at least 1"
-        )),
-    }
+    (v >= 1.0)
+        .then_some(v)
+        .ok_or_else(|| format!("a time limit of {as_given} s leaves no time to start: at least 1"))
 }
 
 /// A stall limit of `v` seconds (written `as_given`), checked: more than 0.
 pub fn stall_limit(v: f64, as_given: &str) -> Result<f64, String> {
-    match v > 0.0 {
-        true => Ok(v),
-        false => Err(format!(
-            "a stall limit of {as_given} s ends every trial at its first step: more than 0"
-        )),
-    }
+    (v > 0.0).then_some(v).ok_or_else(|| {
+        format!("a stall limit of {as_given} s ends every trial at its first step: more than 0")
+    })
 }
 
 /// Default time limit of one trial (seconds).
@@ -263,6 +283,21 @@ pub fn parse_batch_sizes(s: &str) -> Result<Vec<usize>, String> {
     s.split(',').map(|t| parse_positive(t.trim())).collect()
 }
 
+/// A count of 0 or more.
+fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number of 0 or more"))
+}
+
+fn parse_time_limit(s: &str) -> Result<f64, String> {
+    time_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
+}
+
+fn parse_stall_limit(s: &str) -> Result<f64, String> {
+    stall_limit(common::cli::parse_seconds(s)?, &format!("'{s}'"))
+}
+
 /// `0,2,4`: worker counts (0 loads on the training process).
 pub fn parse_workers(s: &str) -> Result<Vec<usize>, String> {
     s.split(',')
@@ -277,13 +312,15 @@ pub fn parse_workers(s: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-/// Read a config file.
-pub fn load(path: &Path) -> Result<Overrides, String> {
-    parse(&read_text(path, "the config")?).map_err(|e| format!("{}: {e}", path.display()))
+/// Read a config file under `flags`, as [parse] reads its text.
+pub fn load(path: &Path, flags: Overrides) -> Result<Overrides, String> {
+    let text = read_text(path, "the config")?;
+    parse(&text, flags).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Parse a config's text.
-pub fn parse(text: &str) -> Result<Overrides, String> {
+/// Parse a config's text: its settings under `flags` (what the flags say wins over the file,
+/// whose keys are checked all the same).
+pub fn parse(text: &str, flags: Overrides) -> Result<Overrides, String> {
     let file: File = toml_edit::de::from_str(text).map_err(|e| match e.span() {
         Some(span) => format!("line {}: {}", line_of(text, span.start), e.message().trim()),
         None => e.message().trim().to_string(),
@@ -319,19 +356,21 @@ pub fn parse(text: &str) -> Result<Overrides, String> {
             "'training.optimizer' is '{other}': use sgd or adamw (it chooses the learning-rate rule of the accumulation advice)"
         )),
     };
+    let (f, accumulation) = (flags, t.accumulation_steps);
     Ok(Overrides {
-        workers: counts("data.workers", file.data.workers, 256)?,
-        batch_sizes: counts("training.batch_sizes", t.batch_sizes, MAX_BATCH)?,
-        batch_size: positive("training.batch_size", t.batch_size)?,
-        accumulation_steps: positive("training.accumulation_steps", t.accumulation_steps)?,
-        amp: t.amp.map(|a| a.0),
-        steps: positive("training.steps", t.steps)?,
-        warmup_steps: t.warmup_steps,
-        adam_like,
-        devices: file.tuner.devices,
-        time_limit: file.tuner.time_limit,
-        stall_limit: file.tuner.stall_limit,
-        ranks: file.tuner.ranks,
+        workers: (f.workers).or(counts("data.workers", file.data.workers, 256)?),
+        batch_sizes: (f.batch_sizes).or(counts("training.batch_sizes", t.batch_sizes, MAX_BATCH)?),
+        batch_size: (f.batch_size).or(positive("training.batch_size", t.batch_size)?),
+        accumulation_steps: (f.accumulation_steps)
+            .or(positive("training.accumulation_steps", accumulation)?),
+        amp: f.amp.or(t.amp.map(|a| a.0)),
+        steps: f.steps.or(positive("training.steps", t.steps)?),
+        warmup_steps: f.warmup_steps.or(t.warmup_steps),
+        adam_like: f.adam_like.or(adam_like),
+        devices: f.devices.or(file.tuner.devices),
+        time_limit: f.time_limit.or(file.tuner.time_limit),
+        stall_limit: f.stall_limit.or(file.tuner.stall_limit),
+        ranks: f.ranks.or(file.tuner.ranks),
     })
 }
 
@@ -413,6 +452,7 @@ mod tests {
 
     #[test]
     fn the_team_s_own_keys_are_left_alone_the_tuner_s_are_checked() {
+        let parse = |text: &str| parse(text, Overrides::default());
         let o = parse(
             "# the team's file\n[model]\nname = \"vit\"\n[training]\nlr = 0.1\nbatch_size = 64\noptimizer = \"AdamW\"\n[data]\nworkers = 4\nroot = \"/data\"\n",
         )
@@ -456,7 +496,7 @@ mod tests {
     fn the_stall_limit_is_a_minute_unless_set_and_must_be_more_than_zero() {
         let s = Overrides::default().resolve().unwrap();
         assert_eq!(s.stall_limit_s, 60.0);
-        let file = parse("[tuner]\nstall_limit = 120\n").unwrap();
+        let file = parse("[tuner]\nstall_limit = 120\n", Overrides::default()).unwrap();
         assert_eq!(file.clone().resolve().unwrap().stall_limit_s, 120.0);
         for bad in [0.0, -1.0, f64::NAN] {
             let e = Overrides {

@@ -9,10 +9,10 @@ use common::exit::{no_gpu, usage};
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, AutobatchReport, Options};
 use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs};
-use tuner::config::{Choice, Settings, SlurmArgs};
+use tuner::config::{plan, Choice, Settings, SlurmArgs};
 use tuner::gpu::visible_devices;
 use tuner::profile::{team_answer, Answer, Profiler};
-use tuner::program::{Axis, Params, Placeholder, Program};
+use tuner::program::{placeholders, Axis, Params, Program};
 use tuner::run::{emit, Run, RunOptions};
 use tuner::slurm::Plan;
 use tuner::sweep::SweepReport;
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => {
             let mut settings = settings(&a.run)?;
             if let Some(b) = &a.batch_sizes {
-                settings.batch_sizes = b.0.clone();
+                settings.batch_sizes = b.clone();
             }
             Axis::check_distinct(&a.axes).map_err(usage)?;
             settings.axes = a.axes.clone();
@@ -37,14 +37,14 @@ fn main() -> ExitCode {
                 });
             }
             let run = start(&a.run, &settings, "sweep")?;
-            let pick = a.pick.as_ref();
-            let report = tuner::sweep::sweep(&run, settings, a.margin, pick, a.plot.as_deref())?;
+            let ran = run.ran("sweep", &plan(&settings), settings, a.margin)?;
+            let report = tuner::sweep::report(ran, a.pick.as_ref(), a.plot.as_deref())?;
             sweep_done(&a.run.json, &report)
         }
         Command::Memory(a) => {
             let mut settings = settings(&a.run)?;
             settings.batch_sizes = match (&a.batch_sizes, settings.batch_size) {
-                (Some(list), _) => list.0.clone(),
+                (Some(list), _) => list.clone(),
                 (None, Some(b)) => vec![b],
                 (None, None) => return Err(usage(
                     "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
@@ -52,8 +52,8 @@ fn main() -> ExitCode {
             };
             tuner::memory::workers(&settings).map_err(usage)?;
             let run = start(&a.run, &settings, "memory")?;
-            let report =
-                tuner::memory::memory(&run, settings, a.sizes.granularity(), a.sizes.margin)?;
+            let ran = run.ran("memory", &plan(&settings), settings, a.sizes.margin)?;
+            let report = tuner::memory::report(ran, a.sizes.granularity());
             emit(&a.run.json, &report, &tuner::memory::render(&report))?;
             Ok(code(
                 report.precisions.iter().any(|p| p.largest_fitting > 0),
@@ -254,7 +254,8 @@ fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
 fn checked_program(a: &RunArgs, settings: &Settings) -> anyhow::Result<Program> {
     let program = Program::new(a.command.clone()).map_err(usage)?;
     if let Some(word) = program.unknown_placeholders(&settings.axes).first() {
-        let names = Placeholder::ALL.iter().map(|p| p.name);
+        let ours = placeholders(&Params::default());
+        let names = ours.iter().map(|(n, ..)| *n);
         let axes = settings.axes.iter().map(|a| a.name.as_str());
         let known: Vec<String> = names.chain(axes).map(|n| format!("{{{n}}}")).collect();
         return Err(usage(format!(
@@ -324,13 +325,14 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
             ))
         }
     };
+    let flags = &a.run.flags;
     let params = Params {
         batch_size: answer.batch_size,
         workers,
         // The flags win over the team's entry, which wins over the config.
-        amp: answer.amp.filter(|_| a.run.amp.is_none()).unwrap_or(amp),
+        amp: answer.amp.filter(|_| flags.amp.is_none()).unwrap_or(amp),
         accumulation: (answer.accumulation)
-            .filter(|_| a.run.accumulation.is_none())
+            .filter(|_| flags.accumulation_steps.is_none())
             .unwrap_or(settings.accumulation_steps),
         steps: settings.steps,
         warmup_steps: settings.warmup_steps,

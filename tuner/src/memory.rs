@@ -23,7 +23,7 @@ use crate::nvml::MemorySource;
 use crate::program::Precision;
 use crate::protocol::ModelRecord;
 use crate::recommend::{self, BatchStatus, MemoryFit, Tiers};
-use crate::run::{gb, Ran, Run};
+use crate::run::{gb, Ran};
 use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-memory/2";
@@ -120,16 +120,9 @@ pub fn workers(settings: &Settings) -> Result<usize> {
     }
 }
 
-/// The trials of `settings` (one worker count, as [workers] checks: the sweep's plan is then
-/// every precision x batch size) and what they say.
-pub fn memory(
-    run: &Run,
-    settings: Settings,
-    granularity: Granularity,
-    margin: Option<f64>,
-) -> Result<MemoryReport> {
-    let jobs = crate::config::plan(&settings);
-    let ran = run.ran("memory", &jobs, settings, margin)?;
+/// What the trials of the sweep's plan say, where the settings have one worker count (as
+/// [workers] checks): the plan is then every precision x batch size.
+pub fn report(ran: Ran, granularity: Granularity) -> MemoryReport {
     let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())
         .map(|&amp| {
             let of_amp: Vec<&TrialResult> = (ran.trials.iter())
@@ -156,7 +149,7 @@ pub fn memory(
     let configured = ran.settings.batch_size;
     let batch_status =
         (configured.zip(precisions.first())).map(|(c, p)| recommend::status(c, &p.tiers));
-    Ok(MemoryReport {
+    MemoryReport {
         schema: SCHEMA,
         amp_advice: amp_advice(&ran.trials),
         ran,
@@ -164,7 +157,7 @@ pub fn memory(
         granularity,
         configured_batch: configured,
         batch_status,
-    })
+    }
 }
 
 fn memory_table(trials: &[TrialResult]) -> Table {

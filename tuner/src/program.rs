@@ -59,37 +59,27 @@ impl Params {
 
     /// `bf16`, or `bf16 (on)` where `on` chose it.
     pub fn amp_text(&self) -> String {
-        if self.amp_from_on {
-            format!("{} (on)", self.amp.as_str())
-        } else {
-            self.amp.as_str().to_string()
-        }
+        let on = if self.amp_from_on { " (on)" } else { "" };
+        format!("{}{on}", self.amp.as_str())
     }
 
     /// These settings on a GPU of compute capability `capability` (None: not read): `on`
     /// becomes the precision it resolves to there.
     pub fn on_gpu(&self, capability: Option<Capability>) -> Params {
-        match self.amp {
-            Precision::On => Params {
-                amp: Precision::resolve_on(capability),
-                amp_from_on: true,
-                ..self.clone()
-            },
-            _ => self.clone(),
+        let mut p = self.clone();
+        if p.amp == Precision::On {
+            (p.amp, p.amp_from_on) = (Precision::resolve_on(capability), true);
         }
+        p
     }
 
     /// The settings as they were asked for, before a GPU resolved `on`.
     pub fn as_asked(&self) -> Params {
-        if self.amp_from_on {
-            Params {
-                amp: Precision::On,
-                amp_from_on: false,
-                ..self.clone()
-            }
-        } else {
-            self.clone()
+        let mut p = self.clone();
+        if p.amp_from_on {
+            (p.amp, p.amp_from_on) = (Precision::On, false);
         }
+        p
     }
 }
 
@@ -116,37 +106,25 @@ pub enum Precision {
 pub const BF16_FROM: Capability = (8, 0);
 
 impl Precision {
-    pub const ALL: [Precision; 4] = [
-        Precision::Off,
-        Precision::Bf16,
-        Precision::Fp16,
-        Precision::On,
-    ];
-
-    /// The name, as `{amp}` carries it: [Precision::ALL]'s order.
+    /// The name, as `{amp}` carries it, in the variants' order.
     pub fn as_str(self) -> &'static str {
         ["off", "bf16", "fp16", "on"][self as usize]
     }
 
     /// The name in a line of the plot or a pick: `fp32` for off.
     pub fn label(self) -> &'static str {
-        match self {
-            Precision::Off => "fp32",
-            p => p.as_str(),
-        }
+        ["fp32", "bf16", "fp16", "on"][self as usize]
     }
 
+    /// A name, or `true` (on) and `false` (off).
     pub fn parse(s: &str) -> Result<Precision, String> {
-        let s = s.trim();
-        Precision::ALL
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .or(match s {
-                "true" => Some(Precision::On),
-                "false" => Some(Precision::Off),
-                _ => None,
-            })
-            .ok_or_else(|| format!("'{s}' is not off, bf16, fp16 or on"))
+        match s.trim() {
+            "off" | "false" => Ok(Precision::Off),
+            "bf16" => Ok(Precision::Bf16),
+            "fp16" => Ok(Precision::Fp16),
+            "on" | "true" => Ok(Precision::On),
+            s => Err(format!("'{s}' is not off, bf16, fp16 or on")),
+        }
     }
 
     /// What `on` is on a GPU of this capability: bf16 from [BF16_FROM], else fp16; fp16 too
@@ -220,13 +198,10 @@ impl Axis {
             ));
         }
         let env = Axis::env_of(name);
-        if let Some(p) = Placeholder::ALL
-            .iter()
-            .find(|p| p.name == name || p.env == env)
-        {
+        let ours = placeholders(&Params::default());
+        if let Some((own, ..)) = ours.iter().find(|(n, e, _)| *n == name || *e == env) {
             return Err(format!(
-                "axis name '{name}' is the tuner's own {{{}}}: give it with its own flag, or name the axis otherwise",
-                p.name
+                "axis name '{name}' is the tuner's own {{{own}}}: give it with its own flag, or name the axis otherwise"
             ));
         }
         if env == REPORT_ENV || env == TRIAL_ENV {
@@ -290,33 +265,30 @@ pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
 /// The environment variable holding the trial's number.
 pub const TRIAL_ENV: &str = "PERF_LESSONS_TRIAL";
 
-/// A value the tuner puts into the command line (`{name}` in an argument) and the environment.
-#[derive(Debug, Clone, Copy)]
-pub struct Placeholder {
-    pub name: &'static str,
-    pub env: &'static str,
-    pub value: fn(&Params) -> String,
-}
-
-impl Placeholder {
-    pub const ALL: [Placeholder; 6] = [
-        Placeholder::new("batch_size", "PERF_LESSONS_BATCH_SIZE", |p| {
-            p.batch_size.to_string()
-        }),
-        Placeholder::new("workers", "PERF_LESSONS_WORKERS", |p| p.workers.to_string()),
-        Placeholder::new("amp", "PERF_LESSONS_AMP", |p| p.amp.as_str().to_string()),
-        Placeholder::new("accumulation", "PERF_LESSONS_ACCUMULATION", |p| {
-            p.accumulation.to_string()
-        }),
-        Placeholder::new("steps", "PERF_LESSONS_STEPS", |p| p.steps.to_string()),
-        Placeholder::new("warmup", "PERF_LESSONS_WARMUP_STEPS", |p| {
-            p.warmup_steps.to_string()
-        }),
-    ];
-
-    const fn new(name: &'static str, env: &'static str, value: fn(&Params) -> String) -> Self {
-        Placeholder { name, env, value }
-    }
+/// The values the tuner puts into the command line (`{name}` in an argument) and the
+/// environment: each one's name, environment variable and value in `p` (the names alone are
+/// those of any params, such as the default's).
+pub fn placeholders(p: &Params) -> [(&'static str, &'static str, String); 6] {
+    [
+        (
+            "batch_size",
+            "PERF_LESSONS_BATCH_SIZE",
+            p.batch_size.to_string(),
+        ),
+        ("workers", "PERF_LESSONS_WORKERS", p.workers.to_string()),
+        ("amp", "PERF_LESSONS_AMP", p.amp.as_str().to_string()),
+        (
+            "accumulation",
+            "PERF_LESSONS_ACCUMULATION",
+            p.accumulation.to_string(),
+        ),
+        ("steps", "PERF_LESSONS_STEPS", p.steps.to_string()),
+        (
+            "warmup",
+            "PERF_LESSONS_WARMUP_STEPS",
+            p.warmup_steps.to_string(),
+        ),
+    ]
 }
 
 /// The user's command: a program and its arguments, placeholders not yet replaced.
@@ -354,20 +326,21 @@ impl Program {
         let mut out = Vec::new();
         for a in &self.argv {
             let mut rest = a.as_str();
-            while let Some(open) = rest.find('{') {
-                let after = &rest[open + 1..];
-                let Some(close) = after.find('}') else { break };
-                let word = &after[..close];
+            while let Some((word, after)) =
+                (rest.split_once('{')).and_then(|(_, s)| s.split_once('}'))
+            {
                 let looks_like_one =
                     !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
                 if looks_like_one
-                    && !Placeholder::ALL.iter().any(|p| p.name == word)
+                    && !placeholders(&Params::default())
+                        .iter()
+                        .any(|(n, ..)| *n == word)
                     && !axes.iter().any(|a| a.name == word)
                     && !out.iter().any(|w: &String| w == word)
                 {
                     out.push(word.to_string());
                 }
-                rest = &after[close + 1..];
+                rest = after;
             }
         }
         out
@@ -389,19 +362,12 @@ impl Program {
 
     /// The command as one shell-like line (for messages; quoting only where needed).
     pub fn display(argv: &[String]) -> String {
-        argv.iter()
-            .map(|a| {
-                if !a.is_empty()
-                    && a.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c))
-                {
-                    a.clone()
-                } else {
-                    quoted(a)
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
+        let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%{}".contains(c);
+        let word = |a: &String| match !a.is_empty() && a.chars().all(plain) {
+            true => a.clone(),
+            false => quoted(a),
+        };
+        argv.iter().map(word).collect::<Vec<_>>().join(" ")
     }
 }
 
@@ -412,7 +378,7 @@ pub fn quoted(s: &str) -> String {
 
 /// Each placeholder's and axis's name, environment variable and value in `p`.
 fn values(p: &Params) -> impl Iterator<Item = (String, String, String)> + '_ {
-    let ours = Placeholder::ALL.map(|ph| (ph.name.to_string(), ph.env.to_string(), (ph.value)(p)));
+    let ours = placeholders(p).map(|(name, env, v)| (name.to_string(), env.to_string(), v));
     let axes = (p.axes.iter()).map(|(n, v)| (n.to_string(), Axis::env_of(n), v.clone()));
     ours.into_iter().chain(axes)
 }
@@ -471,7 +437,10 @@ mod tests {
             words("python3 train.py --batch-size=96 --workers 4 --amp bf16 --accumulation 2 --steps 20 --warmup 3 --out run-96-bf16.log")
         );
         // Each value is in the environment too (what the program sees: tests/external_trial.rs).
-        assert_eq!(Program::env_for(&params()).len(), Placeholder::ALL.len());
+        assert_eq!(
+            Program::env_for(&params()).len(),
+            placeholders(&params()).len()
+        );
     }
 
     #[test]
@@ -526,7 +495,7 @@ mod tests {
         let env = Program::env_for(&p);
         assert!(env.contains(&("PERF_LESSONS_LR".into(), "0.01".into())));
         assert!(env.contains(&("PERF_LESSONS_MODEL_2".into(), "vit".into())));
-        assert_eq!(env.len(), Placeholder::ALL.len() + 2);
+        assert_eq!(env.len(), placeholders(&p).len() + 2);
         assert!(
             p.describe().ends_with(", lr 0.01, model_2 vit"),
             "{}",

@@ -15,11 +15,10 @@ use common::{Error, Result};
 
 use crate::analysis::{self, metric_text, names_in, Best, Diagnosis, Pick, PickRule};
 use crate::classify::Status;
-use crate::config::{plan, Settings};
 use crate::gpu::cpu_list;
 
 use crate::protocol::{Measured, ThroughputSource};
-use crate::run::{gpu_name, Ran, Run};
+use crate::run::{gpu_name, Ran};
 use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-sweep/2";
@@ -72,18 +71,6 @@ pub struct SweepReport {
     /// `--pick` named a metric no trial reported: the trials are kept, the pick is not made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pick_error: Option<String>,
-}
-
-pub fn sweep(
-    run: &Run,
-    settings: Settings,
-    margin: Option<f64>,
-    pick: Option<&PickRule>,
-    plot: Option<&Path>,
-) -> Result<SweepReport> {
-    let jobs = plan(&settings);
-    let ran = run.ran("sweep", &jobs, settings, margin)?;
-    report(ran, pick, plot)
 }
 
 /// The report of a sweep's trials, wherever they ran: the picks, the diagnosis, the checks and
@@ -299,7 +286,7 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::config::plan;
     use crate::program::{Axis, Params, Precision};
 
     #[test]

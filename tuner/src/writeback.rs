@@ -414,7 +414,7 @@ my_own_key = "kept"
         assert!(out.contains("my_own_key = \"kept\""));
         assert!(out.contains("lr = 0.05"));
         // The tool's own parser still reads the result, the team's own keys left alone.
-        let o = crate::config::parse(&out).unwrap();
+        let o = crate::config::parse(&out, Default::default()).unwrap();
         assert_eq!(o.batch_size, Some(4096));
         assert_eq!(o.accumulation_steps, Some(2));
     }

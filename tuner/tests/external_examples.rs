@@ -28,7 +28,8 @@ fn python(args: &[&str]) -> Command {
 
 #[test]
 fn the_example_config_is_a_tuner_config() {
-    let overrides = tuner::config::load(&examples().join("train_resnet.toml")).unwrap();
+    let overrides =
+        tuner::config::load(&examples().join("train_resnet.toml"), Default::default()).unwrap();
     let s = overrides.resolve().unwrap();
     assert_eq!(s.workers, vec![0, 4, 8]);
     assert_eq!(s.batch_sizes, vec![32, 64, 128, 256]);

@@ -135,9 +135,7 @@ fn stopped(r: &TrialResult) -> Error {
     );
     if !r.stderr_tail.is_empty() {
         why.push_str("; its stderr ended with:");
-        for line in &r.stderr_tail {
-            why.push_str(&format!("\n    {line}"));
-        }
+        why.extend(r.stderr_tail.iter().map(|line| format!("\n    {line}")));
     }
     if let Some(folder) = &r.folder {
         why.push_str(&format!("\n(its output is kept in {})", folder.display()));
@@ -304,20 +302,18 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         .then(|| run.devices.len() / run.ranks)
         .map_or(1, |w| w.max(1));
     let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
-    let mut rounds = 0;
-    loop {
+    for number in 1.. {
         let round = search.next(width);
         if round.is_empty() {
             break;
         }
-        rounds += 1;
         // A round likely to hold the answer runs as confirmations: its largest size that
         // held needs no run of its own.
         let confirming = search.confirming();
         for r in run_round(&round, trials.len() + confirmations.len(), confirming)? {
             let answer = probe(&r, confirming)?;
             match search.record(r.params.batch_size, answer) {
-                true => confirmations.push(Confirmation::of(r, Some(rounds))?),
+                true => confirmations.push(Confirmation::of(r, Some(number))?),
                 false => trials.push(r),
             }
         }
@@ -412,10 +408,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let accumulation = o
         .effective_batch(&settings)
         .map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
-    let (batch_size, accumulation_steps) = match &accumulation {
-        Some(a) => (a.batch, a.steps),
-        None => (tiers.recommended.max(1), 1),
-    };
+    let (batch_size, accumulation_steps) =
+        (accumulation.as_ref()).map_or((tiers.recommended.max(1), 1), |a| (a.batch, a.steps));
     let gpu_name = gpu_name(device.name.as_deref(), &trials);
     let precision = params(1, 1).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
@@ -575,10 +569,9 @@ pub fn render(r: &AutobatchReport) -> String {
             0 | 1 => String::new(),
             n => format!(" in each of {n} runs"),
         },
-        match answer.and_then(|c| c.round) {
-            Some(n) => format!(", its trial in round {n} of the search"),
-            None => String::new(),
-        },
+        (answer.and_then(|c| c.round))
+            .map(|n| format!(", its trial in round {n} of the search"))
+            .unwrap_or_default(),
         match r.next_failing {
             Some(n) => format!("{n} {}", misfit_at(r, n)),
             None => "no larger size was seen to fail (the search reached its cap)".into(),

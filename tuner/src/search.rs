@@ -205,7 +205,7 @@ impl Search {
         // The index of the smallest size known not to fit (or above the cap), and whether the
         // round is aimed at the answer.
         let mut likely: Option<(usize, bool)> = None;
-        let round: Vec<Aimed> = if self.found.tried.is_empty() {
+        let mut round: Vec<Aimed> = if self.found.tried.is_empty() {
             let mut sizes = vec![self.start];
             let mut b = self.start;
             while sizes.len() < k {
@@ -279,10 +279,7 @@ impl Search {
                 }
             }
         };
-        let round: Vec<Aimed> = round
-            .into_iter()
-            .filter(|a| !self.found.tried.iter().any(|t| t.0 == a.batch))
-            .collect();
+        round.retain(|a| !self.found.tried.iter().any(|t| t.0 == a.batch));
         if !round.is_empty() {
             self.found.rounds += 1;
         }
@@ -565,8 +562,7 @@ pub fn find_in_rounds<E>(
             return Ok(search.found());
         }
         for batch in round {
-            let p = probe(batch)?;
-            search.record(batch, p);
+            search.record(batch, probe(batch)?);
         }
     }
 }

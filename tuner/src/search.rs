@@ -377,21 +377,6 @@ impl Search {
             .collect()
     }
 
-    /// The line the peaks give for a round of `k` sizes, and whether it goes through the
-    /// allocated ones ([Search::by_allocated]): through the two largest, or through the one
-    /// there is and the model's own memory (a round of several), or proportional to it.
-    fn line(&self, k: usize) -> Option<(Line, bool)> {
-        let allocated = self.by_allocated();
-        let line = match (self.peaks(allocated).as_slice(), self.model) {
-            (&[(b, peak)], Some(model)) if k > 1 && model < peak => Some(Line {
-                fixed_bytes: model as f64,
-                bytes_per_sample: (peak - model) as f64 / b as f64,
-            }),
-            (points, _) => Line::through(points),
-        };
-        line.map(|l| (l, allocated))
-    }
-
     /// The centre (the index of the largest size the line puts within the limit, inside the
     /// bracket) and the line where it has two points or more; None where the search is blind.
     fn aim(
@@ -403,7 +388,17 @@ impl Search {
         if self.blind {
             return None;
         }
-        let (line, allocated) = self.line(k)?;
+        // The line the peaks give for a round of `k` sizes, and whether it goes through the
+        // allocated ones ([Search::by_allocated]): through the two largest, or through the one
+        // there is and the model's own memory (a round of several), or proportional to it.
+        let allocated = self.by_allocated();
+        let line = match (self.peaks(allocated).as_slice(), self.model) {
+            (&[(b, peak)], Some(model)) if k > 1 && model < peak => Line {
+                fixed_bytes: model as f64,
+                bytes_per_sample: (peak - model) as f64 / b as f64,
+            },
+            (points, _) => Line::through(points)?,
+        };
         let b = line.batch_within(self.limit? as f64);
         if b == 0 {
             return None;

@@ -336,29 +336,27 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     // The index of the last size confirmed after the search, and how far the next steps down.
     let (mut last, mut step) = (None, 1);
     let held = loop {
-        // The largest size that held as often as asked and never failed; the largest above it
-        // that held, not yet often enough; the smallest above the first that failed.
-        let standing = |enough: bool| {
-            (runs_held.iter())
-                .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-                .map(|(&at, _)| at)
-                .max()
-        };
-        let held = standing(true);
-        let again = standing(false).filter(|&p| held.is_none_or(|h| p > h));
-        let smallest_failed = (failed.iter())
-            .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
-            .map(|&b| index_below(g, b).max(floor))
-            .min();
-        let at = match (again, held, last) {
-            (Some(p), _, _) => p,
-            (None, _, None) if !found.confirmed() => index_below(g, found.maximum),
-            (None, Some(h), Some(_)) => match smallest_failed {
+        // The largest size that held and never failed, and how often it held.
+        let largest = (runs_held.iter().rev())
+            .find(|&(&at, _)| !failed.contains(&size_at(g, at)))
+            .map(|(&at, &n)| (at, n));
+        let at = match (largest, last) {
+            // Held, not yet as often as asked: again.
+            (Some((p, n)), _) if n < need => p,
+            (_, None) if !found.confirmed() => index_below(g, found.maximum),
+            // Held as often as asked: the answer, unless sizes lie open between it and the
+            // smallest size above it that failed (never where the search's rounds alone
+            // confirmed it: the search ends with no size open).
+            (Some((h, _)), _) => match (failed.iter())
+                .filter(|&&b| b > size_at(g, h))
+                .map(|&b| index_below(g, b).max(floor))
+                .min()
+            {
                 Some(f) if f > h + 1 => h + (f - h) / 2,
                 _ => break h,
             },
-            (None, held, None) => break held.expect("a size held in a round of the search"),
-            (None, None, Some(at)) if at <= floor => {
+            (None, None) => unreachable!("a size held in a round of the search"),
+            (None, Some(at)) if at <= floor => {
                 return Err(Error::invalid(format!(
                     "no batch held for {} steps{}: even {} {} in its confirmation run",
                     o.confirm_steps,
@@ -372,7 +370,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
                         .map_or("ran out of memory", |c| c.trial.misfit())
                 )))
             }
-            (None, None, Some(at)) => {
+            (None, Some(at)) => {
                 let next = at.saturating_sub(step).max(floor);
                 step *= 2;
                 next

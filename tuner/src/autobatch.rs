@@ -326,13 +326,12 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let (g, need) = (o.granularity, o.confirm_runs);
     let floor = first_index(g);
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
-    // How often each size (its index) held, counting the search's rounds run as confirmations.
-    let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
-    for &(b, ok) in &found.confirmations {
-        if ok && size_at(g, index_below(g, b)) == b {
-            *runs_held.entry(index_below(g, b)).or_default() += 1;
-        }
-    }
+    // How often each size (its index) held, from once for each that held in the search's
+    // rounds run as confirmations (the search tries a size once).
+    let mut runs_held: BTreeMap<usize, usize> = (found.confirmations.iter())
+        .filter(|&&(b, _)| size_at(g, index_below(g, b)) == b)
+        .map(|&(b, _)| (index_below(g, b), 1))
+        .collect();
     // The index of the last size confirmed after the search, and how far the next steps down.
     let (mut last, mut step) = (None, 1);
     let held = loop {

@@ -400,14 +400,10 @@ impl Search {
             (points, _) => Line::through(points)?,
         };
         let b = line.batch_within(self.limit? as f64);
-        if b == 0 {
-            return None;
-        }
-        if self
-            .hi
-            .is_some_and(|hi| b as f64 > (1.0 + OFF_THE_LINE) * hi as f64)
-        {
-            self.blind = true;
+        // A line that puts a size that failed well within the limit: the limit is not the
+        // program's.
+        self.blind = (self.hi).is_some_and(|hi| b as f64 > (1.0 + OFF_THE_LINE) * hi as f64);
+        if b == 0 || self.blind {
             return None;
         }
         let p = index_below(self.granularity, b);

@@ -472,9 +472,7 @@ impl Search {
             let lowest = ks.iter().map(|x| x.0).min().unwrap_or(c);
             let half = k_lo + (lowest.min(c) - k_lo) / 2;
             if half > k_lo && !ks.iter().any(|x| x.0 == half) {
-                if ks.len() == k {
-                    ks.pop();
-                }
+                ks.truncate(k - 1);
                 ks.push((half, Side::Blind));
             }
         }

@@ -235,16 +235,14 @@ impl Pick {
 /// Throughput within this fraction of the best counts as as good.
 pub const WITHIN: f64 = 0.05;
 
-fn pick_max(
-    trials: &[TrialResult],
-    score: impl Fn(f64, u64) -> f64,
-    why: impl Fn(f64) -> String,
-) -> Option<Pick> {
+/// The trial of the highest `score` (by samples/s and peak memory), equal ones going to the
+/// smaller key, chosen for its score in `unit`.
+fn pick_max(trials: &[TrialResult], score: impl Fn(f64, u64) -> f64, unit: &str) -> Option<Pick> {
     trials
         .iter()
         .filter_map(|t| t.pickable().map(|(tp, mem)| (t, tp, score(tp, mem))))
         .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.key().cmp(&a.0.key())))
-        .map(|(t, samples_per_s, s)| Pick::of(t, samples_per_s, None, why(s)))
+        .map(|(t, samples_per_s, s)| Pick::of(t, samples_per_s, None, format!("{s:.0} {unit}")))
 }
 
 /// Whether a trial's peak leaves the margin free; a trial whose limit is not known counts (and
@@ -257,11 +255,11 @@ fn within_margin(t: &TrialResult, margin: f64) -> bool {
 }
 
 pub fn best(trials: &[TrialResult], margin: f64) -> Best {
-    let highest_throughput = pick_max(trials, |t, _| t, |s| format!("{s:.0} samples/s"));
+    let highest_throughput = pick_max(trials, |t, _| t, "samples/s");
     let best_efficiency = pick_max(
         trials,
         |t, m| t / (m.max(1) as f64 / 1e9),
-        |s| format!("{s:.0} samples/s per GB of peak memory"),
+        "samples/s per GB of peak memory",
     );
     let fitting: Vec<(&TrialResult, f64)> = trials
         .iter()

@@ -135,9 +135,7 @@ fn stopped(r: &TrialResult) -> Error {
     );
     if !r.stderr_tail.is_empty() {
         why.push_str("; its stderr ended with:");
-        for line in &r.stderr_tail {
-            why.push_str(&format!("\n    {line}"));
-        }
+        why.extend(r.stderr_tail.iter().map(|line| format!("\n    {line}")));
     }
     if let Some(folder) = &r.folder {
         why.push_str(&format!("\n(its output is kept in {})", folder.display()));
@@ -304,20 +302,18 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
         .then(|| run.devices.len() / run.ranks)
         .map_or(1, |w| w.max(1));
     let mut search = Search::new(o.start, o.granularity, MAX_BATCH).map_err(Error::invalid)?;
-    let mut rounds = 0;
-    loop {
+    for number in 1.. {
         let round = search.next(width);
         if round.is_empty() {
             break;
         }
-        rounds += 1;
         // A round likely to hold the answer runs as confirmations: its largest size that
         // held needs no run of its own.
         let confirming = search.confirming();
         for r in run_round(&round, trials.len() + confirmations.len(), confirming)? {
             let answer = probe(&r, confirming)?;
             match search.record(r.params.batch_size, answer) {
-                true => confirmations.push(Confirmation::of(r, Some(rounds))?),
+                true => confirmations.push(Confirmation::of(r, Some(number))?),
                 false => trials.push(r),
             }
         }
@@ -330,39 +326,36 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let (g, need) = (o.granularity, o.confirm_runs);
     let floor = first_index(g);
     let mut failed: Vec<usize> = found.tried.iter().filter(|t| !t.1).map(|t| t.0).collect();
-    // How often each size (its index) held, counting the search's rounds run as confirmations.
-    let mut runs_held: BTreeMap<usize, usize> = BTreeMap::new();
-    for &(b, ok) in &found.confirmations {
-        if ok && size_at(g, index_below(g, b)) == b {
-            *runs_held.entry(index_below(g, b)).or_default() += 1;
-        }
-    }
+    // How often each size (its index) held, from once for each that held in the search's
+    // rounds run as confirmations (the search tries a size once).
+    let mut runs_held: BTreeMap<usize, usize> = (found.confirmations.iter())
+        .filter(|&&(b, _)| size_at(g, index_below(g, b)) == b)
+        .map(|&(b, _)| (index_below(g, b), 1))
+        .collect();
     // The index of the last size confirmed after the search, and how far the next steps down.
     let (mut last, mut step) = (None, 1);
     let held = loop {
-        // The largest size that held as often as asked and never failed; the largest above it
-        // that held, not yet often enough; the smallest above the first that failed.
-        let standing = |enough: bool| {
-            (runs_held.iter())
-                .filter(|&(&at, &n)| (n >= need) == enough && !failed.contains(&size_at(g, at)))
-                .map(|(&at, _)| at)
-                .max()
-        };
-        let held = standing(true);
-        let again = standing(false).filter(|&p| held.is_none_or(|h| p > h));
-        let smallest_failed = (failed.iter())
-            .filter(|&&b| held.is_none_or(|h| b > size_at(g, h)))
-            .map(|&b| index_below(g, b).max(floor))
-            .min();
-        let at = match (again, held, last) {
-            (Some(p), _, _) => p,
-            (None, _, None) if !found.confirmed() => index_below(g, found.maximum),
-            (None, Some(h), Some(_)) => match smallest_failed {
+        // The largest size that held and never failed, and how often it held.
+        let largest = (runs_held.iter().rev())
+            .find(|&(&at, _)| !failed.contains(&size_at(g, at)))
+            .map(|(&at, &n)| (at, n));
+        let at = match (largest, last) {
+            // Held, not yet as often as asked: again.
+            (Some((p, n)), _) if n < need => p,
+            (_, None) if !found.confirmed() => index_below(g, found.maximum),
+            // Held as often as asked: the answer, unless sizes lie open between it and the
+            // smallest size above it that failed (never where the search's rounds alone
+            // confirmed it: the search ends with no size open).
+            (Some((h, _)), _) => match (failed.iter())
+                .filter(|&&b| b > size_at(g, h))
+                .map(|&b| index_below(g, b).max(floor))
+                .min()
+            {
                 Some(f) if f > h + 1 => h + (f - h) / 2,
                 _ => break h,
             },
-            (None, held, None) => break held.expect("a size held in a round of the search"),
-            (None, None, Some(at)) if at <= floor => {
+            (None, None) => unreachable!("a size held in a round of the search"),
+            (None, Some(at)) if at <= floor => {
                 return Err(Error::invalid(format!(
                     "no batch held for {} steps{}: even {} {} in its confirmation run",
                     o.confirm_steps,
@@ -376,7 +369,7 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
                         .map_or("ran out of memory", |c| c.trial.misfit())
                 )))
             }
-            (None, None, Some(at)) => {
+            (None, Some(at)) => {
                 let next = at.saturating_sub(step).max(floor);
                 step *= 2;
                 next
@@ -412,10 +405,8 @@ pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<Autobatch
     let accumulation = o
         .effective_batch(&settings)
         .map(|t| recommend::accumulation(t, tiers.recommended.max(1), settings.adam_like));
-    let (batch_size, accumulation_steps) = match &accumulation {
-        Some(a) => (a.batch, a.steps),
-        None => (tiers.recommended.max(1), 1),
-    };
+    let (batch_size, accumulation_steps) =
+        (accumulation.as_ref()).map_or((tiers.recommended.max(1), 1), |a| (a.batch, a.steps));
     let gpu_name = gpu_name(device.name.as_deref(), &trials);
     let precision = params(1, 1).on_gpu(device.capability).amp;
     let team_entry = TeamEntry {
@@ -575,10 +566,9 @@ pub fn render(r: &AutobatchReport) -> String {
             0 | 1 => String::new(),
             n => format!(" in each of {n} runs"),
         },
-        match answer.and_then(|c| c.round) {
-            Some(n) => format!(", its trial in round {n} of the search"),
-            None => String::new(),
-        },
+        (answer.and_then(|c| c.round))
+            .map(|n| format!(", its trial in round {n} of the search"))
+            .unwrap_or_default(),
         match r.next_failing {
             Some(n) => format!("{n} {}", misfit_at(r, n)),
             None => "no larger size was seen to fail (the search reached its cap)".into(),

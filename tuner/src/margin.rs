@@ -4,13 +4,11 @@
 /// Safety margin by the GPU's memory size class: small cards often also drive a display and
 /// lose more to other processes and fragmentation; on large ones a few percent is plenty.
 pub fn margin_for(total_bytes: u64) -> f64 {
-    const GIB: u64 = 1 << 30;
-    if total_bytes < 16 * GIB {
-        0.20
-    } else if total_bytes < 48 * GIB {
-        0.10
-    } else {
-        0.05
+    // Whole GiB.
+    match total_bytes >> 30 {
+        0..16 => 0.20,
+        16..48 => 0.10,
+        _ => 0.05,
     }
 }
 

@@ -134,28 +134,25 @@ impl MemoryFit {
         let mut safe = largest_within(maximum, granularity, safe_margin(margin), self);
         let smallest = size_at(granularity, first_index(granularity));
         let mut note = None;
-        if safe == 0 && recommended > 0 {
-            // No size leaves twice the margin free: the smallest is as safe as it gets.
-            safe = smallest;
-        }
         if recommended == 0 {
             note = Some(format!(
                 "no batch at this granularity leaves {:.0}% of the memory free",
                 100.0 * margin
             ));
-        } else if safe >= recommended {
-            if recommended > smallest {
-                safe = size_at(granularity, index_below(granularity, recommended) - 1);
-                note = Some(format!(
-                    "safe is one size below recommended: twice the margin ({:.0}%) gives the same size at this granularity",
-                    100.0 * safe_margin(margin)
-                ));
-            } else {
-                safe = recommended;
-                note = Some(format!(
-                    "recommended and safe coincide: {recommended} is the smallest size at this granularity"
-                ));
-            }
+        } else if safe.max(smallest) < recommended {
+            // Where no size leaves twice the margin free, the smallest is as safe as it gets.
+            safe = safe.max(smallest);
+        } else if recommended > smallest {
+            safe = size_at(granularity, index_below(granularity, recommended) - 1);
+            note = Some(format!(
+                "safe is one size below recommended: twice the margin ({:.0}%) gives the same size at this granularity",
+                100.0 * safe_margin(margin)
+            ));
+        } else {
+            safe = recommended;
+            note = Some(format!(
+                "recommended and safe coincide: {recommended} is the smallest size at this granularity"
+            ));
         }
         Tiers {
             maximum,

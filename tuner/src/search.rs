@@ -130,7 +130,7 @@ const FLATTER: f64 = 0.5;
 const FIRST_ROUND_SPREAD: usize = 4;
 
 /// Which side of the centre a size was tried on: at or under it (the line says it fits), above
-/// it (the line says it fails), or not aimed.
+/// it (the line says it fails), or not aimed (a size of the round that bisects under the centre).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Side {
     Under,
@@ -138,8 +138,8 @@ enum Side {
     Blind,
 }
 
-/// A size proposed and not yet recorded: its side, and the line that aimed it where that line
-/// went through two points or more, with the peaks it went through (allocated or not).
+/// A size of an aimed round not yet recorded: its side, and the line that aimed it where that
+/// line went through two points or more, with the peaks it went through (allocated or not).
 #[derive(Debug, Clone, Copy)]
 struct Aimed {
     batch: usize,
@@ -197,15 +197,10 @@ impl Search {
     pub fn next(&mut self, k: usize) -> Vec<usize> {
         let k = k.max(1);
         let g = self.granularity;
-        let blind = |batch| Aimed {
-            batch,
-            side: Side::Blind,
-            line: None,
-        };
         // The index of the smallest size known not to fit (or above the cap), and whether the
         // round is aimed at the answer.
         let mut likely: Option<(usize, bool)> = None;
-        let round: Vec<Aimed> = if self.found.tried.is_empty() {
+        let round: Vec<usize> = if self.found.tried.is_empty() {
             let mut sizes = vec![self.start];
             let mut b = self.start;
             while sizes.len() < k {
@@ -216,7 +211,7 @@ impl Search {
                 }
                 sizes.push(snapped);
             }
-            sizes.into_iter().map(blind).collect()
+            sizes
         } else {
             let k_lo = index_below(g, self.lo);
             let k_cap = index_below(g, self.cap);
@@ -241,8 +236,9 @@ impl Search {
                 None => (Vec::new(), false),
             };
             likely = Some((k_bad, likely_centre && !aimed.is_empty()));
+            self.aimed = aimed;
             match self.hi {
-                _ if !aimed.is_empty() => aimed,
+                _ if !self.aimed.is_empty() => self.aimed.iter().map(|a| a.batch).collect(),
                 None => {
                     // Grow: each size double the one below (a size far too large is slow to fail
                     // where the loader must fill it first), or where the peaks stopped aiming
@@ -265,7 +261,7 @@ impl Search {
                             sizes.push(b);
                         }
                     }
-                    sizes.into_iter().map(blind).collect()
+                    sizes
                 }
                 Some(_) => {
                     // Split the bracket into k + 1 parts.
@@ -275,14 +271,11 @@ impl Search {
                         .filter(|&i| i > k_lo && i < k_bad)
                         .collect();
                     ks.dedup();
-                    ks.into_iter().map(|i| blind(size_at(g, i))).collect()
+                    ks.into_iter().map(|i| size_at(g, i)).collect()
                 }
             }
         };
-        let round: Vec<Aimed> = round
-            .into_iter()
-            .filter(|a| !self.found.tried.iter().any(|t| t.0 == a.batch))
-            .collect();
+        // Every size lies above the largest fit and below the smallest failure: none was tried.
         if !round.is_empty() {
             self.found.rounds += 1;
         }
@@ -290,12 +283,9 @@ impl Search {
         // aimed so, or it holds the largest size still open (which, fitting, is the answer; a
         // round that covers every open size settles it whatever the outcomes).
         self.confirming = likely.is_some_and(|(k_bad, aimed)| {
-            !round.is_empty()
-                && (aimed || round.iter().any(|a| index_below(g, a.batch) + 1 == k_bad))
+            !round.is_empty() && (aimed || round.iter().any(|&b| index_below(g, b) + 1 == k_bad))
         });
-        let sizes = round.iter().map(|a| a.batch).collect();
-        self.aimed = round;
-        sizes
+        round
     }
 
     /// Whether the round [Search::next] gave last runs as confirmations (the confirmation's
@@ -387,21 +377,6 @@ impl Search {
             .collect()
     }
 
-    /// The line the peaks give for a round of `k` sizes, and whether it goes through the
-    /// allocated ones ([Search::by_allocated]): through the two largest, or through the one
-    /// there is and the model's own memory (a round of several), or proportional to it.
-    fn line(&self, k: usize) -> Option<(Line, bool)> {
-        let allocated = self.by_allocated();
-        let line = match (self.peaks(allocated).as_slice(), self.model) {
-            (&[(b, peak)], Some(model)) if k > 1 && model < peak => Some(Line {
-                fixed_bytes: model as f64,
-                bytes_per_sample: (peak - model) as f64 / b as f64,
-            }),
-            (points, _) => Line::through(points),
-        };
-        line.map(|l| (l, allocated))
-    }
-
     /// The centre (the index of the largest size the line puts within the limit, inside the
     /// bracket) and the line where it has two points or more; None where the search is blind.
     fn aim(
@@ -413,16 +388,22 @@ impl Search {
         if self.blind {
             return None;
         }
-        let (line, allocated) = self.line(k)?;
+        // The line the peaks give for a round of `k` sizes, and whether it goes through the
+        // allocated ones ([Search::by_allocated]): through the two largest, or through the one
+        // there is and the model's own memory (a round of several), or proportional to it.
+        let allocated = self.by_allocated();
+        let line = match (self.peaks(allocated).as_slice(), self.model) {
+            (&[(b, peak)], Some(model)) if k > 1 && model < peak => Line {
+                fixed_bytes: model as f64,
+                bytes_per_sample: (peak - model) as f64 / b as f64,
+            },
+            (points, _) => Line::through(points)?,
+        };
         let b = line.batch_within(self.limit? as f64);
-        if b == 0 {
-            return None;
-        }
-        if self
-            .hi
-            .is_some_and(|hi| b as f64 > (1.0 + OFF_THE_LINE) * hi as f64)
-        {
-            self.blind = true;
+        // A line that puts a size that failed well within the limit: the limit is not the
+        // program's.
+        self.blind = (self.hi).is_some_and(|hi| b as f64 > (1.0 + OFF_THE_LINE) * hi as f64);
+        if b == 0 || self.blind {
             return None;
         }
         let p = index_below(self.granularity, b);
@@ -491,9 +472,7 @@ impl Search {
             let lowest = ks.iter().map(|x| x.0).min().unwrap_or(c);
             let half = k_lo + (lowest.min(c) - k_lo) / 2;
             if half > k_lo && !ks.iter().any(|x| x.0 == half) {
-                if ks.len() == k {
-                    ks.pop();
-                }
+                ks.truncate(k - 1);
                 ks.push((half, Side::Blind));
             }
         }
@@ -565,8 +544,7 @@ pub fn find_in_rounds<E>(
             return Ok(search.found());
         }
         for batch in round {
-            let p = probe(batch)?;
-            search.record(batch, p);
+            search.record(batch, probe(batch)?);
         }
     }
 }

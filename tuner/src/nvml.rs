@@ -183,6 +183,8 @@ pub struct Sampler {
     watch: Arc<Mutex<Watch>>,
     thread: Option<JoinHandle<()>>,
     before: Option<u64>,
+    /// Samples taken when the peak was last read.
+    read_at: usize,
 }
 
 impl Sampler {
@@ -227,29 +229,30 @@ impl Sampler {
             watch,
             thread,
             before,
+            read_at: 0,
         }
     }
 
-    /// The peak so far and the number of samples taken.
-    pub fn so_far(&self) -> (Option<u64>, usize) {
+    /// The peak so far, where a sample was taken since it was last read (a reading counts for
+    /// a step only if one was).
+    pub fn fresh_peak(&mut self) -> Option<u64> {
         let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = w.samples > std::mem::replace(&mut self.read_at, w.samples);
         // In the reading's terms: per-process where accounted, else the device's rise.
         let rise = || Some(w.device_peak?.saturating_sub(self.before?)).filter(|&p| p > 0);
-        (w.group_peak.or_else(rise), w.samples)
+        w.group_peak.or_else(rise).filter(|_| fresh)
     }
 
     /// Stop and read: the memory reading and the utilization samples. Call right after the
     /// trial's leader exited, before its group is gone from NVML's list for long.
-    pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
+    pub fn finish(self) -> (MemoryReading, Vec<(f64, u32)>) {
         let _ = self.stop.send(());
-        let why = match self.thread.take() {
+        let why = match self.thread.map(JoinHandle::join) {
             None => "the memory sampler could not start",
-            Some(thread) => {
-                if thread.join().is_ok() {
-                    let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-                    return (w.reading(self.before), std::mem::take(&mut w.utilization));
-                }
-                "the memory sampler failed"
+            Some(Err(_)) => "the memory sampler failed",
+            Some(Ok(())) => {
+                let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+                return (w.reading(self.before), std::mem::take(&mut w.utilization));
             }
         };
         (MemoryReading::unmeasured(why), Vec::new())
@@ -383,7 +386,7 @@ mod tests {
         let me = std::process::id();
         let (_, group) = stat_of(me).expect("/proc is readable");
         let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
-        let s = Sampler::start(
+        let mut s = Sampler::start(
             probe,
             group,
             Duration::from_millis(5),
@@ -391,7 +394,7 @@ mod tests {
             Instant::now(),
         );
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(s.so_far().0, Some(9));
+        assert_eq!(s.fresh_peak(), Some(9));
         let (r, utilization) = s.finish();
         assert!(utilization.is_empty(), "the probe reads no utilization");
         assert_eq!(r.source, MemorySource::NvmlProcess);

@@ -255,12 +255,13 @@ impl TrialResult {
                 (Some(s), None) => format!("OK {s:.1} samples/s"),
                 (None, None) => "OK".into(),
             },
-            Status::Oom => format!(
-                "OOM ({})",
-                self.oom
+            Status::Oom => {
+                let stack = self
+                    .oom
                     .as_ref()
-                    .map_or("out of memory", |m| m.stack.as_str())
-            ),
+                    .map_or("out of memory", |m| m.stack.as_str());
+                format!("OOM ({stack})")
+            }
             // INCOMPLETE, HANG, FAILED, SKIPPED, UNFINISHED: why.
             s => format!("{}: {}", s.name(), self.reason),
         }
@@ -303,10 +304,6 @@ impl Tail {
 
     /// New complete lines, if the file grew.
     fn new_lines(&mut self) -> Vec<String> {
-        let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
-        if len <= self.offset {
-            return Vec::new();
-        }
         // A flood is read in pieces; the rest comes at the next look.
         let (text, _) = read_from(&self.path, Some(self.offset), 4 << 20);
         self.offset += text.len() as u64;
@@ -390,28 +387,26 @@ pub struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// What rank `rank` of a trial's group of GPUs finds in its environment besides what it
+    /// What rank `rank` of trial `t`'s group of GPUs finds in its environment besides what it
     /// inherits: the trial's values, its report file and the group's GPUs (it picks its own by
     /// LOCAL_RANK, as under torchrun); in a group of several, torchrun's variables, with `port`
     /// the rendezvous port; then the variables of every trial of the run.
     fn environment(
         &self,
-        params: &Params,
-        index: usize,
+        t: &TrialResult,
         group: &[Device],
         rank: usize,
         port: u16,
         report: &Path,
     ) -> Vec<(String, OsString)> {
-        let mut env: Vec<(String, OsString)> = Program::env_for(params)
+        let mut env: Vec<(String, OsString)> = Program::env_for(&t.params)
             .into_iter()
             .map(|(k, v)| (k, v.into()))
             .collect();
-        let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
         let ours: [(&str, OsString); 5] = [
             (REPORT_ENV, report.as_os_str().to_owned()),
-            (TRIAL_ENV, index.to_string().into()),
-            ("CUDA_VISIBLE_DEVICES", visible.join(",").into()),
+            (TRIAL_ENV, t.index.to_string().into()),
+            ("CUDA_VISIBLE_DEVICES", t.cuda_visible.clone().into()),
             ("NCCL_NVLS_ENABLE", "0".into()),
             ("PYTHONUNBUFFERED", "1".into()),
         ];
@@ -444,14 +439,13 @@ struct Rank {
     watcher: Watcher,
 }
 
-/// The group's processes while it runs, the rank whose end ended the group, when its time is
-/// up, and the silence that ends it as hung.
+/// The group's processes while it runs under its limits, the rank whose end ended the group,
+/// and the silence that ends it as hung.
 struct Group {
     ranks: Vec<Rank>,
     ended_by: Option<usize>,
     start: Instant,
-    deadline: Instant,
-    stall_limit: Duration,
+    limits: Limits,
     silence: Option<Silence>,
 }
 
@@ -461,7 +455,7 @@ impl Group {
     /// or 0 before it reported every step it was told to run: the others would wait for it in
     /// their next collective).
     fn exited(&mut self) -> std::io::Result<Option<Exit>> {
-        if Instant::now() >= self.deadline {
+        if self.start.elapsed() >= self.limits.time_limit {
             // Past the time limit every rank goes, not only the one that leads the watch; their
             // deaths are the limit's doing, not an end of their own.
             self.kill();
@@ -521,7 +515,7 @@ impl Group {
         let slowest_s = (self.ranks.iter())
             .map(|r| r.watcher.slowest_s)
             .fold(0.0, f64::max);
-        let limit = stall_limit_s(self.stall_limit.as_secs_f64(), slowest_s);
+        let limit = stall_limit_s(self.limits.stall_limit.as_secs_f64(), slowest_s);
         (self.ranks.iter().enumerate())
             .filter(|(_, r)| r.exit.is_none())
             .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
@@ -541,7 +535,8 @@ impl Group {
         }
     }
 
-    /// Kill what is left of every rank and reap each one's process.
+    /// Kill what is left of every rank, reap each one's process and read the lines that came
+    /// with its exit.
     fn end(&mut self) {
         self.kill();
         let from = Instant::now();
@@ -553,6 +548,7 @@ impl Group {
                     Err(_) => break,
                 }
             }
+            rank.watcher.look(self.start.elapsed().as_secs_f64());
         }
     }
 }
@@ -617,8 +613,7 @@ impl Runner<'_> {
             ranks: Vec::with_capacity(group.len()),
             ended_by: None,
             start,
-            deadline: start + self.limits.time_limit,
-            stall_limit: self.limits.stall_limit,
+            limits: self.limits,
             silence: None,
         };
         for (r, d) in group.iter().enumerate() {
@@ -633,7 +628,7 @@ impl Runner<'_> {
             let _ = std::fs::remove_file(&report);
             let spawn = Spawn {
                 argv,
-                env: self.environment(params, result.index, group, r, port, &report),
+                env: self.environment(result, group, r, port, &report),
                 cpus: d.cpus.as_deref(),
                 stdout: &stdout,
                 stderr: &stderr,
@@ -643,20 +638,19 @@ impl Runner<'_> {
                 g.end();
                 format!("could not start '{}': {e}", Program::display(&argv[..1]))
             })?;
-            let watcher = Watcher {
-                report: Tail::new(&report),
-                stderr: Tail::new(&stderr),
-                stdout: Tail::new(&stdout),
-                sampler: (d.probe.clone())
-                    .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start)),
-                stop: self.limits.stop,
-                told: params.total_steps(),
-                ..Watcher::default()
-            };
             g.ranks.push(Rank {
+                watcher: Watcher {
+                    report: Tail::new(&report),
+                    stderr: Tail::new(&stderr),
+                    stdout: Tail::new(&stdout),
+                    sampler: (d.probe.clone())
+                        .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start)),
+                    stop: self.limits.stop,
+                    told: params.total_steps(),
+                    ..Watcher::default()
+                },
                 running,
                 exit: None,
-                watcher,
             });
         }
         let group_state = std::cell::RefCell::new(g);
@@ -670,10 +664,6 @@ impl Runner<'_> {
         );
         let mut g = group_state.into_inner();
         g.end();
-        // The lines that came with the exits.
-        for rank in &mut g.ranks {
-            rank.watcher.look(start.elapsed().as_secs_f64());
-        }
         result.wall_s = start.elapsed().as_secs_f64();
         let mut readings = Vec::new();
         for (r, (rank, d)) in g.ranks.iter_mut().zip(group).enumerate() {
@@ -694,11 +684,8 @@ impl Runner<'_> {
         }
         let exit = finished.map_err(|e| format!("lost track of the trial's process: {e}"))?;
         result.exit = Some(exit);
-        let files: Vec<ReportFile> = g
-            .ranks
-            .iter()
-            .map(|r| ReportFile::read(&r.watcher.report.path))
-            .collect();
+        let read = |r: &Rank| ReportFile::read(&r.watcher.report.path);
+        let files: Vec<ReportFile> = g.ranks.iter().map(read).collect();
         result.reached_steps = files.iter().all(|f| f.steps.len() >= params.total_steps());
         let lead = &g.ranks[0].watcher;
         result.steady_at = g.ranks.iter().map(|r| r.watcher.steady_at).max().flatten();

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -294,11 +294,10 @@ impl ForkServer {
             .map(|(k, v)| (text(&k), text(&v)))
             .chain(ours)
             .collect();
-        let cwd: PathBuf = std::env::current_dir()?;
         let request = serde_json::json!({
             "argv": self.program.child_argv(s.argv),
             "env": env,
-            "cwd": cwd,
+            "cwd": std::env::current_dir()?,
             "cpus": s.cpus,
             "stdout": s.stdout,
             "stderr": s.stderr,
@@ -309,13 +308,13 @@ impl ForkServer {
         // An answer left from a request that timed out is not this one's.
         while answers.try_recv().is_ok() {}
         writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
-        let gone = "the Python parent that forks the trials is gone";
         // A fork takes milliseconds; running the program up to its fork_here(), a trial's time
         // at most.
         let mut answer = answers.recv_timeout(Duration::from_secs(30));
         if answer.as_ref().is_ok_and(|a| a.preparing) {
             answer = answers.recv_timeout(self.limit);
         }
+        let gone = "the Python parent that forks the trials is gone";
         let answer = answer.map_or(Err(gone.to_string()), |a| {
             a.started.ok_or(a.error.unwrap_or_default())
         });

@@ -3,12 +3,8 @@
 //! means the first two GPUs the tuner may use, as CUDA numbers them); otherwise every GPU NVML
 //! sees, named to the child by UUID so that no ordering rule can mix them up.
 
-use std::sync::Arc;
-
 use crate::nvml::Capability;
 use common::nvml::{Nvml, NvmlDevice, NvmlKey};
-
-use crate::nvml::MemoryProbe;
 
 /// One GPU a trial can run on.
 #[derive(Clone, Debug, Default)]
@@ -22,7 +18,7 @@ pub struct Device {
     pub pci_bus_order: bool,
     /// NVML's view of it, for the trial's memory; None where NVML is missing (and for the
     /// stand-in devices of tests).
-    pub probe: Option<Arc<dyn MemoryProbe>>,
+    pub probe: Option<NvmlDevice>,
     /// Its compute capability, where NVML read it: what `--amp on` resolves by.
     pub capability: Option<Capability>,
     /// Its name, and the driver's version with the CUDA version it supports ("580.159.04",
@@ -163,7 +159,7 @@ pub fn select_devices(
                 capability: nvml.as_ref().and_then(NvmlDevice::compute_capability),
                 name: nvml.as_ref().and_then(NvmlDevice::name),
                 driver: nvml.as_ref().and_then(NvmlDevice::driver),
-                probe: nvml.map(|d| Arc::new(d) as Arc<dyn MemoryProbe>),
+                probe: nvml,
                 cpus: None,
             }
         })

@@ -18,30 +18,16 @@ use common::nvml::NvmlDevice;
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
 
-/// What NVML reads of one GPU while its trials run; the facts that do not change are read once,
-/// into [crate::gpu::Device].
-pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
-    /// Compute processes on the device with the bytes each uses, where accounted; None when
-    /// the query itself failed.
-    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
-    /// Bytes in use on the whole device, and the device's memory.
-    fn memory(&self) -> Option<(u64, u64)>;
-    /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
-    /// product) in which a kernel ran.
-    fn utilization(&self) -> Option<u32>;
-}
+/// One look at a GPU while a trial runs: the compute processes on the device with the bytes each
+/// uses, where accounted (None when the query itself failed); the bytes in use on the whole
+/// device; NVML's GPU utilization, the percent of its last sample period (1/6 s to 1 s, by
+/// product) in which a kernel ran. The facts that do not change are read once, into
+/// [crate::gpu::Device].
+pub type Look = (Option<Vec<(u32, Option<u64>)>>, Option<u64>, Option<u32>);
 
-/// NVML's view of one GPU, as the trials read it.
-impl MemoryProbe for NvmlDevice {
-    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-        NvmlDevice::processes(self)
-    }
-    fn memory(&self) -> Option<(u64, u64)> {
-        NvmlDevice::memory(self)
-    }
-    fn utilization(&self) -> Option<u32> {
-        NvmlDevice::utilization(self)
-    }
+/// A look at `d` through NVML.
+pub fn look(d: &NvmlDevice) -> Look {
+    (d.processes(), d.memory().map(|m| m.0), d.utilization())
 }
 
 /// Where a trial's memory figure came from.
@@ -175,8 +161,8 @@ impl Watch {
     }
 }
 
-/// Samples a probe every `period` on a thread of its own until finished; what it saw so far
-/// can be read while it runs.
+/// Samples a GPU every `period` on a thread of its own until finished; what it saw so far can
+/// be read while it runs.
 pub struct Sampler {
     /// Told, or dropped, it takes one last sample and ends.
     stop: Sender<()>,
@@ -188,10 +174,11 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Start sampling the processes of group `pgid` (and their descendants). `before` is the
-    /// device's use read just before the trial started; `start` the trial's clock.
+    /// Start sampling the processes of group `pgid` (and their descendants), each sample taken
+    /// by `look`. `before` is the device's use read just before the trial started; `start` the
+    /// trial's clock.
     pub fn start(
-        probe: Arc<dyn MemoryProbe>,
+        mut look: impl FnMut() -> Look + Send + 'static,
         pgid: u32,
         period: Duration,
         before: Option<u64>,
@@ -207,9 +194,7 @@ impl Sampler {
                 // One last sample after the stop, so a short trial is sampled at least once.
                 let mut stopping = false;
                 loop {
-                    let list = probe.processes();
-                    let used = probe.memory().map(|m| m.0);
-                    let util = probe.utilization();
+                    let (list, used, util) = look();
                     let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
                     w.add(list.as_deref(), used, &is_trials);
                     if let Some(u) = util {
@@ -362,32 +347,23 @@ mod tests {
         assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
     }
 
-    #[derive(Debug)]
-    struct Scripted(std::sync::Mutex<Vec<u64>>);
-
-    impl MemoryProbe for Scripted {
-        fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-            let pid = std::process::id();
-            let mut v = self.0.lock().unwrap();
-            let used = if v.len() > 1 { v.remove(0) } else { v[0] };
-            Some(vec![(pid, Some(used))])
-        }
-        fn memory(&self) -> Option<(u64, u64)> {
-            None
-        }
-        fn utilization(&self) -> Option<u32> {
-            None
-        }
-    }
-
     #[test]
     fn the_sampler_thread_samples_until_finished() {
         // This process stands in for the trial: its group is whatever ours is.
         let me = std::process::id();
         let (_, group) = stat_of(me).expect("/proc is readable");
-        let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
+        // This process, using 5, then 9, then 7 from then on; no device figures.
+        let mut used = vec![5, 9, 7];
+        let scripted = move || {
+            let now = if used.len() > 1 {
+                used.remove(0)
+            } else {
+                used[0]
+            };
+            (Some(vec![(me, Some(now))]), None, None)
+        };
         let mut s = Sampler::start(
-            probe,
+            scripted,
             group,
             Duration::from_millis(5),
             Some(0),

@@ -24,7 +24,7 @@ use common::process::{kill_group, read_from, read_tail, tail_lines, watch, Exit}
 use crate::classify::{classify, find_oom, OomMessage, Status};
 use crate::gpu::Device;
 use crate::launch::{Launcher, Running, Spawn};
-use crate::nvml::{MemoryReading, Sampler};
+use crate::nvml::{self, MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
 use crate::protocol::{last_allocated, step_of, Measured, ReportFile, ReportHealth};
 
@@ -80,27 +80,15 @@ pub fn stall_limit_s(floor_s: f64, slowest_s: f64) -> f64 {
     floor_s.max(STALL_MULTIPLE * slowest_s)
 }
 
-/// A rank gone silent between its steps.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Silence {
-    rank: usize,
-    /// How long it had written nothing, when it was ended.
-    silent_s: f64,
-    /// The step lines it had reported.
-    after_step: usize,
-    /// The slowest step so far across the group's ranks.
-    slowest_s: f64,
-}
-
-impl Silence {
-    /// `no report or output for 61 s after step 5 (the slowest step so far 1.8 s)`.
-    fn describe(&self) -> String {
-        let digits = if self.slowest_s < 1.0 { 2 } else { 1 };
-        format!(
-            "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
-            self.silent_s, self.after_step, digits, self.slowest_s
-        )
-    }
+/// Why a rank gone silent between its steps is hung, `silent_s` after its step line
+/// `after_step`, the slowest step so far across the group's ranks `slowest_s`: `no report or
+/// output for 61 s after step 5 (the slowest step so far 1.8 s)`.
+fn silence(silent_s: f64, after_step: usize, slowest_s: f64) -> String {
+    let digits = if slowest_s < 1.0 { 2 } else { 1 };
+    format!(
+        "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
+        silent_s, after_step, digits, slowest_s
+    )
 }
 
 /// NVML's sampling period.
@@ -446,7 +434,8 @@ struct Group {
     ended_by: Option<usize>,
     start: Instant,
     limits: Limits,
-    silence: Option<Silence>,
+    /// The rank gone silent, and why it is hung ([silence]).
+    silence: Option<(usize, String)>,
 }
 
 impl Group {
@@ -511,22 +500,19 @@ impl Group {
     /// reported a step and not yet every step they were told to run; the limit counts the
     /// slowest step of any rank (in a group the ranks step together, and one rank's slow step
     /// holds up the others' lines).
-    fn silent_rank(&self) -> Option<Silence> {
+    fn silent_rank(&self) -> Option<(usize, String)> {
         let slowest_s = (self.ranks.iter())
             .map(|r| r.watcher.slowest_s)
             .fold(0.0, f64::max);
         let limit = stall_limit_s(self.limits.stall_limit.as_secs_f64(), slowest_s);
-        (self.ranks.iter().enumerate())
+        let now = self.start.elapsed().as_secs_f64();
+        let (rank, silent_s, after_step) = (self.ranks.iter().enumerate())
             .filter(|(_, r)| r.exit.is_none())
             .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
-            .map(|(rank, r)| Silence {
-                rank,
-                silent_s: self.start.elapsed().as_secs_f64() - r.watcher.last_written,
-                after_step: r.watcher.arrivals.len(),
-                slowest_s,
-            })
-            .filter(|s| s.silent_s > limit)
-            .max_by(|a, b| a.silent_s.total_cmp(&b.silent_s))
+            .map(|(rank, r)| (rank, now - r.watcher.last_written, r.watcher.arrivals.len()))
+            .filter(|&(_, silent_s, _)| silent_s > limit)
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some((rank, silence(silent_s, after_step, slowest_s)))
     }
 
     fn kill(&self) {
@@ -643,8 +629,10 @@ impl Runner<'_> {
                     report: Tail::new(&report),
                     stderr: Tail::new(&stderr),
                     stdout: Tail::new(&stdout),
-                    sampler: (d.probe.clone())
-                        .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start)),
+                    sampler: d.probe.clone().map(|p| {
+                        let look = move || nvml::look(&p);
+                        Sampler::start(look, running.pgid(), SAMPLE_PERIOD, before, start)
+                    }),
                     stop: self.limits.stop,
                     told: params.total_steps(),
                     ..Watcher::default()
@@ -721,7 +709,7 @@ impl Runner<'_> {
         // speaks, else rank 0.
         let silence = g.silence.filter(|_| exit == Exit::Stalled);
         let speaker = (verdicts.iter().position(|v| v.status == Status::Oom))
-            .or(silence.map(|s| s.rank))
+            .or(silence.as_ref().map(|s| s.0))
             .or(g.ended_by.filter(|_| exit != Exit::TimedOut))
             .unwrap_or(0);
         let verdict = verdicts.swap_remove(speaker);
@@ -730,7 +718,7 @@ impl Runner<'_> {
         let limit = self.limits.time_limit.as_secs_f64();
         let reason = match (exit, silence) {
             (Exit::TimedOut, _) => format!("{} of {limit:.0} s", verdict.reason),
-            (_, Some(s)) => format!("{}: {}", s.describe(), verdict.reason),
+            (_, Some((_, why))) => format!("{why}: {}", verdict.reason),
             _ => verdict.reason,
         };
         result.reason = match g.ranks.len() {
@@ -798,23 +786,11 @@ mod tests {
             "slow steps are not a hang"
         );
         assert_eq!(stall_limit_s(1.0, 0.0), 1.0);
-        let s = Silence {
-            rank: 0,
-            silent_s: 61.2,
-            after_step: 5,
-            slowest_s: 1.83,
-        };
         assert_eq!(
-            s.describe(),
+            silence(61.2, 5, 1.83),
             "no report or output for 61 s after step 5 (the slowest step so far 1.8 s)"
         );
-        let quick = Silence {
-            slowest_s: 0.012,
-            ..s
-        };
-        assert!(quick
-            .describe()
-            .ends_with("(the slowest step so far 0.01 s)"));
+        assert!(silence(61.2, 5, 0.012).ends_with("(the slowest step so far 0.01 s)"));
     }
 
     #[test]

@@ -249,16 +249,11 @@ impl Sampler {
 pub fn belongs_to(pid: u32, pgid: u32) -> bool {
     let mut current = pid;
     for _ in 0..64 {
-        let Some((parent, group)) = stat_of(current) else {
-            return false;
-        };
-        if group == pgid || current == pgid {
-            return true;
+        match stat_of(current) {
+            Some((_, group)) if group == pgid || current == pgid => return true,
+            Some((parent, _)) if parent > 1 => current = parent,
+            _ => return false,
         }
-        if parent <= 1 {
-            return false;
-        }
-        current = parent;
     }
     false
 }

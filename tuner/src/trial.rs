@@ -227,7 +227,6 @@ impl TrialResult {
         TrialResult {
             index,
             params,
-            status: Status::Skipped,
             reason,
             memory: MemoryReading::unmeasured("not run"),
             ranks: 1,
@@ -481,10 +480,8 @@ impl Group {
     /// rank is where `stop` says (its group then killed whole). A rank gone silent is noted,
     /// and ends the group when its exit is next looked for.
     fn enough(&mut self) -> bool {
-        let mut all = true;
-        for rank in &mut self.ranks {
-            all &= rank.watcher.look(self.start.elapsed().as_secs_f64());
-        }
+        let now = self.start.elapsed().as_secs_f64();
+        let all = (self.ranks.iter_mut()).fold(true, |all, r| r.watcher.look(now) & all);
         let oom = self.ranks.iter().position(|r| r.watcher.oom_seen);
         self.ended_by = self.ended_by.or(oom);
         let done = oom.is_some() || all;
@@ -552,7 +549,6 @@ impl Runner<'_> {
         folder: &Path,
     ) -> TrialResult {
         let params = params.on_gpu(group[0].capability);
-        let argv = self.program.argv_for(&params);
         let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
         let mut result = TrialResult {
@@ -560,12 +556,12 @@ impl Runner<'_> {
             cuda_visible: visible.join(","),
             ranks: group.len(),
             cpus: group[0].cpus.clone(),
-            command: argv.clone(),
+            command: self.program.argv_for(&params),
             folder: Some(folder.to_path_buf()),
             memory: MemoryReading::unmeasured("no NVML reading for this device"),
-            ..TrialResult::skipped(index, params.clone(), String::new())
+            ..TrialResult::skipped(index, params, String::new())
         };
-        if let Err(why) = self.run(&params, &argv, group, folder, &mut result) {
+        if let Err(why) = self.run(group, folder, &mut result) {
             result.status = Status::Failed;
             result.stderr_tail = vec![why.clone()];
             result.reason = why;
@@ -573,16 +569,10 @@ impl Runner<'_> {
         result
     }
 
-    /// Run `argv` with `params` on `group` and fill in `result` with what came of it; Err says
+    /// Run `result`'s command with its values on `group` and fill in what came of it; Err says
     /// why the program could not start, or could not be followed to its end.
-    fn run(
-        &self,
-        params: &Params,
-        argv: &[String],
-        group: &[Device],
-        folder: &Path,
-        result: &mut TrialResult,
-    ) -> Result<(), String> {
+    fn run(&self, group: &[Device], folder: &Path, result: &mut TrialResult) -> Result<(), String> {
+        let (params, argv) = (&result.params.clone(), &result.command.clone());
         let made = std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize());
         let folder = made
             .map_err(|e| format!("cannot create the trial's folder {}: {e}", folder.display()))?;

@@ -332,6 +332,21 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Mean NVML utilization (`utilization`: seconds from the start, percent) from the line of
+    /// the last of `warmup` steps (the start without warmup) to the last line.
+    fn mean_utilization(&self, utilization: &[(f64, u32)], warmup: usize) -> Option<f64> {
+        let from = warmup.checked_sub(1).map_or(0.0, |w0| {
+            self.arrivals.get(w0).copied().unwrap_or(f64::INFINITY)
+        });
+        let to = self.arrivals.last().copied().unwrap_or(0.0);
+        let window: Vec<f64> = utilization
+            .iter()
+            .filter(|(t, _)| *t > from && *t <= to)
+            .map(|(_, u)| f64::from(*u))
+            .collect();
+        (!window.is_empty()).then(|| common::stats::mean(&window))
+    }
+
     /// Look again, `now` seconds from the start; true once the trial can stop.
     fn look(&mut self, now: f64) -> bool {
         let read = |w: &Watcher| w.report.offset + w.stderr.offset + w.stdout.offset;
@@ -343,8 +358,7 @@ impl Watcher {
         if read(self) > before {
             self.last_written = now;
         }
-        for line in lines {
-            let Some(step) = step_of(&line) else { continue };
+        for step in lines.iter().filter_map(|l| step_of(l)) {
             let gap = self.arrivals.last().map_or(0.0, |last| now - last);
             self.slowest_s = self.slowest_s.max(step.step_s).max(gap);
             self.arrivals.push(now);
@@ -443,37 +457,30 @@ impl Group {
     /// or 0 before it reported every step it was told to run: the others would wait for it in
     /// their next collective).
     fn exited(&mut self) -> std::io::Result<Option<Exit>> {
-        if self.start.elapsed() >= self.limits.time_limit {
-            // Past the time limit every rank goes, not only the one that leads the watch; their
-            // deaths are the limit's doing, not an end of their own.
+        // Past the time limit every rank goes, not only the one that leads the watch; their
+        // deaths are the limit's doing, not an end of their own.
+        let over = (self.start.elapsed() >= self.limits.time_limit).then_some(Exit::TimedOut);
+        if let Some(exit) = over.or(self.silence.as_ref().map(|_| Exit::Stalled)) {
             self.kill();
-            return Ok(Some(Exit::TimedOut));
-        }
-        if self.silence.is_some() {
-            self.kill();
-            return Ok(Some(Exit::Stalled));
+            return Ok(Some(exit));
         }
         for (r, rank) in (self.ranks.iter_mut().enumerate()).filter(|(_, r)| r.exit.is_none()) {
-            let Some(exit) = rank.running.exited()? else {
-                continue;
-            };
-            rank.exit = Some(exit);
-            rank.watcher.look(self.start.elapsed().as_secs_f64());
-            let early = exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
-            self.ended_by = self.ended_by.or(early.then_some(r));
-        }
-        if let Some(r) = self.ended_by.filter(|_| self.ranks.len() > 1) {
-            if let Some(exit) = self.ranks[r].exit {
-                self.kill();
-                return Ok(Some(exit));
+            if let Some(exit) = rank.running.exited()? {
+                rank.exit = Some(exit);
+                rank.watcher.look(self.start.elapsed().as_secs_f64());
+                let early =
+                    exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
+                self.ended_by = self.ended_by.or(early.then_some(r));
             }
         }
+        let ender = self.ended_by.filter(|_| self.ranks.len() > 1);
+        if let Some(exit) = ender.and_then(|r| self.ranks[r].exit) {
+            self.kill();
+            return Ok(Some(exit));
+        }
+        // Every rank's exit: the first that is not 0, else 0.
         let exits: Option<Vec<Exit>> = self.ranks.iter().map(|r| r.exit).collect();
-        Ok(exits.map(|e| {
-            e.into_iter()
-                .find(|e| *e != Exit::Code(0))
-                .unwrap_or(Exit::Code(0))
-        }))
+        Ok(exits.and_then(|e| e.into_iter().min_by_key(|e| *e == Exit::Code(0))))
     }
 
     /// Look at every rank; true once the group can stop: a rank ran out of memory, or every
@@ -650,8 +657,9 @@ impl Runner<'_> {
             {
                 memory.device_total_bytes = d.probe.as_ref().and_then(|p| Some(p.memory()?.1));
                 if r == 0 {
-                    result.nvml_util_pct =
-                        utilization_while_measured(&utilization, params, &rank.watcher);
+                    result.nvml_util_pct = rank
+                        .watcher
+                        .mean_utilization(&utilization, params.warmup_steps);
                 }
                 readings.push(memory);
             }
@@ -720,25 +728,6 @@ impl Runner<'_> {
         }
         Ok(())
     }
-}
-
-/// Mean NVML utilization from the last warmup step's line (the start without warmup) to the
-/// last line.
-fn utilization_while_measured(
-    utilization: &[(f64, u32)],
-    params: &Params,
-    w: &Watcher,
-) -> Option<f64> {
-    let from = params.warmup_steps.checked_sub(1).map_or(0.0, |w0| {
-        w.arrivals.get(w0).copied().unwrap_or(f64::INFINITY)
-    });
-    let to = w.arrivals.last().copied().unwrap_or(0.0);
-    let window: Vec<f64> = utilization
-        .iter()
-        .filter(|(t, _)| *t > from && *t <= to)
-        .map(|(_, u)| f64::from(*u))
-        .collect();
-    (!window.is_empty()).then(|| common::stats::mean(&window))
 }
 
 #[cfg(test)]

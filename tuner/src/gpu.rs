@@ -3,12 +3,8 @@
 //! means the first two GPUs the tuner may use, as CUDA numbers them); otherwise every GPU NVML
 //! sees, named to the child by UUID so that no ordering rule can mix them up.
 
-use std::sync::Arc;
-
 use crate::nvml::Capability;
 use common::nvml::{Nvml, NvmlDevice, NvmlKey};
-
-use crate::nvml::MemoryProbe;
 
 /// One GPU a trial can run on.
 #[derive(Clone, Debug, Default)]
@@ -22,7 +18,7 @@ pub struct Device {
     pub pci_bus_order: bool,
     /// NVML's view of it, for the trial's memory; None where NVML is missing (and for the
     /// stand-in devices of tests).
-    pub probe: Option<Arc<dyn MemoryProbe>>,
+    pub probe: Option<NvmlDevice>,
     /// Its compute capability, where NVML read it: what `--amp on` resolves by.
     pub capability: Option<Capability>,
     /// Its name, and the driver's version with the CUDA version it supports ("580.159.04",
@@ -81,12 +77,9 @@ pub fn cpu_list(cores: &[usize]) -> String {
     runs.collect::<Vec<_>>().join(",")
 }
 
-/// A GPU the tuner may use, before `--devices` chooses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VisibleGpu {
-    pub cuda_visible: String,
-    pub nvml: Option<NvmlKey>,
-}
+/// A GPU the tuner may use, before `--devices` chooses: what the child's CUDA_VISIBLE_DEVICES
+/// names it, and the key NVML reads it by, where NVML can.
+pub type VisibleGpu = (String, Option<NvmlKey>);
 
 /// The visible GPUs: the entries of the tuner's own CUDA_VISIBLE_DEVICES where set (`visible`),
 /// else NVML's GPUs by UUID (`nvml_uuids`). An ordinal entry is read by NVML in PCI bus order,
@@ -110,23 +103,20 @@ pub fn visible_gpus(
         let pci_order = user_order.is_none_or(|o| o.trim() == "PCI_BUS_ID");
         return Ok(entries
             .into_iter()
-            .map(|e| VisibleGpu {
-                cuda_visible: e.to_string(),
-                nvml: if e.starts_with("GPU-") || e.starts_with("MIG-") {
+            .map(|e| {
+                let key = if e.starts_with("GPU-") || e.starts_with("MIG-") {
                     Some(NvmlKey::Uuid(e.to_string()))
                 } else {
                     e.parse().ok().filter(|_| pci_order).map(NvmlKey::Index)
-                },
+                };
+                (e.to_string(), key)
             })
             .collect());
     }
     match nvml_uuids {
         Some(uuids) if !uuids.is_empty() => Ok(uuids
             .into_iter()
-            .map(|u| VisibleGpu {
-                cuda_visible: u.clone(),
-                nvml: Some(NvmlKey::Uuid(u)),
-            })
+            .map(|u| (u.clone(), Some(NvmlKey::Uuid(u))))
             .collect()),
         Some(_) => Err("NVML sees no GPU: check `nvidia-smi`".into()),
         None => Err(
@@ -151,19 +141,17 @@ pub fn select_devices(
     Ok(chosen
         .into_iter()
         .map(|i| {
-            let gpu = &visible[i];
+            let (cuda_visible, key) = &visible[i];
             // What does not change is read once; the probe reads the rest as trials run.
-            let nvml = nvml
-                .zip(gpu.nvml.as_ref())
-                .map(|(n, key)| n.device(key.clone()));
+            let nvml = nvml.zip(key.clone()).map(|(n, key)| n.device(key));
             Device {
                 label: format!("GPU {i}"),
-                cuda_visible: gpu.cuda_visible.clone(),
-                pci_bus_order: pci_bus_order && gpu.cuda_visible.parse::<u32>().is_ok(),
+                cuda_visible: cuda_visible.clone(),
+                pci_bus_order: pci_bus_order && cuda_visible.parse::<u32>().is_ok(),
                 capability: nvml.as_ref().and_then(NvmlDevice::compute_capability),
                 name: nvml.as_ref().and_then(NvmlDevice::name),
                 driver: nvml.as_ref().and_then(NvmlDevice::driver),
-                probe: nvml.map(|d| Arc::new(d) as Arc<dyn MemoryProbe>),
+                probe: nvml,
                 cpus: None,
             }
         })
@@ -194,7 +182,7 @@ mod tests {
         .unwrap();
         let keys: Vec<(&str, Option<NvmlKey>)> = v
             .iter()
-            .map(|g| (g.cuda_visible.as_str(), g.nvml.clone()))
+            .map(|(visible, key)| (visible.as_str(), key.clone()))
             .collect();
         let uuid = |u: &str| Some(NvmlKey::Uuid(u.into()));
         assert_eq!(
@@ -207,7 +195,7 @@ mod tests {
         );
         // Under another order an ordinal may not be NVML's index: no per-GPU reading then.
         let v = visible_gpus(Some("1"), Some("FASTEST_FIRST"), None).unwrap();
-        assert_eq!(v[0].nvml, None);
+        assert_eq!(v[0].1, None);
         assert!(visible_gpus(Some(" , "), None, None)
             .unwrap_err()
             .contains("empty"));
@@ -217,7 +205,7 @@ mod tests {
     fn nvml_s_gpus_by_uuid_otherwise() {
         let v = visible_gpus(None, None, Some(vec!["GPU-a".into(), "GPU-b".into()])).unwrap();
         assert_eq!(v.len(), 2);
-        assert_eq!(v[1].cuda_visible, "GPU-b");
+        assert_eq!(v[1].0, "GPU-b");
         let e = visible_gpus(None, None, None).unwrap_err();
         assert!(
             e.contains("no GPU found") && e.contains("CUDA_VISIBLE_DEVICES"),

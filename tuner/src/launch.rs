@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -191,8 +191,8 @@ struct Exits {
 /// A Python parent process that imported the program's modules and forks trials on request.
 pub struct ForkServer {
     program: PythonProgram,
-    server: Mutex<Child>,
-    stdin: Mutex<ChildStdin>,
+    /// The parent, its stdin the requests' way in.
+    server: Child,
     /// Its lines other than exits, in order: the first (ready or not), then the answers to
     /// fork requests.
     answers: Mutex<Receiver<Message>>,
@@ -229,7 +229,6 @@ impl ForkServer {
             .stderr(err);
         let mut child = spawn_in_group(cmd)
             .map_err(|e| format!("could not start {}: {e}", program.interpreter))?;
-        let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let (tx, rx) = std::sync::mpsc::channel();
         let exits: Arc<Mutex<Exits>> = Arc::default();
@@ -238,11 +237,8 @@ impl ForkServer {
             .name("fork-server".into())
             .spawn(move || {
                 let mut first = true;
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    let Ok(v) = serde_json::from_str::<Message>(&line) else {
-                        continue;
-                    };
+                let lines = BufReader::new(stdout).lines().map_while(Result::ok);
+                for v in lines.filter_map(|l| serde_json::from_str::<Message>(&l).ok()) {
                     match v.exited {
                         // A trial's exit; the first line says whether the parent is ready.
                         Some(pid) if !first => {
@@ -282,8 +278,7 @@ impl ForkServer {
         Ok(ForkServer {
             ready: first,
             program,
-            server: Mutex::new(child),
-            stdin: Mutex::new(stdin),
+            server: child,
             answers: Mutex::new(rx),
             exits,
             limit,
@@ -299,28 +294,27 @@ impl ForkServer {
             .map(|(k, v)| (text(&k), text(&v)))
             .chain(ours)
             .collect();
-        let cwd: PathBuf = std::env::current_dir()?;
         let request = serde_json::json!({
             "argv": self.program.child_argv(s.argv),
             "env": env,
-            "cwd": cwd,
+            "cwd": std::env::current_dir()?,
             "cpus": s.cpus,
             "stdout": s.stdout,
             "stderr": s.stderr,
         });
         // One request at a time: the answer that comes next is this request's.
-        let mut stdin = lock(&self.stdin);
         let answers = lock(&self.answers);
+        let mut stdin = self.server.stdin.as_ref().expect("piped");
         // An answer left from a request that timed out is not this one's.
         while answers.try_recv().is_ok() {}
         writeln!(stdin, "{request}").and_then(|_| stdin.flush())?;
-        let gone = "the Python parent that forks the trials is gone";
         // A fork takes milliseconds; running the program up to its fork_here(), a trial's time
         // at most.
         let mut answer = answers.recv_timeout(Duration::from_secs(30));
         if answer.as_ref().is_ok_and(|a| a.preparing) {
             answer = answers.recv_timeout(self.limit);
         }
+        let gone = "the Python parent that forks the trials is gone";
         let answer = answer.map_or(Err(gone.to_string()), |a| {
             a.started.ok_or(a.error.unwrap_or_default())
         });
@@ -337,9 +331,8 @@ impl ForkServer {
 
 impl Drop for ForkServer {
     fn drop(&mut self) {
-        let mut child = lock(&self.server);
-        common::process::kill_group(child.id());
-        let _ = child.wait();
+        common::process::kill_group(self.server.id());
+        let _ = self.server.wait();
     }
 }
 

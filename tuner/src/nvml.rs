@@ -18,30 +18,16 @@ use common::nvml::NvmlDevice;
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
 
-/// What NVML reads of one GPU while its trials run; the facts that do not change are read once,
-/// into [crate::gpu::Device].
-pub trait MemoryProbe: Send + Sync + std::fmt::Debug {
-    /// Compute processes on the device with the bytes each uses, where accounted; None when
-    /// the query itself failed.
-    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>>;
-    /// Bytes in use on the whole device, and the device's memory.
-    fn memory(&self) -> Option<(u64, u64)>;
-    /// NVML's GPU utilization: the percent of its last sample period (1/6 s to 1 s, by
-    /// product) in which a kernel ran.
-    fn utilization(&self) -> Option<u32>;
-}
+/// One look at a GPU while a trial runs: the compute processes on the device with the bytes each
+/// uses, where accounted (None when the query itself failed); the bytes in use on the whole
+/// device; NVML's GPU utilization, the percent of its last sample period (1/6 s to 1 s, by
+/// product) in which a kernel ran. The facts that do not change are read once, into
+/// [crate::gpu::Device].
+pub type Look = (Option<Vec<(u32, Option<u64>)>>, Option<u64>, Option<u32>);
 
-/// NVML's view of one GPU, as the trials read it.
-impl MemoryProbe for NvmlDevice {
-    fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-        NvmlDevice::processes(self)
-    }
-    fn memory(&self) -> Option<(u64, u64)> {
-        NvmlDevice::memory(self)
-    }
-    fn utilization(&self) -> Option<u32> {
-        NvmlDevice::utilization(self)
-    }
+/// A look at `d` through NVML.
+pub fn look(d: &NvmlDevice) -> Look {
+    (d.processes(), d.memory().map(|m| m.0), d.utilization())
 }
 
 /// Where a trial's memory figure came from.
@@ -175,21 +161,24 @@ impl Watch {
     }
 }
 
-/// Samples a probe every `period` on a thread of its own until finished; what it saw so far
-/// can be read while it runs.
+/// Samples a GPU every `period` on a thread of its own until finished; what it saw so far can
+/// be read while it runs.
 pub struct Sampler {
     /// Told, or dropped, it takes one last sample and ends.
     stop: Sender<()>,
     watch: Arc<Mutex<Watch>>,
     thread: Option<JoinHandle<()>>,
     before: Option<u64>,
+    /// Samples taken when the peak was last read.
+    read_at: usize,
 }
 
 impl Sampler {
-    /// Start sampling the processes of group `pgid` (and their descendants). `before` is the
-    /// device's use read just before the trial started; `start` the trial's clock.
+    /// Start sampling the processes of group `pgid` (and their descendants), each sample taken
+    /// by `look`. `before` is the device's use read just before the trial started; `start` the
+    /// trial's clock.
     pub fn start(
-        probe: Arc<dyn MemoryProbe>,
+        mut look: impl FnMut() -> Look + Send + 'static,
         pgid: u32,
         period: Duration,
         before: Option<u64>,
@@ -205,9 +194,7 @@ impl Sampler {
                 // One last sample after the stop, so a short trial is sampled at least once.
                 let mut stopping = false;
                 loop {
-                    let list = probe.processes();
-                    let used = probe.memory().map(|m| m.0);
-                    let util = probe.utilization();
+                    let (list, used, util) = look();
                     let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
                     w.add(list.as_deref(), used, &is_trials);
                     if let Some(u) = util {
@@ -227,29 +214,30 @@ impl Sampler {
             watch,
             thread,
             before,
+            read_at: 0,
         }
     }
 
-    /// The peak so far and the number of samples taken.
-    pub fn so_far(&self) -> (Option<u64>, usize) {
+    /// The peak so far, where a sample was taken since it was last read (a reading counts for
+    /// a step only if one was).
+    pub fn fresh_peak(&mut self) -> Option<u64> {
         let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = w.samples > std::mem::replace(&mut self.read_at, w.samples);
         // In the reading's terms: per-process where accounted, else the device's rise.
         let rise = || Some(w.device_peak?.saturating_sub(self.before?)).filter(|&p| p > 0);
-        (w.group_peak.or_else(rise), w.samples)
+        w.group_peak.or_else(rise).filter(|_| fresh)
     }
 
     /// Stop and read: the memory reading and the utilization samples. Call right after the
     /// trial's leader exited, before its group is gone from NVML's list for long.
-    pub fn finish(mut self) -> (MemoryReading, Vec<(f64, u32)>) {
+    pub fn finish(self) -> (MemoryReading, Vec<(f64, u32)>) {
         let _ = self.stop.send(());
-        let why = match self.thread.take() {
+        let why = match self.thread.map(JoinHandle::join) {
             None => "the memory sampler could not start",
-            Some(thread) => {
-                if thread.join().is_ok() {
-                    let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
-                    return (w.reading(self.before), std::mem::take(&mut w.utilization));
-                }
-                "the memory sampler failed"
+            Some(Err(_)) => "the memory sampler failed",
+            Some(Ok(())) => {
+                let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+                return (w.reading(self.before), std::mem::take(&mut w.utilization));
             }
         };
         (MemoryReading::unmeasured(why), Vec::new())
@@ -261,16 +249,11 @@ impl Sampler {
 pub fn belongs_to(pid: u32, pgid: u32) -> bool {
     let mut current = pid;
     for _ in 0..64 {
-        let Some((parent, group)) = stat_of(current) else {
-            return false;
-        };
-        if group == pgid || current == pgid {
-            return true;
+        match stat_of(current) {
+            Some((_, group)) if group == pgid || current == pgid => return true,
+            Some((parent, _)) if parent > 1 => current = parent,
+            _ => return false,
         }
-        if parent <= 1 {
-            return false;
-        }
-        current = parent;
     }
     false
 }
@@ -359,39 +342,30 @@ mod tests {
         assert_eq!((r.source, r.peak_bytes), (MemorySource::None, None));
     }
 
-    #[derive(Debug)]
-    struct Scripted(std::sync::Mutex<Vec<u64>>);
-
-    impl MemoryProbe for Scripted {
-        fn processes(&self) -> Option<Vec<(u32, Option<u64>)>> {
-            let pid = std::process::id();
-            let mut v = self.0.lock().unwrap();
-            let used = if v.len() > 1 { v.remove(0) } else { v[0] };
-            Some(vec![(pid, Some(used))])
-        }
-        fn memory(&self) -> Option<(u64, u64)> {
-            None
-        }
-        fn utilization(&self) -> Option<u32> {
-            None
-        }
-    }
-
     #[test]
     fn the_sampler_thread_samples_until_finished() {
         // This process stands in for the trial: its group is whatever ours is.
         let me = std::process::id();
         let (_, group) = stat_of(me).expect("/proc is readable");
-        let probe = Arc::new(Scripted(std::sync::Mutex::new(vec![5, 9, 7])));
-        let s = Sampler::start(
-            probe,
+        // This process, using 5, then 9, then 7 from then on; no device figures.
+        let mut used = vec![5, 9, 7];
+        let scripted = move || {
+            let now = if used.len() > 1 {
+                used.remove(0)
+            } else {
+                used[0]
+            };
+            (Some(vec![(me, Some(now))]), None, None)
+        };
+        let mut s = Sampler::start(
+            scripted,
             group,
             Duration::from_millis(5),
             Some(0),
             Instant::now(),
         );
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(s.so_far().0, Some(9));
+        assert_eq!(s.fresh_peak(), Some(9));
         let (r, utilization) = s.finish();
         assert!(utilization.is_empty(), "the probe reads no utilization");
         assert_eq!(r.source, MemorySource::NvmlProcess);

@@ -134,10 +134,6 @@ impl Measured {
         };
         let from_steps = source == ThroughputSource::Protocol;
         let (steps, end) = (&report.steps, report.end.as_ref());
-        let framework_peak_bytes = (steps.iter().filter_map(|s| s.peak_memory_bytes))
-            .chain(end.and_then(|e| e.peak_memory_bytes))
-            .max();
-        let allocated_peak_bytes = last_allocated(report);
         let program_samples_per_s = end.and_then(|e| e.samples_per_s);
         let clock = clock_rates(steps, warmup, arrivals).filter(|_| from_steps);
         let mut metrics = Metrics::default();
@@ -158,8 +154,10 @@ impl Measured {
             forward_ms: ms(&|s| s.forward_s),
             backward_ms: ms(&|s| s.backward_s),
             optimizer_ms: ms(&|s| s.optimizer_s),
-            framework_peak_bytes,
-            allocated_peak_bytes,
+            framework_peak_bytes: (steps.iter().filter_map(|s| s.peak_memory_bytes))
+                .chain(end.and_then(|e| e.peak_memory_bytes))
+                .max(),
+            allocated_peak_bytes: last_allocated(report),
             program_samples_per_s,
             program_difference,
             clock_samples_per_s: clock.map(|(tuner, _)| tuner),

@@ -24,7 +24,7 @@ use common::process::{kill_group, read_from, read_tail, tail_lines, watch, Exit}
 use crate::classify::{classify, find_oom, OomMessage, Status};
 use crate::gpu::Device;
 use crate::launch::{Launcher, Running, Spawn};
-use crate::nvml::{MemoryReading, Sampler};
+use crate::nvml::{self, MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
 use crate::protocol::{last_allocated, step_of, Measured, ReportFile, ReportHealth};
 
@@ -80,27 +80,15 @@ pub fn stall_limit_s(floor_s: f64, slowest_s: f64) -> f64 {
     floor_s.max(STALL_MULTIPLE * slowest_s)
 }
 
-/// A rank gone silent between its steps.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Silence {
-    rank: usize,
-    /// How long it had written nothing, when it was ended.
-    silent_s: f64,
-    /// The step lines it had reported.
-    after_step: usize,
-    /// The slowest step so far across the group's ranks.
-    slowest_s: f64,
-}
-
-impl Silence {
-    /// `no report or output for 61 s after step 5 (the slowest step so far 1.8 s)`.
-    fn describe(&self) -> String {
-        let digits = if self.slowest_s < 1.0 { 2 } else { 1 };
-        format!(
-            "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
-            self.silent_s, self.after_step, digits, self.slowest_s
-        )
-    }
+/// Why a rank gone silent between its steps is hung, `silent_s` after its step line
+/// `after_step`, the slowest step so far across the group's ranks `slowest_s`: `no report or
+/// output for 61 s after step 5 (the slowest step so far 1.8 s)`.
+fn silence(silent_s: f64, after_step: usize, slowest_s: f64) -> String {
+    let digits = if slowest_s < 1.0 { 2 } else { 1 };
+    format!(
+        "no report or output for {:.0} s after step {} (the slowest step so far {:.*} s)",
+        silent_s, after_step, digits, slowest_s
+    )
 }
 
 /// NVML's sampling period.
@@ -176,10 +164,8 @@ impl TrialResult {
     /// report, exact), else NVML's reading against the GPU's memory less what was in use before
     /// the trial. The limit is None unless it is known in the peak's terms.
     pub fn memory_terms(&self) -> (Option<u64>, Option<u64>) {
-        let m = &self.measured;
-        let reported_free = m.device.as_ref().and_then(|d| d.free_bytes);
-        if m.framework_peak_bytes.is_some() && reported_free.is_some() {
-            return (m.framework_peak_bytes, reported_free);
+        if let Some(free) = self.reported_free() {
+            return (self.measured.framework_peak_bytes, Some(free));
         }
         let nvml_limit = (self.memory.device_total_bytes)
             .zip(self.memory.device_before_bytes)
@@ -187,18 +173,22 @@ impl TrialResult {
         match (self.memory.peak_bytes, nvml_limit) {
             (Some(p), Some(l)) => (Some(p), Some(l)),
             // A peak without a limit in its own terms: shown, but not held against a limit.
-            (nvml, _) => (nvml.or(m.framework_peak_bytes), None),
+            (nvml, _) => (nvml.or(self.measured.framework_peak_bytes), None),
         }
+    }
+
+    /// The memory the program reported free when it started, where it reported its own peak
+    /// too: the terms of [TrialResult::memory_terms] are then the program's.
+    fn reported_free(&self) -> Option<u64> {
+        let m = &self.measured;
+        (m.device.as_ref()?.free_bytes).filter(|_| m.framework_peak_bytes.is_some())
     }
 
     /// The steady step's allocated peak where the program reports it in the terms of
     /// [TrialResult::memory_terms] (with its own peak and the memory it reported free): the peak
     /// without the allocator's cache and its fragments.
     pub fn allocated_peak(&self) -> Option<u64> {
-        let m = &self.measured;
-        let reported_free = m.device.as_ref().and_then(|d| d.free_bytes);
-        m.allocated_peak_bytes
-            .filter(|_| m.framework_peak_bytes.is_some() && reported_free.is_some())
+        self.reported_free().and(self.measured.allocated_peak_bytes)
     }
 
     /// Whether its batch fits: it ended OK (or reported every step it was told to run: a
@@ -237,7 +227,6 @@ impl TrialResult {
         TrialResult {
             index,
             params,
-            status: Status::Skipped,
             reason,
             memory: MemoryReading::unmeasured("not run"),
             ranks: 1,
@@ -253,12 +242,13 @@ impl TrialResult {
                 (Some(s), None) => format!("OK {s:.1} samples/s"),
                 (None, None) => "OK".into(),
             },
-            Status::Oom => format!(
-                "OOM ({})",
-                self.oom
+            Status::Oom => {
+                let stack = self
+                    .oom
                     .as_ref()
-                    .map_or("out of memory", |m| m.stack.as_str())
-            ),
+                    .map_or("out of memory", |m| m.stack.as_str());
+                format!("OOM ({stack})")
+            }
             // INCOMPLETE, HANG, FAILED, SKIPPED, UNFINISHED: why.
             s => format!("{}: {}", s.name(), self.reason),
         }
@@ -295,17 +285,12 @@ impl Tail {
     fn new(path: &Path) -> Tail {
         Tail {
             path: path.to_path_buf(),
-            offset: 0,
-            partial: String::new(),
+            ..Tail::default()
         }
     }
 
     /// New complete lines, if the file grew.
     fn new_lines(&mut self) -> Vec<String> {
-        let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
-        if len <= self.offset {
-            return Vec::new();
-        }
         // A flood is read in pieces; the rest comes at the next look.
         let (text, _) = read_from(&self.path, Some(self.offset), 4 << 20);
         self.offset += text.len() as u64;
@@ -341,38 +326,43 @@ struct Watcher {
     /// two of its step lines on the tuner's clock.
     slowest_s: f64,
     peaks: Vec<Option<u64>>,
-    last_samples: usize,
     told: usize,
     oom_seen: bool,
     steady_at: Option<usize>,
 }
 
 impl Watcher {
+    /// Mean NVML utilization (`utilization`: seconds from the start, percent) from the line of
+    /// the last of `warmup` steps (the start without warmup) to the last line.
+    fn mean_utilization(&self, utilization: &[(f64, u32)], warmup: usize) -> Option<f64> {
+        let from = warmup.checked_sub(1).map_or(0.0, |w0| {
+            self.arrivals.get(w0).copied().unwrap_or(f64::INFINITY)
+        });
+        let to = self.arrivals.last().copied().unwrap_or(0.0);
+        let window: Vec<f64> = utilization
+            .iter()
+            .filter(|(t, _)| *t > from && *t <= to)
+            .map(|(_, u)| f64::from(*u))
+            .collect();
+        (!window.is_empty()).then(|| common::stats::mean(&window))
+    }
+
     /// Look again, `now` seconds from the start; true once the trial can stop.
     fn look(&mut self, now: f64) -> bool {
         let read = |w: &Watcher| w.report.offset + w.stderr.offset + w.stdout.offset;
         let before = read(self);
         for out in [&mut self.stderr, &mut self.stdout] {
-            if out.new_lines().iter().any(|l| find_oom(l).is_some()) {
-                self.oom_seen = true;
-            }
+            self.oom_seen |= out.new_lines().iter().any(|l| find_oom(l).is_some());
         }
         let lines = self.report.new_lines();
         if read(self) > before {
             self.last_written = now;
         }
-        for line in lines {
-            let Some(step) = step_of(&line) else { continue };
+        for step in lines.iter().filter_map(|l| step_of(l)) {
             let gap = self.arrivals.last().map_or(0.0, |last| now - last);
             self.slowest_s = self.slowest_s.max(step.step_s).max(gap);
             self.arrivals.push(now);
-            let nvml = self.sampler.as_ref().and_then(|s| {
-                let (peak, samples) = s.so_far();
-                // A reading counts for this step only if a sample was taken since the last.
-                let fresh = samples > self.last_samples;
-                self.last_samples = samples;
-                peak.filter(|_| fresh)
-            });
+            let nvml = self.sampler.as_mut().and_then(Sampler::fresh_peak);
             self.peaks.push(step.peak_memory_bytes.or(nvml));
             if self.stop == Stop::WhenSteady && self.steady_at.is_none() && steady(&self.peaks) {
                 self.steady_at = Some(self.peaks.len());
@@ -388,50 +378,6 @@ impl Watcher {
     }
 }
 
-/// What rank `rank` of a trial's group of GPUs finds in its environment besides what it
-/// inherits: the trial's values, its report file and the group's GPUs (it picks its own by
-/// LOCAL_RANK, as under torchrun); in a group of several, torchrun's variables, with `port` the
-/// rendezvous port.
-pub fn trial_environment(
-    params: &Params,
-    index: usize,
-    group: &[Device],
-    rank: usize,
-    port: u16,
-    report: &Path,
-) -> Vec<(String, OsString)> {
-    let mut env: Vec<(String, OsString)> = Program::env_for(params)
-        .into_iter()
-        .map(|(k, v)| (k, v.into()))
-        .collect();
-    let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
-    let ours: [(&str, OsString); 5] = [
-        (REPORT_ENV, report.as_os_str().to_owned()),
-        (TRIAL_ENV, index.to_string().into()),
-        ("CUDA_VISIBLE_DEVICES", visible.join(",").into()),
-        ("NCCL_NVLS_ENABLE", "0".into()),
-        ("PYTHONUNBUFFERED", "1".into()),
-    ];
-    env.extend(ours.map(|(k, v)| (k.to_string(), v)));
-    if group.len() > 1 {
-        let size = group.len().to_string();
-        let torchrun = [
-            ("RANK", rank.to_string()),
-            ("LOCAL_RANK", rank.to_string()),
-            ("GROUP_RANK", "0".into()),
-            ("WORLD_SIZE", size.clone()),
-            ("LOCAL_WORLD_SIZE", size),
-            ("MASTER_ADDR", "127.0.0.1".into()),
-            ("MASTER_PORT", port.to_string()),
-        ];
-        env.extend(torchrun.map(|(k, v)| (k.to_string(), v.into())));
-    }
-    if group.iter().any(|d| d.pci_bus_order) {
-        env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
-    }
-    env
-}
-
 /// What every trial of a run shares.
 pub struct Runner<'a> {
     pub program: &'a Program,
@@ -441,6 +387,52 @@ pub struct Runner<'a> {
     pub env: &'a [(String, OsString)],
 }
 
+impl Runner<'_> {
+    /// What rank `rank` of trial `t`'s group of GPUs finds in its environment besides what it
+    /// inherits: the trial's values, its report file and the group's GPUs (it picks its own by
+    /// LOCAL_RANK, as under torchrun); in a group of several, torchrun's variables, with `port`
+    /// the rendezvous port; then the variables of every trial of the run.
+    fn environment(
+        &self,
+        t: &TrialResult,
+        group: &[Device],
+        rank: usize,
+        port: u16,
+        report: &Path,
+    ) -> Vec<(String, OsString)> {
+        let mut env: Vec<(String, OsString)> = Program::env_for(&t.params)
+            .into_iter()
+            .map(|(k, v)| (k, v.into()))
+            .collect();
+        let ours: [(&str, OsString); 5] = [
+            (REPORT_ENV, report.as_os_str().to_owned()),
+            (TRIAL_ENV, t.index.to_string().into()),
+            ("CUDA_VISIBLE_DEVICES", t.cuda_visible.clone().into()),
+            ("NCCL_NVLS_ENABLE", "0".into()),
+            ("PYTHONUNBUFFERED", "1".into()),
+        ];
+        env.extend(ours.map(|(k, v)| (k.to_string(), v)));
+        if group.len() > 1 {
+            let size = group.len().to_string();
+            let torchrun = [
+                ("RANK", rank.to_string()),
+                ("LOCAL_RANK", rank.to_string()),
+                ("GROUP_RANK", "0".into()),
+                ("WORLD_SIZE", size.clone()),
+                ("LOCAL_WORLD_SIZE", size),
+                ("MASTER_ADDR", "127.0.0.1".into()),
+                ("MASTER_PORT", port.to_string()),
+            ];
+            env.extend(torchrun.map(|(k, v)| (k.to_string(), v.into())));
+        }
+        if group.iter().any(|d| d.pci_bus_order) {
+            env.push(("CUDA_DEVICE_ORDER".into(), "PCI_BUS_ID".into()));
+        }
+        env.extend_from_slice(self.env);
+        env
+    }
+}
+
 /// One process of a trial's group, as it is watched.
 struct Rank {
     running: Running,
@@ -448,15 +440,15 @@ struct Rank {
     watcher: Watcher,
 }
 
-/// The group's processes while it runs, the rank whose end ended the group, when its time is
-/// up, and the silence that ends it as hung.
+/// The group's processes while it runs under its limits, the rank whose end ended the group,
+/// and the silence that ends it as hung.
 struct Group {
     ranks: Vec<Rank>,
     ended_by: Option<usize>,
     start: Instant,
-    deadline: Instant,
-    stall_limit: Duration,
-    silence: Option<Silence>,
+    limits: Limits,
+    /// The rank gone silent, and why it is hung ([silence]).
+    silence: Option<(usize, String)>,
 }
 
 impl Group {
@@ -465,55 +457,38 @@ impl Group {
     /// or 0 before it reported every step it was told to run: the others would wait for it in
     /// their next collective).
     fn exited(&mut self) -> std::io::Result<Option<Exit>> {
-        if Instant::now() >= self.deadline {
-            // Past the time limit every rank goes, not only the one that leads the watch; their
-            // deaths are the limit's doing, not an end of their own.
+        // Past the time limit every rank goes, not only the one that leads the watch; their
+        // deaths are the limit's doing, not an end of their own.
+        let over = (self.start.elapsed() >= self.limits.time_limit).then_some(Exit::TimedOut);
+        if let Some(exit) = over.or(self.silence.as_ref().map(|_| Exit::Stalled)) {
             self.kill();
-            return Ok(Some(Exit::TimedOut));
+            return Ok(Some(exit));
         }
-        if self.silence.is_some() {
-            self.kill();
-            return Ok(Some(Exit::Stalled));
-        }
-        let running = self
-            .ranks
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, r)| r.exit.is_none());
-        for (r, rank) in running {
-            let Some(exit) = rank.running.exited()? else {
-                continue;
-            };
-            rank.exit = Some(exit);
-            rank.watcher.look(self.start.elapsed().as_secs_f64());
-            let early = exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
-            if early && self.ended_by.is_none() {
-                self.ended_by = Some(r);
+        for (r, rank) in (self.ranks.iter_mut().enumerate()).filter(|(_, r)| r.exit.is_none()) {
+            if let Some(exit) = rank.running.exited()? {
+                rank.exit = Some(exit);
+                rank.watcher.look(self.start.elapsed().as_secs_f64());
+                let early =
+                    exit != Exit::Code(0) || rank.watcher.arrivals.len() < rank.watcher.told;
+                self.ended_by = self.ended_by.or(early.then_some(r));
             }
         }
-        if let Some(r) = self.ended_by.filter(|_| self.ranks.len() > 1) {
-            if let Some(exit) = self.ranks[r].exit {
-                self.kill();
-                return Ok(Some(exit));
-            }
+        let ender = self.ended_by.filter(|_| self.ranks.len() > 1);
+        if let Some(exit) = ender.and_then(|r| self.ranks[r].exit) {
+            self.kill();
+            return Ok(Some(exit));
         }
-        let exits: Vec<Exit> = self.ranks.iter().filter_map(|r| r.exit).collect();
-        Ok((exits.len() == self.ranks.len()).then(|| {
-            *exits
-                .iter()
-                .find(|e| **e != Exit::Code(0))
-                .unwrap_or(&exits[0])
-        }))
+        // Every rank's exit: the first that is not 0, else 0.
+        let exits: Option<Vec<Exit>> = self.ranks.iter().map(|r| r.exit).collect();
+        Ok(exits.and_then(|e| e.into_iter().min_by_key(|e| *e == Exit::Code(0))))
     }
 
     /// Look at every rank; true once the group can stop: a rank ran out of memory, or every
     /// rank is where `stop` says (its group then killed whole). A rank gone silent is noted,
     /// and ends the group when its exit is next looked for.
     fn enough(&mut self) -> bool {
-        let mut all = true;
-        for rank in &mut self.ranks {
-            all &= rank.watcher.look(self.start.elapsed().as_secs_f64());
-        }
+        let now = self.start.elapsed().as_secs_f64();
+        let all = (self.ranks.iter_mut()).fold(true, |all, r| r.watcher.look(now) & all);
         let oom = self.ranks.iter().position(|r| r.watcher.oom_seen);
         self.ended_by = self.ended_by.or(oom);
         let done = oom.is_some() || all;
@@ -529,22 +504,19 @@ impl Group {
     /// reported a step and not yet every step they were told to run; the limit counts the
     /// slowest step of any rank (in a group the ranks step together, and one rank's slow step
     /// holds up the others' lines).
-    fn silent_rank(&self) -> Option<Silence> {
+    fn silent_rank(&self) -> Option<(usize, String)> {
         let slowest_s = (self.ranks.iter())
             .map(|r| r.watcher.slowest_s)
             .fold(0.0, f64::max);
-        let limit = stall_limit_s(self.stall_limit.as_secs_f64(), slowest_s);
-        (self.ranks.iter().enumerate())
+        let limit = stall_limit_s(self.limits.stall_limit.as_secs_f64(), slowest_s);
+        let now = self.start.elapsed().as_secs_f64();
+        let (rank, silent_s, after_step) = (self.ranks.iter().enumerate())
             .filter(|(_, r)| r.exit.is_none())
             .filter(|(_, r)| (1..r.watcher.told).contains(&r.watcher.arrivals.len()))
-            .map(|(rank, r)| Silence {
-                rank,
-                silent_s: self.start.elapsed().as_secs_f64() - r.watcher.last_written,
-                after_step: r.watcher.arrivals.len(),
-                slowest_s,
-            })
-            .filter(|s| s.silent_s > limit)
-            .max_by(|a, b| a.silent_s.total_cmp(&b.silent_s))
+            .map(|(rank, r)| (rank, now - r.watcher.last_written, r.watcher.arrivals.len()))
+            .filter(|&(_, silent_s, _)| silent_s > limit)
+            .max_by(|a, b| a.1.total_cmp(&b.1))?;
+        Some((rank, silence(silent_s, after_step, slowest_s)))
     }
 
     fn kill(&self) {
@@ -553,7 +525,8 @@ impl Group {
         }
     }
 
-    /// Kill what is left of every rank and reap each one's process.
+    /// Kill what is left of every rank, reap each one's process and read the lines that came
+    /// with its exit.
     fn end(&mut self) {
         self.kill();
         let from = Instant::now();
@@ -565,6 +538,7 @@ impl Group {
                     Err(_) => break,
                 }
             }
+            rank.watcher.look(self.start.elapsed().as_secs_f64());
         }
     }
 }
@@ -581,103 +555,87 @@ impl Runner<'_> {
         group: &[Device],
         folder: &Path,
     ) -> TrialResult {
-        let device = &group[0];
-        let params = &params.on_gpu(device.capability);
-        let argv = self.program.argv_for(params);
+        let params = params.on_gpu(group[0].capability);
         let labels: Vec<&str> = group.iter().map(|d| d.label.as_str()).collect();
         let visible: Vec<&str> = group.iter().map(|d| d.cuda_visible.as_str()).collect();
         let mut result = TrialResult {
             device: labels.join(" + "),
             cuda_visible: visible.join(","),
             ranks: group.len(),
-            cpus: device.cpus.clone(),
-            command: argv.clone(),
+            cpus: group[0].cpus.clone(),
+            command: self.program.argv_for(&params),
             folder: Some(folder.to_path_buf()),
             memory: MemoryReading::unmeasured("no NVML reading for this device"),
-            ..TrialResult::skipped(index, params.clone(), String::new())
+            ..TrialResult::skipped(index, params, String::new())
         };
-        let failed = |mut r: TrialResult, why: String| {
-            r.status = Status::Failed;
-            r.stderr_tail = vec![why.clone()];
-            r.reason = why;
-            r
-        };
-        let setup = || -> Result<(PathBuf, u16), String> {
-            let made = std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize());
-            let folder = made.map_err(|e| {
-                format!("cannot create the trial's folder {}: {e}", folder.display())
-            })?;
-            let port = match group.len() {
-                1 => 0,
-                // A port on this host no one listens on, for the rendezvous: the kernel's pick.
-                _ => (std::net::TcpListener::bind("127.0.0.1:0"))
-                    .and_then(|l| l.local_addr())
-                    .map_err(|e| format!("no free port for the ranks: {e}"))?
-                    .port(),
-            };
-            Ok((folder, port))
-        };
-        let (folder, port) = match setup() {
-            Ok(s) => s,
-            Err(why) => return failed(result, why),
+        if let Err(why) = self.run(group, folder, &mut result) {
+            result.status = Status::Failed;
+            result.stderr_tail = vec![why.clone()];
+            result.reason = why;
+        }
+        result
+    }
+
+    /// Run `result`'s command with its values on `group` and fill in what came of it; Err says
+    /// why the program could not start, or could not be followed to its end.
+    fn run(&self, group: &[Device], folder: &Path, result: &mut TrialResult) -> Result<(), String> {
+        let (params, argv) = (&result.params.clone(), &result.command.clone());
+        let made = std::fs::create_dir_all(folder).and_then(|_| folder.canonicalize());
+        let folder = made
+            .map_err(|e| format!("cannot create the trial's folder {}: {e}", folder.display()))?;
+        let port = match group.len() {
+            1 => 0,
+            // A port on this host no one listens on, for the rendezvous: the kernel's pick.
+            _ => (std::net::TcpListener::bind("127.0.0.1:0"))
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("no free port for the ranks: {e}"))?
+                .port(),
         };
         let start = Instant::now();
         let mut g = Group {
             ranks: Vec::with_capacity(group.len()),
             ended_by: None,
             start,
-            deadline: start + self.limits.time_limit,
-            stall_limit: self.limits.stall_limit,
+            limits: self.limits,
             silence: None,
         };
         for (r, d) in group.iter().enumerate() {
             // One rank's files keep the names of a trial of one process.
-            let name = |stem: &str, ext: &str| match group.len() {
-                1 => folder.join(format!("{stem}.{ext}")),
-                _ => folder.join(format!("{stem}.rank{r}.{ext}")),
+            let rank = match group.len() {
+                1 => String::new(),
+                _ => format!(".rank{r}"),
             };
-            let (report, stdout, stderr) = (
-                name("report", "jsonl"),
-                name("stdout", "log"),
-                name("stderr", "log"),
-            );
+            let [report, stdout, stderr] =
+                [("report", "jsonl"), ("stdout", "log"), ("stderr", "log")]
+                    .map(|(stem, ext)| folder.join(format!("{stem}{rank}.{ext}")));
             let _ = std::fs::remove_file(&report);
             let spawn = Spawn {
-                argv: &argv,
-                env: [
-                    trial_environment(params, index, group, r, port, &report),
-                    self.env.to_vec(),
-                ]
-                .concat(),
+                argv,
+                env: self.environment(result, group, r, port, &report),
                 cpus: d.cpus.as_deref(),
                 stdout: &stdout,
                 stderr: &stderr,
             };
             let before = d.probe.as_ref().and_then(|p| Some(p.memory()?.0));
-            let running = match self.launcher.start(&spawn) {
-                Ok(r) => r,
-                Err(e) => {
-                    g.end();
-                    return failed(
-                        result,
-                        format!("could not start '{}': {e}", Program::display(&argv[..1])),
-                    );
-                }
-            };
-            let watcher = Watcher {
-                report: Tail::new(&report),
-                stderr: Tail::new(&stderr),
-                stdout: Tail::new(&stdout),
-                sampler: (d.probe.clone())
-                    .map(|p| Sampler::start(p, running.pgid(), SAMPLE_PERIOD, before, start)),
-                stop: self.limits.stop,
-                told: params.total_steps(),
-                ..Watcher::default()
-            };
+            let running = self.launcher.start(&spawn).map_err(|e| {
+                g.end();
+                format!("could not start '{}': {e}", Program::display(&argv[..1]))
+            })?;
             g.ranks.push(Rank {
+                watcher: Watcher {
+                    report: Tail::new(&report),
+                    stderr: Tail::new(&stderr),
+                    stdout: Tail::new(&stdout),
+                    sampler: d.probe.clone().map(|p| {
+                        let look = move || nvml::look(&p);
+                        Sampler::start(look, running.pgid(), SAMPLE_PERIOD, before, start)
+                    }),
+                    stop: self.limits.stop,
+                    told: params.total_steps(),
+                    ..Watcher::default()
+                },
                 running,
                 exit: None,
-                watcher,
             });
         }
         let group_state = std::cell::RefCell::new(g);
@@ -691,38 +649,29 @@ impl Runner<'_> {
         );
         let mut g = group_state.into_inner();
         g.end();
-        // The lines that came with the exits.
-        for rank in &mut g.ranks {
-            rank.watcher.look(start.elapsed().as_secs_f64());
-        }
         result.wall_s = start.elapsed().as_secs_f64();
         let mut readings = Vec::new();
-        for (r, rank) in g.ranks.iter_mut().enumerate() {
-            let Some(s) = rank.watcher.sampler.take() else {
-                continue;
-            };
-            let (mut memory, utilization) = s.finish();
-            memory.device_total_bytes = group[r].probe.as_ref().and_then(|p| Some(p.memory()?.1));
-            if r == 0 {
-                result.nvml_util_pct =
-                    utilization_while_measured(&utilization, params, &rank.watcher);
+        for (r, (rank, d)) in g.ranks.iter_mut().zip(group).enumerate() {
+            if let Some((mut memory, utilization)) =
+                rank.watcher.sampler.take().map(Sampler::finish)
+            {
+                memory.device_total_bytes = d.probe.as_ref().and_then(|p| Some(p.memory()?.1));
+                if r == 0 {
+                    result.nvml_util_pct = rank
+                        .watcher
+                        .mean_utilization(&utilization, params.warmup_steps);
+                }
+                readings.push(memory);
             }
-            readings.push(memory);
         }
         // The rank that held the most speaks for the group's memory.
         if let Some(m) = readings.into_iter().max_by_key(|m| m.peak_bytes) {
             result.memory = m;
         }
-        let exit = match finished {
-            Ok(e) => e,
-            Err(e) => return failed(result, format!("lost track of the trial's process: {e}")),
-        };
+        let exit = finished.map_err(|e| format!("lost track of the trial's process: {e}"))?;
         result.exit = Some(exit);
-        let files: Vec<ReportFile> = g
-            .ranks
-            .iter()
-            .map(|r| ReportFile::read(&r.watcher.report.path))
-            .collect();
+        let read = |r: &Rank| ReportFile::read(&r.watcher.report.path);
+        let files: Vec<ReportFile> = g.ranks.iter().map(read).collect();
         result.reached_steps = files.iter().all(|f| f.steps.len() >= params.total_steps());
         let lead = &g.ranks[0].watcher;
         result.steady_at = g.ranks.iter().map(|r| r.watcher.steady_at).max().flatten();
@@ -732,18 +681,15 @@ impl Runner<'_> {
         let wall = (exit == Exit::Code(0)).then_some((told_samples as u64, result.wall_s));
         result.measured =
             Measured::from_report(&files[0], params.warmup_steps, wall, &lead.arrivals);
+        let m = &mut result.measured;
         let peaks = files
             .iter()
             .flat_map(|f| f.steps.iter().filter_map(|s| s.peak_memory_bytes));
-        result.measured.framework_peak_bytes =
-            result.measured.framework_peak_bytes.max(peaks.max());
-        result.measured.allocated_peak_bytes = files.iter().filter_map(last_allocated).max();
+        m.framework_peak_bytes = m.framework_peak_bytes.max(peaks.max());
+        m.allocated_peak_bytes = files.iter().filter_map(last_allocated).max();
         result.report = files[0].health.clone();
         // Each rank's verdict: its own exit where it had one, else how the group ended.
-        let mut verdicts: Vec<_> = g
-            .ranks
-            .iter()
-            .zip(&files)
+        let mut verdicts: Vec<_> = (g.ranks.iter().zip(&files))
             .map(|(rank, file)| {
                 let own = match (exit, rank.exit) {
                     (Exit::TimedOut | Exit::Stalled | Exit::Stopped, _) | (_, None) => exit,
@@ -761,19 +707,16 @@ impl Runner<'_> {
         // speaks, else rank 0.
         let silence = g.silence.filter(|_| exit == Exit::Stalled);
         let speaker = (verdicts.iter().position(|v| v.status == Status::Oom))
-            .or(silence.map(|s| s.rank))
+            .or(silence.as_ref().map(|s| s.0))
             .or(g.ended_by.filter(|_| exit != Exit::TimedOut))
             .unwrap_or(0);
         let verdict = verdicts.swap_remove(speaker);
         result.status = verdict.status;
         result.oom = verdict.oom;
+        let limit = self.limits.time_limit.as_secs_f64();
         let reason = match (exit, silence) {
-            (Exit::TimedOut, _) => format!(
-                "{} of {:.0} s",
-                verdict.reason,
-                self.limits.time_limit.as_secs_f64()
-            ),
-            (_, Some(s)) => format!("{}: {}", s.describe(), verdict.reason),
+            (Exit::TimedOut, _) => format!("{} of {limit:.0} s", verdict.reason),
+            (_, Some((_, why))) => format!("{why}: {}", verdict.reason),
             _ => verdict.reason,
         };
         result.reason = match g.ranks.len() {
@@ -783,27 +726,8 @@ impl Runner<'_> {
         if result.status != Status::Ok {
             result.stderr_tail = tail_lines(&g.ranks[speaker].watcher.stderr.path, TAIL_LINES);
         }
-        result
+        Ok(())
     }
-}
-
-/// Mean NVML utilization from the last warmup step's line (the start without warmup) to the
-/// last line.
-fn utilization_while_measured(
-    utilization: &[(f64, u32)],
-    params: &Params,
-    w: &Watcher,
-) -> Option<f64> {
-    let from = params.warmup_steps.checked_sub(1).map_or(0.0, |w0| {
-        w.arrivals.get(w0).copied().unwrap_or(f64::INFINITY)
-    });
-    let to = w.arrivals.last().copied().unwrap_or(0.0);
-    let window: Vec<f64> = utilization
-        .iter()
-        .filter(|(t, _)| *t > from && *t <= to)
-        .map(|(_, u)| f64::from(*u))
-        .collect();
-    (!window.is_empty()).then(|| common::stats::mean(&window))
 }
 
 #[cfg(test)]
@@ -841,23 +765,11 @@ mod tests {
             "slow steps are not a hang"
         );
         assert_eq!(stall_limit_s(1.0, 0.0), 1.0);
-        let s = Silence {
-            rank: 0,
-            silent_s: 61.2,
-            after_step: 5,
-            slowest_s: 1.83,
-        };
         assert_eq!(
-            s.describe(),
+            silence(61.2, 5, 1.83),
             "no report or output for 61 s after step 5 (the slowest step so far 1.8 s)"
         );
-        let quick = Silence {
-            slowest_s: 0.012,
-            ..s
-        };
-        assert!(quick
-            .describe()
-            .ends_with("(the slowest step so far 0.01 s)"));
+        assert!(silence(61.2, 5, 0.012).ends_with("(the slowest step so far 0.01 s)"));
     }
 
     #[test]

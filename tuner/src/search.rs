@@ -324,7 +324,12 @@ impl Search {
                 // The size lands off the line that aimed it, or the peaks flatten as they do
                 // against a limit that the workspace fills (each in the peaks that line went
                 // through).
-                if let Some((line, by)) = aimed.and_then(|a| a.line) {
+                // A line through the other peaks than these (the cache showed itself at this
+                // size) is not checked against them.
+                let aimed_by = aimed
+                    .and_then(|a| a.line)
+                    .filter(|&(_, by)| by == allocated);
+                if let Some((line, by)) = aimed_by {
                     let after = Line::through(&self.peaks(by));
                     let peak = if by { p.allocated_bytes } else { p.peak_bytes };
                     let aimed_peak = line.peak(batch);
@@ -356,8 +361,10 @@ impl Search {
     /// fragments, a tenth or so) is part of what the batch needs, and the peaks that hold it
     /// aim closer; one that takes the room there is (cuDNN's autotuner caching its workspaces)
     /// puts the peaks at the limit long before the batch that runs out, while the allocated
-    /// peaks stay on their line. A line through allocated peaks bounds the answer from above:
-    /// the cache and its fragments come on top.
+    /// peaks stay on their line. The same cache shows itself where a larger size's peak is
+    /// below a smaller one's while its allocated peak is above (near the limit the cache gets
+    /// what room is left). A line through allocated peaks bounds the answer from above: the
+    /// cache and its fragments come on top.
     fn by_allocated(&self) -> bool {
         let ratios: Option<Vec<f64>> = (self.points.iter())
             .map(|&(_, peak, a)| a.filter(|&a| a > 0).map(|a| peak as f64 / a as f64))
@@ -367,7 +374,11 @@ impl Search {
             1 => 1.0,
             _ => ratios.iter().copied().fold(f64::INFINITY, f64::min),
         };
+        let falls = |&(b, peak, a): &(usize, u64, Option<u64>)| {
+            (self.points.iter()).any(|&(b2, peak2, a2)| b2 > b && peak2 < peak && a2 > a)
+        };
         ratios.iter().any(|&r| r > (1.0 + OFF_THE_LINE) * lowest)
+            || (!ratios.is_empty() && self.points.iter().any(falls))
     }
 
     /// The fitting sizes' (batch, peak): their allocated peaks, or the peaks.

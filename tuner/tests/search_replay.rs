@@ -271,15 +271,24 @@ fn resnet_on_a_host_of_four_no_worse_than_its_logged_runs() {
     // 440 in bf16, 1.01 at the answer: cuDNN's autotuner caches its workspaces), so the line
     // goes through the allocated peaks, which aim where the reserved ones (at the cap long
     // before the answer) cannot: 5 trials on one GPU, the confirmation included, and 2 rounds
-    // on four. (A replay on another count of GPUs would try sizes the run did not, whose
+    // on four. On two, the first round's sizes (8 and 32) hold a cache in the same share, and
+    // the line through their reserved peaks aims at 1168 and 1176, which fit; there the larger
+    // size's reserved peak is below the smaller's while its allocated peak is above (the cache
+    // takes the room left), so the line goes through the allocated peaks from then on: 4
+    // rounds in the replay where the logged run, whose search went blind there, took 7 and a
+    // confirmation. (A replay on another count of GPUs would try sizes the run did not, whose
     // reserved peaks, read off a line between logged ones, are not what the autotuner takes.)
     for (path, k, most) in [
         ("results/h200x4/autobatch-resnet-fp32-1gpu.json", 1, Some(5)),
         ("results/h200x4/autobatch-resnet-bf16-1gpu.json", 1, Some(5)),
         ("results/h200x4/autobatch-resnet-fp32-4gpu.json", 4, Some(2)),
         ("results/h200x4/autobatch-resnet-bf16-4gpu.json", 4, Some(2)),
-        ("results/h200x2/autobatch-resnet-bf16-1gpu.json", 1, None),
-        ("results/h200x2/autobatch-resnet-bf16-2gpu.json", 2, None),
+        ("results/h200x2/autobatch-resnet-bf16-1gpu.json", 1, Some(5)),
+        (
+            "results/h200x2/autobatch-resnet-bf16-2gpu-falling-peaks.json",
+            2,
+            Some(4),
+        ),
     ] {
         let resnet = Replay::of_report(path);
         assert_eq!(resnet.allocated.len() >= 2, most.is_some(), "{path}");

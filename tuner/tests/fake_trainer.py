@@ -83,6 +83,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from perf_lessons import Reporter, setting  # noqa: E402
 
+
+def wind_down():
+    """Exit status 1 after a second, as a real program winds down after its out-of-memory
+    message (the tuner stops it at the message: without the pause a loaded machine decides
+    whether the exit or the message is seen first)."""
+    time.sleep(1.0)
+    return 1
+
+
 PYTORCH_OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
     "capacity of 79.19 GiB of which 1.12 GiB is free. Including non-PyTorch memory, this process "
@@ -284,7 +293,7 @@ def main():
         entry["outcome"] = "oom"
         log(entry)
         report.close()
-        return 1
+        return wind_down()
 
     samples = args.batch_size * args.accumulation
     measured_start = None
@@ -332,7 +341,7 @@ def main():
             if args.batch_size > above and step + 1 >= at:
                 print(PYTORCH_OOM, file=sys.stderr, flush=True)
                 report.close()
-                return 1
+                return wind_down()
         time.sleep(step_s)
         if measured:
             now = time.perf_counter()

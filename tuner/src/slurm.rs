@@ -292,7 +292,7 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     if let (Ok(text), Some(json)) = (text, read_json(&dir.join(ANSWER_JSON))) {
         return Ok((text, json));
     }
-    let Some(job) = read_job(dir) else {
+    let Some(job) = read_json::<Job>(&dir.join(JOB)) else {
         return Err(anyhow::anyhow!(
             "{}: no answer, and no job was submitted (submit it with `sbatch {}`)",
             dir.display(),
@@ -337,7 +337,7 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
 /// leaves them; the sweep makes its report from them as from a local run's.
 pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let saved = read_results(dir, plan.trials.len());
-    let job = read_job(dir);
+    let job: Option<Job> = read_json(&dir.join(JOB));
     let states = job.as_ref().map(task_states).unwrap_or_default();
     // Each trial's result where it has one, unfinished where not, and skipped where a smaller
     // batch of its setting ran out of memory (the local rule, applied in the local order, so
@@ -405,11 +405,6 @@ fn unfinished(dir: &Path, i: usize, p: &Params, state: Option<&String>) -> Trial
         stderr_tail: common::process::tail_lines(&err, 20),
         ..TrialResult::skipped(i, p.clone(), reason)
     }
-}
-
-/// The job recorded in DIR, once submitted.
-pub fn read_job(dir: &Path) -> Option<Job> {
-    read_json(&dir.join(JOB))
 }
 
 /// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what

@@ -134,14 +134,12 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
 /// options, here, its answer left in DIR.
 fn autobatch_task(dir: &Path, plan: &Plan, saved: &serde_json::Value) -> anyhow::Result<ExitCode> {
     tuner::slurm::enter(plan)?;
-    let unreadable = |why: String| {
+    let options = serde_json::from_value(saved["options"].clone()).map_err(|e| {
         usage(format!(
-            "{}: the plan's batch finder is not one this tuner reads ({why}): run it again with this tuner",
+            "{}: the plan's batch finder is not one this tuner reads (the finder's options: {e}): run it again with this tuner",
             dir.display()
         ))
-    };
-    let options = serde_json::from_value(saved["options"].clone())
-        .map_err(|e| unreadable(format!("the finder's options: {e}")))?;
+    })?;
     let run_args = RunArgs {
         command: plan.command.clone(),
         no_fork: saved["no_fork"].as_bool().unwrap_or(false),

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use common::exit::{no_gpu, usage};
 use profiling::discover::{Places, NSYS};
-use tuner::autobatch::{self, AutobatchReport, Options};
+use tuner::autobatch::{self, Options};
 use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs};
 use tuner::config::{plan, Choice, Settings, SlurmArgs};
 use tuner::gpu::visible_devices;
@@ -75,8 +75,9 @@ fn main() -> ExitCode {
                     ..p
                 });
             }
-            let (report, text) = autobatch_here(&a.run, settings, &options)?;
-            emit(&a.run.json, &report, &text)?;
+            let run = start(&a.run, &settings, "autobatch")?;
+            let report = autobatch::autobatch(&run, settings, &options)?;
+            emit(&a.run.json, &report, &autobatch::render(&report))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Profile(a) => profile(&a),
@@ -129,38 +130,25 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
     Ok((settings, options))
 }
 
-/// The batch finder's answer here, with `settings` and `options`: its report and the text it
-/// prints.
-fn autobatch_here(
-    a: &RunArgs,
-    settings: Settings,
-    options: &Options,
-) -> anyhow::Result<(AutobatchReport, String)> {
-    let run = start(a, &settings, "autobatch")?;
-    let report = autobatch::autobatch(&run, settings, options)?;
-    let text = autobatch::render(&report);
-    Ok((report, text))
-}
-
 /// What the job of `autobatch --slurm DIR` runs: the finder with the plan's settings and
 /// options, here, its answer left in DIR.
 fn autobatch_task(dir: &Path, plan: &Plan, saved: &serde_json::Value) -> anyhow::Result<ExitCode> {
     tuner::slurm::enter(plan)?;
-    let unreadable = |why: String| {
+    let options = serde_json::from_value(saved["options"].clone()).map_err(|e| {
         usage(format!(
-            "{}: the plan's batch finder is not one this tuner reads ({why}): run it again with this tuner",
+            "{}: the plan's batch finder is not one this tuner reads (the finder's options: {e}): run it again with this tuner",
             dir.display()
         ))
-    };
-    let options = serde_json::from_value(saved["options"].clone())
-        .map_err(|e| unreadable(format!("the finder's options: {e}")))?;
+    })?;
     let run_args = RunArgs {
         command: plan.command.clone(),
         no_fork: saved["no_fork"].as_bool().unwrap_or(false),
         quiet: true,
         ..RunArgs::default()
     };
-    let (report, text) = autobatch_here(&run_args, plan.settings.clone(), &options)?;
+    let run = start(&run_args, &plan.settings, "autobatch")?;
+    let report = autobatch::autobatch(&run, plan.settings.clone(), &options)?;
+    let text = autobatch::render(&report);
     tuner::slurm::write_answer(dir, &report, &text)?;
     print!("{text}");
     Ok(ExitCode::SUCCESS)

@@ -123,12 +123,9 @@ impl Plan {
         plot: Option<&Path>,
     ) -> Plan {
         let keep = |p: Option<&Path>| {
-            p.map(|p| {
-                if p == Path::new("-") {
-                    p.into()
-                } else {
-                    absolute(p)
-                }
+            p.map(|p| match p.to_str() {
+                Some("-") => p.into(),
+                _ => absolute(p),
             })
         };
         Plan {
@@ -220,12 +217,11 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
         }
     };
     let trials = plan.trials.len();
-    if index >= trials {
+    let Some(params) = plan.trials.get(index) else {
         return Err(usage(format!(
             "trial {index}: the plan has {trials} trials, numbered from 0"
         )));
-    }
-    let params = &plan.trials[index];
+    };
     let program = Program::new(plan.command.clone()).map_err(usage)?;
     let mut group = visible_devices(None).map_err(no_gpu)?;
     let ranks = plan.settings.ranks;
@@ -292,7 +288,7 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
     if let (Ok(text), Some(json)) = (text, read_json(&dir.join(ANSWER_JSON))) {
         return Ok((text, json));
     }
-    let Some(job) = read_job(dir) else {
+    let Some(job) = read_json::<Job>(&dir.join(JOB)) else {
         return Err(anyhow::anyhow!(
             "{}: no answer, and no job was submitted (submit it with `sbatch {}`)",
             dir.display(),
@@ -337,7 +333,7 @@ pub fn gather_autobatch(dir: &Path) -> anyhow::Result<(String, serde_json::Value
 /// leaves them; the sweep makes its report from them as from a local run's.
 pub fn gather(dir: &Path, plan: &Plan) -> anyhow::Result<Ran> {
     let saved = read_results(dir, plan.trials.len());
-    let job = read_job(dir);
+    let job: Option<Job> = read_json(&dir.join(JOB));
     let states = job.as_ref().map(task_states).unwrap_or_default();
     // Each trial's result where it has one, unfinished where not, and skipped where a smaller
     // batch of its setting ran out of memory (the local rule, applied in the local order, so
@@ -405,11 +401,6 @@ fn unfinished(dir: &Path, i: usize, p: &Params, state: Option<&String>) -> Trial
         stderr_tail: common::process::tail_lines(&err, 20),
         ..TrialResult::skipped(i, p.clone(), reason)
     }
-}
-
-/// The job recorded in DIR, once submitted.
-pub fn read_job(dir: &Path) -> Option<Job> {
-    read_json(&dir.join(JOB))
 }
 
 /// Each array task's state, by trial: sacct's where the cluster keeps accounting, else what
@@ -587,16 +578,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// Seconds between looks at the queue (PERF_LESSONS_SLURM_POLL_S, default 10).
-fn poll_period() -> Duration {
-    let s = std::env::var("PERF_LESSONS_SLURM_POLL_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .unwrap_or(10.0);
-    Duration::from_secs_f64(s)
-}
-
 /// The states of the job's tasks still in the queue (`squeue -h -r -o %T`): empty once the job
 /// has left it, None where squeue could not say.
 fn in_queue(job: &Job) -> Option<Vec<String>> {
@@ -618,6 +599,12 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
     let tasks = plan.trials.len().max(1);
     let bar = crate::run::bar("{spinner} [{elapsed_precise}] {msg}");
     bar.enable_steady_tick(Duration::from_millis(250));
+    // Seconds between looks at the queue (PERF_LESSONS_SLURM_POLL_S, default 10).
+    let period = std::env::var("PERF_LESSONS_SLURM_POLL_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(10), Duration::from_secs_f64);
     let mut failures = 0;
     loop {
         let Some(queued) = in_queue(job) else {
@@ -630,7 +617,7 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
                 );
                 break;
             }
-            std::thread::sleep(poll_period());
+            std::thread::sleep(period);
             continue;
         };
         failures = 0;
@@ -661,7 +648,7 @@ fn wait(job: &Job, dir: &Path, plan: &Plan) {
         if queued.is_empty() {
             break;
         }
-        std::thread::sleep(poll_period());
+        std::thread::sleep(period);
     }
     bar.finish();
 }

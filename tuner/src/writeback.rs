@@ -44,8 +44,8 @@ impl Keys {
     /// The tuner config's own keys.
     pub fn tuner_config() -> Keys {
         Keys {
-            batch_size: KeyPath::of(&["training", "batch_size"]),
-            accumulation: Some(KeyPath::of(&["training", "accumulation_steps"])),
+            batch_size: KeyPath::parse("training.batch_size").expect("a key path"),
+            accumulation: Some(KeyPath::parse("training.accumulation_steps").expect("a key path")),
             new_keys: true,
         }
     }
@@ -53,19 +53,18 @@ impl Keys {
     /// The edits that write `batch` and `accumulation`: accumulation steps go in where the
     /// answer uses them or the file already has the key.
     fn edits(&self, batch: usize, accumulation: usize) -> Vec<Edit<'_>> {
-        let absent = match self.new_keys {
-            true => Absent::Add,
-            false => Absent::Refuse,
-        };
-        let edit = |key, value, absent| Edit { key, value, absent };
+        let absent = [Absent::Refuse, Absent::Add][usize::from(self.new_keys)];
         // Where the answer does not accumulate, only where the file has the key.
-        let skip = match accumulation {
-            1 => Absent::Skip,
-            _ => absent,
-        };
-        let steps = (self.accumulation.iter()).map(|key| edit(key, accumulation, skip));
-        let batch = edit(&self.batch_size, batch, absent);
-        std::iter::once(batch).chain(steps).collect()
+        let skip = [absent, Absent::Skip][usize::from(accumulation == 1)];
+        let (key, value) = (&self.batch_size, batch);
+        let steps = (self.accumulation.iter()).map(|key| Edit {
+            key,
+            value: accumulation,
+            absent: skip,
+        });
+        std::iter::once(Edit { key, value, absent })
+            .chain(steps)
+            .collect()
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 /// A dotted key path: `training.batch_size`; in JSON, its text.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
-pub struct KeyPath(Vec<String>);
+pub struct KeyPath(pub(super) Vec<String>);
 
 impl TryFrom<String> for KeyPath {
     type Error = String;
@@ -29,15 +29,6 @@ impl KeyPath {
             ));
         }
         Ok(KeyPath(segments))
-    }
-
-    /// A key path of names known to be good.
-    pub fn of(names: &[&str]) -> KeyPath {
-        KeyPath(names.iter().map(|n| n.to_string()).collect())
-    }
-
-    pub fn segments(&self) -> &[String] {
-        &self.0
     }
 
     /// What the file holds at this key path, as the framework reads it (`tree`: the file as

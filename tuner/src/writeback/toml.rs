@@ -99,7 +99,7 @@ pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
 fn read(text: &str, key: &KeyPath) -> Option<i64> {
     let doc = parse(text).ok()?;
     let mut item = doc.as_item();
-    for seg in key.segments() {
+    for seg in &key.0 {
         item = item.get(seg)?;
     }
     item.as_integer()

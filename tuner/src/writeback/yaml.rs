@@ -78,7 +78,7 @@ fn root(doc: &Document, e: &Edit) -> Result<Option<Mapping>, String> {
         return Ok(None);
     }
     // An empty document: its first key starts the root mapping, and the walk sets the rest.
-    doc.set(&e.key.segments()[0], Mapping::new_pending_block());
+    doc.set(&e.key.0[0], Mapping::new_pending_block());
     doc.as_mapping()
         .map(Some)
         .ok_or_else(|| "the empty document could not take a key; left as it was".into())

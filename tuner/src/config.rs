@@ -383,18 +383,16 @@ pub fn plan(s: &Settings) -> Vec<Params> {
     for &amp in &s.amp {
         for &workers in &s.workers {
             for axes in &combos {
-                for &batch_size in &s.batch_sizes {
-                    out.push(Params {
-                        batch_size,
-                        workers,
-                        amp,
-                        accumulation: s.accumulation_steps,
-                        steps: s.steps,
-                        warmup_steps: s.warmup_steps,
-                        axes: axes.clone(),
-                        ..Params::default()
-                    });
-                }
+                out.extend(s.batch_sizes.iter().map(|&batch_size| Params {
+                    batch_size,
+                    workers,
+                    amp,
+                    accumulation: s.accumulation_steps,
+                    steps: s.steps,
+                    warmup_steps: s.warmup_steps,
+                    axes: axes.clone(),
+                    ..Params::default()
+                }));
             }
         }
     }

@@ -63,10 +63,7 @@ fn largest_within(maximum: usize, granularity: Granularity, margin: f64, fit: &M
 
 /// `maximum 1960, recommended 1856, safe 1760 (...)`: the tiers and the rule in one line.
 pub fn describe(t: &Tiers, margin: f64) -> String {
-    let note = t
-        .note
-        .as_ref()
-        .map_or(String::new(), |note| format!("; {note}"));
+    let note: String = t.note.iter().map(|note| format!("; {note}")).collect();
     format!(
         "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%){note}",
         t.maximum,

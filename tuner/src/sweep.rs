@@ -207,19 +207,19 @@ pub fn render(r: &SweepReport) -> String {
         unpicked,
     ));
     o.push_str(&pick("best efficiency", &r.best.best_efficiency, unpicked));
-    match rule {
-        Some(rule) => {
-            let none = r.pick_error.clone().unwrap_or_else(|| {
+    let (name, none) = match rule {
+        Some(rule) => (
+            format!("recommended, by {}", rule.describe()),
+            r.pick_error.clone().unwrap_or_else(|| {
                 format!(
                     "no trial ended OK, reported {} as a number and leaves the margin free",
                     rule.metric
                 )
-            });
-            let name = format!("recommended, by {}", rule.describe());
-            o.push_str(&pick(&name, &r.best.recommended, &none));
-        }
-        None => o.push_str(&pick("recommended", &r.best.recommended, unpicked)),
-    }
+            }),
+        ),
+        None => ("recommended".into(), unpicked.into()),
+    };
+    o.push_str(&pick(&name, &r.best.recommended, &none));
     o.push('\n');
     for d in &r.diagnosis {
         let _ = writeln!(o, "diagnosis: {}", d.message);

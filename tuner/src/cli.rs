@@ -96,10 +96,9 @@ impl RunArgs {
 
 fn parse_margin(s: &str) -> Result<f64, String> {
     let v = common::cli::parse_percent(s)?;
-    if v >= 0.9 {
-        return Err(format!("a margin of '{s}' leaves nothing: at most 90%"));
-    }
-    Ok(v)
+    (v < 0.9)
+        .then_some(v)
+        .ok_or_else(|| format!("a margin of '{s}' leaves nothing: at most 90%"))
 }
 
 /// The sizes an answer may take.

@@ -352,10 +352,8 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
             [Precision::Bf16, Precision::Fp16]
                 .into_iter()
                 .find_map(|p| {
-                    let amp = TrialKey {
-                        amp: p,
-                        ..k.clone()
-                    };
+                    let mut amp = k.clone();
+                    amp.amp = p;
                     Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1, p))
                 })
         })
@@ -430,10 +428,9 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         .iter()
         // The same setting: all but the batch.
         .filter(|x| {
-            TrialKey {
-                batch: pick.key.batch,
-                ..x.key()
-            } == pick.key
+            let mut setting = x.key();
+            setting.batch = pick.key.batch;
+            setting == pick.key
         })
         .find(|x| {
             x.status == Status::Oom || x.pickable().is_some() && !within_margin(x, best.margin)

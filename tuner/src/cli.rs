@@ -118,10 +118,9 @@ pub struct SizeArgs {
 
 impl SizeArgs {
     pub fn granularity(&self) -> Granularity {
-        if self.pow2 {
-            Granularity::Pow2
-        } else {
-            Granularity::Multiple(self.multiple_of.unwrap_or(8))
+        match self.pow2 {
+            true => Granularity::Pow2,
+            false => Granularity::Multiple(self.multiple_of.unwrap_or(8)),
         }
     }
 }

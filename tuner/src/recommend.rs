@@ -114,11 +114,8 @@ impl MemoryFit {
             .filter_map(|r| Some((r.params.batch_size, r.memory_terms().0?)))
             .collect();
         MemoryFit {
-            line: match limit {
-                Some(l) => Line::holding(&points, l),
-                // Nothing to hold it to, nothing to recommend by: shown as measured.
-                None => Line::through(&points),
-            },
+            // Without a limit, nothing to hold it to, nothing to recommend by: shown as measured.
+            line: limit.map_or_else(|| Line::through(&points), |l| Line::holding(&points, l)),
             limit_bytes: limit,
             peaks: points.len(),
         }

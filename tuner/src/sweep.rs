@@ -168,11 +168,9 @@ fn status(r: &TrialResult, pick: Option<(&PickRule, f64)>) -> String {
         (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
         (s, _) => s.name(),
     };
-    if let Some(why) = (pick.filter(|_| r.status == Status::Ok))
-        .and_then(|(rule, margin)| r.not_picked_by(rule, margin))
-    {
-        status.push_str(&format!(": {why} (not picked)"));
-    }
+    let why = (pick.filter(|_| r.status == Status::Ok))
+        .and_then(|(rule, margin)| r.not_picked_by(rule, margin));
+    status.extend(why.map(|why| format!(": {why} (not picked)")));
     status
 }
 

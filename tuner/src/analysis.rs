@@ -352,10 +352,8 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
             [Precision::Bf16, Precision::Fp16]
                 .into_iter()
                 .find_map(|p| {
-                    let amp = TrialKey {
-                        amp: p,
-                        ..k.clone()
-                    };
+                    let mut amp = k.clone();
+                    amp.amp = p;
                     Some((k.batch, fp32, peaks().find(|a| a.0 == amp)?.1, p))
                 })
         })
@@ -363,12 +361,8 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     let name = precision.label();
     // Negative when mixed precision needs less.
     let change = amp as f64 / fp32 as f64 - 1.0;
-    let gb = |b: u64| plotting::format::gigabytes(b as f64, 2);
-    let at = format!(
-        "at batch {batch} ({} against {} in fp32)",
-        gb(amp),
-        gb(fp32)
-    );
+    let [amp, fp32] = [amp, fp32].map(|b| plotting::format::gigabytes(b as f64, 2));
+    let at = format!("at batch {batch} ({amp} against {fp32} in fp32)");
     Some(if change < -0.01 {
         let less = -100.0 * change;
         format!("{name} measured {less:.0}% less memory {at}: it lets a larger batch fit")
@@ -394,12 +388,6 @@ pub struct Diagnosis {
     pub message: String,
 }
 
-impl Diagnosis {
-    fn of(finding: Finding, message: String) -> Diagnosis {
-        Diagnosis { finding, message }
-    }
-}
-
 /// Data phase share over which a configuration is data-bound.
 pub const DATA_BOUND: f64 = 0.30;
 /// Busy share (the program's, else NVML's utilization) under which the GPU is under-filled.
@@ -407,6 +395,7 @@ pub const UNDER_FILLED: f64 = 0.70;
 
 /// The diagnosis of the configuration a user would run: the recommended one (else the fastest).
 pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
+    let of = |finding, message| Diagnosis { finding, message };
     let mut out = Vec::new();
     let mut ran = trials
         .iter()
@@ -414,7 +403,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         .peekable();
     if ran.peek().is_some() && ran.all(|t| t.status == Status::Oom) {
         let message = "every trial ran out of device memory: use smaller batches (with gradient accumulation to keep the effective batch) or a smaller model";
-        return vec![Diagnosis::of(Finding::AllOutOfMemory, message.into())];
+        return vec![of(Finding::AllOutOfMemory, message.into())];
     }
     let chosen = (best.recommended.as_ref()).or(best.highest_throughput.as_ref());
     let Some((pick, t)) = chosen.and_then(|p| Some((p, trials.iter().find(|t| t.key() == p.key)?)))
@@ -423,13 +412,13 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
     };
     let at = format!("at batch {} ({})", pick.key.batch, pick.key.line_label());
     if let Some(which) = data_bound(t) {
-        out.push(Diagnosis::of(Finding::DataBound, format!(
+        out.push(of(Finding::DataBound, format!(
             "data-bound {at}: {which} (over {:.0}%); add loader workers (and pinned memory, if the loader does not use it)",
             100.0 * DATA_BOUND,
         )));
     }
     if let Some((b, how)) = t.busy().filter(|&(b, _)| b < UNDER_FILLED) {
-        out.push(Diagnosis::of(Finding::UnderFilled, format!(
+        out.push(of(Finding::UnderFilled, format!(
             "under-filled GPU {at}: busy {:.0}% of the step ({how}; under {:.0}%); a larger batch gives it more work per launch",
             100.0 * b,
             100.0 * UNDER_FILLED
@@ -439,10 +428,9 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         .iter()
         // The same setting: all but the batch.
         .filter(|x| {
-            TrialKey {
-                batch: pick.key.batch,
-                ..x.key()
-            } == pick.key
+            let mut setting = x.key();
+            setting.batch = pick.key.batch;
+            setting == pick.key
         })
         .find(|x| {
             x.status == Status::Oom || x.pickable().is_some() && !within_margin(x, best.margin)
@@ -451,7 +439,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         let amp = amp_advice(trials).unwrap_or_else(|| {
             "mixed precision's memory was not measured against fp32 at one batch (sweep with --amp off,on to see whether it helps)".into()
         });
-        out.push(Diagnosis::of(Finding::MemoryBound, format!(
+        out.push(of(Finding::MemoryBound, format!(
             "memory-bound: batch {} {} (the rule keeps {:.0}% of the memory free); use a smaller batch with gradient accumulation. {amp}",
             x.params.batch_size,
             if x.status == Status::Oom { "ran out of memory" } else { "comes within the margin" },
@@ -459,10 +447,7 @@ pub fn diagnose(trials: &[TrialResult], best: &Best) -> Vec<Diagnosis> {
         )));
     }
     if out.is_empty() {
-        out.push(Diagnosis::of(
-            Finding::Healthy,
-            format!("{at}: {}", healthy(t)),
-        ));
+        out.push(of(Finding::Healthy, format!("{at}: {}", healthy(t))));
     }
     out
 }
@@ -489,20 +474,18 @@ pub fn data_bound(t: &TrialResult) -> Option<String> {
 /// What was measured of a trial with no finding, each figure named; what was not measured is
 /// said to be so, never assumed.
 fn healthy(t: &TrialResult) -> String {
-    let busy = match t.busy() {
-        Some((b, how)) => format!("the GPU is busy {:.0}% of the step ({how})", 100.0 * b),
-        None => {
-            "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into()
-        }
-    };
-    let data = match t.data_fraction(|s| s.median) {
-        Some(d) => format!("data takes {:.0}% of the step", 100.0 * d),
-        None => "the data phase was not reported".into(),
-    };
-    let memory = match t.limit_share() {
-        Some(s) => format!("the peak is {:.0}% of the memory limit", 100.0 * s),
-        None => "the memory limit is not known".into(),
-    };
+    let busy = t.busy().map_or_else(
+        || "how busy the GPU is was not measured (no NVML reading, no gpu_busy reported)".into(),
+        |(b, how)| format!("the GPU is busy {:.0}% of the step ({how})", 100.0 * b),
+    );
+    let data = (t.data_fraction(|s| s.median)).map_or_else(
+        || "the data phase was not reported".into(),
+        |d| format!("data takes {:.0}% of the step", 100.0 * d),
+    );
+    let memory = t.limit_share().map_or_else(
+        || "the memory limit is not known".into(),
+        |s| format!("the peak is {:.0}% of the memory limit", 100.0 * s),
+    );
     format!("{busy}, {data}, {memory}")
 }
 

@@ -96,10 +96,9 @@ impl RunArgs {
 
 fn parse_margin(s: &str) -> Result<f64, String> {
     let v = common::cli::parse_percent(s)?;
-    if v >= 0.9 {
-        return Err(format!("a margin of '{s}' leaves nothing: at most 90%"));
-    }
-    Ok(v)
+    (v < 0.9)
+        .then_some(v)
+        .ok_or_else(|| format!("a margin of '{s}' leaves nothing: at most 90%"))
 }
 
 /// The sizes an answer may take.
@@ -119,10 +118,9 @@ pub struct SizeArgs {
 
 impl SizeArgs {
     pub fn granularity(&self) -> Granularity {
-        if self.pow2 {
-            Granularity::Pow2
-        } else {
-            Granularity::Multiple(self.multiple_of.unwrap_or(8))
+        match self.pow2 {
+            true => Granularity::Pow2,
+            false => Granularity::Multiple(self.multiple_of.unwrap_or(8)),
         }
     }
 }

@@ -169,10 +169,6 @@ pub struct Overrides {
 
 impl Overrides {
     pub fn resolve(self) -> Result<Settings, String> {
-        let steps = self.steps.unwrap_or(30);
-        if steps == 0 {
-            return Err("steps must be at least 1".into());
-        }
         let ascending = |list: Vec<usize>| Vec::from_iter(BTreeSet::from_iter(list));
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
         let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
@@ -189,7 +185,7 @@ impl Overrides {
                 .unwrap_or_else(|| vec![Precision::Off]),
             batch_size: self.batch_size,
             accumulation_steps: self.accumulation_steps.unwrap_or(1).max(1),
-            steps,
+            steps: self.steps.unwrap_or(30),
             warmup_steps: self.warmup_steps.unwrap_or(5),
             adam_like: self.adam_like.unwrap_or(false),
             devices: self.devices,
@@ -383,18 +379,16 @@ pub fn plan(s: &Settings) -> Vec<Params> {
     for &amp in &s.amp {
         for &workers in &s.workers {
             for axes in &combos {
-                for &batch_size in &s.batch_sizes {
-                    out.push(Params {
-                        batch_size,
-                        workers,
-                        amp,
-                        accumulation: s.accumulation_steps,
-                        steps: s.steps,
-                        warmup_steps: s.warmup_steps,
-                        axes: axes.clone(),
-                        ..Params::default()
-                    });
-                }
+                out.extend(s.batch_sizes.iter().map(|&batch_size| Params {
+                    batch_size,
+                    workers,
+                    amp,
+                    accumulation: s.accumulation_steps,
+                    steps: s.steps,
+                    warmup_steps: s.warmup_steps,
+                    axes: axes.clone(),
+                    ..Params::default()
+                }));
             }
         }
     }

@@ -63,10 +63,7 @@ fn largest_within(maximum: usize, granularity: Granularity, margin: f64, fit: &M
 
 /// `maximum 1960, recommended 1856, safe 1760 (...)`: the tiers and the rule in one line.
 pub fn describe(t: &Tiers, margin: f64) -> String {
-    let note = t
-        .note
-        .as_ref()
-        .map_or(String::new(), |note| format!("; {note}"));
+    let note: String = t.note.iter().map(|note| format!("; {note}")).collect();
     format!(
         "maximum {}, recommended {}, safe {} (recommended leaves {:.0}% of the memory free, safe {:.0}%){note}",
         t.maximum,
@@ -117,11 +114,8 @@ impl MemoryFit {
             .filter_map(|r| Some((r.params.batch_size, r.memory_terms().0?)))
             .collect();
         MemoryFit {
-            line: match limit {
-                Some(l) => Line::holding(&points, l),
-                // Nothing to hold it to, nothing to recommend by: shown as measured.
-                None => Line::through(&points),
-            },
+            // Without a limit, nothing to hold it to, nothing to recommend by: shown as measured.
+            line: limit.map_or_else(|| Line::through(&points), |l| Line::holding(&points, l)),
             limit_bytes: limit,
             peaks: points.len(),
         }

@@ -168,11 +168,9 @@ fn status(r: &TrialResult, pick: Option<(&PickRule, f64)>) -> String {
         (Status::Ok, ThroughputSource::None) => "OK: no measured step lines".into(),
         (s, _) => s.name(),
     };
-    if let Some(why) = (pick.filter(|_| r.status == Status::Ok))
-        .and_then(|(rule, margin)| r.not_picked_by(rule, margin))
-    {
-        status.push_str(&format!(": {why} (not picked)"));
-    }
+    let why = (pick.filter(|_| r.status == Status::Ok))
+        .and_then(|(rule, margin)| r.not_picked_by(rule, margin));
+    status.extend(why.map(|why| format!(": {why} (not picked)")));
     status
 }
 
@@ -207,19 +205,19 @@ pub fn render(r: &SweepReport) -> String {
         unpicked,
     ));
     o.push_str(&pick("best efficiency", &r.best.best_efficiency, unpicked));
-    match rule {
-        Some(rule) => {
-            let none = r.pick_error.clone().unwrap_or_else(|| {
+    let (name, none) = match rule {
+        Some(rule) => (
+            format!("recommended, by {}", rule.describe()),
+            r.pick_error.clone().unwrap_or_else(|| {
                 format!(
                     "no trial ended OK, reported {} as a number and leaves the margin free",
                     rule.metric
                 )
-            });
-            let name = format!("recommended, by {}", rule.describe());
-            o.push_str(&pick(&name, &r.best.recommended, &none));
-        }
-        None => o.push_str(&pick("recommended", &r.best.recommended, unpicked)),
-    }
+            }),
+        ),
+        None => ("recommended".into(), unpicked.into()),
+    };
+    o.push_str(&pick(&name, &r.best.recommended, &none));
     o.push('\n');
     for d in &r.diagnosis {
         let _ = writeln!(o, "diagnosis: {}", d.message);

@@ -96,9 +96,10 @@ impl RunArgs {
 
 fn parse_margin(s: &str) -> Result<f64, String> {
     let v = common::cli::parse_percent(s)?;
-    (v < 0.9)
-        .then_some(v)
-        .ok_or_else(|| format!("a margin of '{s}' leaves nothing: at most 90%"))
+    if v >= 0.9 {
+        return Err(format!("a margin of '{s}' leaves nothing: at most 90%"));
+    }
+    Ok(v)
 }
 
 /// The sizes an answer may take.

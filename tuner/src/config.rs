@@ -169,6 +169,10 @@ pub struct Overrides {
 
 impl Overrides {
     pub fn resolve(self) -> Result<Settings, String> {
+        let steps = self.steps.unwrap_or(30);
+        if steps == 0 {
+            return Err("steps must be at least 1".into());
+        }
         let ascending = |list: Vec<usize>| Vec::from_iter(BTreeSet::from_iter(list));
         let time_limit_s = self.time_limit.unwrap_or(DEFAULT_TIME_LIMIT_S);
         let time_limit_s = time_limit(time_limit_s, &time_limit_s.to_string())?;
@@ -185,7 +189,7 @@ impl Overrides {
                 .unwrap_or_else(|| vec![Precision::Off]),
             batch_size: self.batch_size,
             accumulation_steps: self.accumulation_steps.unwrap_or(1).max(1),
-            steps: self.steps.unwrap_or(30),
+            steps,
             warmup_steps: self.warmup_steps.unwrap_or(5),
             adam_like: self.adam_like.unwrap_or(false),
             devices: self.devices,

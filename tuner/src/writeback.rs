@@ -53,9 +53,15 @@ impl Keys {
     /// The edits that write `batch` and `accumulation`: accumulation steps go in where the
     /// answer uses them or the file already has the key.
     fn edits(&self, batch: usize, accumulation: usize) -> Vec<Edit<'_>> {
-        let absent = [Absent::Refuse, Absent::Add][usize::from(self.new_keys)];
+        let absent = match self.new_keys {
+            true => Absent::Add,
+            false => Absent::Refuse,
+        };
         // Where the answer does not accumulate, only where the file has the key.
-        let skip = [absent, Absent::Skip][usize::from(accumulation == 1)];
+        let skip = match accumulation {
+            1 => Absent::Skip,
+            _ => absent,
+        };
         let (key, value) = (&self.batch_size, batch);
         let steps = (self.accumulation.iter()).map(|key| Edit {
             key,

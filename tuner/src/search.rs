@@ -29,8 +29,9 @@
 //! round of several bisects what lies under it. Several GPUs get two peaks from their first
 //! round (the start and sizes 4, 16... times it). Where a trial also gives its allocated peak
 //! (the tensors' own, without the allocator's cache), the line goes through those when the
-//! cache is no steady share of them (`by_allocated`: cuDNN's autotuner caches its
-//! workspaces and takes the room there is); such a line bounds the answer from above, so a
+//! cache is no steady share of them, or a larger size's peak is below a smaller one's while its
+//! allocated peak is above (`by_allocated`: cuDNN's autotuner caches its workspaces and takes
+//! the room there is); such a line bounds the answer from above, so a
 //! round tries the centre and sizes under it, and the size above only to settle a centre that
 //! fits. Memory that is not a line shows itself: a size aimed by a
 //! line of two points lands more than 15% off it, the peaks flatten, or a larger batch peaks

@@ -128,6 +128,8 @@ impl SizeArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct SweepArgs {
+    // A list is one value of the flag: its type is spelled out, since clap reads a plain
+    // `Vec` as a flag given once for each item.
     /// Batch sizes ({batch_size}): a list (32,64,128) or a power-of-two range (8..1024).
     #[arg(long, value_name = "LIST", value_parser = config::parse_batch_sizes)]
     pub batch_sizes: Option<::std::vec::Vec<usize>>,

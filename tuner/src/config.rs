@@ -133,6 +133,8 @@ pub struct Overrides {
     /// are per GPU; a trial fits only where every rank fits (default 1).
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     pub ranks: Option<usize>,
+    // A list is one value of the flag: its type is spelled out, since clap reads a plain
+    // `Vec` as a flag given once for each item.
     /// Data-loader workers ({workers}): one count, or a list to sweep (0,4,8).
     #[arg(long, value_name = "N[,N...]", value_parser = parse_workers)]
     pub workers: Option<::std::vec::Vec<usize>>,

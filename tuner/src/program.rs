@@ -113,7 +113,10 @@ impl Precision {
 
     /// The name in a line of the plot or a pick: `fp32` for off.
     pub fn label(self) -> &'static str {
-        ["fp32", "bf16", "fp16", "on"][self as usize]
+        match self {
+            Precision::Off => "fp32",
+            p => p.as_str(),
+        }
     }
 
     /// A name, or `true` (on) and `false` (off).

@@ -227,6 +227,7 @@ impl TrialResult {
         TrialResult {
             index,
             params,
+            status: Status::Skipped,
             reason,
             memory: MemoryReading::unmeasured("not run"),
             ranks: 1,

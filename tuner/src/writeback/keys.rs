@@ -50,16 +50,20 @@ pub fn child<'a>(node: &'a Value, seg: &str) -> Option<&'a Value> {
 /// Every key path in `tree` that ends at a value (a scalar, an empty list or mapping), in the
 /// file's order.
 pub fn key_paths(tree: &Value) -> Vec<String> {
-    let keys: Vec<String> = match tree {
-        Value::Object(o) => o.keys().cloned().collect(),
-        Value::Array(a) => (0..a.len()).map(|i| i.to_string()).collect(),
+    let children: Vec<(String, &Value)> = match tree {
+        Value::Object(o) => o.iter().map(|(k, v)| (k.clone(), v)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i.to_string(), v))
+            .collect(),
         _ => return Vec::new(),
     };
-    let paths = |k: String| match key_paths(child(tree, &k).expect("a key of its own")) {
+    let paths = |(k, v): (String, &Value)| match key_paths(v) {
         below if below.is_empty() => vec![k],
         below => below.iter().map(|p| format!("{k}.{p}")).collect(),
     };
-    keys.into_iter().flat_map(paths).collect()
+    children.into_iter().flat_map(paths).collect()
 }
 
 /// The refusal of a key path that is not in the file: it names the (at most three) nearest

@@ -285,14 +285,15 @@ def main():
         too_big = too_big or ran.exists()
         ran.touch()
     if too_big:
-        print("Traceback (most recent call last):", file=sys.stderr)
-        print('  File "train.py", line 120, in <module>', file=sys.stderr)
-        print("    loss.backward()", file=sys.stderr)
-        print(PYTORCH_OOM, file=sys.stderr, flush=True)
+        # Logged before the message: the tuner ends the trial as soon as it sees the message.
         entry["end"] = time.time()
         entry["outcome"] = "oom"
         log(entry)
         report.close()
+        print("Traceback (most recent call last):", file=sys.stderr)
+        print('  File "train.py", line 120, in <module>', file=sys.stderr)
+        print("    loss.backward()", file=sys.stderr)
+        print(PYTORCH_OOM, file=sys.stderr, flush=True)
         return wind_down()
 
     samples = args.batch_size * args.accumulation

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::config::{self, parse_positive, Choice, Overrides, SlurmArgs, CONFIRM_STEPS};
+use crate::config::{self, parse_positive, Choice, Overrides, Settings, SlurmArgs, CONFIRM_STEPS};
 use crate::granularity::Granularity;
 use crate::program::Axis;
 use crate::writeback::{Format, KeyPath, Keys};
@@ -85,12 +85,13 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The flags as settings, over the config file's.
-    pub fn overrides(&self) -> Result<Overrides, String> {
+    /// The settings of the config file and the flags (which win over it), checked.
+    pub fn settings(&self) -> Result<Settings, String> {
         match &self.config {
             Some(p) => config::load(p, self.flags.clone()),
             None => Ok(self.flags.clone()),
         }
+        .and_then(Overrides::resolve)
     }
 }
 
@@ -361,11 +362,8 @@ mod tests {
         assert_eq!(a.run.json.as_deref(), Some(std::path::Path::new("-")));
         assert_eq!(a.confirm_steps, 20);
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
-        let o = a.run.overrides().unwrap();
-        assert_eq!(
-            (o.workers, o.amp),
-            (Some(vec![4]), Some(vec![Precision::On]))
-        );
+        let s = a.run.settings().unwrap();
+        assert_eq!((s.workers, s.amp), (vec![4], vec![Precision::On]));
         let autobatch = |line: &str| match parse(line).unwrap().command {
             Command::Autobatch(a) => a,
             _ => panic!(),
@@ -406,7 +404,7 @@ mod tests {
         let Command::Sweep(a) = parse(&line).unwrap().command else {
             panic!()
         };
-        let s = a.run.overrides().unwrap().resolve().unwrap();
+        let s = a.run.settings().unwrap();
         assert_eq!(
             (s.batch_sizes, s.steps, s.stall_limit_s),
             (vec![8, 16], 3, 120.0)
@@ -418,7 +416,7 @@ mod tests {
         let Command::Sweep(a) = parse(&line).unwrap().command else {
             panic!()
         };
-        let s = a.run.overrides().unwrap().resolve().unwrap();
+        let s = a.run.settings().unwrap();
         assert_eq!((s.steps, s.stall_limit_s), (10, 2.5));
         let _ = std::fs::remove_dir_all(dir);
         assert!(parse("tuner memory --pow2 --multiple-of 4 -- x").is_err());

@@ -266,6 +266,14 @@ fn default_stall_limit_s() -> f64 {
     DEFAULT_STALL_LIMIT_S
 }
 
+/// The one value of `values` a command runs with; else `choose one {what}`.
+pub fn one_of<T: Copy>(values: &[T], what: &str) -> Result<T, String> {
+    match values {
+        [v] => Ok(*v),
+        _ => Err(format!("choose one {what}")),
+    }
+}
+
 /// A count of 1 to [MAX_BATCH].
 pub fn parse_positive(s: &str) -> Result<usize, String> {
     common::cli::parse_count_with_max(s, MAX_BATCH as u64).map(|v| v as usize)

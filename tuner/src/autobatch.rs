@@ -100,8 +100,9 @@ pub fn choices(settings: &Settings) -> std::result::Result<(Precision, usize), S
     ))
 }
 
-/// Check what can be checked before any GPU time.
-pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String> {
+/// Check what can be checked before any GPU time; the one precision and worker count the
+/// finder runs with ([choices]).
+pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(Precision, usize), String> {
     if o.start == 0 {
         return Err("--start must be at least 1".into());
     }
@@ -123,7 +124,7 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
             ));
         }
     }
-    Ok(())
+    choices(settings)
 }
 
 /// Why the finder stops without an answer: a trial that says nothing about memory.
@@ -245,8 +246,7 @@ fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
 }
 
 pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
-    check(o, &settings).map_err(Error::invalid)?;
-    let (amp, workers) = choices(&settings).map_err(Error::invalid)?;
+    let (amp, workers) = check(o, &settings).map_err(Error::invalid)?;
     let groups = run.groups(1);
     let group = &groups[0];
     let device = &group[0];

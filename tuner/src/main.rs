@@ -127,7 +127,6 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
         model_name: a.model_name.clone(),
     };
     autobatch::check(&options, &settings).map_err(usage)?;
-    autobatch::choices(&settings).map_err(usage)?;
     Ok((settings, options))
 }
 

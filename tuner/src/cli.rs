@@ -38,16 +38,44 @@ pub enum Command {
     /// profiler into a Chrome trace.
     Profile(Box<ProfileArgs>),
     /// Print a team-settings file (written by `autobatch --team`) as a table.
-    Team(TeamArgs),
+    Team {
+        /// The team-settings TOML.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
     /// Redraw the plot of a sweep from its JSON.
-    Plot(PlotArgs),
+    Plot {
+        /// A JSON written by `tuner sweep --json`.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// Write FILE.png and FILE.svg.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// The report of a sweep run as a Slurm array job (`sweep --slurm DIR`), from the results
     /// in DIR so far: finished trials count, the others are shown unfinished. Of a batch finder
     /// run as a Slurm job (`autobatch --slurm DIR`), its answer once it is there.
-    Gather(GatherArgs),
+    Gather {
+        /// The folder a `sweep --slurm DIR` or an `autobatch --slurm DIR` wrote.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Draw FILE.png and FILE.svg (default: the sweep's --plot, if given).
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+    },
     /// Run one trial of a Slurm plan (what each array task runs).
     #[command(hide = true)]
-    Task(TaskArgs),
+    Task {
+        /// The plan's folder.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The trial to run (default: $SLURM_ARRAY_TASK_ID).
+        #[arg(value_name = "INDEX")]
+        index: Option<usize>,
+    },
 }
 
 /// What every command takes: where the settings come from, where trials run, and the command.
@@ -281,46 +309,6 @@ pub struct ProfileArgs {
     pub out_dir: PathBuf,
     #[command(flatten)]
     pub run: RunArgs,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct TeamArgs {
-    /// The team-settings TOML.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct GatherArgs {
-    /// The folder a `sweep --slurm DIR` or an `autobatch --slurm DIR` wrote.
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-    /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Draw FILE.png and FILE.svg (default: the sweep's --plot, if given).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct TaskArgs {
-    /// The plan's folder.
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-    /// The trial to run (default: $SLURM_ARRAY_TASK_ID).
-    #[arg(value_name = "INDEX")]
-    pub index: Option<usize>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct PlotArgs {
-    /// A JSON written by `tuner sweep --json`.
-    #[arg(long, value_name = "FILE")]
-    pub from: PathBuf,
-    /// Write FILE.png and FILE.svg.
-    #[arg(long, value_name = "FILE")]
-    pub out: PathBuf,
 }
 
 #[cfg(test)]

@@ -84,17 +84,17 @@ fn main() -> ExitCode {
         Command::Profile(a) => profile(&a),
         // A file named on the command line that cannot be read is bad usage, as gather's
         // folder is.
-        Command::Team(a) => {
-            print!("{}", tuner::writeback::show_team(&a.file).map_err(usage)?);
+        Command::Team { file } => {
+            print!("{}", tuner::writeback::show_team(&file).map_err(usage)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Gather(a) => gathered(&a.dir, &Plan::read(&a.dir)?, a.json, a.plot),
-        Command::Task(a) => {
-            let plan = Plan::read_in_job(&a.dir)?;
+        Command::Gather { dir, json, plot } => gathered(&dir, &Plan::read(&dir)?, json, plot),
+        Command::Task { dir, index } => {
+            let plan = Plan::read_in_job(&dir)?;
             if let Some(options) = &plan.autobatch {
-                return autobatch_task(&a.dir, &plan, options);
+                return autobatch_task(&dir, &plan, options);
             }
-            let r = tuner::slurm::task(&a.dir, &plan, a.index)?;
+            let r = tuner::slurm::task(&dir, &plan, index)?;
             println!(
                 "trial {}: {}: {}",
                 r.index,
@@ -103,8 +103,8 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plot(a) => {
-            tuner::sweep::replot(&a.from, &a.out).map_err(usage)?;
+        Command::Plot { from, out } => {
+            tuner::sweep::replot(&from, &out).map_err(usage)?;
             Ok(ExitCode::SUCCESS)
         }
     })

@@ -16,13 +16,13 @@ use common::named::Named;
 
 /// One point of the sweep. Ordered for a deterministic tie-break: smaller batch, fewer workers,
 /// fp32 before bf16 before fp16, then the user's axes' values as text.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct TrialKey {
     pub batch: usize,
     pub workers: usize,
     /// The precision the trial ran in (`on` resolved).
     pub amp: Precision,
-    #[serde(default, skip_serializing_if = "Named::is_empty")]
+    #[serde(skip_serializing_if = "Named::is_empty")]
     pub axes: Axes,
 }
 
@@ -192,18 +192,18 @@ impl TrialResult {
 }
 
 /// A chosen trial and the figure it was chosen by.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pick {
     pub key: TrialKey,
     pub samples_per_s: f64,
     pub peak_bytes: u64,
     /// The value of the metric it was picked by (`--pick`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metric: Option<f64>,
     pub why: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Best {
     pub highest_throughput: Option<Pick>,
     /// Samples/s per GB of peak memory.
@@ -212,10 +212,9 @@ pub struct Best {
     /// memory limit free, the smallest batch within 5% of it.
     pub recommended: Option<Pick>,
     /// The margin the recommendation kept free.
-    #[serde(default)]
     pub margin: f64,
     /// The metric the recommendation was picked by (`--pick`); by throughput without it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub picked_by: Option<PickRule>,
 }
 
@@ -372,7 +371,7 @@ pub fn amp_advice(trials: &[TrialResult]) -> Option<String> {
     })
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Finding {
     DataBound,
@@ -382,7 +381,7 @@ pub enum Finding {
     Healthy,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Diagnosis {
     pub finding: Finding,
     pub message: String,

@@ -31,7 +31,7 @@ use common::report::Provenance;
 use common::{Error, Result};
 
 use crate::classify::Status;
-use crate::config::{Settings, MAX_BATCH};
+use crate::config::{one_of, Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
@@ -93,15 +93,16 @@ impl Options {
 }
 
 /// The one precision and worker count the finder runs with.
-pub fn choices(settings: &Settings) -> Result<(Precision, usize)> {
+pub fn choices(settings: &Settings) -> std::result::Result<(Precision, usize), String> {
     Ok((
-        one_of(&settings.amp, "--amp off, bf16, fp16 or on")?,
-        one_of(&settings.workers, "--workers N")?,
+        one_of(&settings.amp, "here: --amp off, bf16, fp16 or on")?,
+        one_of(&settings.workers, "here: --workers N")?,
     ))
 }
 
-/// Check what can be checked before any GPU time.
-pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String> {
+/// Check what can be checked before any GPU time; the one precision and worker count the
+/// finder runs with ([choices]).
+pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(Precision, usize), String> {
     if o.start == 0 {
         return Err("--start must be at least 1".into());
     }
@@ -123,7 +124,7 @@ pub fn check(o: &Options, settings: &Settings) -> std::result::Result<(), String
             ));
         }
     }
-    Ok(())
+    choices(settings)
 }
 
 /// Why the finder stops without an answer: a trial that says nothing about memory.
@@ -225,13 +226,6 @@ pub struct AutobatchReport {
     pub kept: Option<String>,
 }
 
-fn one_of<T: Copy>(values: &[T], flag: &str) -> Result<T> {
-    match values {
-        [v] => Ok(*v),
-        _ => Err(Error::invalid(format!("choose one here: {flag}"))),
-    }
-}
-
 /// Whether a trial's size fits; one run as a confirmation fits where it held: it fit, and
 /// reported every step it was told to run.
 fn fits(r: &TrialResult, confirmation: bool) -> Result<bool> {
@@ -252,8 +246,7 @@ fn probe(r: &TrialResult, confirmation: bool) -> Result<Probe> {
 }
 
 pub fn autobatch(run: &Run, settings: Settings, o: &Options) -> Result<AutobatchReport> {
-    check(o, &settings).map_err(Error::invalid)?;
-    let (amp, workers) = choices(&settings)?;
+    let (amp, workers) = check(o, &settings).map_err(Error::invalid)?;
     let groups = run.groups(1);
     let group = &groups[0];
     let device = &group[0];

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::PickRule;
-use crate::config::{self, parse_positive, Choice, Overrides, SlurmArgs, CONFIRM_STEPS};
+use crate::config::{self, parse_positive, Choice, Overrides, Settings, SlurmArgs, CONFIRM_STEPS};
 use crate::granularity::Granularity;
 use crate::program::Axis;
 use crate::writeback::{Format, KeyPath, Keys};
@@ -38,16 +38,44 @@ pub enum Command {
     /// profiler into a Chrome trace.
     Profile(Box<ProfileArgs>),
     /// Print a team-settings file (written by `autobatch --team`) as a table.
-    Team(TeamArgs),
+    Team {
+        /// The team-settings TOML.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
     /// Redraw the plot of a sweep from its JSON.
-    Plot(PlotArgs),
+    Plot {
+        /// A JSON written by `tuner sweep --json`.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// Write FILE.png and FILE.svg.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
     /// The report of a sweep run as a Slurm array job (`sweep --slurm DIR`), from the results
     /// in DIR so far: finished trials count, the others are shown unfinished. Of a batch finder
     /// run as a Slurm job (`autobatch --slurm DIR`), its answer once it is there.
-    Gather(GatherArgs),
+    Gather {
+        /// The folder a `sweep --slurm DIR` or an `autobatch --slurm DIR` wrote.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        /// Draw FILE.png and FILE.svg (default: the sweep's --plot, if given).
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
+    },
     /// Run one trial of a Slurm plan (what each array task runs).
     #[command(hide = true)]
-    Task(TaskArgs),
+    Task {
+        /// The plan's folder.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+        /// The trial to run (default: $SLURM_ARRAY_TASK_ID).
+        #[arg(value_name = "INDEX")]
+        index: Option<usize>,
+    },
 }
 
 /// What every command takes: where the settings come from, where trials run, and the command.
@@ -85,12 +113,13 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The flags as settings, over the config file's.
-    pub fn overrides(&self) -> Result<Overrides, String> {
+    /// The settings of the config file and the flags (which win over it), checked.
+    pub fn settings(&self) -> Result<Settings, String> {
         match &self.config {
             Some(p) => config::load(p, self.flags.clone()),
             None => Ok(self.flags.clone()),
         }
+        .and_then(Overrides::resolve)
     }
 }
 
@@ -282,46 +311,6 @@ pub struct ProfileArgs {
     pub run: RunArgs,
 }
 
-#[derive(Args, Debug, Clone)]
-pub struct TeamArgs {
-    /// The team-settings TOML.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct GatherArgs {
-    /// The folder a `sweep --slurm DIR` or an `autobatch --slurm DIR` wrote.
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-    /// Write the report's JSON to FILE (- for stdout; default: the sweep's --json, if given).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Draw FILE.png and FILE.svg (default: the sweep's --plot, if given).
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct TaskArgs {
-    /// The plan's folder.
-    #[arg(value_name = "DIR")]
-    pub dir: PathBuf,
-    /// The trial to run (default: $SLURM_ARRAY_TASK_ID).
-    #[arg(value_name = "INDEX")]
-    pub index: Option<usize>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct PlotArgs {
-    /// A JSON written by `tuner sweep --json`.
-    #[arg(long, value_name = "FILE")]
-    pub from: PathBuf,
-    /// Write FILE.png and FILE.svg.
-    #[arg(long, value_name = "FILE")]
-    pub out: PathBuf,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,11 +350,8 @@ mod tests {
         assert_eq!(a.run.json.as_deref(), Some(std::path::Path::new("-")));
         assert_eq!(a.confirm_steps, 20);
         assert_eq!(a.sizes.granularity(), Granularity::Multiple(8));
-        let o = a.run.overrides().unwrap();
-        assert_eq!(
-            (o.workers, o.amp),
-            (Some(vec![4]), Some(vec![Precision::On]))
-        );
+        let s = a.run.settings().unwrap();
+        assert_eq!((s.workers, s.amp), (vec![4], vec![Precision::On]));
         let autobatch = |line: &str| match parse(line).unwrap().command {
             Command::Autobatch(a) => a,
             _ => panic!(),
@@ -406,7 +392,7 @@ mod tests {
         let Command::Sweep(a) = parse(&line).unwrap().command else {
             panic!()
         };
-        let s = a.run.overrides().unwrap().resolve().unwrap();
+        let s = a.run.settings().unwrap();
         assert_eq!(
             (s.batch_sizes, s.steps, s.stall_limit_s),
             (vec![8, 16], 3, 120.0)
@@ -418,7 +404,7 @@ mod tests {
         let Command::Sweep(a) = parse(&line).unwrap().command else {
             panic!()
         };
-        let s = a.run.overrides().unwrap().resolve().unwrap();
+        let s = a.run.settings().unwrap();
         assert_eq!((s.steps, s.stall_limit_s), (10, 2.5));
         let _ = std::fs::remove_dir_all(dir);
         assert!(parse("tuner memory --pow2 --multiple-of 4 -- x").is_err());

@@ -52,29 +52,23 @@ pub fn parse_amp(s: &str) -> Result<Vec<Precision>, String> {
     Ok(out)
 }
 
-/// A config's `amp`: a boolean, a name or list in one string, or an array.
-#[derive(Debug)]
-struct Precisions(Vec<Precision>);
-
-impl<'de> Deserialize<'de> for Precisions {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Precisions, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bool(bool),
-            Text(String),
-            List(Vec<String>),
-        }
-        // `true` and `false` are names of `on` and `off` too.
-        let text = match Raw::deserialize(d)? {
-            Raw::Bool(b) => b.to_string(),
-            Raw::Text(t) => t,
-            Raw::List(l) => l.join(","),
-        };
-        parse_amp(&text)
-            .map(Precisions)
-            .map_err(serde::de::Error::custom)
+/// A config's `amp`: a boolean, a name or list in one string, or an array, read as [parse_amp]
+/// reads a flag's.
+fn precisions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<Precision>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Bool(bool),
+        Text(String),
+        List(Vec<String>),
     }
+    // `true` and `false` are names of `on` and `off` too.
+    let text = match Raw::deserialize(d)? {
+        Raw::Bool(b) => b.to_string(),
+        Raw::Text(t) => t,
+        Raw::List(l) => l.join(","),
+    };
+    parse_amp(&text).map(Some).map_err(serde::de::Error::custom)
 }
 
 /// One number or a list of them.
@@ -95,7 +89,8 @@ struct TrainingSection {
     batch_sizes: Option<Counts>,
     batch_size: Option<usize>,
     accumulation_steps: Option<usize>,
-    amp: Option<Precisions>,
+    #[serde(default, deserialize_with = "precisions")]
+    amp: Option<Vec<Precision>>,
     steps: Option<usize>,
     warmup_steps: Option<usize>,
     optimizer: Option<String>,
@@ -266,6 +261,14 @@ fn default_stall_limit_s() -> f64 {
     DEFAULT_STALL_LIMIT_S
 }
 
+/// The one value of `values` a command runs with; else `choose one {what}`.
+pub fn one_of<T: Copy>(values: &[T], what: &str) -> Result<T, String> {
+    match values {
+        [v] => Ok(*v),
+        _ => Err(format!("choose one {what}")),
+    }
+}
+
 /// A count of 1 to [MAX_BATCH].
 pub fn parse_positive(s: &str) -> Result<usize, String> {
     common::cli::parse_count_with_max(s, MAX_BATCH as u64).map(|v| v as usize)
@@ -365,7 +368,7 @@ pub fn parse(text: &str, flags: Overrides) -> Result<Overrides, String> {
         batch_size: (f.batch_size).or(positive("training.batch_size", t.batch_size)?),
         accumulation_steps: (f.accumulation_steps)
             .or(positive("training.accumulation_steps", accumulation)?),
-        amp: f.amp.or(t.amp.map(|a| a.0)),
+        amp: f.amp.or(t.amp),
         steps: f.steps.or(positive("training.steps", t.steps)?),
         warmup_steps: f.warmup_steps.or(t.warmup_steps),
         adam_like: f.adam_like.or(adam_like),

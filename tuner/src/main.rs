@@ -22,7 +22,7 @@ use tuner::writeback;
 fn main() -> ExitCode {
     common::cli::main_with(|_| match Cli::parse().command {
         Command::Sweep(a) => {
-            let mut settings = settings(&a.run)?;
+            let mut settings = a.run.settings().map_err(usage)?;
             if let Some(b) = &a.batch_sizes {
                 settings.batch_sizes = b.clone();
             }
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
             sweep_done(&a.run.json, &report)
         }
         Command::Memory(a) => {
-            let mut settings = settings(&a.run)?;
+            let mut settings = a.run.settings().map_err(usage)?;
             settings.batch_sizes = match (&a.batch_sizes, settings.batch_size) {
                 (Some(list), _) => list.clone(),
                 (None, Some(b)) => vec![b],
@@ -50,7 +50,8 @@ fn main() -> ExitCode {
                     "which batch sizes? give --batch-sizes B[,B...] (or training.batch_size in --config)",
                 )),
             };
-            tuner::memory::workers(&settings).map_err(usage)?;
+            tuner::config::one_of(&settings.workers, "worker count here: --workers N")
+                .map_err(usage)?;
             let run = start(&a.run, &settings, "memory")?;
             let ran = run.ran("memory", &plan(&settings), settings, a.sizes.margin)?;
             let report = tuner::memory::report(ran, a.sizes.granularity());
@@ -83,17 +84,17 @@ fn main() -> ExitCode {
         Command::Profile(a) => profile(&a),
         // A file named on the command line that cannot be read is bad usage, as gather's
         // folder is.
-        Command::Team(a) => {
-            print!("{}", tuner::writeback::show_team(&a.file).map_err(usage)?);
+        Command::Team { file } => {
+            print!("{}", tuner::writeback::show_team(&file).map_err(usage)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Gather(a) => gathered(&a.dir, &Plan::read(&a.dir)?, a.json, a.plot),
-        Command::Task(a) => {
-            let plan = Plan::read_in_job(&a.dir)?;
+        Command::Gather { dir, json, plot } => gathered(&dir, &Plan::read(&dir)?, json, plot),
+        Command::Task { dir, index } => {
+            let plan = Plan::read_in_job(&dir)?;
             if let Some(options) = &plan.autobatch {
-                return autobatch_task(&a.dir, &plan, options);
+                return autobatch_task(&dir, &plan, options);
             }
-            let r = tuner::slurm::task(&a.dir, &plan, a.index)?;
+            let r = tuner::slurm::task(&dir, &plan, index)?;
             println!(
                 "trial {}: {}: {}",
                 r.index,
@@ -102,8 +103,8 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plot(a) => {
-            tuner::sweep::replot(&a.from, &a.out).map_err(usage)?;
+        Command::Plot { from, out } => {
+            tuner::sweep::replot(&from, &out).map_err(usage)?;
             Ok(ExitCode::SUCCESS)
         }
     })
@@ -111,7 +112,7 @@ fn main() -> ExitCode {
 
 /// The batch finder's settings and options (its flags), checked before anything runs.
 fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
-    let settings = settings(&a.run)?;
+    let settings = a.run.settings().map_err(usage)?;
     let options = Options {
         start: a.start,
         granularity: a.sizes.granularity(),
@@ -126,7 +127,6 @@ fn autobatch_checked(a: &AutobatchArgs) -> anyhow::Result<(Settings, Options)> {
         model_name: a.model_name.clone(),
     };
     autobatch::check(&options, &settings).map_err(usage)?;
-    autobatch::choices(&settings).map_err(usage)?;
     Ok((settings, options))
 }
 
@@ -218,11 +218,6 @@ fn code(answered: bool) -> ExitCode {
     ExitCode::from(u8::from(!answered))
 }
 
-/// The settings of the config file and the flags, checked.
-fn settings(a: &RunArgs) -> anyhow::Result<Settings> {
-    a.overrides().and_then(|o| o.resolve()).map_err(usage)
-}
-
 /// The command after `--` and the GPUs, checked before anything runs; the run's folder and how
 /// its trials start.
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
@@ -281,7 +276,7 @@ fn run_on(
 
 /// `tuner profile`: the answer's trial under nsys or PyTorch's profiler.
 fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
-    let settings = settings(&a.run)?;
+    let settings = a.run.settings().map_err(usage)?;
     if settings.warmup_steps == 0 {
         return Err(usage(
             "profile needs at least one warmup step (--warmup 1 or more): the profiler starts as the last one is reported",

@@ -13,10 +13,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use common::table::{cell, Columns, Table};
-use common::Result;
 
 use crate::analysis::amp_advice;
-use crate::config::Settings;
 use crate::gpu::cpu_list;
 use crate::granularity::Granularity;
 use crate::nvml::MemorySource;
@@ -110,18 +108,8 @@ pub struct MemoryReport {
     pub batch_status: Option<BatchStatus>,
 }
 
-/// The one worker count the trials run with.
-pub fn workers(settings: &Settings) -> Result<usize> {
-    match settings.workers.as_slice() {
-        [w] => Ok(*w),
-        _ => Err(common::Error::invalid(
-            "choose one worker count here: --workers N",
-        )),
-    }
-}
-
-/// What the trials of the sweep's plan say, where the settings have one worker count (as
-/// [workers] checks): the plan is then every precision x batch size.
+/// What the trials of the sweep's plan say, where the settings have one worker count (as the
+/// command checks): the plan is then every precision x batch size.
 pub fn report(ran: Ran, granularity: Granularity) -> MemoryReport {
     let precisions: Vec<PrecisionMemory> = (ran.settings.amp.iter())
         .map(|&amp| {

@@ -163,9 +163,7 @@ impl Plan {
     /// it).
     pub fn read_in_job(dir: &Path) -> anyhow::Result<Plan> {
         if !dir.is_dir() {
-            let node = std::env::var("SLURMD_NODENAME")
-                .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
-                .unwrap_or_default();
+            let node = std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| Provenance::now().host);
             return Err(usage(format!(
                 "{} is not there on node {}: the folder of a Slurm run must be on shared storage, at the same path on every node and on the host that submits",
                 dir.display(),
@@ -511,9 +509,6 @@ pub fn submit(plan: &Plan, dir: &Path, s: &SlurmArgs) -> anyhow::Result<bool> {
     let sbatch = (!s.no_submit).then(|| on_path("sbatch").ok_or_else(|| {
         usage("sbatch is not on the PATH: run on a machine of the Slurm cluster (a login node), or give --no-submit to write the plan only")
     })).transpose()?;
-    if plan.trials.is_empty() && plan.autobatch.is_none() {
-        return Err(usage("the sweep has no trials to submit"));
-    }
     let tuner = std::env::current_exe()
         .map_err(|e| usage(format!("cannot find the tuner's own executable: {e}")))?;
     let text = script(plan, dir, &tuner, s)?;

@@ -332,6 +332,7 @@ fn the_language_model_s_logged_run_in_five_trials_the_confirmation_included() {
     for path in [
         "results/h200x2/autobatch-lm-1gpu-six-trials.json",
         "results/h200x2/autobatch-lm-1gpu.json",
+        "results/h200x2/autobatch-lm-earlier-call/autobatch-lm-1gpu.json",
         "results/h200x4/autobatch-lm-1gpu.json",
         "results/h200x4/autobatch-lm-1gpu-by-allocated.json",
         "results/h200x4/autobatch-lm-4gpu.json",

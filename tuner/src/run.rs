@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
@@ -26,6 +26,7 @@ use crate::config::Settings;
 use crate::gpu::{allowed_cpus, cpu_list, share_cpus, Device};
 use crate::launch::{ForkServer, Launcher, PythonProgram};
 use crate::margin::margin_for;
+use crate::nvml::lock;
 use crate::program::{Capability, Params, Precision, Program};
 use crate::trial::{larger_batch_after_oom, Limits, Runner, Stop, TrialResult};
 
@@ -673,12 +674,6 @@ impl<P: FnMut(&Standing)> State<'_, P> {
             last,
         });
     }
-}
-
-fn lock<'a, T>(m: &'a Mutex<T>) -> MutexGuard<'a, T> {
-    // A panicking trial runner must not take the results (or the progress shown) of the others
-    // with it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Run `jobs` (trial numbers are their positions) over `devices` (a GPU, or a group of GPUs

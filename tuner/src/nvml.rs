@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use common::nvml::NvmlDevice;
-
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
 
@@ -24,11 +22,6 @@ pub type Capability = (u32, u32);
 /// product) in which a kernel ran. The facts that do not change are read once, into
 /// [crate::gpu::Device].
 pub type Look = (Option<Vec<(u32, Option<u64>)>>, Option<u64>, Option<u32>);
-
-/// A look at `d` through NVML.
-pub fn look(d: &NvmlDevice) -> Look {
-    (d.processes(), d.memory().map(|m| m.0), d.utilization())
-}
 
 /// Where a trial's memory figure came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! The user's command and one trial's values: placeholders in the arguments, the same values in
 //! the environment.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -308,8 +309,10 @@ impl Program {
 
     /// The environment every trial gets for these values (placeholders' variables and the
     /// axes').
-    pub fn env_for(p: &Params) -> Vec<(String, String)> {
-        values(p).map(|(n, v)| (Axis::env_of(&n), v)).collect()
+    pub fn env_for(p: &Params) -> Vec<(String, OsString)> {
+        values(p)
+            .map(|(n, v)| (Axis::env_of(&n), v.into()))
+            .collect()
     }
 
     /// Words in braces that look like placeholders but are none of ours nor an axis's
@@ -546,10 +549,7 @@ mod tests {
             assert_eq!((p.amp, p.amp_from_on), (expected, true), "{capability:?}");
             assert_eq!(p.as_asked(), on);
             let env = Program::env_for(&p);
-            let amp = (
-                "PERF_LESSONS_AMP".to_string(),
-                expected.as_str().to_string(),
-            );
+            let amp = ("PERF_LESSONS_AMP".to_string(), expected.as_str().into());
             assert!(env.contains(&amp), "{env:?}");
         }
         let p = on.on_gpu(Some((7, 0)));

@@ -188,26 +188,19 @@ impl Run {
                 o.devices.len()
             )));
         }
-        let folder_error = |e: std::io::Error| Error::File {
+        let (folder, temporary) = match &o.trials_dir {
+            Some(d) => std::fs::create_dir_all(d).map(|_| (d.clone(), false)),
+            // Removed by [Run::finish] where nothing in it is worth reading.
+            None => (tempfile::Builder::new().prefix(&format!("tuner-{what}-")))
+                .tempdir()
+                .map(|made| (made.keep(), true)),
+        }
+        .map_err(|e| Error::File {
             path: (o.trials_dir.clone().unwrap_or_else(std::env::temp_dir))
                 .display()
                 .to_string(),
             message: format!("cannot create the trials' folder: {e}"),
-        };
-        let (folder, temporary) = match &o.trials_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(folder_error)?;
-                (d.clone(), false)
-            }
-            None => {
-                let made = tempfile::Builder::new()
-                    .prefix(&format!("tuner-{what}-"))
-                    .tempdir()
-                    .map_err(folder_error)?;
-                // Removed by [Run::finish] where nothing in it is worth reading.
-                (made.keep(), true)
-            }
-        };
+        })?;
         let results_path = match o.json.as_deref().filter(|j| *j != Path::new("-")) {
             // `run.json` -> `run.trials.jsonl`.
             Some(j) => j.with_extension("trials.jsonl"),

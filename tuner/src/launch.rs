@@ -23,6 +23,8 @@ use std::time::Duration;
 use common::process::{spawn_in_group, Exit};
 use serde::Deserialize;
 
+use crate::nvml::lock;
+
 const SERVER: &str = include_str!("forkserver.py");
 
 /// What to start: the argv (`argv[0]` the program), its environment (added to the tuner's
@@ -201,10 +203,6 @@ pub struct ForkServer {
     limit: Duration,
     /// What it said once its imports were done.
     pub ready: Message,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ForkServer {

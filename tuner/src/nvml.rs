@@ -7,13 +7,11 @@
 //! reports one, is kept beside this reading.
 
 use std::sync::mpsc::{RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-
-use common::nvml::NvmlDevice;
 
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
@@ -24,11 +22,6 @@ pub type Capability = (u32, u32);
 /// product) in which a kernel ran. The facts that do not change are read once, into
 /// [crate::gpu::Device].
 pub type Look = (Option<Vec<(u32, Option<u64>)>>, Option<u64>, Option<u32>);
-
-/// A look at `d` through NVML.
-pub fn look(d: &NvmlDevice) -> Look {
-    (d.processes(), d.memory().map(|m| m.0), d.utilization())
-}
 
 /// Where a trial's memory figure came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +188,7 @@ impl Sampler {
                 let mut stopping = false;
                 loop {
                     let (list, used, util) = look();
-                    let mut w = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut w = lock(&shared);
                     w.add(list.as_deref(), used, &is_trials);
                     if let Some(u) = util {
                         w.utilization.push((start.elapsed().as_secs_f64(), u));
@@ -221,7 +214,7 @@ impl Sampler {
     /// The peak so far, where a sample was taken since it was last read (a reading counts for
     /// a step only if one was).
     pub fn fresh_peak(&mut self) -> Option<u64> {
-        let w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        let w = lock(&self.watch);
         let fresh = w.samples > std::mem::replace(&mut self.read_at, w.samples);
         // In the reading's terms: per-process where accounted, else the device's rise.
         let rise = || Some(w.device_peak?.saturating_sub(self.before?)).filter(|&p| p > 0);
@@ -236,12 +229,18 @@ impl Sampler {
             None => "the memory sampler could not start",
             Some(Err(_)) => "the memory sampler failed",
             Some(Ok(())) => {
-                let mut w = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+                let mut w = lock(&self.watch);
                 return (w.reading(self.before), std::mem::take(&mut w.utilization));
             }
         };
         (MemoryReading::unmeasured(why), Vec::new())
     }
+}
+
+/// The value behind `m`, also where a thread that held it panicked: a panicking trial runner
+/// or sampler must not take the results, or the progress shown, of the others with it.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether `pid` is in process group `pgid` or descends from its leader (a child that moved

@@ -1,6 +1,7 @@
 //! The user's command and one trial's values: placeholders in the arguments, the same values in
 //! the environment.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -202,7 +203,7 @@ impl Axis {
         }
         let env = Axis::env_of(name);
         let ours = placeholders(&Params::default());
-        if let Some((own, ..)) = ours.iter().find(|(n, e, _)| *n == name || *e == env) {
+        if let Some((own, _)) = (ours.iter()).find(|(n, _)| *n == name || Axis::env_of(n) == env) {
             return Err(format!(
                 "axis name '{name}' is the tuner's own {{{own}}}: give it with its own flag, or name the axis otherwise"
             ));
@@ -227,8 +228,9 @@ impl Axis {
         })
     }
 
-    /// `PERF_LESSONS_<NAME>`.
+    /// `PERF_LESSONS_<NAME>`; `{warmup}`'s is `PERF_LESSONS_WARMUP_STEPS`, as programs read it.
     pub fn env_of(name: &str) -> String {
+        let name = (Some(name).filter(|n| *n != "warmup")).unwrap_or("warmup_steps");
         format!("PERF_LESSONS_{}", name.to_ascii_uppercase())
     }
 
@@ -269,28 +271,16 @@ pub const REPORT_ENV: &str = "PERF_LESSONS_REPORT";
 pub const TRIAL_ENV: &str = "PERF_LESSONS_TRIAL";
 
 /// The values the tuner puts into the command line (`{name}` in an argument) and the
-/// environment: each one's name, environment variable and value in `p` (the names alone are
-/// those of any params, such as the default's).
-pub fn placeholders(p: &Params) -> [(&'static str, &'static str, String); 6] {
+/// environment (the variable [Axis::env_of] the name): each one's name and value in `p` (the
+/// names alone are those of any params, such as the default's).
+pub fn placeholders(p: &Params) -> [(&'static str, String); 6] {
     [
-        (
-            "batch_size",
-            "PERF_LESSONS_BATCH_SIZE",
-            p.batch_size.to_string(),
-        ),
-        ("workers", "PERF_LESSONS_WORKERS", p.workers.to_string()),
-        ("amp", "PERF_LESSONS_AMP", p.amp.as_str().to_string()),
-        (
-            "accumulation",
-            "PERF_LESSONS_ACCUMULATION",
-            p.accumulation.to_string(),
-        ),
-        ("steps", "PERF_LESSONS_STEPS", p.steps.to_string()),
-        (
-            "warmup",
-            "PERF_LESSONS_WARMUP_STEPS",
-            p.warmup_steps.to_string(),
-        ),
+        ("batch_size", p.batch_size.to_string()),
+        ("workers", p.workers.to_string()),
+        ("amp", p.amp.as_str().to_string()),
+        ("accumulation", p.accumulation.to_string()),
+        ("steps", p.steps.to_string()),
+        ("warmup", p.warmup_steps.to_string()),
     ]
 }
 
@@ -319,8 +309,10 @@ impl Program {
 
     /// The environment every trial gets for these values (placeholders' variables and the
     /// axes').
-    pub fn env_for(p: &Params) -> Vec<(String, String)> {
-        values(p).map(|(_, env, value)| (env, value)).collect()
+    pub fn env_for(p: &Params) -> Vec<(String, OsString)> {
+        values(p)
+            .map(|(n, v)| (Axis::env_of(&n), v.into()))
+            .collect()
     }
 
     /// Words in braces that look like placeholders but are none of ours nor an axis's
@@ -379,16 +371,15 @@ pub fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Each placeholder's and axis's name, environment variable and value in `p`.
-fn values(p: &Params) -> impl Iterator<Item = (String, String, String)> + '_ {
-    let ours = placeholders(p).map(|(name, env, v)| (name.to_string(), env.to_string(), v));
-    let axes = (p.axes.iter()).map(|(n, v)| (n.to_string(), Axis::env_of(n), v.clone()));
-    ours.into_iter().chain(axes)
+/// Each placeholder's and axis's name and value in `p`.
+fn values(p: &Params) -> impl Iterator<Item = (String, String)> + '_ {
+    let ours = placeholders(p).map(|(name, v)| (name.to_string(), v));
+    ours.into_iter().chain(p.axes.iter().cloned())
 }
 
 /// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
 fn substitute(arg: &str, p: &Params) -> String {
-    values(p).fold(arg.to_string(), |out, (name, _, value)| {
+    values(p).fold(arg.to_string(), |out, (name, value)| {
         out.replace(&format!("{{{name}}}"), &value)
     })
 }
@@ -558,10 +549,7 @@ mod tests {
             assert_eq!((p.amp, p.amp_from_on), (expected, true), "{capability:?}");
             assert_eq!(p.as_asked(), on);
             let env = Program::env_for(&p);
-            let amp = (
-                "PERF_LESSONS_AMP".to_string(),
-                expected.as_str().to_string(),
-            );
+            let amp = ("PERF_LESSONS_AMP".to_string(), expected.as_str().into());
             assert!(env.contains(&amp), "{env:?}");
         }
         let p = on.on_gpu(Some((7, 0)));

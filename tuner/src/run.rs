@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
@@ -26,6 +26,7 @@ use crate::config::Settings;
 use crate::gpu::{allowed_cpus, cpu_list, share_cpus, Device};
 use crate::launch::{ForkServer, Launcher, PythonProgram};
 use crate::margin::margin_for;
+use crate::nvml::lock;
 use crate::program::{Capability, Params, Precision, Program};
 use crate::trial::{larger_batch_after_oom, Limits, Runner, Stop, TrialResult};
 
@@ -187,26 +188,19 @@ impl Run {
                 o.devices.len()
             )));
         }
-        let folder_error = |e: std::io::Error| Error::File {
+        let (folder, temporary) = match &o.trials_dir {
+            Some(d) => std::fs::create_dir_all(d).map(|_| (d.clone(), false)),
+            // Removed by [Run::finish] where nothing in it is worth reading.
+            None => (tempfile::Builder::new().prefix(&format!("tuner-{what}-")))
+                .tempdir()
+                .map(|made| (made.keep(), true)),
+        }
+        .map_err(|e| Error::File {
             path: (o.trials_dir.clone().unwrap_or_else(std::env::temp_dir))
                 .display()
                 .to_string(),
             message: format!("cannot create the trials' folder: {e}"),
-        };
-        let (folder, temporary) = match &o.trials_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(folder_error)?;
-                (d.clone(), false)
-            }
-            None => {
-                let made = tempfile::Builder::new()
-                    .prefix(&format!("tuner-{what}-"))
-                    .tempdir()
-                    .map_err(folder_error)?;
-                // Removed by [Run::finish] where nothing in it is worth reading.
-                (made.keep(), true)
-            }
-        };
+        })?;
         let results_path = match o.json.as_deref().filter(|j| *j != Path::new("-")) {
             // `run.json` -> `run.trials.jsonl`.
             Some(j) => j.with_extension("trials.jsonl"),
@@ -673,12 +667,6 @@ impl<P: FnMut(&Standing)> State<'_, P> {
             last,
         });
     }
-}
-
-fn lock<'a, T>(m: &'a Mutex<T>) -> MutexGuard<'a, T> {
-    // A panicking trial runner must not take the results (or the progress shown) of the others
-    // with it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Run `jobs` (trial numbers are their positions) over `devices` (a GPU, or a group of GPUs

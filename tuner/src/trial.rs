@@ -24,7 +24,7 @@ use common::process::{kill_group, read_from, read_tail, tail_lines, watch, Exit}
 use crate::classify::{classify, find_oom, OomMessage, Status};
 use crate::gpu::Device;
 use crate::launch::{Launcher, Running, Spawn};
-use crate::nvml::{self, MemoryReading, Sampler};
+use crate::nvml::{MemoryReading, Sampler};
 use crate::program::{Params, Program, REPORT_ENV, TRIAL_ENV};
 use crate::protocol::{last_allocated, step_of, Measured, ReportFile, ReportHealth};
 
@@ -401,10 +401,7 @@ impl Runner<'_> {
         port: u16,
         report: &Path,
     ) -> Vec<(String, OsString)> {
-        let mut env: Vec<(String, OsString)> = Program::env_for(&t.params)
-            .into_iter()
-            .map(|(k, v)| (k, v.into()))
-            .collect();
+        let mut env = Program::env_for(&t.params);
         let ours: [(&str, OsString); 5] = [
             (REPORT_ENV, report.as_os_str().to_owned()),
             (TRIAL_ENV, t.index.to_string().into()),
@@ -628,7 +625,8 @@ impl Runner<'_> {
                     stderr: Tail::new(&stderr),
                     stdout: Tail::new(&stdout),
                     sampler: d.probe.clone().map(|p| {
-                        let look = move || nvml::look(&p);
+                        let look =
+                            move || (p.processes(), p.memory().map(|m| m.0), p.utilization());
                         Sampler::start(look, running.pgid(), SAMPLE_PERIOD, before, start)
                     }),
                     stop: self.limits.stop,

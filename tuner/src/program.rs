@@ -230,7 +230,10 @@ impl Axis {
 
     /// `PERF_LESSONS_<NAME>`; `{warmup}`'s is `PERF_LESSONS_WARMUP_STEPS`, as programs read it.
     pub fn env_of(name: &str) -> String {
-        let name = (Some(name).filter(|n| *n != "warmup")).unwrap_or("warmup_steps");
+        let name = match name {
+            "warmup" => "warmup_steps",
+            other => other,
+        };
         format!("PERF_LESSONS_{}", name.to_ascii_uppercase())
     }
 

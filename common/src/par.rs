@@ -1,5 +1,14 @@
 //! Data-parallel helpers for host-side work that sits on the startup path (input generation,
-//! float64 references): plain scoped threads, results independent of the thread count.
+//! float64 references): plain scoped threads, results independent of the thread count; and
+//! [lock], for state threads share.
+
+use std::sync::{Mutex, MutexGuard};
+
+/// The value behind `m`, also where a thread that held it panicked: one thread's panic must
+/// not take the state the others share (results, a cache, the progress shown) with it.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Threads to use: what the OS offers, at most 32.
 pub fn threads() -> usize {

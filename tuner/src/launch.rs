@@ -20,10 +20,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::par::lock;
 use common::process::{spawn_in_group, Exit};
 use serde::Deserialize;
-
-use crate::nvml::lock;
 
 const SERVER: &str = include_str!("forkserver.py");
 

@@ -7,11 +7,13 @@
 //! reports one, is kept beside this reading.
 
 use std::sync::mpsc::{RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use common::par::lock;
 
 /// A GPU's compute capability, (major, minor).
 pub type Capability = (u32, u32);
@@ -235,12 +237,6 @@ impl Sampler {
         };
         (MemoryReading::unmeasured(why), Vec::new())
     }
-}
-
-/// The value behind `m`, also where a thread that held it panicked: a panicking trial runner
-/// or sampler must not take the results, or the progress shown, of the others with it.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Whether `pid` is in process group `pgid` or descends from its leader (a child that moved

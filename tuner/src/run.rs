@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use common::par::lock;
 use common::report::Provenance;
 use common::{Error, Result};
 use profiling::target::sanitize;
@@ -26,7 +27,6 @@ use crate::config::Settings;
 use crate::gpu::{allowed_cpus, cpu_list, share_cpus, Device};
 use crate::launch::{ForkServer, Launcher, PythonProgram};
 use crate::margin::margin_for;
-use crate::nvml::lock;
 use crate::program::{Capability, Params, Precision, Program};
 use crate::trial::{larger_batch_after_oom, Limits, Runner, Stop, TrialResult};
 

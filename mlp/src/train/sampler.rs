@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::par::lock;
 use common::verify::Rng;
 
 use crate::data::Samples;
@@ -87,7 +88,7 @@ impl Sampler {
 
     /// The shuffled order of epoch `e` (Fisher-Yates, seeded by the epoch), cached for a few.
     fn permutation(&self, e: usize) -> Arc<Vec<u32>> {
-        let mut cache = self.permutations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = lock(&self.permutations);
         if let Some((_, p)) = cache.iter().find(|(k, _)| *k == e) {
             return p.clone();
         }

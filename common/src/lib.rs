@@ -4,9 +4,9 @@
 //! Modules in layers, each using only those above it:
 //!
 //! - [error], [exit], [par], [files], [table], [affinity], [process], [named], [protocol]: errors,
-//!   the exit codes, parallel host work and the state threads share, files, the table printer, keeping the measuring thread
-//!   on one CPU core, child processes in groups of their own, values by name in their order, the
-//!   report protocol training programs speak to the tuner
+//!   the exit codes, parallel host work and the state threads share, files, the table printer,
+//!   keeping the measuring thread on one CPU core, child processes in groups of their own, values
+//!   by name in their order, the report protocol training programs speak to the tuner
 //! - [stats], [stop], [counters], [verify]: summary statistics, the stopping rule, bytes and
 //!   FLOPs, seeded inputs and the relative L2 check
 //! - [libraries], [nvml], [gpu], [pinned], [kernels], [blas], [nvtx], [trace]: where the CUDA

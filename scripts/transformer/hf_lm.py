@@ -60,6 +60,18 @@ def sequences(length, seq_len, vocab_size):
     return Sequences()
 
 
+def training_arguments(transformers, precision, workers, **options):
+    """The Trainer's arguments: train_lm.py's optimizer (PyTorch's AdamW at its learning rate)
+    in `precision`, `workers` loader workers, nothing saved or logged; `options` on top."""
+    return transformers.TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="hf-trainer-"),
+        bf16=precision == "bf16", fp16=precision == "fp16",
+        optim="adamw_torch", learning_rate=1e-4, weight_decay=0.01, lr_scheduler_type="constant",
+        dataloader_num_workers=workers, dataloader_pin_memory=True,
+        dataloader_drop_last=True, save_strategy="no", logging_strategy="no", report_to="none",
+        disable_tqdm=True, seed=0, **options)
+
+
 def recorder():
     """A TrainerCallback that records each of the finder's trials."""
     from transformers import TrainerCallback
@@ -94,13 +106,7 @@ def main(argv=None):
     precision, _ = precision_of(torch, args.amp, "cuda")
     options = dict(auto_find_batch_size=True, per_device_train_batch_size=args.init_val,
                    max_steps=args.steps_per_trial)
-    training = transformers.TrainingArguments(
-        output_dir=tempfile.mkdtemp(prefix="hf-batch-finder-"),
-        bf16=precision == "bf16", fp16=precision == "fp16",
-        optim="adamw_torch", learning_rate=1e-4, weight_decay=0.01, lr_scheduler_type="constant",
-        dataloader_num_workers=args.workers, dataloader_pin_memory=True,
-        dataloader_drop_last=True, save_strategy="no", logging_strategy="no", report_to="none",
-        disable_tqdm=True, seed=0, **options)
+    training = training_arguments(transformers, precision, args.workers, **options)
     trials = recorder()
     data = sequences(10_000_000, args.seq_len, SHAPES[args.model]["vocab_size"])
     trainer = transformers.Trainer(model=model(args.model, args.seq_len), args=training,

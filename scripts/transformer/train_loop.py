@@ -111,6 +111,16 @@ class HostEvent:
         pass
 
 
+def data_parallel_rank(torch, program, args):
+    """For a program that trains with DDP under its framework (torchrun, or the tuner's
+    `--ranks`): GPU LOCAL_RANK made this process's, its share set; `--amp` resolved on it."""
+    if args.device != "cuda" or not torch.cuda.is_available():
+        sys.exit("%s: trains on CUDA GPUs only, and PyTorch sees none here" % program)
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    limit_memory(torch, args.memory_limit)
+    return precision_of(torch, args.amp, "cuda")[0]
+
+
 def fork_here():
     """perf_lessons.fork_here(), written out: under the tuner, whose fork server ran the program
     up to here once, each trial is forked from this point (what was built above it, built once),

@@ -350,3 +350,26 @@ fn the_language_model_s_logged_run_in_five_trials_the_confirmation_included() {
         assert!(k2 <= 2 && k4 <= 2, "{path}: {k2} {k4}");
     }
 }
+
+#[test]
+fn data_parallel_programs_under_their_frameworks_no_worse_than_their_logged_runs() {
+    // ViT-B/16 under Lightning's DDP and a Llama-style model under Hugging Face's Trainer, two
+    // ranks a trial on two H200s (bf16, a 16 GiB share each), reported by the package's
+    // callbacks: a group is one trial a round, and its answer held in two runs. The replay
+    // takes no more trials than the search and one confirmation did, within five.
+    for path in [
+        "results/h200x2/tuner-autobatch-vit-lightning-ddp.json",
+        "results/h200x2/tuner-autobatch-lm-hf-ddp.json",
+    ] {
+        let r = Replay::of_report(path);
+        let one = r.search(8, M8, 1);
+        let (trials, _) = cost(&one);
+        // The logged runs' second confirmation is the group's, which a replay does not make.
+        assert!(
+            trials <= 5 && trials < r.logged_trials,
+            "{path}: {:?}, {} logged",
+            one.tried,
+            r.logged_trials
+        );
+    }
+}

@@ -55,7 +55,12 @@ impl Running {
     pub fn exited(&mut self) -> std::io::Result<Option<Exit>> {
         match self {
             Running::Spawned(c) => Ok(c.try_wait()?.map(Exit::of)),
-            Running::Forked { pid, server } => Ok(server.exit_of(*pid)),
+            Running::Forked { pid, server } => {
+                let ev = lock(&server.exits);
+                // The parent died: its trials were killed with it.
+                let killed = ev.gone.then_some(Exit::Signal(9));
+                Ok(ev.exited.get(pid).copied().or(killed))
+            }
         }
     }
 }
@@ -316,13 +321,6 @@ impl ForkServer {
             a.started.ok_or(a.error.unwrap_or_default())
         });
         answer.map_err(std::io::Error::other)
-    }
-
-    fn exit_of(&self, pid: u32) -> Option<Exit> {
-        let ev = lock(&self.exits);
-        // The parent died: its trials were killed with it.
-        let killed = ev.gone.then_some(Exit::Signal(9));
-        ev.exited.get(&pid).copied().or(killed)
     }
 }
 

@@ -305,9 +305,15 @@ impl Program {
         }
     }
 
-    /// The command line of one trial.
+    /// The command line of one trial: each `{name}` of a placeholder or an axis replaced by its
+    /// value.
     pub fn argv_for(&self, p: &Params) -> Vec<String> {
-        self.argv.iter().map(|a| substitute(a, p)).collect()
+        let substitute = |arg: &String| {
+            values(p).fold(arg.clone(), |out, (name, value)| {
+                out.replace(&format!("{{{name}}}"), &value)
+            })
+        };
+        self.argv.iter().map(substitute).collect()
     }
 
     /// The environment every trial gets for these values (placeholders' variables and the
@@ -378,13 +384,6 @@ pub fn quoted(s: &str) -> String {
 fn values(p: &Params) -> impl Iterator<Item = (String, String)> + '_ {
     let ours = placeholders(p).map(|(name, v)| (name.to_string(), v));
     ours.into_iter().chain(p.axes.iter().cloned())
-}
-
-/// `arg` with each `{name}` of a placeholder or an axis replaced by its value.
-fn substitute(arg: &str, p: &Params) -> String {
-    values(p).fold(arg.to_string(), |out, (name, value)| {
-        out.replace(&format!("{{{name}}}"), &value)
-    })
 }
 
 /// The executable `name` on the PATH, where there is one.

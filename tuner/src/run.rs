@@ -504,27 +504,26 @@ impl Ran {
     /// trials whose report had lines that were not valid (the first one quoted).
     pub fn footer(&self, what: &str) -> String {
         let mut o = String::new();
+        let mut say = |t: &TrialResult, said: String| {
+            o.push_str(&format!(
+                "trial {} ({}): {said}\n",
+                t.index,
+                t.params.describe()
+            ))
+        };
         for t in self.trials.iter().filter(|t| t.report.bad_lines > 0) {
             let first = t.report.first_bad.first();
-            o.push_str(&format!(
-                "trial {} ({}): {} report line(s) not valid{}\n",
-                t.index,
-                t.params.describe(),
-                t.report.bad_lines,
-                first.map_or(String::new(), |b| format!(
-                    "; the first, line {}: {}",
-                    b.line, b.reason
-                ))
-            ));
+            let first = first.map_or(String::new(), |b| {
+                format!("; the first, line {}: {}", b.line, b.reason)
+            });
+            say(
+                t,
+                format!("{} report line(s) not valid{first}", t.report.bad_lines),
+            );
         }
         for t in self.trials.iter().filter(|t| t.troubled()) {
-            o.push_str(&format!(
-                "trial {} ({}): {}; stderr ended with: {}\n",
-                t.index,
-                t.params.describe(),
-                t.verdict(),
-                t.stderr_tail.last().map_or("(nothing)", String::as_str)
-            ));
+            let last = t.stderr_tail.last().map_or("(nothing)", String::as_str);
+            say(t, format!("{}; stderr ended with: {last}", t.verdict()));
         }
         o.push_str(&format!(
             "\n{what}: {} trials in {:.1} s ({}){}\n",

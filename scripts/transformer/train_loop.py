@@ -114,8 +114,11 @@ class HostEvent:
 def data_parallel_rank(torch, program, args):
     """For a program that trains with DDP under its framework (torchrun, or the tuner's
     `--ranks`): GPU LOCAL_RANK made this process's, its share set; `--amp` resolved on it."""
-    if args.device != "cuda" or not torch.cuda.is_available():
-        sys.exit("%s: trains on CUDA GPUs only, and PyTorch sees none here" % program)
+    if args.device != "cuda":
+        sys.exit("%s: trains on CUDA GPUs only (--device cpu is for the programs that run this "
+                 "file's loop)" % program)
+    if not torch.cuda.is_available():
+        sys.exit("%s: PyTorch sees no CUDA GPU (check CUDA_VISIBLE_DEVICES)" % program)
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     limit_memory(torch, args.memory_limit)
     return precision_of(torch, args.amp, "cuda")[0]

@@ -256,12 +256,23 @@ pub fn render(r: &MemoryReport) -> String {
     }
     for p in &r.precisions {
         let _ = writeln!(o, "{}: {}", p.amp.label(), p.fit.describe());
-        let bound = match p.first_failing {
-            Some(f) => format!("{f} ran out of memory"),
-            None => {
+        let of_amp = || (r.ran.trials.iter()).filter(|t| t.params.as_asked().amp == p.amp);
+        let silent: Vec<String> = (of_amp().filter(|t| t.fits().is_none()))
+            .map(|t| format!("{} {}", t.params.batch_size, t.status.name()))
+            .collect();
+        let bound = match (p.first_failing, silent.is_empty()) {
+            (Some(f), _) => {
+                let failed = of_amp().find(|t| t.params.batch_size == f && t.fits() == Some(false));
+                format!("{f} {}", failed.map_or("ran out of memory", |t| t.misfit()))
+            }
+            (None, true) => {
                 "no listed batch failed: the real maximum is larger (`tuner autobatch` finds it)"
                     .into()
             }
+            (None, false) => format!(
+                "none ran out of memory; no answer from {} (above)",
+                silent.join(", ")
+            ),
         };
         let _ = writeln!(
             o,

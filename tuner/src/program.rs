@@ -350,8 +350,30 @@ impl Program {
         out
     }
 
-    /// Fail before any trial when the program cannot be found or run.
+    /// The launcher at the head of the command that starts ranks of its own (torchrun,
+    /// `python -m torch.distributed.run`, `accelerate launch`, `deepspeed`), where there is one.
+    fn launcher(&self) -> Option<String> {
+        let words: Vec<&str> = self.argv.iter().map(String::as_str).collect();
+        let name = Path::new(words[0]).file_name()?.to_str()?;
+        match (name, words.get(1).copied()) {
+            ("torchrun" | "deepspeed", _) => Some(name.into()),
+            ("accelerate", Some("launch")) => Some("accelerate launch".into()),
+            (python, _) if python.starts_with("python") => {
+                let module = words.windows(2).find(|w| w[0] == "-m")?[1];
+                (module.starts_with("torch.distributed.")).then(|| format!("python -m {module}"))
+            }
+            _ => None,
+        }
+    }
+
+    /// Fail before any trial when the program cannot be found or run, or is a launcher that
+    /// would start ranks the tuner cannot give GPUs to and watch.
     pub fn check_runnable(&self) -> Result<(), String> {
+        if let Some(launcher) = self.launcher() {
+            return Err(format!(
+                "{launcher} starts ranks of its own, where the tuner starts each rank itself to give it its GPU and watch it: put the training script after -- without {launcher}, and give --ranks N for N GPUs a trial (each rank gets torchrun's variables)"
+            ));
+        }
         let program = &self.argv[0];
         match program.contains('/') {
             true if !is_executable(Path::new(program)) => Err(format!(
@@ -404,6 +426,37 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_launcher_that_starts_ranks_itself_is_refused() {
+        for (command, launcher) in [
+            ("torchrun --nproc-per-node 2 train.py", "torchrun "),
+            ("/opt/venv/bin/torchrun train.py", "torchrun "),
+            (
+                "python3 -m torch.distributed.run --nproc_per_node=4 train.py",
+                "python -m torch.distributed.run ",
+            ),
+            (
+                "python -m torch.distributed.launch train.py",
+                "python -m torch.distributed.launch ",
+            ),
+            ("accelerate launch train.py", "accelerate launch "),
+            ("deepspeed train.py", "deepspeed "),
+        ] {
+            let argv = command.split(' ').map(String::from).collect();
+            let why = Program { argv }.check_runnable().unwrap_err();
+            assert!(why.starts_with(launcher), "{command}: {why}");
+            assert!(why.contains("--ranks N"), "{why}");
+        }
+        for fine in [
+            "python3 train.py -m torch.x",
+            "python3 -m pkg.train",
+            "accelerate-config",
+        ] {
+            let argv: Vec<String> = fine.split(' ').map(String::from).collect();
+            assert_eq!(Program { argv }.launcher(), None, "{fine}");
+        }
+    }
 
     fn params() -> Params {
         Params {

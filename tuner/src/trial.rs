@@ -722,11 +722,34 @@ impl Runner<'_> {
             1 => reason,
             n => format!("rank {speaker} of {n}: {reason}"),
         };
+        // Steps of another batch than the trial's say nothing about it, however they ended: the
+        // trial failed to run what it was given, and its figures stand under no batch.
+        if let Some(why) = other_batch(&files, params) {
+            (result.status, result.reason, result.reached_steps) = (Status::Failed, why, false);
+        }
         if result.status != Status::Ok {
             result.stderr_tail = tail_lines(&g.ranks[speaker].watcher.stderr.path, TAIL_LINES);
         }
         Ok(())
     }
+}
+
+/// Why the steps a trial's ranks reported are not of the batch it gave them, where a rank
+/// counted samples on none of them as batch x accumulation: the program took its batch from elsewhere (a
+/// command without `{batch_size}`, or arguments read above `fork_here()`, so that every forked
+/// trial runs the first one's).
+fn other_batch(files: &[ReportFile], p: &Params) -> Option<String> {
+    let given = (p.batch_size * p.accumulation.max(1)) as u64;
+    let first = files.iter().find_map(|f| {
+        let mut counted = f.steps.iter().map(|s| s.samples).filter(|&n| n > 0);
+        let first = counted.next()?;
+        (first != given && counted.all(|n| n != given)).then_some(first)
+    })?;
+    Some(format!(
+        "its steps reported {first} samples, where batch {} x accumulation {} is {given}: the program ran another batch than the trial's (give it {{batch_size}} and {{accumulation}} or PERF_LESSONS_BATCH_SIZE, and read them below fork_here() where it calls it)",
+        p.batch_size,
+        p.accumulation.max(1)
+    ))
 }
 
 #[cfg(test)]
@@ -735,6 +758,37 @@ mod tests {
 
     const GB: u64 = 1_000_000_000;
     const MB: u64 = 1_000_000;
+
+    #[test]
+    fn steps_of_another_batch_are_told_from_a_short_last_one() {
+        let file = |samples: &[u64]| ReportFile {
+            steps: (samples.iter())
+                .map(|&samples| crate::protocol::StepRecord {
+                    samples,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let p = Params {
+            batch_size: 16,
+            accumulation: 2,
+            ..Params::default()
+        };
+        // Batch x accumulation, the last step short (a dataset that does not divide).
+        assert_eq!(other_batch(&[file(&[32, 32, 7])], &p), None);
+        // Nothing counted, or steps that count nothing: nothing to hold against the batch.
+        assert_eq!(other_batch(&[file(&[])], &p), None);
+        assert_eq!(other_batch(&[file(&[0, 0])], &p), None);
+        // Another batch on every step, or on every step of one rank.
+        let why = other_batch(&[file(&[0, 16, 16])], &p).unwrap();
+        assert!(
+            why.starts_with("its steps reported 16 samples, where batch 16 x accumulation 2 is 32"),
+            "{why}"
+        );
+        let why = other_batch(&[file(&[32]), file(&[8])], &p).unwrap();
+        assert!(why.starts_with("its steps reported 8 samples"), "{why}");
+    }
 
     #[test]
     fn memory_is_steady_once_two_steps_after_the_first_agree() {

@@ -47,6 +47,8 @@ lr 1 up. Beside it `accuracy`, 1 / (1 + loss).
                      group): a size at the edge that holds once and not again; DIR keeps count
   FAKE_PEAK_GROWS=K  the reported peak grows over the first K steps, then stays
   FAKE_STEP_S=S      seconds per step (default 0.01)
+  FAKE_SAMPLES=N     report N samples a step, whatever the batch (a program that ran another
+                     batch than the one it was given)
   FAKE_STEP_REPORTED=F   report F x the step's time (a program whose step time leaves out
                      part of its loop)
   FAKE_STEP_MEASURED=1   the step's time as measured, from the end of the previous step, as
@@ -296,7 +298,7 @@ def main():
         print(PYTORCH_OOM, file=sys.stderr, flush=True)
         return wind_down()
 
-    samples = args.batch_size * args.accumulation
+    samples = int(os.environ.get("FAKE_SAMPLES", args.batch_size * args.accumulation))
     measured_start = None
     no_loss = os.environ.get("FAKE_NO_LOSS_BATCH")
     reports_loss = args.lr is not None and str(args.batch_size) != no_loss

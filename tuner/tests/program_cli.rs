@@ -468,6 +468,31 @@ const MEMORY_ON_THE_FAKE: [&str; 11] = [
 ];
 const FAKE_MEMORY: (&str, &str) = ("FAKE_MEMORY", "600000000,40000000,79000000000");
 
+/// `memory`'s bound under the largest batch that fits names how the batch above it ended,
+/// and a batch that said nothing about memory is never taken for one that fit or failed.
+#[test]
+fn memory_says_how_the_batch_above_the_largest_fit_ended() {
+    let (_s, work, tmp) = places("memory-endings");
+    let mut args = MEMORY_ON_THE_FAKE.to_vec();
+    args[2] = "64,1024";
+    args.extend(["--stall-limit", "1"]);
+    let hung = [("FAKE_STALL_ABOVE", "100"), ("FAKE_STALL_AFTER", "1")];
+    let o = tuner(&args, &hung, "0", &work, &tmp);
+    assert!(
+        o.stderr
+            .contains("largest listed batch that fits 64 (1024 hung (counted as not fitting))"),
+        "{}",
+        o.stderr
+    );
+    let o = tuner(&args, &[("FAKE_MODE", "fail")], "0", &work, &tmp);
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("largest listed batch that fits 0 (none ran out of memory; no answer from 64 FAILED, 1024 FAILED (above))"),
+        "{}",
+        o.stderr
+    );
+}
+
 #[test]
 fn memory_shows_where_it_goes_from_the_program_s_model_line() {
     // The fake's peak is 600 MB + 40 MB per sample; its model line counts 150 MB of
@@ -764,7 +789,8 @@ fn forked_trials_run_as_many_threads_as_their_cores() {
 /// `tuner sweep` of batches 8, 16 and 24 on one GPU over a program that calls
 /// perf_lessons.fork_here() and then runs the fake: above the call it logs each run of it to
 /// FAKE_BUILD_LOG, sleeps FAKE_BUILD_S seconds, exits where FAKE_BUILD_FAILS is set, and where
-/// FAKE_OPENMP is set runs a parallel region of GNU OpenMP there and again in the trial. What the
+/// FAKE_OPENMP is set runs a parallel region of GNU OpenMP there and again in the trial; where
+/// FAKE_ARGS_ABOVE is set the trial keeps the arguments the program had above the call. What the
 /// tuner said, its report, the builds logged and the fake's log entries.
 fn fork_here_sweep(name: &str, vars: &[(&str, &str)]) -> (Out, Value, Vec<Value>, Vec<Value>) {
     let (s, work, tmp) = places(name);
@@ -793,7 +819,10 @@ if os.environ.get("FAKE_OPENMP"):  # a parallel region of GNU OpenMP, as PyTorch
     region = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda data: None)
     gomp.GOMP_parallel(region, None, 4, 0)
 print("built")
+above = list(sys.argv)
 perf_lessons.fork_here()
+if os.environ.get("FAKE_ARGS_ABOVE"):  # arguments read above the call: the first trial's
+    sys.argv = above
 if os.environ.get("FAKE_OPENMP"):
     gomp.GOMP_parallel(region, None, 4, 0)
 sys.argv[0] = {fake:?}
@@ -879,6 +908,31 @@ fn a_program_that_calls_fork_here_builds_once() {
     }
     assert_eq!(builds.len(), 1 + 3);
     assert!(entries.is_empty());
+}
+
+/// A program that reads its arguments above fork_here() runs the first trial's batch in every
+/// trial: the trials of other batches fail, saying so, rather than standing under a batch they
+/// did not run.
+#[test]
+fn a_trial_that_ran_another_batch_fails_saying_so() {
+    let (o, report, builds, _) = fork_here_sweep("args-above", &[("FAKE_ARGS_ABOVE", "1")]);
+    assert_eq!(builds.len(), 1);
+    assert_eq!(o.code, 0, "batch 8 ran: {}\n{}", o.stdout, o.stderr);
+    let trials = report["trials"].as_array().unwrap();
+    assert_eq!(
+        fake::statuses(&report),
+        ["OK", "FAILED", "FAILED"],
+        "{}",
+        o.stdout
+    );
+    let reason = trials[1]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("its steps reported 8 samples, where batch 16 x accumulation 1 is 16: the program ran another batch than the trial's"),
+        "{reason}"
+    );
+    assert!(reason.contains("below fork_here()"), "{reason}");
+    assert_eq!(trials[2]["reached_steps"], false);
+    assert_eq!(report["best"]["highest_throughput"]["key"]["batch"], 8);
 }
 
 /// A program whose CPU work above fork_here() started OpenMP's threads (PyTorch building a model

@@ -4,6 +4,8 @@
 //! sees, named to the child by UUID so that no ordering rule can mix them up.
 
 use crate::nvml::Capability;
+use common::exit::{no_gpu, usage};
+use common::gpu::DeviceList;
 use common::nvml::{Nvml, NvmlDevice, NvmlKey};
 
 /// One GPU a trial can run on.
@@ -158,14 +160,19 @@ pub fn select_devices(
         .collect())
 }
 
-/// The devices `--devices` names on this machine (None: all visible).
-pub fn visible_devices(spec: Option<&str>) -> Result<Vec<Device>, String> {
+/// The devices `--devices` names on this machine (None: all visible). The list's words are
+/// checked before looking for GPUs and its positions against them after, both bad usage; a
+/// machine without a GPU to see is no GPU.
+pub fn visible_devices(spec: Option<&str>) -> anyhow::Result<Vec<Device>> {
+    if let Some(words) = spec {
+        words.parse::<DeviceList>().map_err(usage)?;
+    }
     let nvml = Nvml::open();
     let uuids = nvml.as_ref().and_then(Nvml::uuids);
     let visible_env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
-    let visible = visible_gpus(visible_env.as_deref(), order.as_deref(), uuids)?;
-    select_devices(spec, &visible, order.as_deref(), nvml.as_ref())
+    let visible = visible_gpus(visible_env.as_deref(), order.as_deref(), uuids).map_err(no_gpu)?;
+    select_devices(spec, &visible, order.as_deref(), nvml.as_ref()).map_err(usage)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use clap::Parser;
 use serde_json::json;
 
-use common::exit::{no_gpu, usage};
+use common::exit::usage;
 use profiling::discover::{Places, NSYS};
 use tuner::autobatch::{self, Options};
 use tuner::cli::{AutobatchArgs, Cli, Command, ProfileArgs, RunArgs};
@@ -222,7 +222,7 @@ fn code(answered: bool) -> ExitCode {
 /// its trials start.
 fn start(a: &RunArgs, settings: &Settings, what: &str) -> anyhow::Result<Run> {
     let program = checked_program(a, settings)?;
-    let devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    let devices = visible_devices(settings.devices.as_deref())?;
     if devices.len() < settings.ranks {
         return Err(usage(format!(
             "--ranks {} runs each trial on {0} GPUs, and there are {} to run on: give --devices {0} or more of them",
@@ -292,7 +292,7 @@ fn profile(a: &ProfileArgs) -> anyhow::Result<ExitCode> {
     }
     let (amp, workers) = autobatch::choices(&settings).map_err(usage)?;
     let program = checked_program(&a.run, &settings)?;
-    let mut devices = visible_devices(settings.devices.as_deref()).map_err(no_gpu)?;
+    let mut devices = visible_devices(settings.devices.as_deref())?;
     devices.truncate(1);
     let model = (a.model_name.clone()).unwrap_or_else(|| writeback::model_name(&program.argv));
     let answer = match (a.batch_size, &a.team, settings.batch_size) {

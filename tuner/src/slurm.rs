@@ -221,7 +221,7 @@ pub fn task(dir: &Path, plan: &Plan, index: Option<usize>) -> anyhow::Result<Tri
         )));
     };
     let program = Program::new(plan.command.clone()).map_err(usage)?;
-    let mut group = visible_devices(None).map_err(no_gpu)?;
+    let mut group = visible_devices(None)?;
     let ranks = plan.settings.ranks;
     if group.len() < ranks {
         return Err(no_gpu(format!(

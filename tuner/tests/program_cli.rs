@@ -1347,6 +1347,7 @@ fn refused(args: &[&str], gpus: &str, work: &Path, tmp: &Path) -> Out {
 fn bad_input_is_one_line_before_any_trial() {
     let (_s, work, tmp) = places("bad");
     let fake = script();
+    // Bad usage is 2, no GPU to see 3.
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         (
             vec!["sweep", "--", "/nonexistent/train", "{batch_size}"],
@@ -1367,6 +1368,28 @@ fn bad_input_is_one_line_before_any_trial() {
             vec!["sweep", "--devices", "9", "--", "python3", &fake],
             "3,5",
             "GPU 9 is not visible",
+        ),
+        (
+            vec!["sweep", "--devices", "1,1", "--", "python3", &fake],
+            "3,5",
+            "GPU 1 is named twice",
+        ),
+        (
+            vec!["sweep", "--devices", "one", "--", "python3", &fake],
+            "",
+            "'one' is not a GPU number",
+        ),
+        (
+            vec![
+                "autobatch",
+                "--",
+                "torchrun",
+                "--nproc-per-node",
+                "2",
+                &fake,
+            ],
+            "0,1",
+            "torchrun starts ranks of its own",
         ),
         (
             vec!["memory", "--", "python3", &fake],
@@ -1399,7 +1422,12 @@ fn bad_input_is_one_line_before_any_trial() {
     ];
     for (args, gpus, says) in cases {
         let o = refused(&args, gpus, &work, &tmp);
-        assert_ne!(o.code, 0, "{args:?}");
+        let code = if says.contains("CUDA_VISIBLE_DEVICES") {
+            3
+        } else {
+            2
+        };
+        assert_eq!(o.code, code, "{args:?}: {}", o.stderr);
         assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
         assert_eq!(
             o.stderr.trim().lines().count(),

@@ -227,9 +227,18 @@ pub struct AutobatchReport {
 }
 
 /// Whether a trial's size fits; one run as a confirmation fits where it held: it fit, and
-/// reported every step it was told to run.
+/// reported every step it was told to run. A program that reports no step fits by its exit
+/// alone, which says neither that it ran the batch nor for how many steps: it could only climb
+/// to the largest batch there is and confirm none, so it stops the search at once.
 fn fits(r: &TrialResult, confirmation: bool) -> Result<bool> {
-    Ok(r.fits().ok_or_else(|| stopped(r))? && (r.reached_steps || !confirmation))
+    let fits = r.fits().ok_or_else(|| stopped(r))?;
+    if fits && r.measured.reported_steps == 0 {
+        return Err(Error::invalid(format!(
+            "batch {} exited 0 without a step line, and the finder needs them: an exit says neither which batch ran nor how many steps held (report each optimizer step, with perf_lessons.step() or a line of the protocol in PERF_LESSONS_REPORT)",
+            r.params.batch_size
+        )));
+    }
+    Ok(fits && (r.reached_steps || !confirmation))
 }
 
 /// What a search trial tells the search.

@@ -292,4 +292,20 @@ fn a_failure_or_a_hang_stops_the_search_with_the_reason() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("INCOMPLETE"), "{e}");
+
+    // Exit 0 with no step line: fitting by the exit alone, every size would, up to the
+    // largest there is, and none could be confirmed.
+    let dir = Scratch::new("silent");
+    let e = find(
+        &dir,
+        &[("FAKE_MODE", "silent")],
+        &finder_options(Granularity::Multiple(8)),
+        60.0,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("batch 8 exited 0 without a step line, and the finder needs them"),
+        "{e}"
+    );
 }

@@ -723,8 +723,9 @@ impl Runner<'_> {
             n => format!("rank {speaker} of {n}: {reason}"),
         };
         // Steps of another batch than the trial's say nothing about it, however they ended: the
-        // trial failed to run what it was given, and its figures stand under no batch.
-        if let Some(why) = other_batch(&files, params) {
+        // trial failed to run what it was given, and its figures stand under no batch. Nor do a
+        // group's where a rank reported nothing.
+        if let Some(why) = off_the_trial(&files, params, result.status) {
             (result.status, result.reason, result.reached_steps) = (Status::Failed, why, false);
         }
         if result.status != Status::Ok {
@@ -734,22 +735,36 @@ impl Runner<'_> {
     }
 }
 
-/// Why the steps a trial's ranks reported are not of the batch it gave them, where a rank
-/// counted samples on none of them as batch x accumulation: the program took its batch from elsewhere (a
-/// command without `{batch_size}`, or arguments read above `fork_here()`, so that every forked
-/// trial runs the first one's).
-fn other_batch(files: &[ReportFile], p: &Params) -> Option<String> {
+/// Why the steps a trial's ranks reported do not stand for it: a rank of a group that reported
+/// none beside one that did, where the group `ended` as if well (the tuner cannot tell such a
+/// rank from one that ended early), or a rank
+/// that counted samples on none of its steps as batch x accumulation: the program took its
+/// batch from elsewhere (a command without `{batch_size}`, or arguments read above
+/// `fork_here()`, so that every forked trial runs the first one's).
+fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<String> {
     let given = (p.batch_size * p.accumulation.max(1)) as u64;
-    let first = files.iter().find_map(|f| {
+    let most = files.iter().map(|f| f.steps.len()).max()?;
+    files.iter().enumerate().find_map(|(rank, f)| {
+        let of = match files.len() {
+            1 => String::new(),
+            n => format!("rank {rank} of {n}: "),
+        };
+        if f.steps.is_empty() && most > 0 && matches!(ended, Status::Ok | Status::Incomplete) {
+            return Some(format!(
+                "{of}reported no step, where another rank reported {most}: every rank reports its own steps (perf_lessons reports on each, where the program does not report on rank 0 alone)"
+            ));
+        }
         let mut counted = f.steps.iter().map(|s| s.samples).filter(|&n| n > 0);
         let first = counted.next()?;
-        (first != given && counted.all(|n| n != given)).then_some(first)
-    })?;
-    Some(format!(
-        "its steps reported {first} samples, where batch {} x accumulation {} is {given}: the program ran another batch than the trial's (give it {{batch_size}} and {{accumulation}} or PERF_LESSONS_BATCH_SIZE, and read them below fork_here() where it calls it)",
-        p.batch_size,
-        p.accumulation.max(1)
-    ))
+        if first == given || counted.any(|n| n == given) {
+            return None;
+        }
+        let (b, a) = (p.batch_size, p.accumulation.max(1));
+        Some(match first == given * files.len() as u64 && files.len() > 1 {
+            true => format!("{of}its steps reported {first} samples, the whole group's: each rank reports its own, batch {b} x accumulation {a} = {given}"),
+            false => format!("{of}its steps reported {first} samples, where batch {b} x accumulation {a} is {given}: the program ran another batch than the trial's (give it {{batch_size}} and {{accumulation}} or PERF_LESSONS_BATCH_SIZE, and read them below fork_here() where it calls it)"),
+        })
+    })
 }
 
 #[cfg(test)]
@@ -760,7 +775,7 @@ mod tests {
     const MB: u64 = 1_000_000;
 
     #[test]
-    fn steps_of_another_batch_are_told_from_a_short_last_one() {
+    fn steps_of_another_batch_or_a_rank_without_any_are_told_from_a_short_last_one() {
         let file = |samples: &[u64]| ReportFile {
             steps: (samples.iter())
                 .map(|&samples| crate::protocol::StepRecord {
@@ -776,18 +791,37 @@ mod tests {
             ..Params::default()
         };
         // Batch x accumulation, the last step short (a dataset that does not divide).
-        assert_eq!(other_batch(&[file(&[32, 32, 7])], &p), None);
+        assert_eq!(off_the_trial(&[file(&[32, 32, 7])], &p, Status::Ok), None);
         // Nothing counted, or steps that count nothing: nothing to hold against the batch.
-        assert_eq!(other_batch(&[file(&[])], &p), None);
-        assert_eq!(other_batch(&[file(&[0, 0])], &p), None);
+        assert_eq!(off_the_trial(&[file(&[])], &p, Status::Ok), None);
+        assert_eq!(off_the_trial(&[file(&[0, 0])], &p, Status::Ok), None);
         // Another batch on every step, or on every step of one rank.
-        let why = other_batch(&[file(&[0, 16, 16])], &p).unwrap();
+        let why = off_the_trial(&[file(&[0, 16, 16])], &p, Status::Ok).unwrap();
         assert!(
             why.starts_with("its steps reported 16 samples, where batch 16 x accumulation 2 is 32"),
             "{why}"
         );
-        let why = other_batch(&[file(&[32]), file(&[8])], &p).unwrap();
-        assert!(why.starts_with("its steps reported 8 samples"), "{why}");
+        let why = off_the_trial(&[file(&[32]), file(&[8])], &p, Status::Ok).unwrap();
+        assert!(
+            why.starts_with("rank 1 of 2: its steps reported 8 samples"),
+            "{why}"
+        );
+        // Each rank's count is its own.
+        let why = off_the_trial(&[file(&[64]), file(&[64])], &p, Status::Ok).unwrap();
+        assert!(
+            why.starts_with("rank 0 of 2: its steps reported 64 samples, the whole group's"),
+            "{why}"
+        );
+        // A rank of a group that reported nothing, where another did; no rank that did.
+        let why = off_the_trial(&[file(&[32, 32]), file(&[])], &p, Status::Ok).unwrap();
+        assert!(
+            why.starts_with("rank 1 of 2: reported no step, where another rank reported 2"),
+            "{why}"
+        );
+        assert_eq!(off_the_trial(&[file(&[]), file(&[])], &p, Status::Ok), None);
+        // A group that hung says so itself, whoever reported.
+        let hung = [file(&[32, 32]), file(&[])];
+        assert_eq!(off_the_trial(&hung, &p, Status::Hang), None);
     }
 
     #[test]

@@ -168,6 +168,23 @@ fn a_rank_that_exits_early_ends_the_group_as_incomplete() {
     none_left(&dir.path("pids"), 2);
 }
 
+/// A program that reports on rank 0 alone: rank 1 runs every step and exits 0 with none
+/// reported, which the tuner cannot tell from a rank that ended early, and says so.
+#[test]
+fn a_rank_that_reports_nothing_beside_one_that_does_fails_the_group_saying_so() {
+    let dir = Scratch::new("ranks-unreported");
+    let (r, _) = two_ranks(&dir, &[("FAKE_RANK_MODE", "1:silent")], &params(16), 60);
+    assert_eq!(r.status, Status::Failed, "{r:?}");
+    assert!(
+        r.reason
+            .starts_with("rank 1 of 2: reported no step, where another rank reported"),
+        "{}",
+        r.reason
+    );
+    assert_eq!(r.fits(), None);
+    none_left(&dir.path("pids"), 2);
+}
+
 #[test]
 fn a_finder_s_group_stops_once_every_rank_is_steady() {
     let dir = Scratch::new("ranks-steady");

@@ -577,6 +577,8 @@ pub fn render(r: &AutobatchReport) -> String {
         }
     );
     let _ = writeln!(o, "memory: {}", r.memory.describe());
+    let every = (r.search.iter()).chain(r.confirmations.iter().map(|c| &c.trial));
+    o.extend(crate::run::shared(every).map(|s| s + "\n"));
     let _ = writeln!(o, "{}", recommend::describe(&r.tiers, r.margin));
     if let Some(a) = &r.accumulation {
         let _ = writeln!(o, "gradient accumulation: {}", a.advice);

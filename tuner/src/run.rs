@@ -536,8 +536,38 @@ impl Ran {
             o.push_str(k);
             o.push('\n');
         }
+        o.extend(shared(&self.trials).map(|s| s + "\n"));
         o
     }
+}
+
+/// Memory other processes held on a GPU before a trial started there, from which on it counts
+/// (an idle GPU holds none by NVML's count).
+const SHARED_BYTES: u64 = 1 << 30;
+
+/// The GPUs other processes held memory on before the trials' own started (the most seen before
+/// any trial on each), where any did: what fit there fits beside them, not on the whole GPU. A
+/// team's shared GPU gives a smaller answer than an idle one of the model.
+pub fn shared<'a>(trials: impl IntoIterator<Item = &'a TrialResult>) -> Option<String> {
+    let mut held: Vec<(&str, u64)> = Vec::new();
+    for t in trials {
+        let Some(before) = t.memory.device_before_bytes.filter(|&b| b >= SHARED_BYTES) else {
+            continue;
+        };
+        match held.iter_mut().find(|(gpu, _)| *gpu == t.device) {
+            Some((_, most)) => *most = (*most).max(before),
+            None => held.push((&t.device, before)),
+        }
+    }
+    let each: Vec<String> = (held.iter())
+        .map(|(gpu, b)| format!("{gpu} ({})", gb(*b)))
+        .collect();
+    (!each.is_empty()).then(|| {
+        format!(
+            "other processes held memory on {} before a trial started there: what fit, fit beside them, not on the whole GPU",
+            each.join(", ")
+        )
+    })
 }
 
 /// `; each trial's result: PATH`, where the results were kept.
@@ -855,6 +885,28 @@ mod queue_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpus_other_processes_held_memory_on_are_named_with_the_most_they_held() {
+        let trial = |gpu: &str, before: Option<u64>| {
+            let mut t = TrialResult::skipped(0, Params::default(), String::new());
+            (t.device, t.memory.device_before_bytes) = (gpu.into(), before);
+            t
+        };
+        let idle = [trial("GPU 0", Some(0)), trial("GPU 1", None)];
+        assert_eq!(shared(&idle), None);
+        let busy = [
+            trial("GPU 0", Some(300_000_000)),
+            trial("GPU 1", Some(40_000_000_000)),
+            trial("GPU 1", Some(42_000_000_000)),
+            trial("GPU 2", Some(2_000_000_000)),
+        ];
+        assert_eq!(
+            shared(&busy).unwrap(),
+            "other processes held memory on GPU 1 (42.00 GB), GPU 2 (2.00 GB) before a trial started there: what fit, fit beside them, not on the whole GPU"
+        );
+    }
+
     #[test]
     fn a_device_s_summary_names_its_driver_where_nvml_reads_it() {
         let mut device = Device::stand_in("GPU 0", "0");

@@ -96,6 +96,29 @@ const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 /// Lines of stderr kept in a result that is not OK.
 const TAIL_LINES: usize = 20;
 
+/// How long a GPU may take to give back a trial's memory before the next trial starts there,
+/// and how far above its level before the trial it may stay (the driver's own use moves a little).
+const RELEASE_LIMIT: Duration = Duration::from_secs(10);
+const RELEASE_SLACK: u64 = 256 << 20;
+
+/// Wait, up to `limit`, until a GPU's memory in use (`used`, NVML's) is back within
+/// [RELEASE_SLACK] of `before`, its level before the trial; whether it got there. A process
+/// killed with kernels in flight is gone long before the driver has freed its memory: on an H100
+/// 80 GB, ResNet-18 trials stopped at their third step or their out-of-memory message left the
+/// GPU full for over a second after their exit, and the trials started next ran out of memory
+/// at once, 1720 among them, which had fit. Memory that other processes took meanwhile is waited
+/// for no longer than `limit`; the next trial's level before it counts it.
+fn released(mut used: impl FnMut() -> Option<u64>, before: u64, limit: Duration) -> bool {
+    let from = Instant::now();
+    loop {
+        match used() {
+            Some(u) if u <= before + RELEASE_SLACK => return true,
+            Some(_) if from.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
+            _ => return false,
+        }
+    }
+}
+
 /// Steps a program reports before its memory can be steady: the first creates the optimizer's
 /// state, the second holds it with the activations, the third must agree with the second.
 pub const MIN_STEADY_STEPS: usize = 3;
@@ -431,11 +454,13 @@ impl Runner<'_> {
     }
 }
 
-/// One process of a trial's group, as it is watched.
+/// One process of a trial's group, as it is watched, and the memory in use on its GPU before it
+/// started.
 struct Rank {
     running: Running,
     exit: Option<Exit>,
     watcher: Watcher,
+    before: Option<u64>,
 }
 
 /// The group's processes while it runs under its limits, the rank whose end ended the group,
@@ -635,6 +660,7 @@ impl Runner<'_> {
                 },
                 running,
                 exit: None,
+                before,
             });
         }
         let group_state = std::cell::RefCell::new(g);
@@ -649,6 +675,12 @@ impl Runner<'_> {
         let mut g = group_state.into_inner();
         g.end();
         result.wall_s = start.elapsed().as_secs_f64();
+        // The next trial on these GPUs starts once the driver has given this one's memory back.
+        for (rank, d) in g.ranks.iter().zip(group) {
+            if let (Some(p), Some(before)) = (&d.probe, rank.before) {
+                released(|| Some(p.memory()?.0), before, RELEASE_LIMIT);
+            }
+        }
         let mut readings = Vec::new();
         for (r, (rank, d)) in g.ranks.iter_mut().zip(group).enumerate() {
             if let Some((mut memory, utilization)) =
@@ -822,6 +854,20 @@ mod tests {
         // A group that hung says so itself, whoever reported.
         let hung = [file(&[32, 32]), file(&[])];
         assert_eq!(off_the_trial(&hung, &p, Status::Hang), None);
+    }
+
+    #[test]
+    fn the_next_trial_waits_for_the_gpu_to_give_the_last_one_s_memory_back() {
+        // The driver frees the memory after three more looks.
+        let mut looks = [80 * GB, 80 * GB, 80 * GB, GB / 2].into_iter();
+        assert!(released(|| looks.next(), GB / 2, Duration::from_secs(5)));
+        assert_eq!(looks.next(), None, "every look taken");
+        // Within the slack at once; another process's memory past the limit; no reading.
+        assert!(released(|| Some(GB / 2 + 100 * MB), GB / 2, Duration::ZERO));
+        let from = Instant::now();
+        assert!(!released(|| Some(40 * GB), 0, Duration::from_millis(100)));
+        assert!(from.elapsed() < Duration::from_secs(1));
+        assert!(!released(|| None, 0, Duration::from_secs(5)));
     }
 
     #[test]

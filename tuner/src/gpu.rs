@@ -3,6 +3,8 @@
 //! means the first two GPUs the tuner may use, as CUDA numbers them); otherwise every GPU NVML
 //! sees, named to the child by UUID so that no ordering rule can mix them up.
 
+use std::sync::{Arc, Mutex};
+
 use crate::nvml::Capability;
 use common::exit::{no_gpu, usage};
 use common::gpu::DeviceList;
@@ -29,6 +31,9 @@ pub struct Device {
     pub driver: Option<(String, String)>,
     /// The CPU cores its trials are pinned to, where trials run on several GPUs at once.
     pub cpus: Option<Vec<usize>>,
+    /// NVML's memory in use on it before the last trial started there: the next waits until
+    /// the GPU holds no more ([crate::trial]'s `released`).
+    pub idle: Arc<Mutex<Option<u64>>>,
 }
 
 impl Device {
@@ -154,7 +159,7 @@ pub fn select_devices(
                 name: nvml.as_ref().and_then(NvmlDevice::name),
                 driver: nvml.as_ref().and_then(NvmlDevice::driver),
                 probe: nvml,
-                cpus: None,
+                ..Device::default()
             }
         })
         .collect())

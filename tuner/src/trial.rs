@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use common::par::lock;
 use common::process::{kill_group, read_from, read_tail, tail_lines, watch, Exit};
 
 use crate::classify::{classify, find_oom, OomMessage, Status};
@@ -96,13 +97,14 @@ const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 /// Lines of stderr kept in a result that is not OK.
 const TAIL_LINES: usize = 20;
 
-/// How long a GPU may take to give back a trial's memory before the next trial starts there,
-/// and how far above its level before the trial it may stay (the driver's own use moves a little).
+/// How long a GPU may take to give back the last trial's memory before the next one starts there,
+/// and how far above its level before the last trial it may stay (the driver's own use moves a
+/// little).
 const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 const RELEASE_SLACK: u64 = 256 << 20;
 
 /// Wait, up to `limit`, until a GPU's memory in use (`used`, NVML's) is back within
-/// [RELEASE_SLACK] of `before`, its level before the trial; whether it got there. A process
+/// [RELEASE_SLACK] of `before`, its level before the last trial; whether it got there. A process
 /// killed with kernels in flight is gone long before the driver has freed its memory: on an H100
 /// 80 GB, ResNet-18 trials stopped at their third step or their out-of-memory message left the
 /// GPU full for over a second after their exit, and the trials started next ran out of memory
@@ -454,13 +456,11 @@ impl Runner<'_> {
     }
 }
 
-/// One process of a trial's group, as it is watched, and the memory in use on its GPU before it
-/// started.
+/// One process of a trial's group, as it is watched.
 struct Rank {
     running: Running,
     exit: Option<Exit>,
     watcher: Watcher,
-    before: Option<u64>,
 }
 
 /// The group's processes while it runs under its limits, the rank whose end ended the group,
@@ -614,6 +614,13 @@ impl Runner<'_> {
                 .map_err(|e| format!("no free port for the ranks: {e}"))?
                 .port(),
         };
+        // The last trial's memory given back first ([released]).
+        for d in group {
+            let idle = *lock(&d.idle);
+            if let (Some(p), Some(idle)) = (&d.probe, idle) {
+                released(|| Some(p.memory()?.0), idle, RELEASE_LIMIT);
+            }
+        }
         let start = Instant::now();
         let mut g = Group {
             ranks: Vec::with_capacity(group.len()),
@@ -640,6 +647,7 @@ impl Runner<'_> {
                 stderr: &stderr,
             };
             let before = d.probe.as_ref().and_then(|p| Some(p.memory()?.0));
+            *lock(&d.idle) = before;
             let running = self.launcher.start(&spawn).map_err(|e| {
                 g.end();
                 format!("could not start '{}': {e}", Program::display(&argv[..1]))
@@ -660,7 +668,6 @@ impl Runner<'_> {
                 },
                 running,
                 exit: None,
-                before,
             });
         }
         let group_state = std::cell::RefCell::new(g);
@@ -675,12 +682,6 @@ impl Runner<'_> {
         let mut g = group_state.into_inner();
         g.end();
         result.wall_s = start.elapsed().as_secs_f64();
-        // The next trial on these GPUs starts once the driver has given this one's memory back.
-        for (rank, d) in g.ranks.iter().zip(group) {
-            if let (Some(p), Some(before)) = (&d.probe, rank.before) {
-                released(|| Some(p.memory()?.0), before, RELEASE_LIMIT);
-            }
-        }
         let mut readings = Vec::new();
         for (r, (rank, d)) in g.ranks.iter_mut().zip(group).enumerate() {
             if let Some((mut memory, utilization)) =

@@ -770,10 +770,10 @@ impl Runner<'_> {
 
 /// Why the steps a trial's ranks reported do not stand for it: a rank of a group that reported
 /// none beside one that did, where the group `ended` as if well (the tuner cannot tell such a
-/// rank from one that ended early), or a rank
-/// that counted samples on none of its steps as batch x accumulation: the program took its
-/// batch from elsewhere (a command without `{batch_size}`, or arguments read above
-/// `fork_here()`, so that every forked trial runs the first one's).
+/// rank from one that ended early), or a rank that counted samples on none of its steps as
+/// batch x accumulation: the program took its batch from elsewhere (a command without
+/// `{batch_size}`, or arguments read above `fork_here()`, so that every forked trial runs the
+/// first one's).
 fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<String> {
     let given = (p.batch_size * p.accumulation.max(1)) as u64;
     let most = files.iter().map(|f| f.steps.len()).max()?;

@@ -8,11 +8,14 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
+
+use crate::par::lock;
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,9 +60,9 @@ impl Exit {
     }
 }
 
-/// Spawn `cmd` leading a new process group of its own. On Linux it also dies with the thread
-/// that started it (the parent-death signal), so an interrupted parent leaves nothing running:
-/// its group does not get the terminal's Ctrl-C.
+/// Spawn `cmd` leading a new process group of its own, which [kill_groups_when_interrupted]
+/// kills. On Linux its leader also dies with the thread that started it (the parent-death
+/// signal): its group does not get the terminal's Ctrl-C.
 pub fn spawn_in_group(mut cmd: Command) -> std::io::Result<Child> {
     cmd.process_group(0);
     #[cfg(target_os = "linux")]
@@ -69,11 +72,51 @@ pub fn spawn_in_group(mut cmd: Command) -> std::io::Result<Child> {
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
     }
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    started_group(child.id());
+    Ok(child)
+}
+
+/// The process groups this process started and has not killed yet.
+static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// A process group this process started (a child that called `setsid`, say), to be killed
+/// where the process is interrupted before [kill_group] ends it.
+pub fn started_group(pgid: u32) {
+    lock(&GROUPS).push(pgid);
+}
+
+/// From here on SIGINT, SIGTERM and SIGHUP end this process only once every process group it
+/// started and has not killed yet is killed: the parent-death signal reaches a group's leader
+/// alone, and a trial's data-loader workers, or the trials a fork server started, would run on
+/// with the GPU. `said` goes to stderr after the signal's name; the exit code is the shell's
+/// for the signal (130 for Ctrl-C). Call it before any thread starts: threads inherit the mask
+/// that leaves these signals to the one thread that waits for them (a child does not: Rust
+/// clears the mask before it runs a program).
+pub fn kill_groups_when_interrupted(said: &'static str) {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    if set.thread_block().is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        let Ok(signal) = set.wait() else {
+            return;
+        };
+        let groups = lock(&GROUPS).clone();
+        for g in groups {
+            kill_group(g);
+        }
+        eprintln!("error: interrupted by {signal}: {said}");
+        std::process::exit(128 + signal as i32);
+    });
 }
 
 /// SIGKILL to every process of the group `pgid`; none left is fine.
 pub fn kill_group(pgid: u32) {
+    lock(&GROUPS).retain(|&g| g != pgid);
     let Ok(pgid) = i32::try_from(pgid) else {
         return;
     };

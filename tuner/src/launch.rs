@@ -103,10 +103,15 @@ impl Launcher {
                 }
                 spawn_in_group(cmd).map(Running::Spawned)
             }
-            Launcher::Fork(server) => Ok(Running::Forked {
-                pid: server.fork(s)?,
-                server: server.clone(),
-            }),
+            Launcher::Fork(server) => {
+                // The child leads a session of its own.
+                let pid = server.fork(s)?;
+                common::process::started_group(pid);
+                Ok(Running::Forked {
+                    pid,
+                    server: server.clone(),
+                })
+            }
         }
     }
 

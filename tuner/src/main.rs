@@ -20,6 +20,9 @@ use tuner::trial::Limits;
 use tuner::writeback;
 
 fn main() -> ExitCode {
+    common::process::kill_groups_when_interrupted(
+        "the trials still running were killed; each trial that ended was written as it ended (the run's .trials.jsonl)",
+    );
     common::cli::main_with(|_| match Cli::parse().command {
         Command::Sweep(a) => {
             let mut settings = a.run.settings().map_err(usage)?;

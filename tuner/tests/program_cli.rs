@@ -195,6 +195,46 @@ fn a_hang_is_killed_at_the_time_limit_with_its_children() {
     assert_eq!(listing(&tmp).len(), 1);
 }
 
+/// Interrupted (Ctrl-C, or a job's SIGTERM), the tuner kills every trial still running with
+/// the processes it started, forked or spawned, says so, and exits with the shell's code for
+/// the signal.
+#[test]
+fn an_interrupted_tuner_leaves_no_trial_running() {
+    use nix::sys::signal::{kill, Signal};
+    for (fork, signal, code) in [(true, Signal::SIGINT, 130), (false, Signal::SIGTERM, 143)] {
+        let (s, work, tmp) = places(&format!("interrupted-{}", code));
+        let pids = s.path("pids");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tuner"));
+        cmd.args(["sweep", "--batch-sizes", "8", "--workers", "0", "--quiet"])
+            .args((!fork).then_some("--no-fork"))
+            .args(["--", "python3", &script()])
+            .args(fake::PLACEHOLDER_FLAGS)
+            .env("FAKE_MODE", "hang")
+            .env("FAKE_PID_FILE", &pids)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let tuner = fake::placed(cmd, "0", &work, &tmp).spawn().unwrap();
+        let both = || std::fs::read_to_string(&pids).is_ok_and(|t| t.split_whitespace().count() >= 2);
+        assert!(
+            fake::eventually(std::time::Duration::from_secs(30), both),
+            "the trial started"
+        );
+        let pid = nix::unistd::Pid::from_raw(tuner.id() as i32);
+        kill(pid, signal).unwrap();
+        let out = tuner.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "error: interrupted by {signal}: the trials still running were killed"
+            )),
+            "{stderr}"
+        );
+        // The trial and the child it started.
+        none_left(&pids, 2);
+    }
+}
+
 #[test]
 fn a_trial_silent_between_its_steps_is_a_hang_at_the_stall_limit() {
     let (s, work, tmp) = places("stall");

@@ -274,7 +274,19 @@ pub fn tuner(args: &[&str], vars: &[(&str, &str)], gpus: &str, cwd: &Path, tmp: 
 
 /// Run `cmd` in `cwd` on the stand-in GPUs `gpus`, with the system's temporary folder at `tmp`;
 /// the test's own PERF_LESSONS_ and FAKE_ variables stay out, those set on `cmd` go in.
-pub fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+pub fn run(cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
+    let out = placed(cmd, gpus, cwd, tmp).output().expect("running tuner");
+    let o = Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
+        stderr: common::table::unpadded(&String::from_utf8_lossy(&out.stderr)),
+    };
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+    o
+}
+
+/// `cmd` set to run as [run] runs it.
+pub fn placed(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Command {
     std::fs::create_dir_all(tmp).unwrap();
     let set: Vec<std::ffi::OsString> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
     cmd.current_dir(cwd)
@@ -288,14 +300,7 @@ pub fn run(mut cmd: Command, gpus: &str, cwd: &Path, tmp: &Path) -> Out {
             cmd.env_remove(k);
         }
     }
-    let out = cmd.output().expect("running tuner");
-    let o = Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: common::table::unpadded(&String::from_utf8_lossy(&out.stdout)),
-        stderr: common::table::unpadded(&String::from_utf8_lossy(&out.stderr)),
-    };
-    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
-    o
+    cmd
 }
 
 pub fn listing(dir: &Path) -> Vec<String> {

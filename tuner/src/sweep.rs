@@ -198,7 +198,7 @@ pub fn render(r: &SweepReport) -> String {
         ),
         None => format!("- {name}: none ({none})\n"),
     };
-    let unpicked = "no trial that reported its steps fits";
+    let unpicked = "no trial that fit reported its steps and a peak memory, its own or NVML's";
     o.push_str(&pick(
         "highest throughput",
         &r.best.highest_throughput,

@@ -214,7 +214,8 @@ fn an_interrupted_tuner_leaves_no_trial_running() {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let tuner = fake::placed(cmd, "0", &work, &tmp).spawn().unwrap();
-        let both = || std::fs::read_to_string(&pids).is_ok_and(|t| t.split_whitespace().count() >= 2);
+        let both =
+            || std::fs::read_to_string(&pids).is_ok_and(|t| t.split_whitespace().count() >= 2);
         assert!(
             fake::eventually(std::time::Duration::from_secs(30), both),
             "the trial started"

@@ -173,14 +173,6 @@ impl DeviceList {
     }
 }
 
-/// The GPUs a `--devices` flag names among `count` (no flag: all of them).
-pub fn parse_device_list(
-    spec: Option<&str>,
-    count: usize,
-) -> std::result::Result<Vec<usize>, String> {
-    spec.map_or(Ok(DeviceList::All), str::parse)?.resolve(count)
-}
-
 /// An open GPU: context, the stream every lesson works on, and its description.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -443,6 +435,14 @@ mod tests {
         assert_eq!(cuda_version(13000), "13.0");
         assert_eq!(cuda_version(12080), "12.8");
         assert_eq!(cuda_version(11040), "11.4");
+    }
+
+    /// The GPUs a `--devices` flag names among `count` (no flag: all of them).
+    fn parse_device_list(
+        spec: Option<&str>,
+        count: usize,
+    ) -> std::result::Result<Vec<usize>, String> {
+        spec.map_or(Ok(DeviceList::All), str::parse)?.resolve(count)
     }
 
     #[test]

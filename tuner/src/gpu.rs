@@ -135,15 +135,15 @@ pub fn visible_gpus(
     }
 }
 
-/// Choose from the visible GPUs: `spec` is `all` (or None) or a list of positions in the
-/// visible list (`0,2`), as CUDA numbers the tuner's GPUs.
+/// Choose from the visible GPUs: `list` is all of them or positions in the visible list (`0,2`),
+/// as CUDA numbers the tuner's GPUs.
 pub fn select_devices(
-    spec: Option<&str>,
+    list: &DeviceList,
     visible: &[VisibleGpu],
     user_order: Option<&str>,
     nvml: Option<&Nvml>,
 ) -> Result<Vec<Device>, String> {
-    let chosen = common::gpu::parse_device_list(spec, visible.len())?;
+    let chosen = list.resolve(visible.len())?;
     let pci_bus_order = user_order.is_none();
     Ok(chosen
         .into_iter()
@@ -169,15 +169,15 @@ pub fn select_devices(
 /// checked before looking for GPUs and its positions against them after, both bad usage; a
 /// machine without a GPU to see is no GPU.
 pub fn visible_devices(spec: Option<&str>) -> anyhow::Result<Vec<Device>> {
-    if let Some(words) = spec {
-        words.parse::<DeviceList>().map_err(usage)?;
-    }
+    let list = spec
+        .map_or(Ok(DeviceList::All), str::parse)
+        .map_err(usage)?;
     let nvml = Nvml::open();
     let uuids = nvml.as_ref().and_then(Nvml::uuids);
     let visible_env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let order = std::env::var("CUDA_DEVICE_ORDER").ok();
     let visible = visible_gpus(visible_env.as_deref(), order.as_deref(), uuids).map_err(no_gpu)?;
-    select_devices(spec, &visible, order.as_deref(), nvml.as_ref()).map_err(usage)
+    select_devices(&list, &visible, order.as_deref(), nvml.as_ref()).map_err(usage)
 }
 
 #[cfg(test)]
@@ -265,12 +265,16 @@ mod tests {
     #[test]
     fn devices_choose_by_position() {
         let visible = visible_gpus(Some("3,5,7"), None, None).unwrap();
-        let all = select_devices(None, &visible, None, None).unwrap();
+        let all = select_devices(&DeviceList::All, &visible, None, None).unwrap();
         assert_eq!(all.len(), 3);
         assert_eq!(all[2].label, "GPU 2");
         assert_eq!(all[2].cuda_visible, "7");
         assert!(all[2].pci_bus_order && all[2].probe.is_none());
-        let two = select_devices(Some("2,0"), &visible, None, None).unwrap();
+        let select = |spec: &str| {
+            let list: DeviceList = spec.parse()?;
+            select_devices(&list, &visible, None, None)
+        };
+        let two = select("2,0").unwrap();
         let chosen: Vec<&str> = two.iter().map(|d| d.cuda_visible.as_str()).collect();
         assert_eq!(chosen, ["7", "3"]);
         let refused: [(&str, &[&str]); 3] = [
@@ -279,11 +283,11 @@ mod tests {
             ("x", &["not a GPU number"]),
         ];
         for (spec, says) in refused {
-            let e = select_devices(Some(spec), &visible, None, None).unwrap_err();
+            let e = select(spec).unwrap_err();
             assert!(says.iter().all(|s| e.contains(s)), "{spec}: {e}");
         }
         // The user's own order is left alone.
-        let d = select_devices(None, &visible, Some("PCI_BUS_ID"), None).unwrap();
+        let d = select_devices(&DeviceList::All, &visible, Some("PCI_BUS_ID"), None).unwrap();
         assert!(!d[0].pci_bus_order);
     }
 }

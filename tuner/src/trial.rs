@@ -775,7 +775,8 @@ impl Runner<'_> {
 /// `{batch_size}`, or arguments read above `fork_here()`, so that every forked trial runs the
 /// first one's).
 fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<String> {
-    let given = (p.batch_size * p.accumulation.max(1)) as u64;
+    let (b, a) = (p.batch_size, p.accumulation.max(1));
+    let given = (b * a) as u64;
     let most = files.iter().map(|f| f.steps.len()).max()?;
     files.iter().enumerate().find_map(|(rank, f)| {
         let of = match files.len() {
@@ -792,7 +793,6 @@ fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<Stri
         if first == given || counted.any(|n| n == given) {
             return None;
         }
-        let (b, a) = (p.batch_size, p.accumulation.max(1));
         Some(match first == given * files.len() as u64 && files.len() > 1 {
             true => format!("{of}its steps reported {first} samples, the whole group's: each rank reports its own, batch {b} x accumulation {a} = {given}"),
             false => format!("{of}its steps reported {first} samples, where batch {b} x accumulation {a} is {given}: the program ran another batch than the trial's (give it {{batch_size}} and {{accumulation}} or PERF_LESSONS_BATCH_SIZE, and read them below fork_here() where it calls it)"),

@@ -375,11 +375,11 @@ impl Search {
     /// fragments, a tenth or so) is part of what the batch needs, and the peaks that hold it
     /// aim closer; one that takes the room there is (cuDNN's autotuner caching its workspaces)
     /// puts the peaks at the limit long before the batch that runs out, while the allocated
-    /// peaks stay on their line. The same cache shows itself where a larger size's peak rose
-    /// from a smaller one's by less than [FLATTER] times its allocated peak did, or fell while
-    /// the allocated rose (near the limit the cache gets what room is left: on an H200 with no
-    /// cap, ViT-B/16's peaks rose 0.43 GB from 2112 to 2136 and its allocated peaks 1.64 GB,
-    /// on their line), and where a size's peak is within [LINE_TOLERANCE] of the limit
+    /// peaks stay on their line. The same cache shows itself where a larger size's peak,
+    /// within [LINE_TOLERANCE] of the limit, rose from a smaller one's by less than [FLATTER]
+    /// times its allocated peak did, or fell while the allocated rose (near the limit the cache
+    /// gets what room is left: on an H200 with no cap, ViT-B/16's peaks rose 0.43 GB from 2112
+    /// to 2136 and its allocated peaks 1.64 GB, on their line), and where a size's peak is within [LINE_TOLERANCE] of the limit
     /// while its allocated peak is more than [OFF_THE_LINE] under it (the cache filled the
     /// room left: the peak says nothing of the next size). A line through allocated peaks
     /// bounds the answer from above: the cache and its fragments come on top.
@@ -392,10 +392,14 @@ impl Search {
             1 => 1.0,
             _ => ratios.iter().copied().fold(f64::INFINITY, f64::min),
         };
+        let near_limit = |peak: u64| {
+            (self.limit).is_some_and(|l| peak as f64 > (1.0 - LINE_TOLERANCE) * l as f64)
+        };
         let squeezed = |&(b, peak, a): &(usize, u64, Option<u64>)| {
             (self.points.iter()).any(|&(b2, peak2, a2)| {
                 let rise = |to: u64, from: u64| to as f64 - from as f64;
                 b2 > b
+                    && near_limit(peak2)
                     && a2
                         .zip(a)
                         .is_some_and(|(a2, a)| a2 > a && rise(peak2, peak) < FLATTER * rise(a2, a))
@@ -403,8 +407,7 @@ impl Search {
         };
         let filled = |&(_, peak, a): &(usize, u64, Option<u64>)| {
             self.limit.zip(a).is_some_and(|(l, a)| {
-                peak as f64 > (1.0 - LINE_TOLERANCE) * l as f64
-                    && (a as f64) < (1.0 - OFF_THE_LINE) * l as f64
+                near_limit(peak) && (a as f64) < (1.0 - OFF_THE_LINE) * l as f64
             })
         };
         ratios.iter().any(|&r| r > (1.0 + OFF_THE_LINE) * lowest)

@@ -978,6 +978,43 @@ mod tests {
         }
     }
 
+    /// The search over `program(largest)` at each count of GPUs k in `most`: exact at `answer`
+    /// in at most its count (trials on one GPU, the confirmation included; rounds on several),
+    /// and exact at each of `others` within the bound of doubling and bisecting. The searches
+    /// for `answer`.
+    fn exact<P: Fn(usize) -> Result<Probe, ()> + Copy>(
+        program: impl Fn(usize) -> P,
+        answer: usize,
+        most: [(usize, usize); 3],
+        others: &[usize],
+    ) -> Vec<Found> {
+        let found = |largest: usize, k: usize| {
+            let f = find_in_rounds(8, M8, 1 << 26, k, program(largest));
+            let f = f.unwrap().unwrap();
+            let got = (f.maximum, f.next_failed);
+            assert_eq!(got, (largest, true), "k {k}: {:?}", f.tried);
+            f
+        };
+        for &largest in others {
+            for k in [1, 2, 4] {
+                let f = found(largest, k);
+                let bound = trial_bound(largest, 8, 8) / k.min(2);
+                assert!(f.rounds <= bound, "{:?}", f.tried);
+            }
+        }
+        (most.into_iter())
+            .map(|(k, most)| {
+                let f = found(answer, k);
+                let spent = match k {
+                    1 => f.tried.len() + usize::from(!f.confirmed()),
+                    _ => f.rounds,
+                };
+                assert!(spent <= most, "k {k}: {spent}: {:?}", f.tried);
+                f
+            })
+            .collect()
+    }
+
     /// ResNet-18 in bf16 under a 16 GiB cap on an H200, two trials side by side
     /// (results/h200x2/autobatch-resnet-bf16-2gpu.trials.jsonl): the allocated peak 0.31 GB at
     /// batch 8, 12.45 at 968 and 17.02 at 1336, the largest that fit, each a few tenths of a
@@ -1008,39 +1045,12 @@ mod tests {
         // through the allocated peaks from there: 5 trials). The other edges are limits that
         // are not where the memory says (the allocator's fragments and the workspaces take
         // more): exact whatever they are.
-        for (k, most) in [(1, 6), (2, 4), (4, 3)] {
-            let f = find_in_rounds(8, M8, 1 << 26, k, cache_filled(1336));
-            let f = f.unwrap().unwrap();
-            assert_eq!(
-                (f.maximum, f.next_failed),
-                (1336, true),
-                "k {k}: {:?}",
-                f.tried
-            );
-            let spent = if k == 1 {
-                f.tried.len() + usize::from(!f.confirmed())
-            } else {
-                f.rounds
-            };
-            assert!(spent <= most, "k {k}: {spent}: {:?}", f.tried);
-        }
-        for largest in [1344, 1304, 1200, 1024, 600] {
-            for k in [1, 2, 4] {
-                let f = find_in_rounds(8, M8, 1 << 26, k, cache_filled(largest));
-                let f = f.unwrap().unwrap();
-                assert_eq!(
-                    (f.maximum, f.next_failed),
-                    (largest, true),
-                    "k {k}: {:?}",
-                    f.tried
-                );
-                assert!(
-                    f.rounds <= trial_bound(largest, 8, 8) / k.min(2),
-                    "{:?}",
-                    f.tried
-                );
-            }
-        }
+        exact(
+            cache_filled,
+            1336,
+            [(1, 6), (2, 4), (4, 3)],
+            &[1344, 1304, 1200, 1024, 600],
+        );
     }
 
     /// ViT-B/16 in bf16 on an H200 with no cap (149.56 GB free at the start): the allocated
@@ -1070,30 +1080,13 @@ mod tests {
         // Their line bounds the answer from above and the edge lies 1% under it (the
         // allocator's fragments), where the steps under the centre reach in two rounds or
         // three.
-        for (k, most) in [(1, 7), (2, 6), (4, 5)] {
-            let f = find_in_rounds(8, M8, 1 << 26, k, squeezed(2136));
-            let f = f.unwrap().unwrap();
-            assert_eq!(
-                (f.maximum, f.next_failed),
-                (2136, true),
-                "k {k}: {:?}",
-                f.tried
-            );
-            let spent = if k == 1 {
-                f.tried.len() + usize::from(!f.confirmed())
-            } else {
-                f.rounds
-            };
-            assert!(spent <= most, "k {k}: {spent}: {:?}", f.tried);
-            assert!(f.tried.iter().all(|t| t.0 < 2200), "k {k}: {:?}", f.tried);
-        }
-        for largest in [2160, 2128, 2000, 1600] {
-            for k in [1, 2, 4] {
-                let f = find_in_rounds(8, M8, 1 << 26, k, squeezed(largest));
-                let f = f.unwrap().unwrap();
-                assert_eq!((f.maximum, f.next_failed), (largest, true), "{:?}", f.tried);
-                assert!(f.rounds <= trial_bound(largest, 8, 8), "{:?}", f.tried);
-            }
+        for f in exact(
+            squeezed,
+            2136,
+            [(1, 7), (2, 6), (4, 5)],
+            &[2160, 2128, 2000, 1600],
+        ) {
+            assert!(f.tried.iter().all(|t| t.0 < 2200), "{:?}", f.tried);
         }
     }
 

@@ -29,18 +29,17 @@
 //! round of several bisects what lies under it. Several GPUs get two peaks from their first
 //! round (the start and sizes 4, 16... times it). Where a trial also gives its allocated peak
 //! (the tensors' own, without the allocator's cache), the line goes through those when the
-//! cache is no steady share of them, a larger size's peak is below a smaller one's while its
-//! allocated peak is above, or a size's peak fills the limit while its allocated peak is well
-//! under it (`by_allocated`: cuDNN's autotuner caches its workspaces and takes the room there
-//! is), and through the largest size and one at most half of it (sizes side by side lie too
-//! close for their slope to be more than their noise); such a line bounds the answer from
-//! above, so a
-//! round tries the centre and sizes under it, and the size above only to settle a centre that
-//! fits. Memory that is not a line shows itself: a size aimed by a
-//! line of two points lands more than 15% off it, the peaks flatten, or a larger batch peaks
-//! lower than a smaller one (cuDNN's autotuner takes workspace from whatever room there is, so
-//! the peaks climb to the limit long before the batch that runs out). A line that puts a size
-//! seen to fail more than 15% inside the limit says the limit is not the program's (a program
+//! cache is no steady share of them, a larger size's peak near the limit rose from a smaller
+//! one's by less than half what its allocated peak did (the limit squeezes the cache), or a
+//! size's peak fills the limit while its allocated peak is well under it (`by_allocated`:
+//! cuDNN's autotuner caches its workspaces and takes the room there is), and through the
+//! largest size and one at most half of it (sizes side by side lie too close for their slope
+//! to be more than their noise); such a line bounds the answer from above, so a round tries
+//! the centre and sizes under it, and the size above only to settle a centre that fits.
+//! Memory that is not a line shows itself: a size aimed by a line of two points lands more
+//! than 15% off it, the peaks flatten, or a larger batch peaks lower than a smaller one
+//! (cuDNN's autotuner takes workspace from whatever room there is, so the peaks climb to the
+//! limit long before the batch that runs out). A line that puts a size seen to fail more than 15% inside the limit says the limit is not the program's (a program
 //! that caps its own share of the GPU and reports the whole GPU's memory). From either, the
 //! search grows and splits as it would without peaks, save that a round of several grows by
 //! sizes spread evenly up to double the largest fit where the peaks stopped aiming (they reached
@@ -379,9 +378,10 @@ impl Search {
     /// within [LINE_TOLERANCE] of the limit, rose from a smaller one's by less than [FLATTER]
     /// times its allocated peak did, or fell while the allocated rose (near the limit the cache
     /// gets what room is left: on an H200 with no cap, ViT-B/16's peaks rose 0.43 GB from 2112
-    /// to 2136 and its allocated peaks 1.64 GB, on their line), and where a size's peak is within [LINE_TOLERANCE] of the limit
-    /// while its allocated peak is more than [OFF_THE_LINE] under it (the cache filled the
-    /// room left: the peak says nothing of the next size). A line through allocated peaks
+    /// to 2136 and its allocated peaks 1.64 GB, on their line), and where a size's peak is
+    /// within [LINE_TOLERANCE] of the limit while its allocated peak is more than
+    /// [OFF_THE_LINE] under it (the cache filled the room left: the peak says nothing of the
+    /// next size). A line through allocated peaks
     /// bounds the answer from above: the cache and its fragments come on top.
     fn by_allocated(&self) -> bool {
         let ratios: Option<Vec<f64>> = (self.points.iter())
@@ -980,8 +980,8 @@ mod tests {
 
     /// The search over `program(largest)` at each count of GPUs k in `most`: exact at `answer`
     /// in at most its count (trials on one GPU, the confirmation included; rounds on several),
-    /// and exact at each of `others` within the bound of doubling and bisecting. The searches
-    /// for `answer`.
+    /// and exact at each of `others` within the bound of doubling and bisecting; returns the
+    /// searches for `answer`.
     fn exact<P: Fn(usize) -> Result<Probe, ()> + Copy>(
         program: impl Fn(usize) -> P,
         answer: usize,

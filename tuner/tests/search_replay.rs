@@ -376,12 +376,12 @@ fn data_parallel_programs_under_their_frameworks_no_worse_than_their_logged_runs
 
 #[test]
 fn models_with_no_cap_no_worse_than_their_logged_runs() {
-    // ViT-B/16 on a whole H200: near the limit the allocator's cache is squeezed (the peaks
-    // rise at a quarter of the allocated peaks' slope), and the allocated peaks aim. The run
-    // took 6 search trials and 4 confirmations (2136, which had fit until its memory was
-    // steady, and 2128 ran out of memory within 20 steps; 2112 and 2120 held); the replay,
-    // whose truth is the confirmed 2120, takes 6 trials on one GPU, the confirmation included,
-    // 4 rounds on two and 3 on four.
+    // ViT-B/16 on a whole H200. The run took 6 search trials and 4 confirmations (2136, which
+    // had fit until its memory was steady, and 2128 ran out of memory within 20 steps; 2112
+    // and 2120 held). The replay's truth is the confirmed 2120, so 2136 does not fit here and
+    // the cache the limit squeezed at 2136 in the run is not met (the simulated program of
+    // `search::tests` is): 6 trials on one GPU, the confirmation included, 4 rounds on two and
+    // 3 on four.
     let vit = Replay::of_report("results/h200/vit-uncapped/autobatch-vit-uncapped.json");
     assert_eq!((vit.maximum, vit.logged_trials), (2120, 10));
     let [k1, k2, k4] = costs(&vit, 8, M8);

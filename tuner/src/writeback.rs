@@ -132,25 +132,6 @@ impl Format {
     }
 }
 
-/// Each `(key path, value)` set in `text` as `format` has it: the editors' tests.
-#[cfg(test)]
-fn edit_pairs(format: Format, text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-    let keys: Vec<KeyPath> = pairs
-        .iter()
-        .map(|(k, _)| KeyPath::parse(k).unwrap())
-        .collect();
-    let edits: Vec<Edit> = keys
-        .iter()
-        .zip(pairs)
-        .map(|(key, (_, value))| Edit {
-            key,
-            value: *value,
-            absent: Absent::Add,
-        })
-        .collect();
-    format.edit(text, &edits).map(|e| e.0)
-}
-
 /// The config `path`'s text with the answer at `keys`, and what was set.
 fn edited(path: &Path, keys: &Keys, text: &str, b: usize, a: usize) -> Result<Edited, String> {
     (Format::of(path)?.edit(text, &keys.edits(b, a)))
@@ -390,6 +371,28 @@ pub fn show_team(path: &Path) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each `(key path, value)` set in `text` as `format` has it: the editors' tests.
+    pub(super) fn edit_pairs(
+        format: Format,
+        text: &str,
+        pairs: &[(&str, usize)],
+    ) -> Result<String, String> {
+        let keys: Vec<KeyPath> = pairs
+            .iter()
+            .map(|(k, _)| KeyPath::parse(k).unwrap())
+            .collect();
+        let edits: Vec<Edit> = keys
+            .iter()
+            .zip(pairs)
+            .map(|(key, (_, value))| Edit {
+                key,
+                value: *value,
+                absent: Absent::Add,
+            })
+            .collect();
+        format.edit(text, &edits).map(|e| e.0)
+    }
 
     const CONFIG: &str = r#"# our training run
 [model]

@@ -83,7 +83,7 @@ mod tests {
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        super::super::edit_pairs(super::super::Format::Json, text, pairs)
+        super::super::tests::edit_pairs(super::super::Format::Json, text, pairs)
     }
 
     #[test]

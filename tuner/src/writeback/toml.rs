@@ -4,8 +4,6 @@
 
 use toml_edit::{DocumentMut, Item, Table, TableLike};
 
-#[cfg(test)]
-use super::keys::KeyPath;
 use super::keys::{index, set, Edit, Kind, Node};
 use crate::text::line_of;
 
@@ -94,20 +92,20 @@ pub fn edit(text: &str, e: &Edit) -> Result<Option<String>, String> {
     Ok(set(doc.as_item_mut(), e)?.then(|| doc.to_string()))
 }
 
-/// The whole number `key` holds in `text`.
-#[cfg(test)]
-fn read(text: &str, key: &KeyPath) -> Option<i64> {
-    let doc = parse(text).ok()?;
-    let mut item = doc.as_item();
-    for seg in &key.0 {
-        item = item.get(seg)?;
-    }
-    item.as_integer()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::writeback::keys::KeyPath;
+
+    /// The whole number `key` holds in `text`.
+    fn read(text: &str, key: &KeyPath) -> Option<i64> {
+        let doc = parse(text).ok()?;
+        let mut item = doc.as_item();
+        for seg in &key.0 {
+            item = item.get(seg)?;
+        }
+        item.as_integer()
+    }
 
     const RUN: &str = r#"# our training run
 title = "resnet" # which one
@@ -129,7 +127,7 @@ name = "early-stop"
 "#;
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        super::super::edit_pairs(super::super::Format::Toml, text, pairs)
+        super::super::tests::edit_pairs(super::super::Format::Toml, text, pairs)
     }
 
     #[test]

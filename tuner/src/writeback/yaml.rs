@@ -232,7 +232,7 @@ mod tests {
     }
 
     fn set(text: &str, pairs: &[(&str, usize)]) -> Result<String, String> {
-        super::super::edit_pairs(super::super::Format::Yaml, text, pairs)
+        super::super::tests::edit_pairs(super::super::Format::Yaml, text, pairs)
     }
 
     /// A Hydra-style config: nested mappings, comments everywhere, a list, quoting.

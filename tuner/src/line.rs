@@ -24,15 +24,11 @@ impl Line {
         Line::fit(points, false)
     }
 
-    /// [Line::through], but through the largest point and the largest at most half its batch
-    /// where there is one: for peaks that are a line over the whole range (the tensors' own,
-    /// without an allocator's cache), whose two largest points may lie too close together for
-    /// their slope to be more than their noise.
-    pub fn spanning(points: &[(usize, u64)]) -> Option<Line> {
-        Line::fit(points, true)
-    }
-
-    fn fit(points: &[(usize, u64)], span: bool) -> Option<Line> {
+    /// [Line::through], or with `span` through the largest point and the largest at most half
+    /// its batch where there is one: for peaks that are a line over the whole range (the
+    /// tensors' own, without an allocator's cache), whose two largest points may lie too close
+    /// together for their slope to be more than their noise.
+    pub fn fit(points: &[(usize, u64)], span: bool) -> Option<Line> {
         let mut sorted: Vec<(usize, u64)> = points
             .iter()
             .copied()
@@ -103,12 +99,12 @@ mod tests {
         let flat = Line::through(&[(10, 1000), (20, 1000)]).unwrap();
         assert_eq!(flat.bytes_per_sample, 50.0);
         assert!(Line::through(&[]).is_none());
-        // Spanning: the largest and the largest at most half of it, not the size beside it.
+        // Spanning (`span`): the largest and the largest at most half of it, not the size beside it.
         let noisy = [(8, 0.31e9), (968, 12.45e9), (976, 12.55e9)].map(|(b, p)| (b, p as u64));
         let near = Line::through(&noisy).unwrap().bytes_per_sample;
-        let wide = Line::spanning(&noisy).unwrap().bytes_per_sample;
+        let wide = Line::fit(&noisy, true).unwrap().bytes_per_sample;
         assert!((near - 12.5e6).abs() < 1.0 && (wide - (12.55e9 - 0.31e9) / 968.0).abs() < 1.0);
-        assert_eq!(Line::spanning(&noisy[1..]), Line::through(&noisy[1..]));
+        assert_eq!(Line::fit(&noisy[1..], true), Line::through(&noisy[1..]));
         assert_eq!(l.batch_within(0.5e9), 0);
     }
 }

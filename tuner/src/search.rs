@@ -132,16 +132,6 @@ const FLATTER: f64 = 0.5;
 /// a program is run at.
 const FIRST_ROUND_SPREAD: usize = 4;
 
-/// The line through the fitting sizes' peaks: through the two largest, or where they are the
-/// allocated ones (a line over the whole range), through the largest and one at most half its
-/// batch ([Line::spanning]).
-fn line_through(points: &[(usize, u64)], allocated: bool) -> Option<Line> {
-    match allocated {
-        true => Line::spanning(points),
-        false => Line::through(points),
-    }
-}
-
 /// Which side of the centre a size was tried on: at or under it (the line says it fits), above
 /// it (the line says it fails), or not aimed (a size of the round that bisects under the centre).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,7 +333,7 @@ impl Search {
                     .and_then(|a| a.line)
                     .filter(|&(_, by)| by == allocated);
                 if let Some((line, by)) = aimed_by {
-                    let after = line_through(&self.peaks(by), by);
+                    let after = Line::fit(&self.peaks(by), by);
                     let peak = if by { p.allocated_bytes } else { p.peak_bytes };
                     let aimed_peak = line.peak(batch);
                     let off = peak
@@ -441,7 +431,7 @@ impl Search {
                 fixed_bytes: model as f64,
                 bytes_per_sample: (peak - model) as f64 / b as f64,
             },
-            (points, _) => line_through(points, allocated)?,
+            (points, _) => Line::fit(points, allocated)?,
         };
         let b = line.batch_within(self.limit? as f64);
         // A line that puts a size that failed well within the limit: the limit is not the

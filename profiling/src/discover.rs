@@ -140,7 +140,8 @@ pub fn on_path(exe: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
     which::which_in(exe, Some(path_var), cwd).ok()
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Whether `p` is a file that may be executed.
+pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)

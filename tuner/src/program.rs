@@ -376,7 +376,7 @@ impl Program {
         }
         let program = &self.argv[0];
         match program.contains('/') {
-            true if !is_executable(Path::new(program)) => Err(format!(
+            true if !profiling::discover::is_executable(Path::new(program)) => Err(format!(
                 "'{program}' is not an executable file: check the command after --"
             )),
             false if on_path(program).is_none() => Err(format!(
@@ -410,17 +410,7 @@ fn values(p: &Params) -> impl Iterator<Item = (String, String)> + '_ {
 
 /// The executable `name` on the PATH, where there is one.
 pub fn on_path(name: &str) -> Option<PathBuf> {
-    let search = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&search)
-        .map(|dir| dir.join(name))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    profiling::discover::on_path(name, std::env::var_os("PATH").as_deref())
 }
 
 #[cfg(test)]

@@ -43,6 +43,10 @@ pub fn choose(allowed: &[usize], near: &[usize], current: Option<usize>) -> Opti
         .or_else(|| candidates.iter().copied().min())
 }
 
+/// The CPUs the calling thread may run on (its affinity), ascending; None where the OS does not
+/// say.
+pub use os::thread_cpus;
+
 /// The calling thread kept on one CPU core until this is dropped, which gives it back the CPUs
 /// it had.
 #[derive(Debug)]

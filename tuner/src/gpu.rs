@@ -66,15 +66,6 @@ pub fn share_cpus(devices: &mut [Device], allowed: &[usize]) {
     }
 }
 
-/// The CPU cores this process may run on (its affinity); None where it cannot be read.
-pub fn allowed_cpus() -> Option<Vec<usize>> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).ok()?;
-    let cores: Vec<usize> = (0..nix::sched::CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect();
-    (!cores.is_empty()).then_some(cores)
-}
-
 /// `0-7,16-23`: cores as ranges, as taskset and /proc write them.
 pub fn cpu_list(cores: &[usize]) -> String {
     let runs = cores.chunk_by(|a, b| *b == a + 1).map(|run| match run {
@@ -258,7 +249,7 @@ mod tests {
         let shares: Vec<Vec<usize>> = four.iter().map(|d| d.cpus.clone().unwrap()).collect();
         assert_eq!(shares, [[0], [1], [0], [1]]);
         assert_eq!(cpu_list(&[3]), "3");
-        let mine = allowed_cpus().expect("this process's affinity");
+        let mine = common::affinity::thread_cpus().expect("this process's affinity");
         assert!(!mine.is_empty());
     }
 

@@ -24,7 +24,7 @@ use profiling::target::sanitize;
 
 use crate::classify::Status;
 use crate::config::Settings;
-use crate::gpu::{allowed_cpus, cpu_list, share_cpus, Device};
+use crate::gpu::{cpu_list, share_cpus, Device};
 use crate::launch::{ForkServer, Launcher, PythonProgram};
 use crate::margin::margin_for;
 use crate::program::{Capability, Params, Precision, Program};
@@ -353,7 +353,7 @@ impl Run {
         let n = self.ranks * (self.devices.len() / self.ranks).clamp(1, jobs.max(1));
         let mut devices: Vec<Device> = self.devices.iter().take(n).cloned().collect();
         if devices.len() > 1 {
-            match allowed_cpus() {
+            match common::affinity::thread_cpus() {
                 Some(cores) => share_cpus(&mut devices, &cores),
                 None => self
                     .progress

@@ -130,7 +130,7 @@ fn three_devices_run_trials_in_parallel_one_each_and_lose_none() {
 /// shares are disjoint and together the cores the tuner may use.
 #[test]
 fn trials_side_by_side_each_run_on_their_share_of_the_cores() {
-    let Some(allowed) = tuner::gpu::allowed_cpus() else {
+    let Some(allowed) = common::affinity::thread_cpus() else {
         panic!("this process's CPU affinity cannot be read");
     };
     let dir = Scratch::new("affinity");

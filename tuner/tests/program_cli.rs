@@ -1644,7 +1644,7 @@ fn a_grid_of_the_user_s_axes_runs_over_two_gpus_and_is_picked_by_loss() {
     assert_eq!(gpus.into_iter().collect::<Vec<_>>(), ["3", "5"]);
     // Side by side on two GPUs, each trial ran on its GPU's share of the tuner's cores: what
     // the program saw is what its line of the JSON and the report's GPU lines say.
-    let allowed = tuner::gpu::allowed_cpus().unwrap();
+    let allowed = common::affinity::thread_cpus().unwrap();
     let mut shares = std::collections::BTreeMap::new();
     for e in &entries {
         let t = &trials[trial_of(e)];

@@ -2,8 +2,6 @@
 //! are tested on constructed ones): the best configurations, the recommendation (by the one rule
 //! of [crate::recommend]), and the diagnosis in words, which states only what was measured.
 
-use std::cmp::Ordering;
-
 use serde::{Deserialize, Serialize};
 
 use common::stats::Summary;
@@ -74,14 +72,6 @@ impl PickRule {
             Goal::Max => "highest",
         };
         format!("{which} {}", self.metric)
-    }
-
-    /// Less is better: sorts the best value first.
-    fn order(&self, a: f64, b: f64) -> Ordering {
-        match self.goal {
-            Goal::Min => a.total_cmp(&b),
-            Goal::Max => b.total_cmp(&a),
-        }
     }
 
     /// The message for a metric no trial reported, naming those that were.
@@ -321,7 +311,11 @@ pub fn best_by(trials: &[TrialResult], margin: f64, rule: Option<&PickRule>) -> 
     b.recommended = candidates
         .into_iter()
         .min_by(|(a, va), (b, vb)| {
-            (rule.order(*va, *vb))
+            // The best value first.
+            (match rule.goal {
+                Goal::Min => va.total_cmp(vb),
+                Goal::Max => vb.total_cmp(va),
+            })
                 .then(throughput(b).total_cmp(&throughput(a)))
                 .then(a.key().cmp(&b.key()))
         })

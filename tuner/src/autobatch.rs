@@ -35,9 +35,9 @@ use crate::config::{one_of, Settings, MAX_BATCH};
 use crate::granularity::{first_index, index_below, size_at, Granularity};
 use crate::program::{Params, Precision, Program};
 use crate::recommend::{self, Accumulation, MemoryFit, Tiers};
-use crate::run::{default_margin, gpu_name, kept_at, DeviceSummary, Run};
+use crate::run::{default_margin, kept_at, DeviceSummary, Run};
 use crate::search::{Found, Probe, Search};
-use crate::trial::{Stop, TrialResult};
+use crate::trial::{gpu_name, Stop, TrialResult};
 use crate::writeback::{self, KeyPath, Keys, Overrides, TeamEntry, Written};
 
 pub const SCHEMA: &str = "tuner-autobatch/2";

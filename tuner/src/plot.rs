@@ -13,7 +13,7 @@ use plotting::format::{decades, short_number};
 use plotting::{Figure, COLORS, FONT, GRID_BOLD, GRID_LIGHT};
 
 use crate::program::Program;
-use crate::trial::TrialResult;
+use crate::trial::{gpu_name, TrialResult};
 
 /// One line: its label and (batch, samples/s, GB) points of the trials that ran.
 pub type Line = (String, Vec<(f64, f64, f64)>);
@@ -62,15 +62,17 @@ pub fn title(command: &[String], gpu: &str) -> String {
     format!("tuner sweep of {} on {gpu}", Program::display(&program))
 }
 
-/// Write `<stem>.svg` and `<stem>.png`: the plot of `command`'s trials on the GPU `gpu`.
+/// Write `<stem>.svg` and `<stem>.png`: the plot of `command`'s trials on the GPU named `gpu` by
+/// NVML (else by what the trials' program reported).
 pub fn render(
     trials: &[TrialResult],
     command: &[String],
-    gpu: &str,
+    gpu: Option<&str>,
     stem: &Path,
 ) -> Result<(PathBuf, PathBuf), String> {
     let (svg, png) = (stem.with_extension("svg"), stem.with_extension("png"));
-    let figure = SweepFigure(lines(trials), title(command, gpu));
+    let gpu = gpu_name(gpu, trials);
+    let figure = SweepFigure(lines(trials), title(command, &gpu));
     plotting::render(&figure, (1600, 720), &svg, &png)?;
     Ok((svg, png))
 }
@@ -236,7 +238,13 @@ mod tests {
             trial(1, Precision::Off, Status::Ok),
             trial(4, Precision::Off, Status::Ok),
         ];
-        let (svg, png) = render(&trials, &["train.py".into()], "test", &dir.join("sweep")).unwrap();
+        let (svg, png) = render(
+            &trials,
+            &["train.py".into()],
+            Some("test"),
+            &dir.join("sweep"),
+        )
+        .unwrap();
         let png_bytes = std::fs::read(&png).unwrap();
         assert_eq!(&png_bytes[1..4], b"PNG");
         assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));

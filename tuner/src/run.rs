@@ -434,17 +434,6 @@ impl Run {
     }
 }
 
-/// A GPU's name: NVML's (`name`, where it was read), else what a trial's program reported.
-pub fn gpu_name(name: Option<&str>, trials: &[TrialResult]) -> String {
-    (name.map(String::from))
-        .or_else(|| {
-            trials
-                .iter()
-                .find_map(|r| r.measured.device.as_ref().and_then(|d| d.name.clone()))
-        })
-        .unwrap_or_else(|| "unknown GPU".into())
-}
-
 /// The margin by the smallest GPU's memory class: NVML's figure, else what the programs
 /// reported (the small class's 20% when neither says).
 pub fn default_margin(devices: &[DeviceSummary], runs: &[TrialResult]) -> f64 {
@@ -485,19 +474,15 @@ impl Ran {
     /// its trials were pinned to cores, and a blank line.
     pub fn header(&self, what: &str) -> String {
         let command = Program::display(&self.command);
-        let mut o = format!(
+        let o = format!(
             "## tuner {what}: `{command}` on {} GPU(s)\n\n",
             self.devices.len()
         );
         let on = self.settings.amp.contains(&Precision::On);
-        let notes: Vec<String> = self.devices.iter().filter_map(|d| d.note(on)).collect();
-        if !notes.is_empty() {
-            for n in notes {
-                o.push_str(&format!("- {n}\n"));
-            }
-            o.push('\n');
-        }
-        o
+        let notes: String = (self.devices.iter().filter_map(|d| d.note(on)))
+            .map(|n| format!("- {n}\n"))
+            .collect();
+        o + &notes + if notes.is_empty() { "" } else { "\n" }
     }
 
     /// `sweep: 12 trials in 80.1 s; each trial's result: ...`, where a kept folder is, and the

@@ -18,7 +18,7 @@ use crate::classify::Status;
 use crate::gpu::cpu_list;
 
 use crate::protocol::{Measured, ThroughputSource};
-use crate::run::{gpu_name, Ran};
+use crate::run::Ran;
 use crate::trial::TrialResult;
 
 pub const SCHEMA: &str = "tuner-sweep/2";
@@ -87,12 +87,9 @@ pub fn report(ran: Ran, pick: Option<&PickRule>, plot: Option<&Path>) -> Result<
         ran,
     };
     if let Some(stem) = plot {
-        let ran = &report.ran;
-        let gpu = gpu_name(
-            ran.devices.first().and_then(|d| d.name.as_deref()),
-            &ran.trials,
-        );
-        crate::plot::render(&ran.trials, &ran.command, &gpu, stem).map_err(Error::invalid)?;
+        let (ran, gpu) = (&report.ran, report.ran.devices.first());
+        let gpu = gpu.and_then(|d| d.name.as_deref());
+        crate::plot::render(&ran.trials, &ran.command, gpu, stem).map_err(Error::invalid)?;
     }
     Ok(report)
 }
@@ -275,11 +272,8 @@ pub fn replot(from: &Path, stem: &Path) -> std::result::Result<(), String> {
             saved.schema
         ));
     }
-    let gpu = gpu_name(
-        saved.devices.first().and_then(|d| d.name.as_deref()),
-        &saved.trials,
-    );
-    crate::plot::render(&saved.trials, &saved.command, &gpu, stem).map(|_| ())
+    let gpu = saved.devices.first().and_then(|d| d.name.as_deref());
+    crate::plot::render(&saved.trials, &saved.command, gpu, stem).map(|_| ())
 }
 
 #[cfg(test)]

@@ -281,6 +281,17 @@ impl TrialResult {
     }
 }
 
+/// A GPU's name: NVML's (`name`, where it was read), else what a trial's program reported.
+pub fn gpu_name(name: Option<&str>, trials: &[TrialResult]) -> String {
+    (name.map(String::from))
+        .or_else(|| {
+            trials
+                .iter()
+                .find_map(|r| r.measured.device.as_ref().and_then(|d| d.name.clone()))
+        })
+        .unwrap_or_else(|| "unknown GPU".into())
+}
+
 /// A skip rule for sweeps: a batch at or above one that ran out of memory with the same other
 /// settings (the user's axes among them, the precision as asked) would run out too.
 pub fn larger_batch_after_oom(p: &Params, done: &[TrialResult]) -> Option<String> {

@@ -769,7 +769,8 @@ impl Runner<'_> {
         // Steps of another batch than the trial's say nothing about it, however they ended: the
         // trial failed to run what it was given, and its figures stand under no batch. Nor do a
         // group's where a rank reported nothing.
-        if let Some(why) = off_the_trial(&files, params, result.status) {
+        let exits: Vec<Option<Exit>> = g.ranks.iter().map(|r| r.exit).collect();
+        if let Some(why) = off_the_trial(&files, &exits, params, result.status) {
             (result.status, result.reason, result.reached_steps) = (Status::Failed, why, false);
         }
         if result.status != Status::Ok {
@@ -779,13 +780,19 @@ impl Runner<'_> {
     }
 }
 
-/// Why the steps a trial's ranks reported do not stand for it: a rank of a group that reported
-/// none beside one that did, where the group `ended` as if well (the tuner cannot tell such a
-/// rank from one that ended early), or a rank that counted samples on none of its steps as
+/// Why the steps a trial's ranks reported do not stand for it: a rank of a group that exited 0
+/// by itself having reported none beside one that did, where the group `ended` as if well (the
+/// tuner cannot tell such a rank from one that ended early; a rank the group's end killed before
+/// its first step says nothing), or a rank that counted samples on none of its steps as
 /// batch x accumulation: the program took its batch from elsewhere (a command without
 /// `{batch_size}`, or arguments read above `fork_here()`, so that every forked trial runs the
 /// first one's).
-fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<String> {
+fn off_the_trial(
+    files: &[ReportFile],
+    exits: &[Option<Exit>],
+    p: &Params,
+    ended: Status,
+) -> Option<String> {
     let (b, a) = (p.batch_size, p.accumulation.max(1));
     let given = (b * a) as u64;
     let most = files.iter().map(|f| f.steps.len()).max()?;
@@ -794,7 +801,8 @@ fn off_the_trial(files: &[ReportFile], p: &Params, ended: Status) -> Option<Stri
             1 => String::new(),
             n => format!("rank {rank} of {n}: "),
         };
-        if f.steps.is_empty() && most > 0 && matches!(ended, Status::Ok | Status::Incomplete) {
+        let by_itself = exits.get(rank) == Some(&Some(Exit::Code(0)));
+        if f.steps.is_empty() && most > 0 && by_itself && matches!(ended, Status::Ok | Status::Incomplete) {
             return Some(format!(
                 "{of}reported no step, where another rank reported {most}: every rank reports its own steps (perf_lessons reports on each, where the program does not report on rank 0 alone)"
             ));
@@ -834,38 +842,50 @@ mod tests {
             accumulation: 2,
             ..Params::default()
         };
+        // Every rank exited 0 by itself.
+        let both = [Some(Exit::Code(0)); 2];
         // Batch x accumulation, the last step short (a dataset that does not divide).
-        assert_eq!(off_the_trial(&[file(&[32, 32, 7])], &p, Status::Ok), None);
+        assert_eq!(
+            off_the_trial(&[file(&[32, 32, 7])], &both, &p, Status::Ok),
+            None
+        );
         // Nothing counted, or steps that count nothing: nothing to hold against the batch.
-        assert_eq!(off_the_trial(&[file(&[])], &p, Status::Ok), None);
-        assert_eq!(off_the_trial(&[file(&[0, 0])], &p, Status::Ok), None);
+        assert_eq!(off_the_trial(&[file(&[])], &both, &p, Status::Ok), None);
+        assert_eq!(off_the_trial(&[file(&[0, 0])], &both, &p, Status::Ok), None);
         // Another batch on every step, or on every step of one rank.
-        let why = off_the_trial(&[file(&[0, 16, 16])], &p, Status::Ok).unwrap();
+        let why = off_the_trial(&[file(&[0, 16, 16])], &both, &p, Status::Ok).unwrap();
         assert!(
             why.starts_with("its steps reported 16 samples, where batch 16 x accumulation 2 is 32"),
             "{why}"
         );
-        let why = off_the_trial(&[file(&[32]), file(&[8])], &p, Status::Ok).unwrap();
+        let why = off_the_trial(&[file(&[32]), file(&[8])], &both, &p, Status::Ok).unwrap();
         assert!(
             why.starts_with("rank 1 of 2: its steps reported 8 samples"),
             "{why}"
         );
         // Each rank's count is its own.
-        let why = off_the_trial(&[file(&[64]), file(&[64])], &p, Status::Ok).unwrap();
+        let why = off_the_trial(&[file(&[64]), file(&[64])], &both, &p, Status::Ok).unwrap();
         assert!(
             why.starts_with("rank 0 of 2: its steps reported 64 samples, the whole group's"),
             "{why}"
         );
         // A rank of a group that reported nothing, where another did; no rank that did.
-        let why = off_the_trial(&[file(&[32, 32]), file(&[])], &p, Status::Ok).unwrap();
+        let why = off_the_trial(&[file(&[32, 32]), file(&[])], &both, &p, Status::Ok).unwrap();
         assert!(
             why.starts_with("rank 1 of 2: reported no step, where another rank reported 2"),
             "{why}"
         );
-        assert_eq!(off_the_trial(&[file(&[]), file(&[])], &p, Status::Ok), None);
+        assert_eq!(
+            off_the_trial(&[file(&[]), file(&[])], &both, &p, Status::Ok),
+            None
+        );
+        // A rank the group's end killed before its first step: another rank ended the group.
+        let killed = [Some(Exit::Signal(9)), Some(Exit::Code(0))];
+        let early = [file(&[]), file(&[32])];
+        assert_eq!(off_the_trial(&early, &killed, &p, Status::Incomplete), None);
         // A group that hung says so itself, whoever reported.
         let hung = [file(&[32, 32]), file(&[])];
-        assert_eq!(off_the_trial(&hung, &p, Status::Hang), None);
+        assert_eq!(off_the_trial(&hung, &both, &p, Status::Hang), None);
     }
 
     #[test]

@@ -396,9 +396,9 @@ fn models_with_no_cap_no_worse_than_their_logged_runs() {
     assert!(k1 <= 6 && k2 <= 4 && k4 <= 2, "{k1} {k2} {k4}");
     // ResNet-18 fp32 under cuDNN's autotuner on a whole H200, aimed by its allocated peaks: 8,
     // 3112, 6640; the allocated peaks left 0.8 GB under the limit at 6640, room for 6672 on
-    // their line, but blocks of the allocator's as large as 638 MiB could not use it (6672,
-    // 6656 and 6648 out of memory); 6640 confirmed: 7 trials, which the replay takes too;
-    // 4 rounds on two GPUs and 2 on four.
+    // their line, but the allocator's blocks of about 640 MiB could not use it (6672, 6656
+    // and 6648 out of memory); 6640 confirmed: 7 trials, which the replay takes too; 4 rounds
+    // on two GPUs and 2 on four.
     let path = "results/h200/resnet-uncapped/autobatch-resnet-fp32-uncapped.json";
     let resnet = Replay::of_report(path);
     assert_eq!((resnet.maximum, resnet.logged_trials), (6640, 7));

@@ -801,8 +801,10 @@ fn off_the_trial(
             1 => String::new(),
             n => format!("rank {rank} of {n}: "),
         };
+        // Killed by the group's end, a rank's want of steps says nothing.
         let by_itself = exits.get(rank) == Some(&Some(Exit::Code(0)));
-        if f.steps.is_empty() && most > 0 && by_itself && matches!(ended, Status::Ok | Status::Incomplete) {
+        let silent = f.steps.is_empty() && most > 0 && by_itself;
+        if silent && matches!(ended, Status::Ok | Status::Incomplete) {
             return Some(format!(
                 "{of}reported no step, where another rank reported {most}: every rank reports its own steps (perf_lessons reports on each, where the program does not report on rank 0 alone)"
             ));
